@@ -1,0 +1,40 @@
+#include "cli/app.h"
+
+#include <exception>
+
+#include <fmt/format.h>
+
+#include "cli/commands.h"
+
+namespace gpupool::cli {
+
+int report(const Error& error) {
+  fmt::print(stderr, "gpupool: {}\n", error.message);
+  return kExitError;
+}
+
+int run(int argc, char** argv) {
+  CLI::App app{"gpupool: discover, lease and schedule the GPUs of a shared machine"};
+  app.set_version_flag("--version", std::string("gpupool ") + GPUPOOL_VERSION);
+  app.require_subcommand(1);
+  app.footer(
+      "Set GPUPOOL_SIM=NAME (e.g. hgx-h200) to use a simulated machine instead of the real GPUs.");
+  int exit_code = kExitOk;
+  add_list_command(app, exit_code);
+  add_topo_command(app, exit_code);
+  add_resolve_command(app, exit_code);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::Success& e) {  // --help and --version
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    fmt::print(stderr, "gpupool: {} (see gpupool --help)\n", e.what());
+    return kExitUsage;
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "gpupool: {}\n", e.what());
+    return kExitError;
+  }
+  return exit_code;
+}
+
+}  // namespace gpupool::cli

@@ -1,0 +1,25 @@
+// One registration function per command; each adds a CLI11 subcommand whose
+// callback stores the command's exit code in `exit_code`.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include "core/result.h"
+
+namespace gpupool::cli {
+
+void add_list_command(CLI::App& app, int& exit_code);
+void add_topo_command(CLI::App& app, int& exit_code);
+void add_resolve_command(CLI::App& app, int& exit_code);
+
+// Prints "gpupool: MESSAGE" on stderr and returns the error exit code.
+int report(const Error& error);
+
+// Runs a command body that returns Result<int>, reporting its error if any.
+template <typename Body>
+void run_command(int& exit_code, Body&& body) {
+  auto result = body();
+  exit_code = result.ok() ? *result : report(result.error());
+}
+
+}  // namespace gpupool::cli

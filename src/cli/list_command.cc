@@ -1,0 +1,81 @@
+// gpupool list: one line per GPU and one per process on it, for 80 columns.
+#include <fmt/format.h>
+
+#include "cli/commands.h"
+#include "core/gpu_json.h"
+#include "gpu/gpu_backend.h"
+
+namespace gpupool::cli {
+namespace {
+
+constexpr size_t kWidth = 80;
+
+template <typename T>
+std::string or_na(const std::optional<T>& value, const char* format) {
+  return value ? fmt::format(fmt::runtime(format), *value) : std::string("n/a");
+}
+
+std::string fit(std::string text, size_t width) {
+  if (text.size() <= width) return text;
+  return text.substr(0, width > 3 ? width - 3 : 0) + "...";
+}
+
+std::string memory_cell(const Gpu& gpu) {
+  if (!gpu.memory_total_mib) return "n/a";
+  return fmt::format("{}/{} MiB", or_na(gpu.memory_used_mib, "{}"), *gpu.memory_total_mib);
+}
+
+std::string power_cell(const Gpu& gpu) {
+  if (!gpu.power_w && !gpu.power_limit_w) return "n/a";
+  return fmt::format("{}/{} W", or_na(gpu.power_w, "{:.0f}"), or_na(gpu.power_limit_w, "{:.0f}"));
+}
+
+void print_table(const Machine& machine, const std::string& source) {
+  const DriverInfo& d = machine.driver;
+  fmt::print("Driver {}  CUDA {}  {} GPU{}  ({})\n", d.driver_version.value_or("n/a"),
+             d.cuda_driver_version ? cuda_version_string(*d.cuda_driver_version) : "n/a",
+             machine.gpus.size(), machine.gpus.size() == 1 ? "" : "s", source);
+  fmt::print("{:>3} {:<24} {:>18} {:>5} {:>5} {:>5} {:>11}\n", "GPU", "NAME", "MEMORY USED/TOTAL", "UTIL",
+             "MEM%", "TEMP", "POWER");
+  for (const Gpu& gpu : machine.gpus) {
+    if (gpu.fault) {
+      fmt::print("{:>3} {:<24} {}\n", gpu.index, fit(gpu.name.empty() ? "?" : gpu.name, 24),
+                 fit("FAULT: " + *gpu.fault, kWidth - 29));
+      continue;
+    }
+    fmt::print("{:>3} {:<24} {:>18} {:>5} {:>5} {:>5} {:>11}\n", gpu.index, fit(gpu.name, 24), memory_cell(gpu),
+               or_na(gpu.utilization_gpu, "{}%"), or_na(gpu.utilization_memory, "{}%"),
+               or_na(gpu.temperature_c, "{}C"), power_cell(gpu));
+    for (const GpuProcess& p : gpu.processes) {
+      std::string head = fmt::format("    pid {:<7} {:<10} {:>9} ", p.pid, fit(p.user.value_or("?"), 10),
+                                     or_na(p.used_memory_mib, "{} MiB"));
+      std::string tail = p.kind == ProcessKind::Compute ? "" : fmt::format("[{}] ", to_string(p.kind));
+      tail += p.command.value_or("(not visible from here)");
+      fmt::print("{}{}\n", head, fit(tail, kWidth - head.size()));
+    }
+  }
+}
+
+}  // namespace
+
+void add_list_command(CLI::App& app, int& exit_code) {
+  auto* cmd = app.add_subcommand("list", "List the GPUs, their state and the processes on them");
+  auto json = std::make_shared<bool>(false);
+  cmd->add_flag("--json", *json, "Print a JSON array, one object per GPU");
+  cmd->callback([&exit_code, json] {
+    run_command(exit_code, [&]() -> Result<int> {
+      TRY_ASSIGN(auto backend, open_gpu_backend());
+      TRY_ASSIGN(Machine machine, backend->discover());
+      if (*json) {
+        nlohmann::json out = nlohmann::json::array();
+        for (const Gpu& gpu : machine.gpus) out.push_back(to_json(gpu));
+        fmt::print("{}\n", out.dump(2));
+      } else {
+        print_table(machine, backend->description());
+      }
+      return 0;
+    });
+  });
+}
+
+}  // namespace gpupool::cli

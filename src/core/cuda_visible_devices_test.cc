@@ -1,0 +1,477 @@
+#include "core/cuda_visible_devices.h"
+
+#include <fstream>
+#include <random>
+#include <set>
+
+#include <fmt/format.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+namespace gpupool {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+using ::testing::StartsWith;
+
+// The GPU the driver was probed on: driver 580.159.04, CUDA 13.0, one NVIDIA H200.
+constexpr const char* kH200Uuid = "GPU-16fb8516-9f03-8d84-eb33-9dfbc4d69c74";
+constexpr const char* kProbeFile = GPUPOOL_TEST_DATA_DIR "/cvd-probe-h200-driver-580.159.04.jsonl";
+
+Gpu make_gpu(unsigned index, std::string uuid, std::string name, int major, int minor,
+             unsigned multiprocessors) {
+  Gpu gpu;
+  gpu.index = index;
+  gpu.uuid = std::move(uuid);
+  gpu.pci_bus_id = fmt::format("00000000:{:02X}:00.0", 0x10 + index);
+  gpu.name = std::move(name);
+  gpu.compute_capability_major = major;
+  gpu.compute_capability_minor = minor;
+  gpu.multiprocessors = multiprocessors;
+  return gpu;
+}
+
+std::vector<Gpu> h200_machine() {
+  std::vector<Gpu> gpus{make_gpu(0, kH200Uuid, "NVIDIA H200", 9, 0, 132)};
+  gpus[0].pci_bus_id = "00000000:00:06.0";
+  return gpus;
+}
+
+// n identical GPUs; GPU i's UUID starts with the hex digit i+1, so "GPU-<i+1>" names it.
+std::string synthetic_uuid(unsigned i) {
+  return fmt::format("GPU-{:x}{:07x}-1234-5678-9abc-def0{:08x}", i + 1, i * 0x1111, i);
+}
+
+std::vector<Gpu> identical_machine(unsigned count) {
+  std::vector<Gpu> gpus;
+  for (unsigned i = 0; i < count; ++i) {
+    gpus.push_back(make_gpu(i, synthetic_uuid(i), "NVIDIA H100 80GB HBM3", 9, 0, 132));
+  }
+  return gpus;
+}
+
+// FASTEST_FIRST order: H100 SXM (1), H100 PCIe (3), RTX 3090 (0), A100 (2).
+std::vector<Gpu> mixed_machine() {
+  return {make_gpu(0, synthetic_uuid(0), "NVIDIA GeForce RTX 3090", 8, 6, 82),
+          make_gpu(1, synthetic_uuid(1), "NVIDIA H100 80GB HBM3", 9, 0, 132),
+          make_gpu(2, synthetic_uuid(2), "NVIDIA A100-SXM4-80GB", 8, 0, 108),
+          make_gpu(3, synthetic_uuid(3), "NVIDIA H100 PCIe", 9, 0, 114)};
+}
+
+using Env = std::optional<std::string>;
+
+VisibleDevicesResolution resolve(const std::vector<Gpu>& gpus, Env value, Env order = {}) {
+  return resolve_visible_devices(gpus, value, order);
+}
+
+// nvidia-smi indices of the devices, in CUDA's order.
+std::vector<unsigned> nvml_indices(const VisibleDevicesResolution& resolution) {
+  std::vector<unsigned> indices;
+  for (const VisibleDevice& device : resolution.devices) indices.push_back(device.nvml_index);
+  return indices;
+}
+
+std::string all_warnings(const VisibleDevicesResolution& resolution) {
+  return fmt::format("{}", fmt::join(resolution.warnings, "\n"));
+}
+
+std::vector<EntryReading> readings(const VisibleDevicesResolution& resolution) {
+  std::vector<EntryReading> out;
+  for (const VisibleDevicesEntry& entry : resolution.entries) out.push_back(entry.reading);
+  return out;
+}
+
+void expect_devices(const std::vector<Gpu>& gpus, Env value, std::vector<unsigned> expected,
+                    Env order = {}) {
+  const VisibleDevicesResolution resolution = resolve(gpus, value, order);
+  EXPECT_EQ(resolution.error, std::nullopt) << "CUDA_VISIBLE_DEVICES=" << value.value_or("<unset>");
+  EXPECT_EQ(nvml_indices(resolution), expected)
+      << "CUDA_VISIBLE_DEVICES=" << value.value_or("<unset>");
+}
+
+void expect_init_fails(const std::vector<Gpu>& gpus, Env value, Env order = {}) {
+  const VisibleDevicesResolution resolution = resolve(gpus, value, order);
+  EXPECT_EQ(cuda_init_status(resolution), CudaInitStatus::InvalidDevice)
+      << "CUDA_VISIBLE_DEVICES=" << value.value_or("<unset>");
+  EXPECT_THAT(resolution.error.value_or(""), StartsWith("CUDA_ERROR_INVALID_DEVICE: "));
+  EXPECT_THAT(resolution.devices, IsEmpty());
+}
+
+// (a) Every observation of the real driver: driver 580.159.04, CUDA 13.0, one NVIDIA H200.
+TEST(CudaVisibleDevicesProbe, ReplaysEveryObservationOfDriver580_159_04Cuda13H200) {
+  std::ifstream file(kProbeFile);
+  ASSERT_TRUE(file) << kProbeFile;
+  const std::vector<Gpu> gpus = h200_machine();
+  std::size_t lines = 0;
+  for (std::string line; std::getline(file, line);) {
+    if (line.empty()) continue;
+    ++lines;
+    const nlohmann::json observation = nlohmann::json::parse(line);
+    const auto env = [&](const char* key) -> Env {
+      if (observation[key].is_null()) return std::nullopt;
+      return observation[key].get<std::string>();
+    };
+    const VisibleDevicesResolution resolution = resolve(gpus, env("value"), env("order"));
+    std::vector<std::string> expected_uuids;
+    for (const auto& device : observation["result"]["devices"]) {
+      expected_uuids.push_back(device["uuid"].get<std::string>());
+    }
+    std::vector<std::string> uuids;
+    for (const VisibleDevice& device : resolution.devices) {
+      uuids.push_back(gpus[device.nvml_index].uuid);
+    }
+    SCOPED_TRACE(line);
+    EXPECT_EQ(to_string(cuda_init_status(resolution)),
+              observation["result"]["init"].get<std::string>());
+    EXPECT_EQ(uuids, expected_uuids);
+  }
+  EXPECT_EQ(lines, 189u);
+}
+
+// (b) One test per rule.
+
+// Observed on driver 580.159.04: unset shows every GPU.
+TEST(CudaVisibleDevicesRules, UnsetShowsAllGpus) {
+  expect_devices(h200_machine(), std::nullopt, {0});
+  expect_devices(identical_machine(4), std::nullopt, {0, 1, 2, 3});
+  const VisibleDevicesResolution resolution = resolve(identical_machine(8), std::nullopt);
+  EXPECT_THAT(resolution.entries, IsEmpty());
+  EXPECT_THAT(resolution.warnings, IsEmpty());
+  EXPECT_EQ(resolution.devices.size(), 8u);
+}
+
+// Observed on driver 580.159.04: set but empty or blank hides every GPU, without an error.
+TEST(CudaVisibleDevicesRules, SetButEmptyHidesAllGpus) {
+  for (const char* value : {"", " ", "  ", "\t", ",", ",,"}) {
+    const VisibleDevicesResolution resolution = resolve(identical_machine(4), value);
+    EXPECT_EQ(cuda_init_status(resolution), CudaInitStatus::NoDevice) << value;
+    EXPECT_EQ(resolution.error, std::nullopt);
+    EXPECT_THAT(all_warnings(resolution), HasSubstr("set but lists nothing"));
+  }
+}
+
+// Observed on driver 580.159.04: a leading empty entry hides every GPU.
+TEST(CudaVisibleDevicesRules, LeadingEmptyEntryHidesAllGpus) {
+  for (const char* value : {",0", " , 0", ",0,"}) {
+    const VisibleDevicesResolution resolution = resolve(h200_machine(), value);
+    EXPECT_EQ(cuda_init_status(resolution), CudaInitStatus::NoDevice) << value;
+    EXPECT_THAT(all_warnings(resolution), HasSubstr("silently ignores"));
+  }
+}
+
+// Observed on driver 580.159.04 (1 GPU); the 4-GPU cases are the model.
+TEST(CudaVisibleDevicesRules, FirstInvalidEntryEndsTheList) {
+  expect_devices(h200_machine(), "0,,0", {0});
+  expect_devices(h200_machine(), "0,a,1", {0});
+  expect_devices(h200_machine(), "1,0", {});
+  expect_devices(identical_machine(4), "2,1,9,0", {2, 1});
+  const VisibleDevicesResolution resolution = resolve(identical_machine(4), "2,1,9,0,x");
+  EXPECT_THAT(readings(resolution),
+              ElementsAre(EntryReading::Index, EntryReading::Index, EntryReading::Invalid,
+                          EntryReading::IgnoredAfterInvalid, EntryReading::IgnoredAfterInvalid));
+  EXPECT_THAT(all_warnings(resolution), HasSubstr("entry 3 '9' is invalid"));
+  EXPECT_THAT(all_warnings(resolution), HasSubstr("'0', 'x'"));
+  // Trailing commas are harmless: no warning.
+  EXPECT_THAT(resolve(h200_machine(), "0,,").warnings, IsEmpty());
+}
+
+// Observed on driver 580.159.04: numbers are read like strtol, the rest ignored.
+TEST(CudaVisibleDevicesRules, IndexIsReadLikeStrtol) {
+  for (const char* value : {"0a", "0x1", "0X0", "0.5", "0e0", "0 1", "0:1", "0;1", "0|1", "0/0",
+                            " 0", "\t0", "0 ", "0\n", "+0", "-0", "00", "000"}) {
+    expect_devices(h200_machine(), value, {0});
+  }
+  for (const char* value : {"a", "a0", "zero", "none", "all", "NoDevFiles", "-1"}) {
+    expect_devices(h200_machine(), value, {});
+  }
+  expect_devices(identical_machine(4), "3junk", {3});
+}
+
+// Observed on driver 580.159.04: an index keeps only its low 32 bits.
+TEST(CudaVisibleDevicesRules, IndexWrapsTo32Bits) {
+  expect_devices(h200_machine(), "4294967296", {0});
+  expect_devices(h200_machine(), "4294967297", {});
+  expect_devices(identical_machine(4), "4294967297", {1});
+  for (const char* value : {"2147483648", "-2147483648", "-1", "18446744073709551616",
+                            "99999999999999999999"}) {
+    expect_devices(identical_machine(8), value, {});
+  }
+  EXPECT_THAT(all_warnings(resolve(h200_machine(), "4294967296")), HasSubstr("low 32 bits"));
+}
+
+// Model, unverified: strtol versus strtoul only differ past 2^63; strtol is the default.
+TEST(CudaVisibleDevicesRules, IntegerParseChoiceOnlyMattersPast63Bits) {
+  EXPECT_EQ(kDriverIntegerParse, IntegerParse::Strtol);
+  for (IntegerParse parse : {IntegerParse::Strtol, IntegerParse::Strtoul}) {
+    EXPECT_EQ(driver_index_from_digits(false, "4294967297", parse), 1);
+    EXPECT_EQ(driver_index_from_digits(true, "1", parse), -1);
+    EXPECT_EQ(driver_index_from_digits(false, "18446744073709551616", parse), -1);
+    EXPECT_EQ(driver_index_from_digits(true, "4294967296", parse), 0);
+  }
+  EXPECT_EQ(driver_index_from_digits(true, "99999999999999999999", IntegerParse::Strtol), 0);
+  EXPECT_EQ(driver_index_from_digits(true, "99999999999999999999", IntegerParse::Strtoul), -1);
+  EXPECT_EQ(driver_index_from_digits(false, "9223372036854775808", IntegerParse::Strtol), -1);
+  EXPECT_EQ(driver_index_from_digits(false, "9223372036854775808", IntegerParse::Strtoul), 0);
+}
+
+// Observed on driver 580.159.04: warnings for entries that only work by accident are ours.
+TEST(CudaVisibleDevicesRules, AccidentalSpellingsWarn) {
+  const auto warning_for = [](const char* value) {
+    return all_warnings(resolve(identical_machine(4), value));
+  };
+  EXPECT_THAT(warning_for("0 1"), HasSubstr("single index 0: only ',' separates entries"));
+  EXPECT_THAT(warning_for("0;1"), HasSubstr("single index 0"));
+  EXPECT_THAT(warning_for("0.5"), HasSubstr("not a fraction"));
+  EXPECT_THAT(warning_for("0x1"), HasSubstr("hexadecimal is not understood"));
+  EXPECT_THAT(warning_for("0a"), HasSubstr("ignores the trailing 'a'"));
+  EXPECT_THAT(warning_for("+1"), HasSubstr("write it plainly as 1"));
+  EXPECT_THAT(warning_for("01"), HasSubstr("write it plainly as 1"));
+  EXPECT_THAT(warning_for("-0"), HasSubstr("write it plainly as 0"));
+  EXPECT_THAT(warning_for("0, 1,2 "), IsEmpty());
+}
+
+// Observed on driver 580.159.04: GPU-/MIG- plus a case-insensitive hex prefix, dashes ignored.
+TEST(CudaVisibleDevicesRules, UuidPrefixMatches) {
+  const std::string uuid = kH200Uuid;
+  const std::string hex = uuid.substr(4);
+  std::string upper = uuid;
+  for (char& c : upper) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  std::string dashless = "GPU-";
+  for (char c : hex) {
+    if (c != '-') dashless += c;
+  }
+  for (const std::string& value :
+       {uuid, upper, dashless, "GPU--" + hex, std::string("GPU-1"), std::string("GPU-16F"),
+        std::string("GPU-16fb8516-"), uuid + " ", uuid + "x", uuid + "0", uuid + "/0/0",
+        uuid + ":0", uuid + " 0", uuid + ";0", uuid + ","}) {
+    expect_devices(h200_machine(), value, {0});
+  }
+  for (const std::string& value :
+       {"gpu-" + hex, "Gpu-" + hex, "GPU" + hex, "GPU " + hex, " " + uuid, hex,
+        hex.substr(0, 8), std::string("GPU-"), std::string("GPU-0"), std::string("GPU-ffffffff"),
+        std::string("GPU"), std::string("MIG-"), std::string("MIG-0")}) {
+    expect_devices(h200_machine(), value, {});
+  }
+  expect_devices(identical_machine(8), "GPU-7,GPU-2", {6, 1});
+  EXPECT_THAT(all_warnings(resolve(h200_machine(), uuid + "/0/0")),
+              HasSubstr("'/0/0' after the full UUID"));
+}
+
+// Observed on driver 580.159.04: MIG-<GPU hex> names a GPU without MIG; MIG-GPU-... fails.
+TEST(CudaVisibleDevicesRules, MigPrefixOnNonMigGpu) {
+  const std::string hex = std::string(kH200Uuid).substr(4);
+  const VisibleDevicesResolution resolution = resolve(h200_machine(), "MIG-" + hex);
+  EXPECT_THAT(nvml_indices(resolution), ElementsAre(0u));
+  EXPECT_THAT(all_warnings(resolution), HasSubstr("'MIG-' prefix"));
+  const VisibleDevicesResolution old_name =
+      resolve(h200_machine(), "MIG-" + std::string(kH200Uuid));
+  EXPECT_THAT(old_name.devices, IsEmpty());
+  EXPECT_THAT(old_name.entries.at(0).explanation, HasSubstr("old MIG name"));
+}
+
+// Model, unverified: a MIG-enabled GPU shows its instances, which gpupool does not model.
+TEST(CudaVisibleDevicesRules, MigEnabledGpuWarns) {
+  std::vector<Gpu> gpus = identical_machine(2);
+  gpus[1].mig_enabled = true;
+  EXPECT_THAT(all_warnings(resolve(gpus, std::nullopt)), HasSubstr("GPU 1 has MIG enabled"));
+}
+
+// Observed on driver 580.159.04: prefixes as short as one hex digit match; the warning is ours.
+TEST(CudaVisibleDevicesRules, ShortUuidPrefixWarns) {
+  EXPECT_THAT(all_warnings(resolve(h200_machine(), "GPU-16fb")), HasSubstr("only 4 hex digit"));
+  EXPECT_THAT(resolve(h200_machine(), "GPU-16fb8516").warnings, IsEmpty());
+}
+
+// Model, unverified: a stray character inside the hex part ends it; the digits before it match.
+TEST(CudaVisibleDevicesRules, StrayCharacterInsideUuidModel) {
+  const VisibleDevicesResolution resolution = resolve(identical_machine(4), "GPU-3000 zz");
+  EXPECT_THAT(nvml_indices(resolution), ElementsAre(2u));
+  EXPECT_THAT(all_warnings(resolution), HasSubstr("unverified"));
+}
+
+// Model, unverified: a prefix that fits several GPUs is an invalid entry.
+TEST(CudaVisibleDevicesRules, AmbiguousUuidPrefixModel) {
+  std::vector<Gpu> gpus = identical_machine(3);
+  gpus[0].uuid = "GPU-abcd1111-0000-0000-0000-000000000000";
+  gpus[1].uuid = "GPU-abcd2222-0000-0000-0000-000000000000";
+  const VisibleDevicesResolution resolution = resolve(gpus, "2,GPU-abcd,1");
+  EXPECT_THAT(nvml_indices(resolution), ElementsAre(2u));
+  EXPECT_THAT(readings(resolution), ElementsAre(EntryReading::Index, EntryReading::Invalid,
+                                                EntryReading::IgnoredAfterInvalid));
+  EXPECT_THAT(all_warnings(resolution), HasSubstr("fits the UUIDs of GPUs 0, 1"));
+  expect_devices(gpus, "GPU-abcd2", {1});
+}
+
+// Observed on driver 580.159.04: the same card twice by index makes cuInit fail.
+TEST(CudaVisibleDevicesRules, DuplicateIndexFailsInit) {
+  for (const char* value : {"0,0", "0,00", "00,0", "0,-0", "0,+0", "0, 0"}) {
+    expect_init_fails(h200_machine(), value);
+  }
+  const VisibleDevicesResolution resolution = resolve(identical_machine(4), "1,2,1");
+  EXPECT_EQ(resolution.error, "CUDA_ERROR_INVALID_DEVICE: GPU 1 is listed twice (entries 1 and 3)");
+  EXPECT_THAT(all_warnings(resolution), HasSubstr("refuses a card listed twice"));
+  EXPECT_EQ(resolution.entries.at(2).reading, EntryReading::Duplicate);
+}
+
+// Observed on driver 580.159.04: the same card twice by UUID (any case, any prefix) fails too.
+TEST(CudaVisibleDevicesRules, DuplicateUuidFailsInit) {
+  const std::string uuid = kH200Uuid;
+  expect_init_fails(h200_machine(), uuid + "," + uuid);
+  expect_init_fails(h200_machine(), "GPU-16fb," + uuid);
+  expect_init_fails(h200_machine(), "GPU-16FB8516-9F03-8D84-EB33-9DFBC4D69C74," + uuid);
+  expect_init_fails(identical_machine(8), "GPU-3,GPU-5,GPU-30");
+}
+
+// Observed on driver 580.159.04: an index and a UUID for the same card are kept once, no error.
+// Which of the two is dropped (the later) is the model.
+TEST(CudaVisibleDevicesRules, IndexAndUuidForSameGpuKeptOnce) {
+  for (const std::string& value : {std::string(kH200Uuid) + ",0", "0," + std::string(kH200Uuid),
+                                   std::string("GPU-16fb85,0")}) {
+    const VisibleDevicesResolution resolution = resolve(h200_machine(), value);
+    EXPECT_THAT(nvml_indices(resolution), ElementsAre(0u));
+    EXPECT_EQ(resolution.entries.at(1).reading, EntryReading::AlreadyListed);
+    EXPECT_THAT(all_warnings(resolution), HasSubstr("keeps it once"));
+  }
+  expect_devices(identical_machine(4), "1,GPU-1,0", {1, 0});
+}
+
+// Observed on driver 580.159.04: duplicates after the first invalid entry are never read.
+TEST(CudaVisibleDevicesRules, DuplicatesAfterInvalidEntryDoNotCount) {
+  expect_devices(h200_machine(), "0,,0", {0});
+  expect_devices(identical_machine(4), "3,a,3", {3});
+}
+
+// Observed on driver 580.159.04: CUDA_DEVICE_ORDER must be exactly FASTEST_FIRST or PCI_BUS_ID.
+TEST(CudaVisibleDevicesRules, InvalidDeviceOrderFailsInit) {
+  for (const char* order : {"pci_bus_id", "bogus", "", " PCI_BUS_ID", "PCI_BUS_ID "}) {
+    for (const Env& value : {Env{}, Env{""}, Env{"0"}, Env{kH200Uuid}}) {
+      expect_init_fails(h200_machine(), value, order);
+    }
+    EXPECT_THAT(all_warnings(resolve(h200_machine(), "0", order)),
+                HasSubstr("FASTEST_FIRST and PCI_BUS_ID"));
+  }
+  expect_devices(h200_machine(), std::nullopt, {0}, "PCI_BUS_ID");
+  expect_devices(h200_machine(), "0", {0}, "FASTEST_FIRST");
+  EXPECT_EQ(parse_device_order(std::nullopt).value(), DeviceOrder::FastestFirst);
+}
+
+// Model, unverified on mixed machines: FASTEST_FIRST sorts by compute capability, then SM count.
+TEST(CudaVisibleDevicesRules, FastestFirstOrderModel) {
+  const std::vector<Gpu> gpus = mixed_machine();
+  EXPECT_THAT(cuda_enumeration_order(gpus, DeviceOrder::FastestFirst), ElementsAre(1, 3, 0, 2));
+  EXPECT_THAT(cuda_enumeration_order(gpus, DeviceOrder::PciBusId), ElementsAre(0, 1, 2, 3));
+  EXPECT_THAT(cuda_enumeration_order(identical_machine(8), DeviceOrder::FastestFirst),
+              ElementsAre(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+// Model: on a mixed machine index entries follow CUDA's order, not nvidia-smi's.
+TEST(CudaVisibleDevicesRules, IndexMeansADifferentCardThanInNvidiaSmi) {
+  const std::vector<Gpu> gpus = mixed_machine();
+  const VisibleDevicesResolution resolution = resolve(gpus, "0,2");
+  EXPECT_THAT(nvml_indices(resolution), ElementsAre(1u, 0u));
+  EXPECT_THAT(all_warnings(resolution), HasSubstr("entry 1 '0' is nvidia-smi's GPU 1"));
+  EXPECT_THAT(all_warnings(resolution), HasSubstr("CUDA_DEVICE_ORDER=PCI_BUS_ID"));
+  const VisibleDevicesResolution by_pci = resolve(gpus, "0,2", "PCI_BUS_ID");
+  EXPECT_THAT(nvml_indices(by_pci), ElementsAre(0u, 2u));
+  EXPECT_THAT(by_pci.warnings, IsEmpty());
+  expect_devices(gpus, "GPU-1,GPU-3", {0, 2});  // UUIDs mean the same card in any order
+  EXPECT_THAT(resolve(identical_machine(4), "3,0").warnings, IsEmpty());
+}
+
+// Model: the default order differs from nvidia-smi's even with CUDA_VISIBLE_DEVICES unset.
+TEST(CudaVisibleDevicesRules, DefaultOrderDiffersFromNvidiaSmiWhenUnset) {
+  const VisibleDevicesResolution resolution = resolve(mixed_machine(), std::nullopt);
+  EXPECT_THAT(nvml_indices(resolution), ElementsAre(1u, 3u, 0u, 2u));
+  EXPECT_THAT(all_warnings(resolution), HasSubstr("device 0 is nvidia-smi's GPU 1"));
+  EXPECT_THAT(resolve(mixed_machine(), std::nullopt, "PCI_BUS_ID").warnings, IsEmpty());
+}
+
+// Model: without capabilities FASTEST_FIRST cannot be told; PCI order is assumed, with a warning.
+TEST(CudaVisibleDevicesRules, UnknownSpeedsAssumePciOrder) {
+  std::vector<Gpu> gpus = mixed_machine();
+  gpus[2].multiprocessors.reset();
+  const VisibleDevicesResolution resolution = resolve(gpus, std::nullopt);
+  EXPECT_THAT(nvml_indices(resolution), ElementsAre(0u, 1u, 2u, 3u));
+  EXPECT_THAT(all_warnings(resolution), HasSubstr("cannot be told"));
+  std::vector<Gpu> same = identical_machine(2);
+  same[0].compute_capability_major.reset();
+  EXPECT_THAT(resolve(same, std::nullopt).warnings, IsEmpty());
+}
+
+// Well known and documented: the list reorders; the program's device 0 is the first entry.
+TEST(CudaVisibleDevicesRules, ListOrderIsCudaOrder) {
+  const VisibleDevicesResolution resolution = resolve(identical_machine(8), "7,GPU-1,3");
+  ASSERT_EQ(resolution.devices.size(), 3u);
+  for (unsigned i = 0; i < 3; ++i) EXPECT_EQ(resolution.devices[i].cuda_index, i);
+  EXPECT_THAT(nvml_indices(resolution), ElementsAre(7u, 0u, 3u));
+  EXPECT_THAT(resolution.warnings, ElementsAre(HasSubstr("only 1 hex digit")));
+}
+
+TEST(CudaVisibleDevicesRules, BareUuidWithoutPrefixIsExplained) {
+  const std::string hex = std::string(kH200Uuid).substr(4);
+  EXPECT_THAT(all_warnings(resolve(h200_machine(), hex)), HasSubstr("without the 'GPU-' prefix"));
+  EXPECT_THAT(all_warnings(resolve(h200_machine(), "gpu-" + hex)), HasSubstr("exactly 'GPU-'"));
+}
+
+TEST(CudaVisibleDevicesRules, EntriesAreExplained) {
+  const VisibleDevicesResolution resolution = resolve(identical_machine(4), "1,GPU-2,\t7,0");
+  ASSERT_EQ(resolution.entries.size(), 4u);
+  EXPECT_EQ(resolution.entries[0].explanation, "index 1 -> GPU 1 (" + synthetic_uuid(1) + ")");
+  EXPECT_EQ(resolution.entries[1].reading, EntryReading::AlreadyListed);
+  EXPECT_THAT(resolution.entries[2].explanation, HasSubstr("out of range: CUDA sees 4 GPU(s)"));
+  EXPECT_EQ(resolution.entries[3].reading, EntryReading::IgnoredAfterInvalid);
+  EXPECT_THAT(all_warnings(resolution), HasSubstr("entry 3 '\\t7' is invalid"));
+  EXPECT_EQ(resolution.entries[1].nvml_index, 1u);
+  EXPECT_EQ(resolution.entries[3].nvml_index, std::nullopt);
+}
+
+// (c) Property: whatever the input, the answer is well formed.
+TEST(CudaVisibleDevicesProperty, RandomValuesGiveWellFormedAnswers) {
+  std::vector<std::vector<Gpu>> machines{{}, h200_machine(), identical_machine(4),
+                                         identical_machine(8), mixed_machine()};
+  const std::vector<std::string> pieces{
+      "0", "1", "3", "7", "9", "00", "+", "-", " ", "\t", ",", ",", ",", "a", "x", ".", ";", "/",
+      "4294967297", "99999999999999999999", "GPU-", "MIG-", "gpu-", "GPU-1", "GPU-16fb8516",
+      "-", "f", "GPU-2000", kH200Uuid, synthetic_uuid(5), "\xff", std::string(1, '\0')};
+  const std::vector<Env> orders{Env{}, Env{"PCI_BUS_ID"}, Env{"FASTEST_FIRST"}, Env{"x"}};
+  std::mt19937 random(20240611);
+  for (int round = 0; round < 20000; ++round) {
+    const std::vector<Gpu>& gpus = machines[random() % machines.size()];
+    Env value;
+    if (random() % 8 != 0) {
+      value.emplace();
+      const unsigned count = random() % 8;
+      for (unsigned i = 0; i < count; ++i) *value += pieces[random() % pieces.size()];
+    }
+    const Env order = orders[random() % orders.size()];
+    const VisibleDevicesResolution resolution = resolve(gpus, value, order);
+    SCOPED_TRACE(value.value_or("<unset>"));
+
+    std::set<unsigned> seen;
+    for (std::size_t i = 0; i < resolution.devices.size(); ++i) {
+      EXPECT_EQ(resolution.devices[i].cuda_index, i);
+      EXPECT_LT(resolution.devices[i].nvml_index, gpus.size());
+      EXPECT_TRUE(seen.insert(resolution.devices[i].nvml_index).second);
+    }
+    if (resolution.error) {
+      EXPECT_THAT(*resolution.error, StartsWith("CUDA_ERROR_INVALID_DEVICE: "));
+      EXPECT_THAT(resolution.devices, IsEmpty());
+    }
+    if (value && parse_device_order(order).ok()) {
+      EXPECT_EQ(resolution.entries.size(),
+                static_cast<std::size_t>(std::count(value->begin(), value->end(), ',')) + 1);
+    } else {
+      EXPECT_THAT(resolution.entries, IsEmpty());
+    }
+    for (const std::string& warning : resolution.warnings) {
+      EXPECT_FALSE(warning.empty());
+      EXPECT_EQ(warning.find('\n'), std::string::npos);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace gpupool

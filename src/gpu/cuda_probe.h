@@ -1,0 +1,20 @@
+// Asks the real CUDA driver which GPUs a program would see, by running
+// gpupool-cuda-probe (installed beside gpupool) with the given variables.
+// A child process per question: the driver reads them once, at cuInit.
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "core/cuda_visible_devices.h"
+#include "core/gpu.h"
+#include "core/result.h"
+
+namespace gpupool {
+
+// nullopt values are unset in the child. Devices are mapped to `machine` by UUID.
+Result<VisibleDevicesResolution> probe_cuda_driver(const Machine& machine,
+                                                   const std::optional<std::string>& visible_devices,
+                                                   const std::optional<std::string>& device_order);
+
+}  // namespace gpupool

@@ -1,0 +1,33 @@
+// Where gpupool learns about GPUs. The one implementation talks NVML; on a
+// machine without GPUs it talks to the simulated libnvidia-ml.so.1 built from
+// a fixture (GPUPOOL_SIM), so the same code path runs everywhere.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "core/gpu.h"
+#include "core/result.h"
+
+namespace gpupool {
+
+class GpuBackend {
+ public:
+  virtual ~GpuBackend() = default;
+  // A complete snapshot: every GPU, its processes, and the links between GPUs.
+  virtual Result<Machine> discover() = 0;
+  // One line for humans: which library answered, simulated or not.
+  virtual std::string description() const = 0;
+};
+
+// Chooses the NVML library from the environment:
+//   GPUPOOL_NVML_LIBRARY=PATH  that library;
+//   GPUPOOL_SIM=NAME|PATH      the simulated NVML answering from that fixture;
+//   otherwise                  the system's libnvidia-ml.so.1, then libnvidia-ml.so.
+Result<std::unique_ptr<GpuBackend>> open_gpu_backend();
+
+// Directories searched for fixtures by name: $GPUPOOL_FIXTURE_DIR, then share/gpupool/fixtures
+// beside the executable.
+std::vector<std::string> fixture_search_dirs();
+
+}  // namespace gpupool

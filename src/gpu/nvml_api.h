@@ -1,0 +1,154 @@
+// Our own declarations of the part of NVML that gpupool calls. NVML is loaded
+// at run time with dlopen, so no NVIDIA header or library is needed to build;
+// scripts/device/nvml-abi-check compiles nvml_abi_check.cc against the real
+// nvml.h on a GPU machine to prove these match NVIDIA's ABI.
+//
+// Names mirror NVIDIA's so they are easy to look up; only what we use is here.
+#pragma once
+
+#include <cstddef>
+
+extern "C" {
+
+using nvmlReturn_t = int;
+using nvmlDevice_t = struct nvmlDevice_st*;
+using nvmlEnableState_t = int;
+using nvmlComputeMode_t = int;
+using nvmlGpuTopologyLevel_t = int;
+using nvmlTemperatureSensors_t = int;
+using nvmlMemoryErrorType_t = int;
+using nvmlEccCounterType_t = int;
+using nvmlIntNvLinkDeviceType_t = int;
+using nvmlAffinityScope_t = unsigned int;
+
+constexpr nvmlReturn_t NVML_SUCCESS = 0;
+constexpr nvmlReturn_t NVML_ERROR_UNINITIALIZED = 1;
+constexpr nvmlReturn_t NVML_ERROR_INVALID_ARGUMENT = 2;
+constexpr nvmlReturn_t NVML_ERROR_NOT_SUPPORTED = 3;
+constexpr nvmlReturn_t NVML_ERROR_NO_PERMISSION = 4;
+constexpr nvmlReturn_t NVML_ERROR_NOT_FOUND = 6;
+constexpr nvmlReturn_t NVML_ERROR_INSUFFICIENT_SIZE = 7;
+constexpr nvmlReturn_t NVML_ERROR_DRIVER_NOT_LOADED = 9;
+constexpr nvmlReturn_t NVML_ERROR_FUNCTION_NOT_FOUND = 13;
+constexpr nvmlReturn_t NVML_ERROR_GPU_IS_LOST = 15;
+constexpr nvmlReturn_t NVML_ERROR_ARGUMENT_VERSION_MISMATCH = 25;
+constexpr nvmlReturn_t NVML_ERROR_UNKNOWN = 999;
+
+constexpr unsigned NVML_DEVICE_UUID_V2_BUFFER_SIZE = 96;
+constexpr unsigned NVML_DEVICE_NAME_V2_BUFFER_SIZE = 96;
+constexpr unsigned NVML_SYSTEM_DRIVER_VERSION_BUFFER_SIZE = 80;
+constexpr unsigned NVML_SYSTEM_NVML_VERSION_BUFFER_SIZE = 80;
+constexpr unsigned NVML_DEVICE_PCI_BUS_ID_BUFFER_SIZE = 32;
+constexpr unsigned NVML_DEVICE_PCI_BUS_ID_BUFFER_V2_SIZE = 16;
+constexpr unsigned NVML_NVLINK_MAX_LINKS = 18;
+
+constexpr nvmlEnableState_t NVML_FEATURE_DISABLED = 0;
+constexpr nvmlEnableState_t NVML_FEATURE_ENABLED = 1;
+
+constexpr nvmlComputeMode_t NVML_COMPUTEMODE_DEFAULT = 0;
+constexpr nvmlComputeMode_t NVML_COMPUTEMODE_EXCLUSIVE_THREAD = 1;
+constexpr nvmlComputeMode_t NVML_COMPUTEMODE_PROHIBITED = 2;
+constexpr nvmlComputeMode_t NVML_COMPUTEMODE_EXCLUSIVE_PROCESS = 3;
+
+constexpr nvmlGpuTopologyLevel_t NVML_TOPOLOGY_INTERNAL = 0;
+constexpr nvmlGpuTopologyLevel_t NVML_TOPOLOGY_SINGLE = 10;
+constexpr nvmlGpuTopologyLevel_t NVML_TOPOLOGY_MULTIPLE = 20;
+constexpr nvmlGpuTopologyLevel_t NVML_TOPOLOGY_HOSTBRIDGE = 30;
+constexpr nvmlGpuTopologyLevel_t NVML_TOPOLOGY_NODE = 40;
+constexpr nvmlGpuTopologyLevel_t NVML_TOPOLOGY_SYSTEM = 50;
+
+constexpr nvmlTemperatureSensors_t NVML_TEMPERATURE_GPU = 0;
+constexpr nvmlAffinityScope_t NVML_AFFINITY_SCOPE_NODE = 0;  // NUMA node (memory affinity)
+constexpr nvmlMemoryErrorType_t NVML_MEMORY_ERROR_TYPE_CORRECTED = 0;
+constexpr nvmlMemoryErrorType_t NVML_MEMORY_ERROR_TYPE_UNCORRECTED = 1;
+constexpr nvmlEccCounterType_t NVML_VOLATILE_ECC = 0;
+
+constexpr nvmlIntNvLinkDeviceType_t NVML_NVLINK_DEVICE_TYPE_GPU = 0x00;
+constexpr nvmlIntNvLinkDeviceType_t NVML_NVLINK_DEVICE_TYPE_IBMNPU = 0x01;
+constexpr nvmlIntNvLinkDeviceType_t NVML_NVLINK_DEVICE_TYPE_SWITCH = 0x02;
+
+struct nvmlPciInfo_t {
+  char busIdLegacy[NVML_DEVICE_PCI_BUS_ID_BUFFER_V2_SIZE];
+  unsigned int domain;
+  unsigned int bus;
+  unsigned int device;
+  unsigned int pciDeviceId;
+  unsigned int pciSubSystemId;
+  char busId[NVML_DEVICE_PCI_BUS_ID_BUFFER_SIZE];
+};
+
+struct nvmlMemory_t {  // for nvmlDeviceGetMemoryInfo (v1)
+  unsigned long long total;
+  unsigned long long free;
+  unsigned long long used;
+};
+
+struct nvmlMemory_v2_t {  // for nvmlDeviceGetMemoryInfo_v2; `version` must be nvmlMemory_v2
+  unsigned int version;
+  unsigned long long total;
+  unsigned long long reserved;
+  unsigned long long free;
+  unsigned long long used;
+};
+constexpr unsigned int nvmlMemory_v2 = static_cast<unsigned int>(sizeof(nvmlMemory_v2_t)) | (2u << 24);
+
+struct nvmlUtilization_t {
+  unsigned int gpu;
+  unsigned int memory;
+};
+
+// The process-list calls changed their element layout: the unsuffixed call
+// takes v1 records, _v2 and _v3 take the larger record (v3 only changed which
+// processes are reported, e.g. under MIG).
+struct nvmlProcessInfo_v1_t {
+  unsigned int pid;
+  unsigned long long usedGpuMemory;
+};
+struct nvmlProcessInfo_v2_t {
+  unsigned int pid;
+  unsigned long long usedGpuMemory;
+  unsigned int gpuInstanceId;
+  unsigned int computeInstanceId;
+};
+
+// NVML_VALUE_NOT_AVAILABLE (-1) as a process's used memory: NVML may not tell it.
+constexpr unsigned long long NVML_VALUE_NOT_AVAILABLE_ULL = ~0ULL;
+
+}  // extern "C"
+
+namespace gpupool::nvml {
+
+// Function pointer types, one per symbol we look up.
+using InitFn = nvmlReturn_t (*)();
+using ShutdownFn = nvmlReturn_t (*)();
+using ErrorStringFn = const char* (*)(nvmlReturn_t);
+using SystemGetStringFn = nvmlReturn_t (*)(char*, unsigned int);
+using SystemGetCudaDriverVersionFn = nvmlReturn_t (*)(int*);
+using DeviceGetCountFn = nvmlReturn_t (*)(unsigned int*);
+using DeviceGetHandleByIndexFn = nvmlReturn_t (*)(unsigned int, nvmlDevice_t*);
+using DeviceGetStringFn = nvmlReturn_t (*)(nvmlDevice_t, char*, unsigned int);
+using DeviceGetUintFn = nvmlReturn_t (*)(nvmlDevice_t, unsigned int*);
+using DeviceGetPciInfoFn = nvmlReturn_t (*)(nvmlDevice_t, nvmlPciInfo_t*);
+using DeviceGetMemoryInfoFn = nvmlReturn_t (*)(nvmlDevice_t, nvmlMemory_t*);
+using DeviceGetMemoryInfoV2Fn = nvmlReturn_t (*)(nvmlDevice_t, nvmlMemory_v2_t*);
+using DeviceGetUtilizationRatesFn = nvmlReturn_t (*)(nvmlDevice_t, nvmlUtilization_t*);
+using DeviceGetTemperatureFn = nvmlReturn_t (*)(nvmlDevice_t, nvmlTemperatureSensors_t, unsigned int*);
+using DeviceGetEnableStateFn = nvmlReturn_t (*)(nvmlDevice_t, nvmlEnableState_t*);
+using DeviceGetComputeModeFn = nvmlReturn_t (*)(nvmlDevice_t, nvmlComputeMode_t*);
+using DeviceGetMigModeFn = nvmlReturn_t (*)(nvmlDevice_t, unsigned int*, unsigned int*);
+using DeviceGetTotalEccErrorsFn = nvmlReturn_t (*)(nvmlDevice_t, nvmlMemoryErrorType_t,
+                                                   nvmlEccCounterType_t, unsigned long long*);
+using DeviceGetCpuAffinityFn = nvmlReturn_t (*)(nvmlDevice_t, unsigned int, unsigned long*);
+using DeviceGetMemoryAffinityFn = nvmlReturn_t (*)(nvmlDevice_t, unsigned int, unsigned long*,
+                                                   nvmlAffinityScope_t);
+using DeviceGetCudaComputeCapabilityFn = nvmlReturn_t (*)(nvmlDevice_t, int*, int*);
+using DeviceGetProcessesV1Fn = nvmlReturn_t (*)(nvmlDevice_t, unsigned int*, nvmlProcessInfo_v1_t*);
+using DeviceGetProcessesV2Fn = nvmlReturn_t (*)(nvmlDevice_t, unsigned int*, nvmlProcessInfo_v2_t*);
+using DeviceGetTopologyCommonAncestorFn = nvmlReturn_t (*)(nvmlDevice_t, nvmlDevice_t,
+                                                           nvmlGpuTopologyLevel_t*);
+using DeviceGetNvLinkStateFn = nvmlReturn_t (*)(nvmlDevice_t, unsigned int, nvmlEnableState_t*);
+using DeviceGetNvLinkRemotePciInfoFn = nvmlReturn_t (*)(nvmlDevice_t, unsigned int, nvmlPciInfo_t*);
+using DeviceGetNvLinkRemoteDeviceTypeFn = nvmlReturn_t (*)(nvmlDevice_t, unsigned int,
+                                                           nvmlIntNvLinkDeviceType_t*);
+
+}  // namespace gpupool::nvml

@@ -1,0 +1,375 @@
+#include <cstdlib>
+#include <map>
+#include <optional>
+#include <tuple>
+
+#include <fmt/format.h>
+
+#include "core/cpu_list.h"
+#include "core/cuda_arch.h"
+#include "gpu/gpu_backend.h"
+#include "gpu/nvml_library.h"
+#include "os/host_files.h"
+#include "sim/fixture.h"
+
+namespace gpupool {
+namespace {
+
+constexpr uint64_t kMiB = 1024 * 1024;
+
+// Calls an optional NVML getter; a missing symbol or any failure is "n/a".
+template <typename Fn, typename... Args>
+bool call_ok(Fn fn, Args... args) {
+  return fn != nullptr && fn(args...) == NVML_SUCCESS;
+}
+
+using PciAddress = std::tuple<unsigned, unsigned, unsigned>;
+
+PciAddress pci_address(const nvmlPciInfo_t& pci) { return {pci.domain, pci.bus, pci.device}; }
+
+std::string bounded_string(const char* buffer, size_t size) {
+  size_t length = 0;
+  while (length < size && buffer[length] != '\0') ++length;
+  return std::string(buffer, length);
+}
+
+class NvmlBackend final : public GpuBackend {
+ public:
+  NvmlBackend(std::unique_ptr<NvmlLibrary> lib, HostFiles host, std::string simulated)
+      : lib_(std::move(lib)), host_(std::move(host)), simulated_(std::move(simulated)) {}
+
+  std::string description() const override {
+    if (!simulated_.empty()) return fmt::format("simulated machine {} (NVML from {})", simulated_, lib_->path());
+    return fmt::format("NVML from {}", lib_->path());
+  }
+
+  Result<Machine> discover() override {
+    const NvmlEntryPoints& api = lib_->api();
+    Machine machine;
+    machine.driver = driver_info();
+    unsigned count = 0;
+    if (nvmlReturn_t rc = api.device_get_count(&count); rc != NVML_SUCCESS) {
+      return fail("NVML could not count GPUs: {}", lib_->describe(rc));
+    }
+    std::vector<nvmlDevice_t> handles;
+    std::vector<PciAddress> addresses;
+    for (unsigned index = 0; index < count; ++index) {
+      nvmlDevice_t handle = nullptr;
+      Gpu gpu;
+      gpu.index = index;
+      if (nvmlReturn_t rc = api.device_get_handle_by_index(index, &handle); rc != NVML_SUCCESS) {
+        gpu.fault = lib_->describe(rc);
+        machine.gpus.push_back(std::move(gpu));
+        handles.push_back(nullptr);
+        addresses.emplace_back();
+        continue;
+      }
+      nvmlPciInfo_t pci{};
+      bool have_pci = api.device_get_pci_info(handle, &pci) == NVML_SUCCESS;
+      read_identity(handle, pci, have_pci, gpu);
+      read_state(handle, gpu);
+      handles.push_back(handle);
+      addresses.push_back(have_pci ? pci_address(pci) : PciAddress{});
+      machine.gpus.push_back(std::move(gpu));
+    }
+    machine.links = read_links(handles, addresses);
+    return machine;
+  }
+
+ private:
+  DriverInfo driver_info() const {
+    const NvmlEntryPoints& api = lib_->api();
+    DriverInfo info;
+    char text[NVML_SYSTEM_DRIVER_VERSION_BUFFER_SIZE] = {};
+    if (call_ok(api.system_get_driver_version, text, static_cast<unsigned>(sizeof text))) {
+      info.driver_version = bounded_string(text, sizeof text);
+    }
+    if (call_ok(api.system_get_nvml_version, text, static_cast<unsigned>(sizeof text))) {
+      info.nvml_version = bounded_string(text, sizeof text);
+    }
+    int cuda = 0;
+    if (call_ok(api.system_get_cuda_driver_version, &cuda)) info.cuda_driver_version = cuda;
+    return info;
+  }
+
+  void read_identity(nvmlDevice_t handle, const nvmlPciInfo_t& pci, bool have_pci, Gpu& gpu) const {
+    const NvmlEntryPoints& api = lib_->api();
+    char uuid[NVML_DEVICE_UUID_V2_BUFFER_SIZE] = {};
+    if (api.device_get_uuid(handle, uuid, sizeof uuid) == NVML_SUCCESS) {
+      gpu.uuid = bounded_string(uuid, sizeof uuid);
+    }
+    char name[NVML_DEVICE_NAME_V2_BUFFER_SIZE] = {};
+    if (api.device_get_name(handle, name, sizeof name) == NVML_SUCCESS) {
+      gpu.name = bounded_string(name, sizeof name);
+    }
+    if (have_pci) gpu.pci_bus_id = bounded_string(pci.busId, sizeof pci.busId);
+    unsigned minor = 0;
+    if (call_ok(api.device_get_minor_number, handle, &minor)) gpu.minor_number = minor;
+  }
+
+  void read_state(nvmlDevice_t handle, Gpu& gpu) const {
+    const NvmlEntryPoints& api = lib_->api();
+    read_memory(handle, gpu);
+    nvmlUtilization_t utilization{};
+    nvmlReturn_t rc = api.device_get_utilization_rates != nullptr
+                          ? api.device_get_utilization_rates(handle, &utilization)
+                          : NVML_ERROR_FUNCTION_NOT_FOUND;
+    if (rc == NVML_ERROR_GPU_IS_LOST) {
+      // The GPU answered who it is but nothing else: report it, do not guess.
+      gpu.fault = lib_->describe(rc);
+      gpu.memory_total_mib.reset();
+      gpu.memory_used_mib.reset();
+      gpu.memory_free_mib.reset();
+      return;
+    }
+    if (rc == NVML_SUCCESS) {
+      gpu.utilization_gpu = utilization.gpu;
+      gpu.utilization_memory = utilization.memory;
+    }
+    unsigned value = 0;
+    if (call_ok(api.device_get_temperature, handle, NVML_TEMPERATURE_GPU, &value)) gpu.temperature_c = value;
+    if (call_ok(api.device_get_power_usage, handle, &value)) gpu.power_w = value / 1000.0;
+    if (call_ok(api.device_get_enforced_power_limit, handle, &value)) gpu.power_limit_w = value / 1000.0;
+    nvmlEnableState_t state = 0;
+    if (call_ok(api.device_get_persistence_mode, handle, &state)) gpu.persistence_mode = state == NVML_FEATURE_ENABLED;
+    nvmlComputeMode_t mode = 0;
+    if (call_ok(api.device_get_compute_mode, handle, &mode) && mode >= 0 && mode <= 3) {
+      gpu.compute_mode = static_cast<ComputeMode>(mode);
+    }
+    unsigned mig_current = 0, mig_pending = 0;
+    if (call_ok(api.device_get_mig_mode, handle, &mig_current, &mig_pending)) gpu.mig_enabled = mig_current == 1;
+    unsigned long long errors = 0;
+    if (call_ok(api.device_get_total_ecc_errors, handle, NVML_MEMORY_ERROR_TYPE_CORRECTED, NVML_VOLATILE_ECC, &errors)) {
+      gpu.ecc_corrected_volatile = errors;
+    }
+    if (call_ok(api.device_get_total_ecc_errors, handle, NVML_MEMORY_ERROR_TYPE_UNCORRECTED, NVML_VOLATILE_ECC, &errors)) {
+      gpu.ecc_uncorrected_volatile = errors;
+    }
+    int major = 0, minor = 0;
+    if (call_ok(api.device_get_cuda_compute_capability, handle, &major, &minor)) {
+      gpu.compute_capability_major = major;
+      gpu.compute_capability_minor = minor;
+      unsigned cores = 0;
+      unsigned per_sm = cores_per_multiprocessor(major, minor);
+      if (per_sm > 0 && call_ok(api.device_get_num_gpu_cores, handle, &cores)) gpu.multiprocessors = cores / per_sm;
+    }
+    read_affinity(handle, gpu);
+    read_processes(handle, gpu);
+  }
+
+  void read_memory(nvmlDevice_t handle, Gpu& gpu) const {
+    const NvmlEntryPoints& api = lib_->api();
+    // v2 reports reserved memory apart from used, as nvidia-smi shows it.
+    nvmlMemory_v2_t v2{};
+    v2.version = nvmlMemory_v2;
+    if (call_ok(api.device_get_memory_info_v2, handle, &v2)) {
+      gpu.memory_total_mib = v2.total / kMiB;
+      gpu.memory_used_mib = v2.used / kMiB;
+      gpu.memory_free_mib = v2.free / kMiB;
+      return;
+    }
+    nvmlMemory_t v1{};
+    if (call_ok(api.device_get_memory_info, handle, &v1)) {
+      gpu.memory_total_mib = v1.total / kMiB;
+      gpu.memory_used_mib = v1.used / kMiB;
+      gpu.memory_free_mib = v1.free / kMiB;
+    }
+  }
+
+  void read_affinity(nvmlDevice_t handle, Gpu& gpu) const {
+    const NvmlEntryPoints& api = lib_->api();
+    constexpr unsigned kWords = 64;  // room for 4096 CPUs / NUMA nodes
+    std::vector<unsigned long> mask(kWords, 0);
+    if (call_ok(api.device_get_memory_affinity, handle, kWords, mask.data(), NVML_AFFINITY_SCOPE_NODE)) {
+      auto nodes = cpus_from_mask(mask);
+      if (!nodes.empty()) gpu.numa_node = static_cast<int>(nodes.front());
+    }
+    if (!gpu.numa_node && !gpu.pci_bus_id.empty()) gpu.numa_node = host_.pci_numa_node(gpu.pci_bus_id);
+    std::fill(mask.begin(), mask.end(), 0UL);
+    if (call_ok(api.device_get_cpu_affinity, handle, kWords, mask.data())) {
+      auto cpus = cpus_from_mask(mask);
+      if (!cpus.empty()) gpu.cpu_affinity = format_cpu_list(cpus);
+    }
+    if (!gpu.cpu_affinity && !gpu.pci_bus_id.empty()) gpu.cpu_affinity = host_.pci_local_cpus(gpu.pci_bus_id);
+  }
+
+  // Fetches one process list, growing the buffer while processes keep appearing.
+  template <typename Record, typename Fn>
+  std::optional<std::vector<Record>> list_processes(Fn fn, nvmlDevice_t handle) const {
+    if (fn == nullptr) return std::nullopt;
+    std::vector<Record> records(32);
+    for (int attempt = 0; attempt < 4; ++attempt) {
+      auto count = static_cast<unsigned>(records.size());
+      nvmlReturn_t rc = fn(handle, &count, records.data());
+      if (rc == NVML_SUCCESS) {
+        records.resize(count);
+        return records;
+      }
+      if (rc != NVML_ERROR_INSUFFICIENT_SIZE) return std::nullopt;
+      records.resize(count + 16);
+    }
+    return std::nullopt;
+  }
+
+  template <typename Record>
+  static void merge_processes(const std::vector<Record>& records, ProcessKind kind,
+                              std::map<uint32_t, GpuProcess>& by_pid) {
+    for (const Record& record : records) {
+      auto [it, inserted] = by_pid.try_emplace(record.pid);
+      GpuProcess& process = it->second;
+      process.pid = record.pid;
+      if (inserted) {
+        process.kind = kind;
+      } else if (process.kind != kind) {
+        process.kind = ProcessKind::ComputeAndGraphics;
+      }
+      if (record.usedGpuMemory != NVML_VALUE_NOT_AVAILABLE_ULL) {
+        process.used_memory_mib = std::max(process.used_memory_mib.value_or(0),
+                                           static_cast<uint64_t>(record.usedGpuMemory / kMiB));
+      }
+    }
+  }
+
+  template <typename V2Fn, typename V1Fn>
+  void read_process_kind(V2Fn v2, V1Fn v1, nvmlDevice_t handle, ProcessKind kind,
+                         std::map<uint32_t, GpuProcess>& by_pid) const {
+    if (auto records = list_processes<nvmlProcessInfo_v2_t>(v2, handle)) {
+      merge_processes(*records, kind, by_pid);
+    } else if (auto old_records = list_processes<nvmlProcessInfo_v1_t>(v1, handle)) {
+      merge_processes(*old_records, kind, by_pid);
+    }
+  }
+
+  void read_processes(nvmlDevice_t handle, Gpu& gpu) const {
+    const NvmlEntryPoints& api = lib_->api();
+    std::map<uint32_t, GpuProcess> by_pid;
+    read_process_kind(api.device_get_compute_processes_v2, api.device_get_compute_processes_v1, handle,
+                      ProcessKind::Compute, by_pid);
+    read_process_kind(api.device_get_graphics_processes_v2, api.device_get_graphics_processes_v1, handle,
+                      ProcessKind::Graphics, by_pid);
+    for (auto& [pid, process] : by_pid) {
+      if (auto identity = host_.process_identity(pid)) {
+        process.user = identity->user;
+        process.command = identity->command;
+      }
+      gpu.processes.push_back(std::move(process));
+    }
+  }
+
+  struct NvLinkEnds {
+    std::map<size_t, unsigned> to_gpu;  // peer position -> links
+    unsigned to_switch = 0;
+  };
+
+  NvLinkEnds read_nvlinks(nvmlDevice_t handle, const std::vector<PciAddress>& addresses) const {
+    const NvmlEntryPoints& api = lib_->api();
+    NvLinkEnds ends;
+    if (api.device_get_nvlink_state == nullptr || api.device_get_nvlink_remote_pci_info == nullptr) return ends;
+    for (unsigned link = 0; link < NVML_NVLINK_MAX_LINKS; ++link) {
+      nvmlEnableState_t state = NVML_FEATURE_DISABLED;
+      if (api.device_get_nvlink_state(handle, link, &state) != NVML_SUCCESS || state != NVML_FEATURE_ENABLED) continue;
+      nvmlPciInfo_t remote{};
+      if (api.device_get_nvlink_remote_pci_info(handle, link, &remote) != NVML_SUCCESS) continue;
+      nvmlIntNvLinkDeviceType_t type = NVML_NVLINK_DEVICE_TYPE_GPU;
+      bool typed = call_ok(api.device_get_nvlink_remote_device_type, handle, link, &type);
+      auto peer = std::find(addresses.begin(), addresses.end(), pci_address(remote));
+      if (typed && type == NVML_NVLINK_DEVICE_TYPE_SWITCH) {
+        ++ends.to_switch;
+      } else if (peer != addresses.end()) {
+        ++ends.to_gpu[static_cast<size_t>(peer - addresses.begin())];
+      } else if (!typed) {
+        // Old drivers cannot say what is at the far end; a link to no GPU we know is an NVSwitch.
+        ++ends.to_switch;
+      }
+    }
+    return ends;
+  }
+
+  std::vector<std::vector<Link>> read_links(const std::vector<nvmlDevice_t>& handles,
+                                            const std::vector<PciAddress>& addresses) const {
+    const NvmlEntryPoints& api = lib_->api();
+    const size_t n = handles.size();
+    std::vector<NvLinkEnds> ends(n);
+    for (size_t i = 0; i < n; ++i) {
+      if (handles[i] != nullptr) ends[i] = read_nvlinks(handles[i], addresses);
+    }
+    std::vector<std::vector<Link>> links(n, std::vector<Link>(n));
+    for (size_t i = 0; i < n; ++i) {
+      for (size_t j = i + 1; j < n; ++j) {
+        Link link;
+        if (auto it = ends[i].to_gpu.find(j); it != ends[i].to_gpu.end()) link.nvlinks = it->second;
+        // GPUs that both reach the NVSwitch fabric are fully connected through it.
+        if (ends[i].to_switch > 0 && ends[j].to_switch > 0) {
+          link.nvlinks += std::min(ends[i].to_switch, ends[j].to_switch);
+          link.via_nvswitch = true;
+        }
+        nvmlGpuTopologyLevel_t level = 0;
+        if (handles[i] != nullptr && handles[j] != nullptr &&
+            call_ok(api.device_get_topology_common_ancestor, handles[i], handles[j], &level)) {
+          link.pcie = pcie_level(level);
+        }
+        links[i][j] = link;
+        links[j][i] = link;
+      }
+    }
+    return links;
+  }
+
+  static std::optional<PcieLevel> pcie_level(nvmlGpuTopologyLevel_t level) {
+    switch (level) {
+      case NVML_TOPOLOGY_INTERNAL: return PcieLevel::Board;
+      case NVML_TOPOLOGY_SINGLE: return PcieLevel::SingleSwitch;
+      case NVML_TOPOLOGY_MULTIPLE: return PcieLevel::MultipleSwitches;
+      case NVML_TOPOLOGY_HOSTBRIDGE: return PcieLevel::HostBridge;
+      case NVML_TOPOLOGY_NODE: return PcieLevel::NumaNode;
+      case NVML_TOPOLOGY_SYSTEM: return PcieLevel::System;
+      default: return std::nullopt;
+    }
+  }
+
+  std::unique_ptr<NvmlLibrary> lib_;
+  HostFiles host_;
+  std::string simulated_;
+};
+
+std::string environment(const char* name) {
+  const char* value = std::getenv(name);
+  return value != nullptr ? value : "";
+}
+
+}  // namespace
+
+std::vector<std::string> fixture_search_dirs() {
+  std::vector<std::string> dirs;
+  if (std::string dir = environment("GPUPOOL_FIXTURE_DIR"); !dir.empty()) dirs.push_back(dir);
+  dirs.push_back(executable_directory() + "/../share/gpupool/fixtures");
+  return dirs;
+}
+
+Result<std::unique_ptr<GpuBackend>> open_gpu_backend() {
+  std::vector<std::string> candidates;
+  std::string simulated;
+  if (std::string library = environment("GPUPOOL_NVML_LIBRARY"); !library.empty()) {
+    candidates.push_back(library);
+  } else if (std::string sim = environment("GPUPOOL_SIM"); !sim.empty()) {
+    TRY_ASSIGN(std::string path, sim::locate_fixture(sim, fixture_search_dirs()));
+    TRY_ASSIGN(sim::Fixture fixture, sim::load_fixture(path));
+    // The simulated library reads the fixture itself; hand it the resolved path.
+    setenv("GPUPOOL_SIM", path.c_str(), 1);
+    simulated = fixture.name;
+    candidates.push_back(fmt::format("{}/../lib/gpupool/sim/{}/libnvidia-ml.so.1", executable_directory(),
+                                     fixture.nvml_library));
+  } else {
+    candidates = {"libnvidia-ml.so.1", "libnvidia-ml.so"};
+  }
+  auto opened = NvmlLibrary::open(candidates);
+  if (!opened.ok() && simulated.empty()) {
+    return fail("{}; install the NVIDIA driver, or set GPUPOOL_SIM=hgx-h200 to try a simulated machine",
+                opened.error().message);
+  }
+  TRY_ASSIGN(std::unique_ptr<NvmlLibrary> lib, std::move(opened));
+  return std::unique_ptr<GpuBackend>(
+      std::make_unique<NvmlBackend>(std::move(lib), host_files_from_environment(), std::move(simulated)));
+}
+
+}  // namespace gpupool

@@ -1,0 +1,101 @@
+#include "gpu/nvml_library.h"
+
+#include <dlfcn.h>
+
+#include <fmt/format.h>
+
+namespace gpupool {
+
+template <typename Fn>
+bool NvmlLibrary::bind(Fn& slot, std::initializer_list<const char*> names) {
+  for (const char* name : names) {
+    void* symbol = dlsym(handle_, name);
+    if (symbol != nullptr) {
+      // POSIX guarantees that data and function pointers convert through dlsym.
+      slot = reinterpret_cast<Fn>(symbol);
+      bound_.emplace_back(name);
+      return true;
+    }
+  }
+  return false;
+}
+
+Result<std::unique_ptr<NvmlLibrary>> NvmlLibrary::open(const std::vector<std::string>& candidates) {
+  std::string failures;
+  for (const auto& candidate : candidates) {
+    dlerror();
+    void* handle = dlopen(candidate.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (handle == nullptr) {
+      // The first failure says it all ("libnvidia-ml.so.1: cannot open shared object file").
+      const char* why = dlerror();
+      if (failures.empty()) failures = why != nullptr ? why : candidate;
+      continue;
+    }
+    std::unique_ptr<NvmlLibrary> lib(new NvmlLibrary(handle, candidate));
+    NvmlEntryPoints& a = lib->api_;
+    bool required = lib->bind(a.init, {"nvmlInit_v2", "nvmlInit"}) &&
+                    lib->bind(a.shutdown, {"nvmlShutdown"}) &&
+                    lib->bind(a.device_get_count, {"nvmlDeviceGetCount_v2", "nvmlDeviceGetCount"}) &&
+                    lib->bind(a.device_get_handle_by_index,
+                              {"nvmlDeviceGetHandleByIndex_v2", "nvmlDeviceGetHandleByIndex"}) &&
+                    lib->bind(a.device_get_name, {"nvmlDeviceGetName"}) &&
+                    lib->bind(a.device_get_uuid, {"nvmlDeviceGetUUID"}) &&
+                    lib->bind(a.device_get_pci_info, {"nvmlDeviceGetPciInfo_v3", "nvmlDeviceGetPciInfo_v2",
+                                                      "nvmlDeviceGetPciInfo"});
+    if (!required) {
+      return fail("{} is not a usable NVML library (it lacks the basic device calls)", candidate);
+    }
+    lib->bind(a.error_string, {"nvmlErrorString"});
+    lib->bind(a.system_get_driver_version, {"nvmlSystemGetDriverVersion"});
+    lib->bind(a.system_get_nvml_version, {"nvmlSystemGetNVMLVersion"});
+    lib->bind(a.system_get_cuda_driver_version,
+              {"nvmlSystemGetCudaDriverVersion_v2", "nvmlSystemGetCudaDriverVersion"});
+    lib->bind(a.device_get_minor_number, {"nvmlDeviceGetMinorNumber"});
+    lib->bind(a.device_get_memory_info_v2, {"nvmlDeviceGetMemoryInfo_v2"});
+    lib->bind(a.device_get_memory_info, {"nvmlDeviceGetMemoryInfo"});
+    lib->bind(a.device_get_utilization_rates, {"nvmlDeviceGetUtilizationRates"});
+    lib->bind(a.device_get_temperature, {"nvmlDeviceGetTemperature"});
+    lib->bind(a.device_get_power_usage, {"nvmlDeviceGetPowerUsage"});
+    lib->bind(a.device_get_enforced_power_limit, {"nvmlDeviceGetEnforcedPowerLimit"});
+    lib->bind(a.device_get_persistence_mode, {"nvmlDeviceGetPersistenceMode"});
+    lib->bind(a.device_get_compute_mode, {"nvmlDeviceGetComputeMode"});
+    lib->bind(a.device_get_mig_mode, {"nvmlDeviceGetMigMode"});
+    lib->bind(a.device_get_total_ecc_errors, {"nvmlDeviceGetTotalEccErrors"});
+    lib->bind(a.device_get_memory_affinity, {"nvmlDeviceGetMemoryAffinity"});
+    lib->bind(a.device_get_cpu_affinity, {"nvmlDeviceGetCpuAffinity"});
+    lib->bind(a.device_get_cuda_compute_capability, {"nvmlDeviceGetCudaComputeCapability"});
+    lib->bind(a.device_get_num_gpu_cores, {"nvmlDeviceGetNumGpuCores"});
+    lib->bind(a.device_get_compute_processes_v2,
+              {"nvmlDeviceGetComputeRunningProcesses_v3", "nvmlDeviceGetComputeRunningProcesses_v2"});
+    lib->bind(a.device_get_compute_processes_v1, {"nvmlDeviceGetComputeRunningProcesses"});
+    lib->bind(a.device_get_graphics_processes_v2,
+              {"nvmlDeviceGetGraphicsRunningProcesses_v3", "nvmlDeviceGetGraphicsRunningProcesses_v2"});
+    lib->bind(a.device_get_graphics_processes_v1, {"nvmlDeviceGetGraphicsRunningProcesses"});
+    lib->bind(a.device_get_topology_common_ancestor, {"nvmlDeviceGetTopologyCommonAncestor"});
+    lib->bind(a.device_get_nvlink_state, {"nvmlDeviceGetNvLinkState"});
+    lib->bind(a.device_get_nvlink_remote_pci_info,
+              {"nvmlDeviceGetNvLinkRemotePciInfo_v2", "nvmlDeviceGetNvLinkRemotePciInfo"});
+    lib->bind(a.device_get_nvlink_remote_device_type, {"nvmlDeviceGetNvLinkRemoteDeviceType"});
+
+    nvmlReturn_t rc = a.init();
+    if (rc != NVML_SUCCESS) {
+      return fail("NVML in {} failed to initialise: {}", candidate, lib->describe(rc));
+    }
+    lib->initialised_ = true;
+    return lib;
+  }
+  return fail("NVIDIA driver not found: {}", failures);
+}
+
+NvmlLibrary::~NvmlLibrary() {
+  if (initialised_) api_.shutdown();
+  dlclose(handle_);
+}
+
+std::string NvmlLibrary::describe(nvmlReturn_t code) const {
+  const char* text = api_.error_string != nullptr ? api_.error_string(code) : nullptr;
+  if (text != nullptr) return fmt::format("{} (NVML error {})", text, code);
+  return fmt::format("NVML error {}", code);
+}
+
+}  // namespace gpupool

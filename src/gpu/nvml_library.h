@@ -1,0 +1,80 @@
+// NVML loaded at run time: dlopen, then every entry point we use looked up by
+// name, newest version first. Optional entry points may be missing (older
+// drivers lack them); callers treat a missing one like NOT_SUPPORTED.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/result.h"
+#include "gpu/nvml_api.h"
+
+namespace gpupool {
+
+struct NvmlEntryPoints {
+  nvml::InitFn init = nullptr;
+  nvml::ShutdownFn shutdown = nullptr;
+  nvml::ErrorStringFn error_string = nullptr;
+  nvml::DeviceGetCountFn device_get_count = nullptr;
+  nvml::DeviceGetHandleByIndexFn device_get_handle_by_index = nullptr;
+  nvml::DeviceGetStringFn device_get_name = nullptr;
+  nvml::DeviceGetStringFn device_get_uuid = nullptr;
+  nvml::DeviceGetPciInfoFn device_get_pci_info = nullptr;
+  // Everything below is optional.
+  nvml::SystemGetStringFn system_get_driver_version = nullptr;
+  nvml::SystemGetStringFn system_get_nvml_version = nullptr;
+  nvml::SystemGetCudaDriverVersionFn system_get_cuda_driver_version = nullptr;
+  nvml::DeviceGetUintFn device_get_minor_number = nullptr;
+  nvml::DeviceGetMemoryInfoV2Fn device_get_memory_info_v2 = nullptr;
+  nvml::DeviceGetMemoryInfoFn device_get_memory_info = nullptr;
+  nvml::DeviceGetUtilizationRatesFn device_get_utilization_rates = nullptr;
+  nvml::DeviceGetTemperatureFn device_get_temperature = nullptr;
+  nvml::DeviceGetUintFn device_get_power_usage = nullptr;
+  nvml::DeviceGetUintFn device_get_enforced_power_limit = nullptr;
+  nvml::DeviceGetEnableStateFn device_get_persistence_mode = nullptr;
+  nvml::DeviceGetComputeModeFn device_get_compute_mode = nullptr;
+  nvml::DeviceGetMigModeFn device_get_mig_mode = nullptr;
+  nvml::DeviceGetTotalEccErrorsFn device_get_total_ecc_errors = nullptr;
+  nvml::DeviceGetMemoryAffinityFn device_get_memory_affinity = nullptr;
+  nvml::DeviceGetCpuAffinityFn device_get_cpu_affinity = nullptr;
+  nvml::DeviceGetCudaComputeCapabilityFn device_get_cuda_compute_capability = nullptr;
+  nvml::DeviceGetUintFn device_get_num_gpu_cores = nullptr;
+  // Process lists: _v3 or _v2 take v2 records, the unsuffixed call v1 records.
+  nvml::DeviceGetProcessesV2Fn device_get_compute_processes_v2 = nullptr;
+  nvml::DeviceGetProcessesV1Fn device_get_compute_processes_v1 = nullptr;
+  nvml::DeviceGetProcessesV2Fn device_get_graphics_processes_v2 = nullptr;
+  nvml::DeviceGetProcessesV1Fn device_get_graphics_processes_v1 = nullptr;
+  nvml::DeviceGetTopologyCommonAncestorFn device_get_topology_common_ancestor = nullptr;
+  nvml::DeviceGetNvLinkStateFn device_get_nvlink_state = nullptr;
+  nvml::DeviceGetNvLinkRemotePciInfoFn device_get_nvlink_remote_pci_info = nullptr;
+  nvml::DeviceGetNvLinkRemoteDeviceTypeFn device_get_nvlink_remote_device_type = nullptr;
+};
+
+class NvmlLibrary {
+ public:
+  // Loads the first of `candidates` that dlopen accepts and initialises NVML.
+  static Result<std::unique_ptr<NvmlLibrary>> open(const std::vector<std::string>& candidates);
+  ~NvmlLibrary();
+  NvmlLibrary(const NvmlLibrary&) = delete;
+  NvmlLibrary& operator=(const NvmlLibrary&) = delete;
+
+  const NvmlEntryPoints& api() const { return api_; }
+  const std::string& path() const { return path_; }
+  // The names actually bound, e.g. "nvmlInit_v2", for diagnostics.
+  const std::vector<std::string>& bound_symbols() const { return bound_; }
+  std::string describe(nvmlReturn_t code) const;
+
+ private:
+  NvmlLibrary(void* handle, std::string path) : handle_(handle), path_(std::move(path)) {}
+  template <typename Fn>
+  bool bind(Fn& slot, std::initializer_list<const char*> names);
+
+  void* handle_;
+  std::string path_;
+  NvmlEntryPoints api_;
+  std::vector<std::string> bound_;
+  bool initialised_ = false;
+};
+
+}  // namespace gpupool

@@ -1,0 +1,112 @@
+#include "os/host_files.h"
+
+#include <pwd.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <vector>
+
+#include <fmt/format.h>
+
+namespace gpupool {
+namespace {
+
+std::optional<std::string> read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return std::nullopt;
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+std::string trim(std::string s) {
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.pop_back();
+  return s;
+}
+
+std::string user_name(unsigned uid) {
+  std::vector<char> buffer(16384);
+  passwd entry{};
+  passwd* found = nullptr;
+  if (getpwuid_r(uid, &entry, buffer.data(), buffer.size(), &found) == 0 && found != nullptr) {
+    return found->pw_name;
+  }
+  return std::to_string(uid);
+}
+
+// sysfs names PCI devices "0000:3b:00.0"; NVML says "00000000:3B:00.0".
+std::string sysfs_pci_name(const std::string& nvml_bus_id) {
+  std::string id = nvml_bus_id;
+  if (id.size() == 16 && id[8] == ':') id = id.substr(4);
+  std::transform(id.begin(), id.end(), id.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return id;
+}
+
+}  // namespace
+
+HostFiles::HostFiles(std::string root) : root_(std::move(root)) {}
+
+std::string HostFiles::path(const std::string& absolute) const {
+  if (root_.empty() || root_ == "/") return absolute;
+  return root_ + absolute;
+}
+
+std::optional<ProcessIdentity> HostFiles::process_identity(uint32_t pid) const {
+  auto status = read_file(path(fmt::format("/proc/{}/status", pid)));
+  if (!status) return std::nullopt;
+  std::istringstream lines(*status);
+  std::string line;
+  std::optional<unsigned> uid;
+  while (std::getline(lines, line)) {
+    if (line.rfind("Uid:", 0) == 0) {
+      uid = static_cast<unsigned>(std::strtoul(line.c_str() + 4, nullptr, 10));
+      break;
+    }
+  }
+  if (!uid) return std::nullopt;
+  ProcessIdentity identity;
+  identity.user = user_name(*uid);
+  std::string cmdline = read_file(path(fmt::format("/proc/{}/cmdline", pid))).value_or("");
+  while (!cmdline.empty() && cmdline.back() == '\0') cmdline.pop_back();
+  std::replace(cmdline.begin(), cmdline.end(), '\0', ' ');
+  if (cmdline.empty()) {  // kernel threads and zombies have no command line
+    cmdline = "[" + trim(read_file(path(fmt::format("/proc/{}/comm", pid))).value_or("?")) + "]";
+  }
+  identity.command = cmdline;
+  return identity;
+}
+
+std::optional<int> HostFiles::pci_numa_node(const std::string& nvml_bus_id) const {
+  auto text = read_file(path("/sys/bus/pci/devices/" + sysfs_pci_name(nvml_bus_id) + "/numa_node"));
+  if (!text) return std::nullopt;
+  int node = std::atoi(text->c_str());
+  if (node < 0) return std::nullopt;
+  return node;
+}
+
+std::optional<std::string> HostFiles::pci_local_cpus(const std::string& nvml_bus_id) const {
+  auto text =
+      read_file(path("/sys/bus/pci/devices/" + sysfs_pci_name(nvml_bus_id) + "/local_cpulist"));
+  if (!text) return std::nullopt;
+  return trim(*text);
+}
+
+HostFiles host_files_from_environment() {
+  const char* root = std::getenv("GPUPOOL_HOST_ROOT");
+  return HostFiles(root != nullptr && *root != '\0' ? root : "/");
+}
+
+std::string executable_directory() {
+  std::error_code ec;
+  auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (ec) return ".";
+  return exe.parent_path().string();
+}
+
+}  // namespace gpupool

@@ -1,0 +1,40 @@
+// Reads the host's /proc and /sys. Every path is taken under a root directory
+// (default "/"), so tests and `--root` point it at a fake tree instead.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace gpupool {
+
+struct ProcessIdentity {
+  std::string user;     // login name, or the numeric uid when it has none
+  std::string command;  // command line, arguments separated by spaces
+};
+
+class HostFiles {
+ public:
+  explicit HostFiles(std::string root = "/");
+
+  // Who runs a process; nullopt when it is gone or not visible (another PID namespace).
+  std::optional<ProcessIdentity> process_identity(uint32_t pid) const;
+  // The NUMA node a PCI device hangs off (sysfs numa_node), nullopt when unknown (-1).
+  std::optional<int> pci_numa_node(const std::string& nvml_bus_id) const;
+  // The CPUs local to a PCI device (sysfs local_cpulist).
+  std::optional<std::string> pci_local_cpus(const std::string& nvml_bus_id) const;
+
+  const std::string& root() const { return root_; }
+
+ private:
+  std::string path(const std::string& absolute) const;
+  std::string root_;
+};
+
+// The root from GPUPOOL_HOST_ROOT, else "/".
+HostFiles host_files_from_environment();
+
+// The directory holding the running executable (for finding lib/ and share/ beside it).
+std::string executable_directory();
+
+}  // namespace gpupool

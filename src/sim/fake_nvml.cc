@@ -1,0 +1,685 @@
+// The simulated libnvidia-ml.so.1: answers NVML calls from a topology fixture
+// (GPUPOOL_SIM) plus an optional live overlay (GPUPOOL_SIM_STATE), so gpupool's
+// real NVML code path runs on machines without a GPU. Built in two generations:
+// "current" exports today's versioned entry points, "legacy"
+// (GPUPOOL_FAKE_NVML_LEGACY) only those an old driver had, so the loader's
+// fallbacks run too. docs/fixtures.md describes both.
+#include <dlfcn.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <charconv>
+#include <climits>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <filesystem>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "core/cpu_list.h"
+#include "gpu/nvml_api.h"
+#include "sim/fixture.h"
+
+// The opaque handle NVML hands out; ours remembers which GPU it stands for.
+struct nvmlDevice_st {
+  unsigned index;
+};
+
+#define GPUPOOL_NVML_EXPORT extern "C" __attribute__((visibility("default")))
+
+namespace gpupool::sim {
+namespace {
+
+constexpr unsigned long long kMiB = 1024ULL * 1024ULL;
+constexpr unsigned kNoInstance = 0xFFFFFFFFu;       // process records outside MIG instances
+constexpr unsigned kSimulatedNvSwitches = 6;        // NVSwitch chips the made-up fabric spreads links over
+constexpr nvmlEccCounterType_t kAggregateEcc = 1;   // NVML_AGGREGATE_ECC
+constexpr nvmlAffinityScope_t kSocketScope = 1;     // NVML_AFFINITY_SCOPE_SOCKET
+
+// Identity calls still answer for a GPU that fell off the bus; everything else fails.
+enum class Needs { Identity, Health };
+
+struct Query {
+  const Fixture& machine;
+  unsigned index;
+  const FixtureGpu& gpu;
+};
+
+// What identifies one version of the overlay file; an atomic rename changes the inode.
+using FileStamp = std::tuple<dev_t, ino_t, off_t, long long, long long>;
+
+std::optional<FileStamp> stamp_of(const std::string& path) {
+  struct stat info {};
+  if (stat(path.c_str(), &info) != 0) return std::nullopt;
+  return FileStamp{info.st_dev, info.st_ino, info.st_size, info.st_mtim.tv_sec, info.st_mtim.tv_nsec};
+}
+
+// share/gpupool/fixtures of the tree this library sits in (lib/gpupool/sim/<generation>/).
+std::string fixture_dir_beside_library() {
+  static const int anchor = 0;
+  Dl_info info{};
+  if (dladdr(&anchor, &info) == 0 || info.dli_fname == nullptr) return "";
+  std::filesystem::path library(info.dli_fname);
+  return (library.parent_path() / "../../../../share/gpupool/fixtures").lexically_normal().string();
+}
+
+Result<std::string> environment(const char* name) {
+  const char* value = std::getenv(name);
+  if (value == nullptr || *value == '\0') return fail("{} is not set", name);
+  return std::string(value);
+}
+
+class Simulator {
+ public:
+  nvmlReturn_t init() {
+    std::lock_guard lock(mutex_);
+    if (init_count_ == 0) {
+      if (auto loaded = load(); !loaded) {
+        // NVML itself cannot say more than DRIVER_NOT_LOADED; leave the reason where a person looks.
+        std::fprintf(stderr, "gpupool simulated NVML: %s\n", loaded.error().message.c_str());
+        return NVML_ERROR_DRIVER_NOT_LOADED;
+      }
+    }
+    ++init_count_;
+    return NVML_SUCCESS;
+  }
+
+  nvmlReturn_t shutdown() {
+    std::lock_guard lock(mutex_);
+    if (init_count_ == 0) return NVML_ERROR_UNINITIALIZED;
+    --init_count_;
+    return NVML_SUCCESS;
+  }
+
+  template <typename Answer>
+  nvmlReturn_t system(Answer&& answer) {
+    std::lock_guard lock(mutex_);
+    if (init_count_ == 0) return NVML_ERROR_UNINITIALIZED;
+    return answer(current_);
+  }
+
+  nvmlReturn_t handle_by_index(unsigned index, nvmlDevice_t* device) {
+    return system([&](const Fixture& machine) {
+      if (device == nullptr || index >= machine.gpus.size()) return NVML_ERROR_INVALID_ARGUMENT;
+      *device = &handles_[index];
+      return NVML_SUCCESS;
+    });
+  }
+
+  template <typename Answer>
+  nvmlReturn_t device(nvmlDevice_t device, Needs needs, Answer&& answer) {
+    std::lock_guard lock(mutex_);
+    if (init_count_ == 0) return NVML_ERROR_UNINITIALIZED;
+    auto index = index_of(device);
+    if (!index) return NVML_ERROR_INVALID_ARGUMENT;
+    refresh_overlay();
+    const FixtureGpu& gpu = current_.gpus[*index];
+    if (needs == Needs::Health && gpu.fault) return NVML_ERROR_GPU_IS_LOST;
+    return answer(Query{current_, *index, gpu});
+  }
+
+  template <typename Answer>
+  nvmlReturn_t pair(nvmlDevice_t first, nvmlDevice_t second, Answer&& answer) {
+    std::lock_guard lock(mutex_);
+    if (init_count_ == 0) return NVML_ERROR_UNINITIALIZED;
+    auto i = index_of(first);
+    auto j = index_of(second);
+    if (!i || !j) return NVML_ERROR_INVALID_ARGUMENT;
+    refresh_overlay();
+    if (current_.gpus[*i].fault || current_.gpus[*j].fault) return NVML_ERROR_GPU_IS_LOST;
+    return answer(current_.gpus[*i], current_.gpus[*j]);
+  }
+
+ private:
+  Result<void> load() {
+    TRY_ASSIGN(std::string name_or_path, environment("GPUPOOL_SIM"));
+    TRY_ASSIGN(std::string path, locate_fixture(name_or_path, {fixture_dir_beside_library()}));
+    TRY_ASSIGN(std::string text, read_text_file(path));
+    TRY_ASSIGN(Fixture fixture, parse_fixture(text, path));
+    label_ = path;
+    fixture_text_ = std::move(text);
+    base_ = std::move(fixture);
+    current_ = base_;
+    const char* overlay = std::getenv("GPUPOOL_SIM_STATE");
+    overlay_path_ = overlay != nullptr ? overlay : "";
+    overlay_stamp_.reset();
+    // Handles never move, so one handed out before a shutdown stays a valid pointer.
+    while (handles_.size() < base_.gpus.size()) handles_.push_back({static_cast<unsigned>(handles_.size())});
+    refresh_overlay();
+    return {};
+  }
+
+  std::optional<unsigned> index_of(nvmlDevice_t device) const {
+    for (unsigned i = 0; i < current_.gpus.size(); ++i) {
+      if (&handles_[i] == device) return i;
+    }
+    return std::nullopt;
+  }
+
+  // Re-reads the overlay whenever its file changes; a file that does not parse keeps the last good state.
+  void refresh_overlay() {
+    if (overlay_path_.empty()) return;
+    std::optional<FileStamp> stamp = stamp_of(overlay_path_);
+    if (stamp == overlay_stamp_) return;
+    overlay_stamp_ = stamp;
+    if (!stamp) {
+      current_ = base_;
+      return;
+    }
+    auto text = read_text_file(overlay_path_);
+    if (!text) return;
+    auto merged = parse_fixture_with_overlay(fixture_text_, *text, label_);
+    if (merged) current_ = std::move(*merged);
+  }
+
+  std::mutex mutex_;
+  unsigned init_count_ = 0;
+  std::string label_;
+  std::string fixture_text_;
+  Fixture base_;
+  Fixture current_;
+  std::string overlay_path_;
+  std::optional<FileStamp> overlay_stamp_;
+  std::deque<nvmlDevice_st> handles_;
+};
+
+Simulator& simulator() {
+  static Simulator instance;
+  return instance;
+}
+
+nvmlReturn_t copy_string(std::string_view value, char* buffer, unsigned length) {
+  if (buffer == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  if (value.size() + 1 > length) return NVML_ERROR_INSUFFICIENT_SIZE;
+  std::memcpy(buffer, value.data(), value.size());
+  buffer[value.size()] = '\0';
+  return NVML_SUCCESS;
+}
+
+nvmlReturn_t copy_optional_string(const std::optional<std::string>& value, char* buffer, unsigned length) {
+  if (buffer == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  if (!value) return NVML_ERROR_NOT_SUPPORTED;
+  return copy_string(*value, buffer, length);
+}
+
+// Writes a fixture value to an NVML out-parameter; a null fixture value is NOT_SUPPORTED.
+template <typename Out, typename Value>
+nvmlReturn_t report(const std::optional<Value>& value, Out* out) {
+  if (out == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  if (!value) return NVML_ERROR_NOT_SUPPORTED;
+  *out = static_cast<Out>(*value);
+  return NVML_SUCCESS;
+}
+
+std::optional<nvmlEnableState_t> enable_state(const std::optional<bool>& enabled) {
+  if (!enabled) return std::nullopt;
+  return *enabled ? NVML_FEATURE_ENABLED : NVML_FEATURE_DISABLED;
+}
+
+unsigned hex_field(std::string_view text) {
+  unsigned value = 0;
+  std::from_chars(text.data(), text.data() + text.size(), value, 16);
+  return value;
+}
+
+// The fixture validated the form "DDDDDDDD:BB:DD.F".
+nvmlPciInfo_t pci_info(const std::string& bus_id) {
+  nvmlPciInfo_t info{};
+  info.domain = hex_field(std::string_view(bus_id).substr(0, 8));
+  info.bus = hex_field(std::string_view(bus_id).substr(9, 2));
+  info.device = hex_field(std::string_view(bus_id).substr(12, 2));
+  info.pciDeviceId = 0x10DE;  // NVIDIA's vendor id; fixtures do not model device ids
+  copy_string(bus_id, info.busId, sizeof info.busId);
+  copy_string(fmt::format("{:04X}:{:02X}:{:02X}.{}", info.domain, info.bus, info.device, bus_id.back()),
+              info.busIdLegacy, sizeof info.busIdLegacy);
+  return info;
+}
+
+nvmlReturn_t report_pci_info(nvmlDevice_t device, nvmlPciInfo_t* pci) {
+  return simulator().device(device, Needs::Identity, [&](const Query& query) {
+    if (pci == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+    *pci = pci_info(query.gpu.pci_bus_id);
+    return NVML_SUCCESS;
+  });
+}
+
+// A made-up bus id for NVSwitch chip `chip`: one no GPU of the machine uses, so the far end
+// of a switch link is never mistaken for a GPU.
+std::string nvswitch_bus_id(const Fixture& machine, unsigned chip) {
+  std::vector<unsigned> used;
+  for (const FixtureGpu& gpu : machine.gpus) used.push_back(pci_info(gpu.pci_bus_id).bus);
+  unsigned skipped = 0;
+  for (unsigned bus = 0xFF; bus > 0; --bus) {
+    if (std::find(used.begin(), used.end(), bus) != used.end()) continue;
+    if (skipped++ == chip) return fmt::format("00000000:{:02X}:00.0", bus);
+  }
+  return "00000000:00:00.0";
+}
+
+// What is at the far end of one NVLink: a GPU, or the NVSwitch fabric.
+struct LinkEnd {
+  std::optional<unsigned> peer;
+  unsigned switch_link = 0;  // ordinal among the GPU's NVSwitch links
+};
+
+// The GPU's links in fixture order: peer entries, then NVSwitch links.
+std::vector<LinkEnd> link_ends(const FixtureGpu& gpu) {
+  std::vector<LinkEnd> ends;
+  for (const NvLinkPeer& peer : gpu.nvlinks) ends.insert(ends.end(), peer.links, LinkEnd{peer.peer, 0});
+  for (unsigned k = 0; k < gpu.nvswitch_links; ++k) ends.push_back(LinkEnd{std::nullopt, k});
+  return ends;
+}
+
+// Runs `answer` with the far end of the link, or nullptr for a link that is down: one past
+// the GPU's NVLinks, or one to a lost GPU. A GPU without NVLinks supports no link calls.
+template <typename Answer>
+nvmlReturn_t nvlink(nvmlDevice_t device, unsigned link, Answer&& answer) {
+  return simulator().device(device, Needs::Health, [&](const Query& query) {
+    if (link >= NVML_NVLINK_MAX_LINKS) return NVML_ERROR_INVALID_ARGUMENT;
+    std::vector<LinkEnd> ends = link_ends(query.gpu);
+    if (ends.empty()) return NVML_ERROR_NOT_SUPPORTED;
+    const LinkEnd* end = link < ends.size() ? &ends[link] : nullptr;
+    if (end != nullptr && end->peer && query.machine.gpus[*end->peer].fault) end = nullptr;
+    return answer(query.machine, end);
+  });
+}
+
+nvmlReturn_t nvlink_remote_pci(nvmlDevice_t device, unsigned link, nvmlPciInfo_t* pci) {
+  if (pci == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  return nvlink(device, link, [&](const Fixture& machine, const LinkEnd* end) {
+    if (end == nullptr) return NVML_ERROR_NOT_SUPPORTED;
+    *pci = pci_info(end->peer ? machine.gpus[*end->peer].pci_bus_id
+                              : nvswitch_bus_id(machine, end->switch_link % kSimulatedNvSwitches));
+    return NVML_SUCCESS;
+  });
+}
+
+std::optional<unsigned> milliwatts(const std::optional<double>& watts) {
+  if (!watts) return std::nullopt;
+  return static_cast<unsigned>(std::lround(*watts * 1000.0));
+}
+
+nvmlReturn_t device_count(unsigned* count) {
+  return simulator().system([&](const Fixture& machine) {
+    return report(std::optional<size_t>(machine.gpus.size()), count);
+  });
+}
+
+nvmlReturn_t memory_info(nvmlDevice_t device, nvmlMemory_t* memory) {
+  return simulator().device(device, Needs::Health, [&](const Query& query) {
+    if (memory == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+    if (!query.gpu.memory_total_mib) return NVML_ERROR_NOT_SUPPORTED;
+    // The first memory call knew no "reserved": the driver's share counted as used.
+    memory->total = *query.gpu.memory_total_mib * kMiB;
+    memory->used = (query.gpu.memory_used_mib + query.gpu.memory_reserved_mib) * kMiB;
+    memory->free = memory->total - memory->used;
+    return NVML_SUCCESS;
+  });
+}
+
+// Lists the processes of one kind; compute+graphics processes appear in both lists.
+template <typename Record>
+nvmlReturn_t running_processes(nvmlDevice_t device, unsigned* count, Record* infos, ProcessKind kind) {
+  return simulator().device(device, Needs::Health, [&](const Query& query) {
+    if (count == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+    std::vector<const FixtureProcess*> listed;
+    for (const FixtureProcess& process : query.gpu.processes) {
+      if (process.kind == kind || process.kind == ProcessKind::ComputeAndGraphics) listed.push_back(&process);
+    }
+    if (*count < listed.size()) {
+      *count = static_cast<unsigned>(listed.size());
+      return NVML_ERROR_INSUFFICIENT_SIZE;
+    }
+    if (infos == nullptr && !listed.empty()) return NVML_ERROR_INVALID_ARGUMENT;
+    for (size_t i = 0; i < listed.size(); ++i) {
+      Record record{};
+      record.pid = listed[i]->pid;
+      record.usedGpuMemory =
+          listed[i]->used_memory_mib ? *listed[i]->used_memory_mib * kMiB : NVML_VALUE_NOT_AVAILABLE_ULL;
+      if constexpr (std::is_same_v<Record, nvmlProcessInfo_v2_t>) {
+        record.gpuInstanceId = kNoInstance;
+        record.computeInstanceId = kNoInstance;
+      }
+      infos[i] = record;
+    }
+    *count = static_cast<unsigned>(listed.size());
+    return NVML_SUCCESS;
+  });
+}
+
+// Sets bit n of a mask of unsigned long words for each n listed; numbers beyond the mask are dropped.
+nvmlReturn_t fill_mask(const std::vector<unsigned>& bits, unsigned words, unsigned long* mask) {
+  if (mask == nullptr || words == 0) return NVML_ERROR_INVALID_ARGUMENT;
+  constexpr unsigned kBitsPerWord = sizeof(unsigned long) * CHAR_BIT;
+  std::fill(mask, mask + words, 0UL);
+  for (unsigned bit : bits) {
+    if (bit / kBitsPerWord < words) mask[bit / kBitsPerWord] |= 1UL << (bit % kBitsPerWord);
+  }
+  return NVML_SUCCESS;
+}
+
+nvmlReturn_t cuda_driver_version(int* version) {
+  return simulator().system([&](const Fixture& machine) { return report(machine.driver.cuda_driver_version, version); });
+}
+
+const char* error_string(nvmlReturn_t result) {
+  switch (result) {
+    case NVML_SUCCESS: return "Success";
+    case NVML_ERROR_UNINITIALIZED: return "Uninitialized";
+    case NVML_ERROR_INVALID_ARGUMENT: return "Invalid Argument";
+    case NVML_ERROR_NOT_SUPPORTED: return "Not Supported";
+    case NVML_ERROR_NO_PERMISSION: return "Insufficient Permissions";
+    case NVML_ERROR_NOT_FOUND: return "Not Found";
+    case NVML_ERROR_INSUFFICIENT_SIZE: return "Insufficient Size";
+    case NVML_ERROR_DRIVER_NOT_LOADED: return "Driver Not Loaded";
+    case NVML_ERROR_FUNCTION_NOT_FOUND: return "Function Not Found";
+    case NVML_ERROR_GPU_IS_LOST: return "GPU is lost";
+    case NVML_ERROR_ARGUMENT_VERSION_MISMATCH: return "Argument version mismatch";
+    default: return "Unknown Error";
+  }
+}
+
+}  // namespace
+}  // namespace gpupool::sim
+
+using gpupool::ComputeMode;
+using gpupool::ProcessKind;
+using gpupool::sim::Fixture;
+using gpupool::sim::FixtureGpu;
+using gpupool::sim::LinkEnd;
+using gpupool::sim::Needs;
+using gpupool::sim::Query;
+using gpupool::sim::report;
+using gpupool::sim::simulator;
+
+// ---- Initialisation and system queries ----
+
+GPUPOOL_NVML_EXPORT nvmlReturn_t nvmlInit() { return simulator().init(); }
+GPUPOOL_NVML_EXPORT nvmlReturn_t nvmlShutdown() { return simulator().shutdown(); }
+GPUPOOL_NVML_EXPORT const char* nvmlErrorString(nvmlReturn_t result) { return gpupool::sim::error_string(result); }
+
+GPUPOOL_NVML_EXPORT nvmlReturn_t nvmlSystemGetDriverVersion(char* version, unsigned int length) {
+  return simulator().system([&](const Fixture& machine) {
+    return gpupool::sim::copy_optional_string(machine.driver.driver_version, version, length);
+  });
+}
+
+GPUPOOL_NVML_EXPORT nvmlReturn_t nvmlSystemGetNVMLVersion(char* version, unsigned int length) {
+  return simulator().system([&](const Fixture& machine) {
+    return gpupool::sim::copy_optional_string(machine.driver.nvml_version, version, length);
+  });
+}
+
+GPUPOOL_NVML_EXPORT nvmlReturn_t nvmlSystemGetCudaDriverVersion(int* version) {
+  return gpupool::sim::cuda_driver_version(version);
+}
+
+GPUPOOL_NVML_EXPORT nvmlReturn_t nvmlDeviceGetCount(unsigned int* count) { return gpupool::sim::device_count(count); }
+
+GPUPOOL_NVML_EXPORT nvmlReturn_t nvmlDeviceGetHandleByIndex(unsigned int index, nvmlDevice_t* device) {
+  return simulator().handle_by_index(index, device);
+}
+
+// ---- Identity: answered even by a lost GPU ----
+
+GPUPOOL_NVML_EXPORT nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t device, char* name, unsigned int length) {
+  return simulator().device(device, Needs::Identity, [&](const Query& query) {
+    return gpupool::sim::copy_string(query.gpu.name, name, length);
+  });
+}
+
+GPUPOOL_NVML_EXPORT nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t device, char* uuid, unsigned int length) {
+  return simulator().device(device, Needs::Identity, [&](const Query& query) {
+    return gpupool::sim::copy_string(query.gpu.uuid, uuid, length);
+  });
+}
+
+GPUPOOL_NVML_EXPORT nvmlReturn_t nvmlDeviceGetMinorNumber(nvmlDevice_t device, unsigned int* minor) {
+  return simulator().device(device, Needs::Identity,
+                            [&](const Query& query) { return report(query.gpu.minor_number, minor); });
+}
+
+GPUPOOL_NVML_EXPORT nvmlReturn_t nvmlDeviceGetPciInfo(nvmlDevice_t device, nvmlPciInfo_t* pci) {
+  return gpupool::sim::report_pci_info(device, pci);
+}
+
+GPUPOOL_NVML_EXPORT nvmlReturn_t nvmlDeviceGetPciInfo_v2(nvmlDevice_t device, nvmlPciInfo_t* pci) {
+  return gpupool::sim::report_pci_info(device, pci);
+}
+
+// ---- State ----
+
+GPUPOOL_NVML_EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t* memory) {
+  return gpupool::sim::memory_info(device, memory);
+}
+
+GPUPOOL_NVML_EXPORT nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilization_t* rates) {
+  return simulator().device(device, Needs::Health, [&](const Query& query) {
+    if (rates == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+    if (!query.gpu.utilization_gpu || !query.gpu.utilization_memory) return NVML_ERROR_NOT_SUPPORTED;
+    rates->gpu = *query.gpu.utilization_gpu;
+    rates->memory = *query.gpu.utilization_memory;
+    return NVML_SUCCESS;
+  });
+}
+
+GPUPOOL_NVML_EXPORT nvmlReturn_t nvmlDeviceGetTemperature(nvmlDevice_t device, nvmlTemperatureSensors_t sensor,
+                                                          unsigned int* celsius) {
+  return simulator().device(device, Needs::Health, [&](const Query& query) {
+    if (sensor != NVML_TEMPERATURE_GPU) return NVML_ERROR_INVALID_ARGUMENT;
+    return report(query.gpu.temperature_c, celsius);
+  });
+}
+
+GPUPOOL_NVML_EXPORT nvmlReturn_t nvmlDeviceGetPowerUsage(nvmlDevice_t device, unsigned int* milliwatt) {
+  return simulator().device(device, Needs::Health,
+                            [&](const Query& query) { return report(gpupool::sim::milliwatts(query.gpu.power_w), milliwatt); });
+}
+
+GPUPOOL_NVML_EXPORT nvmlReturn_t nvmlDeviceGetEnforcedPowerLimit(nvmlDevice_t device, unsigned int* milliwatt) {
+  return simulator().device(device, Needs::Health, [&](const Query& query) {
+    return report(gpupool::sim::milliwatts(query.gpu.power_limit_w), milliwatt);
+  });
+}
+
+GPUPOOL_NVML_EXPORT nvmlReturn_t nvmlDeviceGetPersistenceMode(nvmlDevice_t device, nvmlEnableState_t* mode) {
+  return simulator().device(device, Needs::Health, [&](const Query& query) {
+    return report(gpupool::sim::enable_state(query.gpu.persistence_mode), mode);
+  });
+}
+
+GPUPOOL_NVML_EXPORT nvmlReturn_t nvmlDeviceGetComputeMode(nvmlDevice_t device, nvmlComputeMode_t* mode) {
+  // ComputeMode's enumerators follow NVML's numbering.
+  return simulator().device(device, Needs::Health,
+                            [&](const Query& query) { return report(query.gpu.compute_mode, mode); });
+}
+
+GPUPOOL_NVML_EXPORT nvmlReturn_t nvmlDeviceGetTotalEccErrors(nvmlDevice_t device, nvmlMemoryErrorType_t error_type,
+                                                             nvmlEccCounterType_t counter_type,
+                                                             unsigned long long* count) {
+  return simulator().device(device, Needs::Health, [&](const Query& query) {
+    if (counter_type != NVML_VOLATILE_ECC && counter_type != gpupool::sim::kAggregateEcc) {
+      return NVML_ERROR_INVALID_ARGUMENT;
+    }
+    if (counter_type == gpupool::sim::kAggregateEcc) return NVML_ERROR_NOT_SUPPORTED;  // fixtures keep volatile only
+    switch (error_type) {
+      case NVML_MEMORY_ERROR_TYPE_CORRECTED: return report(query.gpu.ecc_corrected_volatile, count);
+      case NVML_MEMORY_ERROR_TYPE_UNCORRECTED: return report(query.gpu.ecc_uncorrected_volatile, count);
+      default: return NVML_ERROR_INVALID_ARGUMENT;
+    }
+  });
+}
+
+GPUPOOL_NVML_EXPORT nvmlReturn_t nvmlDeviceGetCpuAffinity(nvmlDevice_t device, unsigned int words,
+                                                          unsigned long* cpus) {
+  return simulator().device(device, Needs::Health, [&](const Query& query) {
+    if (!query.gpu.cpu_affinity) return cpus == nullptr ? NVML_ERROR_INVALID_ARGUMENT : NVML_ERROR_NOT_SUPPORTED;
+    auto listed = gpupool::parse_cpu_list(*query.gpu.cpu_affinity);  // canonical since the fixture parsed
+    return gpupool::sim::fill_mask(listed ? *listed : std::vector<unsigned>{}, words, cpus);
+  });
+}
+
+GPUPOOL_NVML_EXPORT nvmlReturn_t nvmlDeviceGetCudaComputeCapability(nvmlDevice_t device, int* major, int* minor) {
+  return simulator().device(device, Needs::Health, [&](const Query& query) {
+    if (major == nullptr || minor == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+    if (!query.gpu.compute_capability) return NVML_ERROR_NOT_SUPPORTED;
+    *major = query.gpu.compute_capability->major;
+    *minor = query.gpu.compute_capability->minor;
+    return NVML_SUCCESS;
+  });
+}
+
+GPUPOOL_NVML_EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses(nvmlDevice_t device, unsigned int* count,
+                                                                      nvmlProcessInfo_v1_t* infos) {
+  return gpupool::sim::running_processes(device, count, infos, ProcessKind::Compute);
+}
+
+GPUPOOL_NVML_EXPORT nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses(nvmlDevice_t device, unsigned int* count,
+                                                                       nvmlProcessInfo_v1_t* infos) {
+  return gpupool::sim::running_processes(device, count, infos, ProcessKind::Graphics);
+}
+
+// ---- Topology ----
+
+GPUPOOL_NVML_EXPORT nvmlReturn_t nvmlDeviceGetTopologyCommonAncestor(nvmlDevice_t first, nvmlDevice_t second,
+                                                                     nvmlGpuTopologyLevel_t* level) {
+  return simulator().pair(first, second, [&](const FixtureGpu& a, const FixtureGpu& b) {
+    if (level == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+    if (&a == &b) {
+      *level = NVML_TOPOLOGY_INTERNAL;
+      return NVML_SUCCESS;
+    }
+    switch (gpupool::sim::pcie_level(a.pcie, b.pcie)) {
+      case gpupool::PcieLevel::Board: *level = NVML_TOPOLOGY_INTERNAL; break;
+      case gpupool::PcieLevel::SingleSwitch: *level = NVML_TOPOLOGY_SINGLE; break;
+      case gpupool::PcieLevel::MultipleSwitches: *level = NVML_TOPOLOGY_MULTIPLE; break;
+      case gpupool::PcieLevel::HostBridge: *level = NVML_TOPOLOGY_HOSTBRIDGE; break;
+      case gpupool::PcieLevel::NumaNode: *level = NVML_TOPOLOGY_NODE; break;
+      case gpupool::PcieLevel::System: *level = NVML_TOPOLOGY_SYSTEM; break;
+    }
+    return NVML_SUCCESS;
+  });
+}
+
+GPUPOOL_NVML_EXPORT nvmlReturn_t nvmlDeviceGetNvLinkState(nvmlDevice_t device, unsigned int link,
+                                                          nvmlEnableState_t* active) {
+  if (active == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  return gpupool::sim::nvlink(device, link, [&](const Fixture&, const LinkEnd* end) {
+    *active = end != nullptr ? NVML_FEATURE_ENABLED : NVML_FEATURE_DISABLED;
+    return NVML_SUCCESS;
+  });
+}
+
+GPUPOOL_NVML_EXPORT nvmlReturn_t nvmlDeviceGetNvLinkRemotePciInfo(nvmlDevice_t device, unsigned int link,
+                                                                  nvmlPciInfo_t* pci) {
+  return gpupool::sim::nvlink_remote_pci(device, link, pci);
+}
+
+// ---- Entry points a current driver has and an old one lacks ----
+#if !GPUPOOL_FAKE_NVML_LEGACY
+
+GPUPOOL_NVML_EXPORT nvmlReturn_t nvmlInit_v2() { return simulator().init(); }
+
+GPUPOOL_NVML_EXPORT nvmlReturn_t nvmlSystemGetCudaDriverVersion_v2(int* version) {
+  return gpupool::sim::cuda_driver_version(version);
+}
+
+GPUPOOL_NVML_EXPORT nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int* count) {
+  return gpupool::sim::device_count(count);
+}
+
+GPUPOOL_NVML_EXPORT nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t* device) {
+  return simulator().handle_by_index(index, device);
+}
+
+GPUPOOL_NVML_EXPORT nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t device, nvmlPciInfo_t* pci) {
+  return gpupool::sim::report_pci_info(device, pci);
+}
+
+GPUPOOL_NVML_EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t* memory) {
+  return simulator().device(device, Needs::Health, [&](const Query& query) {
+    if (memory == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+    if (memory->version != nvmlMemory_v2) return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+    if (!query.gpu.memory_total_mib) return NVML_ERROR_NOT_SUPPORTED;
+    memory->total = *query.gpu.memory_total_mib * gpupool::sim::kMiB;
+    memory->reserved = query.gpu.memory_reserved_mib * gpupool::sim::kMiB;
+    memory->used = query.gpu.memory_used_mib * gpupool::sim::kMiB;
+    memory->free = memory->total - memory->reserved - memory->used;
+    return NVML_SUCCESS;
+  });
+}
+
+GPUPOOL_NVML_EXPORT nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t device, unsigned int* current,
+                                                      unsigned int* pending) {
+  return simulator().device(device, Needs::Health, [&](const Query& query) {
+    if (pending == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+    nvmlReturn_t result = report(query.gpu.mig_enabled, current);
+    if (result == NVML_SUCCESS) *pending = *current;
+    return result;
+  });
+}
+
+GPUPOOL_NVML_EXPORT nvmlReturn_t nvmlDeviceGetNumaNodeId(nvmlDevice_t device, unsigned int* node) {
+  return simulator().device(device, Needs::Health,
+                            [&](const Query& query) { return report(query.gpu.numa_node, node); });
+}
+
+GPUPOOL_NVML_EXPORT nvmlReturn_t nvmlDeviceGetMemoryAffinity(nvmlDevice_t device, unsigned int words,
+                                                             unsigned long* nodes, nvmlAffinityScope_t scope) {
+  return simulator().device(device, Needs::Health, [&](const Query& query) {
+    if (scope != NVML_AFFINITY_SCOPE_NODE && scope != gpupool::sim::kSocketScope) return NVML_ERROR_INVALID_ARGUMENT;
+    if (!query.gpu.numa_node) return nodes == nullptr ? NVML_ERROR_INVALID_ARGUMENT : NVML_ERROR_NOT_SUPPORTED;
+    // The fixtures have one NUMA node per socket, so both scopes name the same node.
+    return gpupool::sim::fill_mask({static_cast<unsigned>(*query.gpu.numa_node)}, words, nodes);
+  });
+}
+
+GPUPOOL_NVML_EXPORT nvmlReturn_t nvmlDeviceGetNumGpuCores(nvmlDevice_t device, unsigned int* cores) {
+  return simulator().device(device, Needs::Health,
+                            [&](const Query& query) { return report(query.gpu.cuda_cores, cores); });
+}
+
+GPUPOOL_NVML_EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v2(nvmlDevice_t device, unsigned int* count,
+                                                                         nvmlProcessInfo_v2_t* infos) {
+  return gpupool::sim::running_processes(device, count, infos, ProcessKind::Compute);
+}
+
+GPUPOOL_NVML_EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, unsigned int* count,
+                                                                         nvmlProcessInfo_v2_t* infos) {
+  return gpupool::sim::running_processes(device, count, infos, ProcessKind::Compute);
+}
+
+GPUPOOL_NVML_EXPORT nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v2(nvmlDevice_t device, unsigned int* count,
+                                                                          nvmlProcessInfo_v2_t* infos) {
+  return gpupool::sim::running_processes(device, count, infos, ProcessKind::Graphics);
+}
+
+GPUPOOL_NVML_EXPORT nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v3(nvmlDevice_t device, unsigned int* count,
+                                                                          nvmlProcessInfo_v2_t* infos) {
+  return gpupool::sim::running_processes(device, count, infos, ProcessKind::Graphics);
+}
+
+GPUPOOL_NVML_EXPORT nvmlReturn_t nvmlDeviceGetNvLinkRemotePciInfo_v2(nvmlDevice_t device, unsigned int link,
+                                                                     nvmlPciInfo_t* pci) {
+  return gpupool::sim::nvlink_remote_pci(device, link, pci);
+}
+
+GPUPOOL_NVML_EXPORT nvmlReturn_t nvmlDeviceGetNvLinkRemoteDeviceType(nvmlDevice_t device, unsigned int link,
+                                                                     nvmlIntNvLinkDeviceType_t* type) {
+  if (type == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  return gpupool::sim::nvlink(device, link, [&](const Fixture&, const LinkEnd* end) {
+    if (end == nullptr) return NVML_ERROR_NOT_SUPPORTED;
+    *type = end->peer ? NVML_NVLINK_DEVICE_TYPE_GPU : NVML_NVLINK_DEVICE_TYPE_SWITCH;
+    return NVML_SUCCESS;
+  });
+}
+
+#endif  // !GPUPOOL_FAKE_NVML_LEGACY

@@ -1,0 +1,632 @@
+#include "sim/fixture.h"
+
+#include <algorithm>
+#include <cctype>
+#include <charconv>
+#include <filesystem>
+#include <fstream>
+#include <initializer_list>
+#include <limits>
+#include <set>
+#include <sstream>
+#include <type_traits>
+#include <utility>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "core/cpu_list.h"
+#include "core/cuda_arch.h"
+
+namespace gpupool::sim {
+namespace {
+
+using nlohmann::json;
+
+constexpr unsigned kMaxNvLinksPerGpu = 18;  // NVML_NVLINK_MAX_LINKS
+
+std::string join(const std::vector<std::string>& items) {
+  std::string out;
+  for (const auto& item : items) out += (out.empty() ? "" : ", ") + item;
+  return out;
+}
+
+// Converts one JSON value, naming `where` in the error line.
+template <typename T>
+Result<T> convert(const json& value, const std::string& where) {
+  if constexpr (std::is_same_v<T, std::string>) {
+    if (!value.is_string()) return fail("{}: expected a string", where);
+    return value.get<std::string>();
+  } else if constexpr (std::is_same_v<T, bool>) {
+    if (!value.is_boolean()) return fail("{}: expected true or false", where);
+    return value.get<bool>();
+  } else if constexpr (std::is_floating_point_v<T>) {
+    if (!value.is_number()) return fail("{}: expected a number", where);
+    return value.get<T>();
+  } else if constexpr (std::is_unsigned_v<T>) {
+    if (!value.is_number()) return fail("{}: expected a number", where);
+    if (!value.is_number_unsigned()) return fail("{}: expected a non-negative integer", where);
+    auto number = value.get<uint64_t>();
+    if (number > std::numeric_limits<T>::max()) return fail("{}: {} is too large", where, number);
+    return static_cast<T>(number);
+  } else {
+    static_assert(std::is_signed_v<T>);
+    if (!value.is_number()) return fail("{}: expected a number", where);
+    if (!value.is_number_integer()) return fail("{}: expected an integer", where);
+    if (value.is_number_unsigned() && value.get<uint64_t>() > uint64_t{std::numeric_limits<T>::max()}) {
+      return fail("{}: {} is too large", where, value.get<uint64_t>());
+    }
+    auto number = value.get<int64_t>();
+    if (number < std::numeric_limits<T>::min() || number > std::numeric_limits<T>::max()) {
+      return fail("{}: {} is out of range", where, number);
+    }
+    return static_cast<T>(number);
+  }
+}
+
+Result<std::string> one_of(const std::string& value, const std::vector<std::string>& allowed,
+                           const std::string& where) {
+  if (std::find(allowed.begin(), allowed.end(), value) != allowed.end()) return value;
+  return fail("{}: '{}' is not one of: {}", where, value, join(allowed));
+}
+
+// Maps a JSON string onto an enum through the enum's to_string spelling.
+template <typename Enum>
+Result<Enum> parse_enum(const std::string& value, std::initializer_list<Enum> values,
+                        const std::string& where) {
+  std::vector<std::string> names;
+  for (Enum candidate : values) names.emplace_back(to_string(candidate));
+  TRY_ASSIGN(std::string chosen, one_of(value, names, where));
+  auto position = std::find(names.begin(), names.end(), chosen) - names.begin();
+  return *(values.begin() + position);
+}
+
+// Reads the keys of one JSON object, remembering which were read so that any
+// other key (a typo) is reported by finish().
+class ObjectReader {
+ public:
+  ObjectReader(const json& object, std::string path) : object_(object), path_(std::move(path)) {}
+
+  static Result<ObjectReader> open(const json& value, std::string path) {
+    if (!value.is_object()) return fail("{}: expected an object", path);
+    return ObjectReader(value, std::move(path));
+  }
+
+  std::string where(std::string_view key) const {
+    return path_.empty() ? std::string(key) : fmt::format("{}.{}", path_, key);
+  }
+
+  // The value of `key`, or nullptr when absent.
+  const json* find(const std::string& key) {
+    seen_.insert(key);
+    auto it = object_.find(key);
+    return it == object_.end() ? nullptr : &*it;
+  }
+
+  Result<const json*> find_required(const std::string& key) {
+    const json* value = find(key);
+    if (value == nullptr) return fail("{}: missing", where(key));
+    return value;
+  }
+
+  template <typename T>
+  Result<T> required(const std::string& key) {
+    TRY_ASSIGN(const json* value, find_required(key));
+    return convert<T>(*value, where(key));
+  }
+
+  // Required key whose null means "not supported".
+  template <typename T>
+  Result<std::optional<T>> required_nullable(const std::string& key) {
+    TRY_ASSIGN(const json* value, find_required(key));
+    return nullable<T>(*value, where(key));
+  }
+
+  template <typename T>
+  Result<T> optional(const std::string& key, T fallback) {
+    const json* value = find(key);
+    if (value == nullptr) return fallback;
+    return convert<T>(*value, where(key));
+  }
+
+  // Optional key: absent gives the fallback, null gives nullopt.
+  template <typename T>
+  Result<std::optional<T>> optional_nullable(const std::string& key, std::optional<T> fallback) {
+    const json* value = find(key);
+    if (value == nullptr) return fallback;
+    return nullable<T>(*value, where(key));
+  }
+
+  Result<void> finish() const {
+    for (const auto& [key, value] : object_.items()) {
+      if (!seen_.contains(key)) return fail("{}: unknown key", where(key));
+    }
+    return {};
+  }
+
+ private:
+  template <typename T>
+  static Result<std::optional<T>> nullable(const json& value, const std::string& where) {
+    if (value.is_null()) return std::optional<T>();
+    TRY_ASSIGN(T converted, convert<T>(value, where));
+    return std::optional<T>(std::move(converted));
+  }
+
+  const json& object_;
+  std::string path_;
+  std::set<std::string, std::less<>> seen_;
+};
+
+// Reads an array of objects, one reader per element named "path[i]".
+template <typename T, typename ParseElement>
+Result<std::vector<T>> parse_array(const json* value, const std::string& path, ParseElement parse_element) {
+  std::vector<T> out;
+  if (value == nullptr) return out;
+  if (!value->is_array()) return fail("{}: expected an array", path);
+  for (size_t i = 0; i < value->size(); ++i) {
+    TRY_ASSIGN(ObjectReader reader, ObjectReader::open((*value)[i], fmt::format("{}[{}]", path, i)));
+    TRY_ASSIGN(T element, parse_element(reader));
+    TRY(reader.finish());
+    out.push_back(std::move(element));
+  }
+  return out;
+}
+
+Result<std::string> canonical_cpu_list(const std::string& text, const std::string& where) {
+  auto cpus = parse_cpu_list(text);
+  if (!cpus) return fail("{}: {}", where, cpus.error().message);
+  if (cpus->empty()) return fail("{}: empty CPU list", where);
+  return format_cpu_list(*cpus);
+}
+
+bool is_hex(char c, bool upper) {
+  if (std::isdigit(static_cast<unsigned char>(c))) return true;
+  return upper ? (c >= 'A' && c <= 'F') : (c >= 'a' && c <= 'f');
+}
+
+// True when `text` matches `pattern`, where 'x' stands for one hex digit of the given case.
+bool matches_hex_pattern(std::string_view text, std::string_view pattern, bool upper) {
+  if (text.size() != pattern.size()) return false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (pattern[i] == 'x' ? !is_hex(text[i], upper) : text[i] != pattern[i]) return false;
+  }
+  return true;
+}
+
+constexpr std::string_view kUuidPattern = "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx";
+constexpr std::string_view kBusIdPattern = "xxxxxxxx:xx:xx.x";
+
+Result<DriverInfo> parse_driver(ObjectReader& reader) {
+  DriverInfo driver;
+  TRY_ASSIGN(driver.driver_version, reader.required_nullable<std::string>("driver_version"));
+  TRY_ASSIGN(driver.nvml_version, reader.required_nullable<std::string>("nvml_version"));
+  TRY_ASSIGN(driver.cuda_driver_version, reader.required_nullable<int>("cuda_driver_version"));
+  return driver;
+}
+
+Result<std::map<int, std::string>> parse_numa_cpus(const json* value) {
+  if (value == nullptr) return fail("numa_cpus: missing");
+  if (!value->is_object()) return fail("numa_cpus: expected an object");
+  std::map<int, std::string> nodes;
+  for (const auto& [key, cpus] : value->items()) {
+    std::string where = fmt::format("numa_cpus.{}", key);
+    bool numeric = !key.empty() && key.size() < 6 &&
+                   std::all_of(key.begin(), key.end(), [](char c) { return c >= '0' && c <= '9'; });
+    if (!numeric) return fail("{}: '{}' is not a NUMA node number", where, key);
+    TRY_ASSIGN(std::string text, convert<std::string>(cpus, where));
+    TRY_ASSIGN(nodes[std::stoi(key)], canonical_cpu_list(text, where));
+  }
+  return nodes;
+}
+
+Result<ComputeCapability> parse_compute_capability(const std::string& text, const std::string& where) {
+  auto number = [](std::string_view digits, int& out) {
+    auto [end, error] = std::from_chars(digits.data(), digits.data() + digits.size(), out);
+    return !digits.empty() && std::isdigit(static_cast<unsigned char>(digits.front())) &&
+           error == std::errc() && end == digits.data() + digits.size();
+  };
+  ComputeCapability cc;
+  size_t dot = text.find('.');
+  std::string_view view = text;
+  if (dot == std::string::npos || !number(view.substr(0, dot), cc.major) || !number(view.substr(dot + 1), cc.minor)) {
+    return fail("{}: '{}' is not of the form MAJOR.MINOR", where, text);
+  }
+  return cc;
+}
+
+Result<PcieLocation> parse_pcie(ObjectReader& reader) {
+  PcieLocation pcie;
+  TRY_ASSIGN(pcie.numa_node, reader.required<int>("numa_node"));
+  TRY_ASSIGN(pcie.host_bridge, reader.required<int>("host_bridge"));
+  if (const json* switches = reader.find("switches")) {
+    if (!switches->is_array()) return fail("{}: expected an array", reader.where("switches"));
+    for (size_t i = 0; i < switches->size(); ++i) {
+      TRY_ASSIGN(std::string name,
+                 convert<std::string>((*switches)[i], fmt::format("{}[{}]", reader.where("switches"), i)));
+      pcie.switches.push_back(std::move(name));
+    }
+  }
+  TRY_ASSIGN(pcie.board, reader.optional_nullable<std::string>("board", std::nullopt));
+  return pcie;
+}
+
+Result<FixtureProcess> parse_process(ObjectReader& reader) {
+  FixtureProcess process;
+  TRY_ASSIGN(process.pid, reader.required<uint32_t>("pid"));
+  TRY_ASSIGN(process.used_memory_mib, reader.required_nullable<uint64_t>("used_memory_mib"));
+  TRY_ASSIGN(std::string kind, reader.required<std::string>("kind"));
+  TRY_ASSIGN(process.kind, parse_enum(kind, {ProcessKind::Compute, ProcessKind::Graphics,
+                                             ProcessKind::ComputeAndGraphics},
+                                      reader.where("kind")));
+  return process;
+}
+
+Result<NvLinkPeer> parse_nvlink(ObjectReader& reader) {
+  NvLinkPeer link;
+  TRY_ASSIGN(link.peer, reader.required<unsigned>("peer"));
+  TRY_ASSIGN(link.links, reader.required<unsigned>("links"));
+  if (link.links == 0) return fail("{}: must be at least 1", reader.where("links"));
+  return link;
+}
+
+Result<FixtureGpu> parse_gpu(ObjectReader& reader, unsigned index, const std::map<int, std::string>& numa_cpus) {
+  FixtureGpu gpu;
+  TRY_ASSIGN(gpu.uuid, reader.required<std::string>("uuid"));
+  TRY_ASSIGN(gpu.pci_bus_id, reader.required<std::string>("pci_bus_id"));
+  TRY_ASSIGN(gpu.name, reader.required<std::string>("name"));
+  TRY_ASSIGN(auto fault, reader.optional_nullable<std::string>("fault", std::nullopt));
+  if (fault) {
+    TRY_ASSIGN(gpu.fault, one_of(*fault, {"lost"}, reader.where("fault")));
+  }
+
+  TRY_ASSIGN(gpu.minor_number, reader.optional_nullable<unsigned>("minor_number", index));
+  TRY_ASSIGN(gpu.memory_total_mib, reader.required_nullable<uint64_t>("memory_total_mib"));
+  TRY_ASSIGN(gpu.memory_reserved_mib, reader.optional<uint64_t>("memory_reserved_mib", 0));
+  TRY_ASSIGN(gpu.memory_used_mib, reader.optional<uint64_t>("memory_used_mib", 0));
+  if (gpu.memory_total_mib && gpu.memory_reserved_mib + gpu.memory_used_mib > *gpu.memory_total_mib) {
+    return fail("{}: {} MiB used plus {} MiB reserved exceed memory_total_mib ({} MiB)",
+                reader.where("memory_used_mib"), gpu.memory_used_mib, gpu.memory_reserved_mib,
+                *gpu.memory_total_mib);
+  }
+  TRY_ASSIGN(gpu.utilization_gpu, reader.optional_nullable<unsigned>("utilization_gpu", 0u));
+  TRY_ASSIGN(gpu.utilization_memory, reader.optional_nullable<unsigned>("utilization_memory", 0u));
+  if (gpu.utilization_gpu.has_value() != gpu.utilization_memory.has_value()) {
+    return fail("{}: must be null exactly when utilization_gpu is null (NVML reports both at once)",
+                reader.where("utilization_memory"));
+  }
+  for (auto [key, value] : {std::pair{"utilization_gpu", gpu.utilization_gpu},
+                             std::pair{"utilization_memory", gpu.utilization_memory}}) {
+    if (value && *value > 100) return fail("{}: {} is not a percentage", reader.where(key), *value);
+  }
+  TRY_ASSIGN(gpu.temperature_c, reader.required_nullable<unsigned>("temperature_c"));
+  TRY_ASSIGN(gpu.power_w, reader.required_nullable<double>("power_w"));
+  TRY_ASSIGN(gpu.power_limit_w, reader.required_nullable<double>("power_limit_w"));
+  TRY_ASSIGN(gpu.persistence_mode, reader.required_nullable<bool>("persistence_mode"));
+  TRY_ASSIGN(auto compute_mode, reader.required_nullable<std::string>("compute_mode"));
+  if (compute_mode) {
+    TRY_ASSIGN(gpu.compute_mode,
+               parse_enum(*compute_mode, {ComputeMode::Default, ComputeMode::ExclusiveThread,
+                                          ComputeMode::Prohibited, ComputeMode::ExclusiveProcess},
+                          reader.where("compute_mode")));
+  }
+  TRY_ASSIGN(gpu.mig_enabled, reader.required_nullable<bool>("mig_enabled"));
+  TRY_ASSIGN(gpu.ecc_corrected_volatile, reader.optional_nullable<uint64_t>("ecc_corrected_volatile", 0));
+  TRY_ASSIGN(gpu.ecc_uncorrected_volatile, reader.optional_nullable<uint64_t>("ecc_uncorrected_volatile", 0));
+  TRY_ASSIGN(auto capability, reader.required_nullable<std::string>("compute_capability"));
+  if (capability) {
+    TRY_ASSIGN(gpu.compute_capability, parse_compute_capability(*capability, reader.where("compute_capability")));
+  }
+  TRY_ASSIGN(gpu.cuda_cores, reader.required_nullable<unsigned>("cuda_cores"));
+
+  TRY_ASSIGN(const json* pcie_value, reader.find_required("pcie"));
+  TRY_ASSIGN(ObjectReader pcie_reader, ObjectReader::open(*pcie_value, reader.where("pcie")));
+  TRY_ASSIGN(gpu.pcie, parse_pcie(pcie_reader));
+  TRY(pcie_reader.finish());
+
+  // NVML's NUMA node and CPU affinity default to what the PCIe placement implies.
+  TRY_ASSIGN(gpu.numa_node, reader.optional_nullable<int>("numa_node", gpu.pcie.numa_node));
+  auto node_cpus = numa_cpus.find(gpu.pcie.numa_node);
+  if (reader.find("cpu_affinity") == nullptr && node_cpus == numa_cpus.end()) {
+    return fail("{}: missing, and numa_cpus has no entry for NUMA node {}", reader.where("cpu_affinity"),
+                gpu.pcie.numa_node);
+  }
+  TRY_ASSIGN(auto affinity, reader.optional_nullable<std::string>(
+                                "cpu_affinity", node_cpus == numa_cpus.end() ? "" : node_cpus->second));
+  if (affinity) {
+    TRY_ASSIGN(gpu.cpu_affinity, canonical_cpu_list(*affinity, reader.where("cpu_affinity")));
+  }
+
+  TRY_ASSIGN(gpu.nvlinks, parse_array<NvLinkPeer>(reader.find("nvlinks"), reader.where("nvlinks"), parse_nvlink));
+  TRY_ASSIGN(gpu.nvswitch_links, reader.optional<unsigned>("nvswitch_links", 0));
+  TRY_ASSIGN(gpu.processes,
+             parse_array<FixtureProcess>(reader.find("processes"), reader.where("processes"), parse_process));
+  return gpu;
+}
+
+std::string gpu_path(size_t index) { return fmt::format("gpus[{}]", index); }
+
+Result<void> validate_identities(const std::vector<FixtureGpu>& gpus) {
+  for (size_t i = 0; i < gpus.size(); ++i) {
+    const FixtureGpu& gpu = gpus[i];
+    if (!matches_hex_pattern(gpu.uuid, kUuidPattern, false)) {
+      return fail("{}.uuid: '{}' is not of the form {} (lowercase hex)", gpu_path(i), gpu.uuid, kUuidPattern);
+    }
+    if (!matches_hex_pattern(gpu.pci_bus_id, kBusIdPattern, true)) {
+      return fail("{}.pci_bus_id: '{}' is not of the form 00000000:BB:DD.F (uppercase hex)", gpu_path(i),
+                  gpu.pci_bus_id);
+    }
+    for (size_t j = 0; j < i; ++j) {
+      if (gpus[j].uuid == gpu.uuid) return fail("{}.uuid: duplicate of {}", gpu_path(i), gpu_path(j));
+      if (gpus[j].pci_bus_id == gpu.pci_bus_id) {
+        return fail("{}.pci_bus_id: duplicate of {}", gpu_path(i), gpu_path(j));
+      }
+    }
+    // Same-length uppercase hex compares like the numbers it spells.
+    if (i > 0 && gpu.pci_bus_id < gpus[i - 1].pci_bus_id) {
+      return fail("{}.pci_bus_id: {} sorts before {} of {}; NVML numbers GPUs in PCI bus order", gpu_path(i),
+                  gpu.pci_bus_id, gpus[i - 1].pci_bus_id, gpu_path(i - 1));
+    }
+  }
+  return {};
+}
+
+Result<void> validate_nvlinks(const std::vector<FixtureGpu>& gpus) {
+  for (size_t i = 0; i < gpus.size(); ++i) {
+    unsigned total = gpus[i].nvswitch_links;
+    for (size_t k = 0; k < gpus[i].nvlinks.size(); ++k) {
+      const NvLinkPeer& link = gpus[i].nvlinks[k];
+      std::string where = fmt::format("{}.nvlinks[{}]", gpu_path(i), k);
+      if (link.peer >= gpus.size()) return fail("{}.peer: no GPU {}", where, link.peer);
+      if (link.peer == i) return fail("{}.peer: a GPU cannot link to itself", where);
+      for (size_t earlier = 0; earlier < k; ++earlier) {
+        if (gpus[i].nvlinks[earlier].peer == link.peer) return fail("{}.peer: GPU {} listed twice", where, link.peer);
+      }
+      const auto& back = gpus[link.peer].nvlinks;
+      bool symmetric = std::any_of(back.begin(), back.end(), [&](const NvLinkPeer& other) {
+        return other.peer == i && other.links == link.links;
+      });
+      if (!symmetric) {
+        return fail("{}: GPU {} does not list GPU {} with {} links in return", where, link.peer, i, link.links);
+      }
+      total += link.links;
+    }
+    if (total > kMaxNvLinksPerGpu) {
+      return fail("{}: {} NVLinks (peers plus nvswitch_links) exceed the {} a GPU has", gpu_path(i), total,
+                  kMaxNvLinksPerGpu);
+    }
+  }
+  return {};
+}
+
+Result<Fixture> parse_fixture_json(const json& document) {
+  TRY_ASSIGN(ObjectReader reader, ObjectReader::open(document, ""));
+  Fixture fixture;
+  TRY_ASSIGN(fixture.name, reader.required<std::string>("name"));
+  TRY_ASSIGN(fixture.description, reader.optional<std::string>("description", ""));
+  TRY_ASSIGN(std::string library, reader.optional<std::string>("nvml_library", "current"));
+  TRY_ASSIGN(fixture.nvml_library, one_of(library, {"current", "legacy"}, "nvml_library"));
+  TRY_ASSIGN(const json* driver_value, reader.find_required("driver"));
+  TRY_ASSIGN(ObjectReader driver_reader, ObjectReader::open(*driver_value, "driver"));
+  TRY_ASSIGN(fixture.driver, parse_driver(driver_reader));
+  TRY(driver_reader.finish());
+  TRY_ASSIGN(fixture.numa_cpus, parse_numa_cpus(reader.find("numa_cpus")));
+
+  TRY_ASSIGN(const json* gpus, reader.find_required("gpus"));
+  if (!gpus->is_array()) return fail("gpus: expected an array");
+  if (gpus->empty()) return fail("gpus: a machine needs at least one GPU");
+  for (size_t i = 0; i < gpus->size(); ++i) {
+    TRY_ASSIGN(ObjectReader gpu_reader, ObjectReader::open((*gpus)[i], gpu_path(i)));
+    TRY_ASSIGN(FixtureGpu gpu, parse_gpu(gpu_reader, static_cast<unsigned>(i), fixture.numa_cpus));
+    TRY(gpu_reader.finish());
+    fixture.gpus.push_back(std::move(gpu));
+  }
+  TRY(reader.finish());
+  TRY(validate_identities(fixture.gpus));
+  TRY(validate_nvlinks(fixture.gpus));
+  return fixture;
+}
+
+// Every error line names the fixture it came from.
+Result<Fixture> labelled(Result<Fixture> result, std::string_view label) {
+  if (!result) return fail("fixture {}: {}", label, result.error().message);
+  return result;
+}
+
+// `what` prefixes the error: "" for the fixture itself, "overlay: " for an overlay.
+Result<json> parse_json(std::string_view text, std::string_view what) {
+  json document = json::parse(text, nullptr, false);
+  if (document.is_discarded()) return fail("{}not valid JSON", what);
+  return document;
+}
+
+Result<void> merge_overlay(json& fixture, const json& overlay) {
+  TRY_ASSIGN(ObjectReader reader, ObjectReader::open(overlay, "overlay"));
+  const json* gpus = reader.find("gpus");
+  TRY(reader.finish());
+  if (gpus == nullptr) return {};
+  if (!gpus->is_object()) return fail("overlay.gpus: expected an object");
+  if (!fixture.contains("gpus") || !fixture["gpus"].is_array()) return fail("gpus: expected an array");
+  json& targets = fixture["gpus"];
+  for (const auto& [key, values] : gpus->items()) {
+    std::string where = fmt::format("overlay.gpus.{}", key);
+    size_t index = 0;
+    bool numeric = !key.empty() && key.size() < 6 &&
+                   std::all_of(key.begin(), key.end(), [](char c) { return c >= '0' && c <= '9'; });
+    if (numeric) index = std::stoul(key);
+    if (!numeric || index >= targets.size()) return fail("{}: no such GPU", where);
+    if (!values.is_object()) return fail("{}: expected an object", where);
+    if (!targets[index].is_object()) return fail("{}: expected an object", gpu_path(index));
+    for (const auto& [field, value] : values.items()) targets[index][field] = value;
+  }
+  return {};
+}
+
+}  // namespace
+
+Result<Fixture> parse_fixture(std::string_view json_text, std::string_view label) {
+  auto document = parse_json(json_text, "");
+  if (!document) return labelled(document.error(), label);
+  return labelled(parse_fixture_json(*document), label);
+}
+
+Result<Fixture> parse_fixture_with_overlay(std::string_view json_text, std::string_view overlay_text,
+                                           std::string_view label) {
+  auto document = parse_json(json_text, "");
+  if (!document) return labelled(document.error(), label);
+  auto overlay = parse_json(overlay_text, "overlay: ");
+  if (!overlay) return labelled(overlay.error(), label);
+  if (auto merged = merge_overlay(*document, *overlay); !merged) return labelled(merged.error(), label);
+  return labelled(parse_fixture_json(*document), label);
+}
+
+Result<std::string> read_text_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return fail("cannot read {}", path);
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (in.bad()) return fail("cannot read {}", path);
+  return text.str();
+}
+
+Result<Fixture> load_fixture(const std::string& path) {
+  TRY_ASSIGN(std::string text, read_text_file(path));
+  return parse_fixture(text, path);
+}
+
+namespace {
+
+bool is_path(const std::string& name_or_path) {
+  return name_or_path.find('/') != std::string::npos || name_or_path.ends_with(".json");
+}
+
+std::string absolute_path(const std::filesystem::path& path) {
+  std::error_code error;
+  auto absolute = std::filesystem::absolute(path, error);
+  return (error ? path : absolute).lexically_normal().string();
+}
+
+}  // namespace
+
+Result<std::string> locate_fixture(const std::string& name_or_path, const std::vector<std::string>& dirs) {
+  std::error_code error;
+  if (is_path(name_or_path)) {
+    if (!std::filesystem::is_regular_file(name_or_path, error)) {
+      return fail("simulated machine file {} does not exist", name_or_path);
+    }
+    return absolute_path(name_or_path);
+  }
+  for (const auto& dir : dirs) {
+    std::filesystem::path candidate = std::filesystem::path(dir) / (name_or_path + ".json");
+    if (std::filesystem::is_regular_file(candidate, error)) return absolute_path(candidate);
+  }
+  std::vector<std::string> known = fixture_names(dirs);
+  if (known.empty()) return fail("unknown simulated machine '{}' (no fixtures in {})", name_or_path, join(dirs));
+  return fail("unknown simulated machine '{}' (known: {})", name_or_path, join(known));
+}
+
+std::vector<std::string> fixture_names(const std::vector<std::string>& dirs) {
+  std::set<std::string> names;
+  for (const auto& dir : dirs) {
+    std::error_code error;
+    for (std::filesystem::directory_iterator it(dir, error), end; !error && it != end; it.increment(error)) {
+      const auto& path = it->path();
+      if (path.extension() == ".json" && it->is_regular_file(error)) names.insert(path.stem().string());
+    }
+  }
+  return {names.begin(), names.end()};
+}
+
+PcieLevel pcie_level(const PcieLocation& a, const PcieLocation& b) {
+  if (a.numa_node != b.numa_node) return PcieLevel::System;
+  if (a.host_bridge != b.host_bridge) return PcieLevel::NumaNode;
+  if (a.board && b.board && !a.board->empty() && a.board == b.board) return PcieLevel::Board;
+  auto [a_end, b_end] = std::mismatch(a.switches.begin(), a.switches.end(), b.switches.begin(), b.switches.end());
+  auto common = static_cast<size_t>(a_end - a.switches.begin());
+  if (common == 0) return PcieLevel::HostBridge;
+  if (a.switches.size() == common && b.switches.size() == common) return PcieLevel::SingleSwitch;
+  return PcieLevel::MultipleSwitches;
+}
+
+Link fixture_link(const Fixture& fixture, size_t i, size_t j) {
+  const FixtureGpu& a = fixture.gpus[i];
+  const FixtureGpu& b = fixture.gpus[j];
+  Link link;
+  // A lost GPU answers no topology or NVLink call, so nothing is known about its links.
+  if (a.fault || b.fault) return link;
+  for (const NvLinkPeer& peer : a.nvlinks) {
+    if (peer.peer == j) link.nvlinks = peer.links;
+  }
+  if (a.nvswitch_links > 0 && b.nvswitch_links > 0) {
+    link.nvlinks += std::min(a.nvswitch_links, b.nvswitch_links);
+    link.via_nvswitch = true;
+  }
+  link.pcie = pcie_level(a.pcie, b.pcie);
+  return link;
+}
+
+namespace {
+
+// `legacy`: what a library of the legacy generation can tell (it lacks the newer calls).
+Gpu gpu_from_fixture(const FixtureGpu& source, unsigned index, bool legacy) {
+  Gpu gpu;
+  gpu.index = index;
+  gpu.uuid = source.uuid;
+  gpu.pci_bus_id = source.pci_bus_id;
+  gpu.name = source.name;
+  gpu.minor_number = source.minor_number;
+  if (source.fault) {
+    gpu.fault = kLostGpuFault;
+    return gpu;
+  }
+  if (source.memory_total_mib) {
+    gpu.memory_total_mib = source.memory_total_mib;
+    // Without the v2 memory call the driver's reserved memory counts as used.
+    gpu.memory_used_mib = source.memory_used_mib + (legacy ? source.memory_reserved_mib : 0);
+    gpu.memory_free_mib = *source.memory_total_mib - source.memory_reserved_mib - source.memory_used_mib;
+  }
+  gpu.utilization_gpu = source.utilization_gpu;
+  gpu.utilization_memory = source.utilization_memory;
+  gpu.temperature_c = source.temperature_c;
+  gpu.power_w = source.power_w;
+  gpu.power_limit_w = source.power_limit_w;
+  gpu.persistence_mode = source.persistence_mode;
+  gpu.compute_mode = source.compute_mode;
+  if (!legacy) gpu.mig_enabled = source.mig_enabled;
+  gpu.ecc_corrected_volatile = source.ecc_corrected_volatile;
+  gpu.ecc_uncorrected_volatile = source.ecc_uncorrected_volatile;
+  if (!legacy) gpu.numa_node = source.numa_node;
+  gpu.cpu_affinity = source.cpu_affinity;
+  if (source.compute_capability) {
+    gpu.compute_capability_major = source.compute_capability->major;
+    gpu.compute_capability_minor = source.compute_capability->minor;
+  }
+  if (!legacy && source.cuda_cores && source.compute_capability) {
+    unsigned per_multiprocessor =
+        cores_per_multiprocessor(source.compute_capability->major, source.compute_capability->minor);
+    if (per_multiprocessor > 0) gpu.multiprocessors = *source.cuda_cores / per_multiprocessor;
+  }
+  for (const FixtureProcess& process : source.processes) {
+    gpu.processes.push_back(GpuProcess{process.pid, process.kind, process.used_memory_mib, {}, {}});
+  }
+  std::sort(gpu.processes.begin(), gpu.processes.end(),
+            [](const GpuProcess& a, const GpuProcess& b) { return a.pid < b.pid; });
+  return gpu;
+}
+
+}  // namespace
+
+Machine machine_from_fixture(const Fixture& fixture) {
+  Machine machine;
+  machine.driver = fixture.driver;
+  const size_t n = fixture.gpus.size();
+  for (size_t i = 0; i < n; ++i) machine.gpus.push_back(gpu_from_fixture(fixture.gpus[i], static_cast<unsigned>(i), fixture.nvml_library == "legacy"));
+  machine.links.assign(n, std::vector<Link>(n));
+  for (size_t i = 0; i < n; ++i) {
+    for (size_t j = 0; j < n; ++j) {
+      if (i != j) machine.links[i][j] = fixture_link(fixture, i, j);
+    }
+  }
+  return machine;
+}
+
+}  // namespace gpupool::sim
