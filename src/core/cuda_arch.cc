@@ -8,7 +8,7 @@ unsigned cores_per_multiprocessor(int major, int minor) {
     case 5: return 128;                    // Maxwell
     case 6: return minor == 0 ? 64 : 128;  // Pascal: GP100 has half-size SMs
     case 7: return 64;                     // Volta, Turing
-    case 8: return minor == 0 ? 64 : 128;  // Ampere GA100 vs GA10x, Ada (8.9)
+    case 8: return minor == 0 ? 64 : 128;  // Ampere GA100 vs GA10x, and Ada (8.9)
     case 9: return 128;                    // Hopper
     case 10:
     case 11:

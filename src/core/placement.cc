@@ -56,59 +56,52 @@ void add_pairs(SetScore& score, PairScore pair, uint64_t pairs = 1) {
 }
 
 // The pair scores among the free GPUs, addressed by position in the ascending
-// free list, so position order is index order. Each distinct score also gets a
-// rank, for counting pairs per score without a table as big as the largest score.
+// free list, so position order is index order.
 class FreeTopology {
  public:
   FreeTopology(const std::vector<std::vector<Link>>& links, std::vector<unsigned> free)
-      : free_(std::move(free)), ranks_(free_.size() * free_.size()) {
-    const size_t n = free_.size();
-    std::vector<PairScore> scores(n * n);
-    for (size_t a = 0; a < n; ++a) {
-      for (size_t b = a + 1; b < n; ++b) {
-        PairScore score = pair_score(links[free_[a]][free_[b]]);
-        scores[a * n + b] = scores[b * n + a] = score;
-        distinct_.push_back(score);
-      }
-    }
-    std::sort(distinct_.begin(), distinct_.end());
-    distinct_.erase(std::unique(distinct_.begin(), distinct_.end()), distinct_.end());
-    pairs_by_rank_.assign(distinct_.size(), 0);
-    for (size_t a = 0; a < n; ++a) {
-      for (size_t b = 0; b < n; ++b) {
-        if (a == b) continue;
-        auto rank = std::lower_bound(distinct_.begin(), distinct_.end(), scores[a * n + b]);
-        ranks_[a * n + b] = static_cast<size_t>(rank - distinct_.begin());
-        if (a < b) ++pairs_by_rank_[ranks_[a * n + b]];
+      : free_(std::move(free)),
+        scores_(free_.size() * free_.size(), kNoPairs),
+        rows_(free_.size()) {
+    for (size_t a = 0; a < size(); ++a) {
+      for (size_t b = a + 1; b < size(); ++b) {
+        PairScore pair = pair_score(links[free_[a]][free_[b]]);
+        scores_[a * size() + b] = scores_[b * size() + a] = pair;
+        add_pairs(all_, pair);
+        add_pairs(rows_[a], pair);
+        add_pairs(rows_[b], pair);
       }
     }
   }
 
   size_t size() const { return free_.size(); }
   unsigned gpu(size_t position) const { return free_[position]; }
-  PairScore at(size_t a, size_t b) const { return distinct_[ranks_[a * size() + b]]; }
+  PairScore at(size_t a, size_t b) const { return scores_[a * size() + b]; }
 
-  // The score of the free GPUs outside `members`: all free pairs, less those
-  // inside the set and those crossing out of it.
-  SetScore remaining_score(const std::vector<size_t>& members) const {
-    std::vector<bool> chosen(size(), false);
-    for (size_t member : members) chosen[member] = true;
-    std::vector<size_t> pairs = pairs_by_rank_;
-    for (size_t a : members) {
-      for (size_t b = 0; b < size(); ++b) {
-        if (b != a && (!chosen[b] || b > a)) --pairs[ranks_[a * size() + b]];
+  // The score of the free GPUs outside `members`, whose own score is `chosen`.
+  SetScore remaining_score(const std::vector<size_t>& members, const SetScore& chosen) const {
+    // The rows of the members hold each inside pair twice and each crossing pair once.
+    SetScore rest{kNoPairs, all_.total + chosen.total, all_.nvlinks + chosen.nvlinks};
+    std::vector<bool> in_set(size(), false);
+    for (size_t member : members) {
+      in_set[member] = true;
+      rest.total -= rows_[member].total;
+      rest.nvlinks -= rows_[member].nvlinks;
+    }
+    // Usually a pair as bad as the worst of all free pairs turns up early.
+    for (size_t a = 0; a < size() && rest.worst != all_.worst; ++a) {
+      for (size_t b = a + 1; b < size() && !in_set[a] && rest.worst != all_.worst; ++b) {
+        if (!in_set[b]) rest.worst = std::min(rest.worst, at(a, b));
       }
     }
-    SetScore score;
-    for (size_t rank = 0; rank < pairs.size(); ++rank) add_pairs(score, distinct_[rank], pairs[rank]);
-    return score;
+    return rest;
   }
 
  private:
   std::vector<unsigned> free_;
-  std::vector<PairScore> distinct_;    // ascending
-  std::vector<size_t> ranks_;          // n x n, into distinct_
-  std::vector<size_t> pairs_by_rank_;  // free pairs per distinct score
+  std::vector<PairScore> scores_;  // size() x size()
+  SetScore all_;                   // of all free GPUs
+  std::vector<SetScore> rows_;     // of each GPU's pairs (only total and nvlinks are used)
 };
 
 // The best `keep` candidates seen so far, best first.
@@ -120,7 +113,7 @@ class Ranking {
   const SetScore* bar() const { return ranked_.size() < keep_ ? nullptr : &ranked_.back().score; }
 
   void offer(const std::vector<size_t>& members, const SetScore& score) {
-    // The tie-break costs a pass over the free pairs: skip it for a set already out.
+    // The tie-break costs more than the score: skip it for a set already out.
     if (const SetScore* least = bar(); least && score < *least) return;
     Placement candidate;
     for (size_t member : members) candidate.gpus.push_back(topology_.gpu(member));
@@ -130,7 +123,7 @@ class Ranking {
       return;  // the heuristic reaches one set from several seeds
     }
     candidate.score = score;
-    candidate.remaining = topology_.remaining_score(members);
+    candidate.remaining = topology_.remaining_score(members, score);
     auto position = std::find_if(ranked_.begin(), ranked_.end(),
                                  [&](const Placement& p) { return better(candidate, p); });
     if (position == ranked_.end() && ranked_.size() == keep_) return;
@@ -160,9 +153,8 @@ GpuGroups interchangeable_groups(const FreeTopology& topology) {
     auto same_links = [&](const std::vector<size_t>& group) {
       size_t other = group.front();
       for (size_t third = 0; third < topology.size(); ++third) {
-        if (third != gpu && third != other && topology.at(gpu, third) != topology.at(other, third)) {
-          return false;
-        }
+        if (third == gpu || third == other) continue;
+        if (topology.at(gpu, third) != topology.at(other, third)) return false;
       }
       return true;
     };
@@ -214,7 +206,9 @@ void search_exhaustively(const FreeTopology& topology, const GpuGroups& groups, 
                          Ranking& ranking) {
   const std::vector<std::vector<size_t>>& group = groups.groups;
   std::vector<size_t> available_from(group.size() + 1, 0);  // GPUs in groups [g, end)
-  for (size_t g = group.size(); g-- > 0;) available_from[g] = available_from[g + 1] + group[g].size();
+  for (size_t g = group.size(); g-- > 0;) {
+    available_from[g] = available_from[g + 1] + group[g].size();
+  }
   std::vector<size_t> taken(group.size(), 0);
   std::vector<size_t> members;
   members.reserve(count);
@@ -243,14 +237,16 @@ void search_exhaustively(const FreeTopology& topology, const GpuGroups& groups, 
   extend(0, SetScore{});
 }
 
-// From every free GPU as a seed, grow a set by adding the GPU that keeps the
-// worst link highest, then the pair-score sum (lowest position on ties).
-// O(free^2 * count); optimal when the links form a hierarchy (NVSwitch islands,
-// PCIe trees), not for arbitrary NVLink meshes.
+// From one GPU of each group as a seed (interchangeable seeds grow sets just as
+// good), grow a set by adding the GPU that keeps the worst link highest, then the
+// pair-score sum (lowest position on ties). O(groups * free * count); optimal
+// when the links form a hierarchy (NVSwitch islands, PCIe trees), not for
+// arbitrary NVLink meshes.
 void search_greedily(const FreeTopology& topology, const GpuGroups& groups, size_t count,
                      Ranking& ranking) {
   const size_t n = topology.size();
-  for (size_t seed = 0; seed < n; ++seed) {
+  for (const std::vector<size_t>& group : groups.groups) {
+    size_t seed = group.front();
     std::vector<size_t> members{seed};
     std::vector<bool> chosen(n, false);
     chosen[seed] = true;
@@ -288,7 +284,9 @@ Result<void> check_request(const std::vector<std::vector<Link>>& links,
   }
   std::vector<bool> seen(links.size(), false);
   for (unsigned gpu : free) {
-    if (gpu >= links.size()) return fail("GPU {} is not on this machine ({} GPUs)", gpu, links.size());
+    if (gpu >= links.size()) {
+      return fail("GPU {} is not on this machine ({} GPUs)", gpu, links.size());
+    }
     if (seen[gpu]) return fail("GPU {} is listed as free twice", gpu);
     seen[gpu] = true;
   }

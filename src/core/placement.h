@@ -28,7 +28,7 @@ inline constexpr PairScore kBestPcieScore = 6;
 inline constexpr PairScore kNoPairs = std::numeric_limits<PairScore>::max();
 
 PairScore pair_score(const Link& link);
-// "NV12", "board", "PIX", "PXB", "PHB", "NODE", "SYS", "unknown".
+// "NV12", "board", "PIX", "PXB", "PHB", "NODE", "SYS", "unknown"; "none" for kNoPairs.
 std::string pair_score_label(PairScore score);
 
 // Compared field by field: the bottleneck first, then the total.
@@ -53,7 +53,10 @@ struct Placement {
 // True when `a` is strictly preferable to `b` (same count, same free set).
 bool better(const Placement& a, const Placement& b);
 
-// Above this many candidate sets, C(free, count), the search is heuristic.
+// Free GPUs with the same link to every other free GPU are interchangeable
+// (an NVSwitch island, two GPUs behind one PCIe switch): swapping them changes
+// nothing, so the search only decides how many to take from each such group.
+// Above this many such choices the search is heuristic (see docs/placement.md).
 inline constexpr uint64_t kExactSearchLimit = 20000;
 
 // `links` is the machine's link matrix (Machine::links; read above the diagonal).
@@ -61,8 +64,8 @@ inline constexpr uint64_t kExactSearchLimit = 20000;
 Result<Placement> place(const std::vector<std::vector<Link>>& links,
                         const std::vector<unsigned>& free, unsigned count);
 
-// The best set and the one that would come next under the same objective, for
-// explanations; no runner-up when the free set leaves only one choice.
+// The best set and, for explanations, the best one that differs from it by more
+// than a swap of interchangeable GPUs; no runner-up when there is no such set.
 struct PlacementChoice {
   Placement best;
   std::optional<Placement> runner_up;

@@ -39,8 +39,8 @@ class NvmlBackend final : public GpuBackend {
       : lib_(std::move(lib)), host_(std::move(host)), simulated_(std::move(simulated)) {}
 
   std::string description() const override {
-    if (!simulated_.empty()) return fmt::format("simulated machine {} (NVML from {})", simulated_, lib_->path());
-    return fmt::format("NVML from {}", lib_->path());
+    if (!simulated_.empty()) return fmt::format("simulated: {}", simulated_);
+    return fmt::format("NVML: {}", lib_->path());
   }
 
   Result<Machine> discover() override {

@@ -39,10 +39,10 @@ namespace gpupool::sim {
 namespace {
 
 constexpr unsigned long long kMiB = 1024ULL * 1024ULL;
-constexpr unsigned kNoInstance = 0xFFFFFFFFu;       // process records outside MIG instances
-constexpr unsigned kSimulatedNvSwitches = 6;        // NVSwitch chips the made-up fabric spreads links over
-constexpr nvmlEccCounterType_t kAggregateEcc = 1;   // NVML_AGGREGATE_ECC
-constexpr nvmlAffinityScope_t kSocketScope = 1;     // NVML_AFFINITY_SCOPE_SOCKET
+constexpr unsigned kNoInstance = 0xFFFFFFFFu;  // process records outside MIG instances
+constexpr unsigned kSimulatedNvSwitches =
+    6;  // NVSwitch chips the made-up fabric spreads links over
+constexpr nvmlEccCounterType_t kAggregateEcc = 1;  // NVML_AGGREGATE_ECC
 
 // Identity calls still answer for a GPU that fell off the bus; everything else fails.
 enum class Needs { Identity, Health };
@@ -59,7 +59,8 @@ using FileStamp = std::tuple<dev_t, ino_t, off_t, long long, long long>;
 std::optional<FileStamp> stamp_of(const std::string& path) {
   struct stat info {};
   if (stat(path.c_str(), &info) != 0) return std::nullopt;
-  return FileStamp{info.st_dev, info.st_ino, info.st_size, info.st_mtim.tv_sec, info.st_mtim.tv_nsec};
+  return FileStamp{info.st_dev, info.st_ino, info.st_size, info.st_mtim.tv_sec,
+                   info.st_mtim.tv_nsec};
 }
 
 // share/gpupool/fixtures of the tree this library sits in (lib/gpupool/sim/<generation>/).
@@ -83,7 +84,8 @@ class Simulator {
     std::lock_guard lock(mutex_);
     if (init_count_ == 0) {
       if (auto loaded = load(); !loaded) {
-        // NVML itself cannot say more than DRIVER_NOT_LOADED; leave the reason where a person looks.
+        // NVML itself cannot say more than DRIVER_NOT_LOADED; leave the reason where a person
+        // looks.
         std::fprintf(stderr, "gpupool simulated NVML: %s\n", loaded.error().message.c_str());
         return NVML_ERROR_DRIVER_NOT_LOADED;
       }
@@ -152,7 +154,8 @@ class Simulator {
     overlay_path_ = overlay != nullptr ? overlay : "";
     overlay_stamp_.reset();
     // Handles never move, so one handed out before a shutdown stays a valid pointer.
-    while (handles_.size() < base_.gpus.size()) handles_.push_back({static_cast<unsigned>(handles_.size())});
+    while (handles_.size() < base_.gpus.size())
+      handles_.push_back({static_cast<unsigned>(handles_.size())});
     refresh_overlay();
     return {};
   }
@@ -164,7 +167,8 @@ class Simulator {
     return std::nullopt;
   }
 
-  // Re-reads the overlay whenever its file changes; a file that does not parse keeps the last good state.
+  // Re-reads the overlay whenever its file changes; a file that does not parse keeps the last good
+  // state.
   void refresh_overlay() {
     if (overlay_path_.empty()) return;
     std::optional<FileStamp> stamp = stamp_of(overlay_path_);
@@ -204,7 +208,8 @@ nvmlReturn_t copy_string(std::string_view value, char* buffer, unsigned length) 
   return NVML_SUCCESS;
 }
 
-nvmlReturn_t copy_optional_string(const std::optional<std::string>& value, char* buffer, unsigned length) {
+nvmlReturn_t copy_optional_string(const std::optional<std::string>& value, char* buffer,
+                                  unsigned length) {
   if (buffer == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
   if (!value) return NVML_ERROR_NOT_SUPPORTED;
   return copy_string(*value, buffer, length);
@@ -238,8 +243,9 @@ nvmlPciInfo_t pci_info(const std::string& bus_id) {
   info.device = hex_field(std::string_view(bus_id).substr(12, 2));
   info.pciDeviceId = 0x10DE;  // NVIDIA's vendor id; fixtures do not model device ids
   copy_string(bus_id, info.busId, sizeof info.busId);
-  copy_string(fmt::format("{:04X}:{:02X}:{:02X}.{}", info.domain, info.bus, info.device, bus_id.back()),
-              info.busIdLegacy, sizeof info.busIdLegacy);
+  copy_string(
+      fmt::format("{:04X}:{:02X}:{:02X}.{}", info.domain, info.bus, info.device, bus_id.back()),
+      info.busIdLegacy, sizeof info.busIdLegacy);
   return info;
 }
 
@@ -273,7 +279,8 @@ struct LinkEnd {
 // The GPU's links in fixture order: peer entries, then NVSwitch links.
 std::vector<LinkEnd> link_ends(const FixtureGpu& gpu) {
   std::vector<LinkEnd> ends;
-  for (const NvLinkPeer& peer : gpu.nvlinks) ends.insert(ends.end(), peer.links, LinkEnd{peer.peer, 0});
+  for (const NvLinkPeer& peer : gpu.nvlinks)
+    ends.insert(ends.end(), peer.links, LinkEnd{peer.peer, 0});
   for (unsigned k = 0; k < gpu.nvswitch_links; ++k) ends.push_back(LinkEnd{std::nullopt, k});
   return ends;
 }
@@ -327,12 +334,14 @@ nvmlReturn_t memory_info(nvmlDevice_t device, nvmlMemory_t* memory) {
 
 // Lists the processes of one kind; compute+graphics processes appear in both lists.
 template <typename Record>
-nvmlReturn_t running_processes(nvmlDevice_t device, unsigned* count, Record* infos, ProcessKind kind) {
+nvmlReturn_t running_processes(nvmlDevice_t device, unsigned* count, Record* infos,
+                               ProcessKind kind) {
   return simulator().device(device, Needs::Health, [&](const Query& query) {
     if (count == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
     std::vector<const FixtureProcess*> listed;
     for (const FixtureProcess& process : query.gpu.processes) {
-      if (process.kind == kind || process.kind == ProcessKind::ComputeAndGraphics) listed.push_back(&process);
+      if (process.kind == kind || process.kind == ProcessKind::ComputeAndGraphics)
+        listed.push_back(&process);
     }
     if (*count < listed.size()) {
       *count = static_cast<unsigned>(listed.size());
@@ -342,8 +351,8 @@ nvmlReturn_t running_processes(nvmlDevice_t device, unsigned* count, Record* inf
     for (size_t i = 0; i < listed.size(); ++i) {
       Record record{};
       record.pid = listed[i]->pid;
-      record.usedGpuMemory =
-          listed[i]->used_memory_mib ? *listed[i]->used_memory_mib * kMiB : NVML_VALUE_NOT_AVAILABLE_ULL;
+      record.usedGpuMemory = listed[i]->used_memory_mib ? *listed[i]->used_memory_mib * kMiB
+                                                        : NVML_VALUE_NOT_AVAILABLE_ULL;
       if constexpr (std::is_same_v<Record, nvmlProcessInfo_v2_t>) {
         record.gpuInstanceId = kNoInstance;
         record.computeInstanceId = kNoInstance;
@@ -355,7 +364,8 @@ nvmlReturn_t running_processes(nvmlDevice_t device, unsigned* count, Record* inf
   });
 }
 
-// Sets bit n of a mask of unsigned long words for each n listed; numbers beyond the mask are dropped.
+// Sets bit n of a mask of unsigned long words for each n listed; numbers beyond the mask are
+// dropped.
 nvmlReturn_t fill_mask(const std::vector<unsigned>& bits, unsigned words, unsigned long* mask) {
   if (mask == nullptr || words == 0) return NVML_ERROR_INVALID_ARGUMENT;
   constexpr unsigned kBitsPerWord = sizeof(unsigned long) * CHAR_BIT;
@@ -367,23 +377,36 @@ nvmlReturn_t fill_mask(const std::vector<unsigned>& bits, unsigned words, unsign
 }
 
 nvmlReturn_t cuda_driver_version(int* version) {
-  return simulator().system([&](const Fixture& machine) { return report(machine.driver.cuda_driver_version, version); });
+  return simulator().system(
+      [&](const Fixture& machine) { return report(machine.driver.cuda_driver_version, version); });
 }
 
 const char* error_string(nvmlReturn_t result) {
   switch (result) {
-    case NVML_SUCCESS: return "Success";
-    case NVML_ERROR_UNINITIALIZED: return "Uninitialized";
-    case NVML_ERROR_INVALID_ARGUMENT: return "Invalid Argument";
-    case NVML_ERROR_NOT_SUPPORTED: return "Not Supported";
-    case NVML_ERROR_NO_PERMISSION: return "Insufficient Permissions";
-    case NVML_ERROR_NOT_FOUND: return "Not Found";
-    case NVML_ERROR_INSUFFICIENT_SIZE: return "Insufficient Size";
-    case NVML_ERROR_DRIVER_NOT_LOADED: return "Driver Not Loaded";
-    case NVML_ERROR_FUNCTION_NOT_FOUND: return "Function Not Found";
-    case NVML_ERROR_GPU_IS_LOST: return "GPU is lost";
-    case NVML_ERROR_ARGUMENT_VERSION_MISMATCH: return "Argument version mismatch";
-    default: return "Unknown Error";
+    case NVML_SUCCESS:
+      return "Success";
+    case NVML_ERROR_UNINITIALIZED:
+      return "Uninitialized";
+    case NVML_ERROR_INVALID_ARGUMENT:
+      return "Invalid Argument";
+    case NVML_ERROR_NOT_SUPPORTED:
+      return "Not Supported";
+    case NVML_ERROR_NO_PERMISSION:
+      return "Insufficient Permissions";
+    case NVML_ERROR_NOT_FOUND:
+      return "Not Found";
+    case NVML_ERROR_INSUFFICIENT_SIZE:
+      return "Insufficient Size";
+    case NVML_ERROR_DRIVER_NOT_LOADED:
+      return "Driver Not Loaded";
+    case NVML_ERROR_FUNCTION_NOT_FOUND:
+      return "Function Not Found";
+    case NVML_ERROR_GPU_IS_LOST:
+      return "GPU is lost";
+    case NVML_ERROR_ARGUMENT_VERSION_MISMATCH:
+      return "Argument version mismatch";
+    default:
+      return "Unknown Error";
   }
 }
 
@@ -404,7 +427,9 @@ using gpupool::sim::simulator;
 
 GPUPOOL_NVML_EXPORT nvmlReturn_t nvmlInit() { return simulator().init(); }
 GPUPOOL_NVML_EXPORT nvmlReturn_t nvmlShutdown() { return simulator().shutdown(); }
-GPUPOOL_NVML_EXPORT const char* nvmlErrorString(nvmlReturn_t result) { return gpupool::sim::error_string(result); }
+GPUPOOL_NVML_EXPORT const char* nvmlErrorString(nvmlReturn_t result) {
+  return gpupool::sim::error_string(result);
+}
 
 GPUPOOL_NVML_EXPORT nvmlReturn_t nvmlSystemGetDriverVersion(char* version, unsigned int length) {
   return simulator().system([&](const Fixture& machine) {
@@ -422,29 +447,36 @@ GPUPOOL_NVML_EXPORT nvmlReturn_t nvmlSystemGetCudaDriverVersion(int* version) {
   return gpupool::sim::cuda_driver_version(version);
 }
 
-GPUPOOL_NVML_EXPORT nvmlReturn_t nvmlDeviceGetCount(unsigned int* count) { return gpupool::sim::device_count(count); }
+GPUPOOL_NVML_EXPORT nvmlReturn_t nvmlDeviceGetCount(unsigned int* count) {
+  return gpupool::sim::device_count(count);
+}
 
-GPUPOOL_NVML_EXPORT nvmlReturn_t nvmlDeviceGetHandleByIndex(unsigned int index, nvmlDevice_t* device) {
+GPUPOOL_NVML_EXPORT nvmlReturn_t nvmlDeviceGetHandleByIndex(unsigned int index,
+                                                            nvmlDevice_t* device) {
   return simulator().handle_by_index(index, device);
 }
 
 // ---- Identity: answered even by a lost GPU ----
 
-GPUPOOL_NVML_EXPORT nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t device, char* name, unsigned int length) {
+GPUPOOL_NVML_EXPORT nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t device, char* name,
+                                                   unsigned int length) {
   return simulator().device(device, Needs::Identity, [&](const Query& query) {
     return gpupool::sim::copy_string(query.gpu.name, name, length);
   });
 }
 
-GPUPOOL_NVML_EXPORT nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t device, char* uuid, unsigned int length) {
+GPUPOOL_NVML_EXPORT nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t device, char* uuid,
+                                                   unsigned int length) {
   return simulator().device(device, Needs::Identity, [&](const Query& query) {
     return gpupool::sim::copy_string(query.gpu.uuid, uuid, length);
   });
 }
 
-GPUPOOL_NVML_EXPORT nvmlReturn_t nvmlDeviceGetMinorNumber(nvmlDevice_t device, unsigned int* minor) {
-  return simulator().device(device, Needs::Identity,
-                            [&](const Query& query) { return report(query.gpu.minor_number, minor); });
+GPUPOOL_NVML_EXPORT nvmlReturn_t nvmlDeviceGetMinorNumber(nvmlDevice_t device,
+                                                          unsigned int* minor) {
+  return simulator().device(device, Needs::Identity, [&](const Query& query) {
+    return report(query.gpu.minor_number, minor);
+  });
 }
 
 GPUPOOL_NVML_EXPORT nvmlReturn_t nvmlDeviceGetPciInfo(nvmlDevice_t device, nvmlPciInfo_t* pci) {
@@ -457,21 +489,25 @@ GPUPOOL_NVML_EXPORT nvmlReturn_t nvmlDeviceGetPciInfo_v2(nvmlDevice_t device, nv
 
 // ---- State ----
 
-GPUPOOL_NVML_EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t* memory) {
+GPUPOOL_NVML_EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device,
+                                                         nvmlMemory_t* memory) {
   return gpupool::sim::memory_info(device, memory);
 }
 
-GPUPOOL_NVML_EXPORT nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilization_t* rates) {
+GPUPOOL_NVML_EXPORT nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device,
+                                                               nvmlUtilization_t* rates) {
   return simulator().device(device, Needs::Health, [&](const Query& query) {
     if (rates == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
-    if (!query.gpu.utilization_gpu || !query.gpu.utilization_memory) return NVML_ERROR_NOT_SUPPORTED;
+    if (!query.gpu.utilization_gpu || !query.gpu.utilization_memory)
+      return NVML_ERROR_NOT_SUPPORTED;
     rates->gpu = *query.gpu.utilization_gpu;
     rates->memory = *query.gpu.utilization_memory;
     return NVML_SUCCESS;
   });
 }
 
-GPUPOOL_NVML_EXPORT nvmlReturn_t nvmlDeviceGetTemperature(nvmlDevice_t device, nvmlTemperatureSensors_t sensor,
+GPUPOOL_NVML_EXPORT nvmlReturn_t nvmlDeviceGetTemperature(nvmlDevice_t device,
+                                                          nvmlTemperatureSensors_t sensor,
                                                           unsigned int* celsius) {
   return simulator().device(device, Needs::Health, [&](const Query& query) {
     if (sensor != NVML_TEMPERATURE_GPU) return NVML_ERROR_INVALID_ARGUMENT;
@@ -479,41 +515,52 @@ GPUPOOL_NVML_EXPORT nvmlReturn_t nvmlDeviceGetTemperature(nvmlDevice_t device, n
   });
 }
 
-GPUPOOL_NVML_EXPORT nvmlReturn_t nvmlDeviceGetPowerUsage(nvmlDevice_t device, unsigned int* milliwatt) {
-  return simulator().device(device, Needs::Health,
-                            [&](const Query& query) { return report(gpupool::sim::milliwatts(query.gpu.power_w), milliwatt); });
+GPUPOOL_NVML_EXPORT nvmlReturn_t nvmlDeviceGetPowerUsage(nvmlDevice_t device,
+                                                         unsigned int* milliwatt) {
+  return simulator().device(device, Needs::Health, [&](const Query& query) {
+    return report(gpupool::sim::milliwatts(query.gpu.power_w), milliwatt);
+  });
 }
 
-GPUPOOL_NVML_EXPORT nvmlReturn_t nvmlDeviceGetEnforcedPowerLimit(nvmlDevice_t device, unsigned int* milliwatt) {
+GPUPOOL_NVML_EXPORT nvmlReturn_t nvmlDeviceGetEnforcedPowerLimit(nvmlDevice_t device,
+                                                                 unsigned int* milliwatt) {
   return simulator().device(device, Needs::Health, [&](const Query& query) {
     return report(gpupool::sim::milliwatts(query.gpu.power_limit_w), milliwatt);
   });
 }
 
-GPUPOOL_NVML_EXPORT nvmlReturn_t nvmlDeviceGetPersistenceMode(nvmlDevice_t device, nvmlEnableState_t* mode) {
+GPUPOOL_NVML_EXPORT nvmlReturn_t nvmlDeviceGetPersistenceMode(nvmlDevice_t device,
+                                                              nvmlEnableState_t* mode) {
   return simulator().device(device, Needs::Health, [&](const Query& query) {
     return report(gpupool::sim::enable_state(query.gpu.persistence_mode), mode);
   });
 }
 
-GPUPOOL_NVML_EXPORT nvmlReturn_t nvmlDeviceGetComputeMode(nvmlDevice_t device, nvmlComputeMode_t* mode) {
+GPUPOOL_NVML_EXPORT nvmlReturn_t nvmlDeviceGetComputeMode(nvmlDevice_t device,
+                                                          nvmlComputeMode_t* mode) {
   // ComputeMode's enumerators follow NVML's numbering.
-  return simulator().device(device, Needs::Health,
-                            [&](const Query& query) { return report(query.gpu.compute_mode, mode); });
+  return simulator().device(device, Needs::Health, [&](const Query& query) {
+    return report(query.gpu.compute_mode, mode);
+  });
 }
 
-GPUPOOL_NVML_EXPORT nvmlReturn_t nvmlDeviceGetTotalEccErrors(nvmlDevice_t device, nvmlMemoryErrorType_t error_type,
+GPUPOOL_NVML_EXPORT nvmlReturn_t nvmlDeviceGetTotalEccErrors(nvmlDevice_t device,
+                                                             nvmlMemoryErrorType_t error_type,
                                                              nvmlEccCounterType_t counter_type,
                                                              unsigned long long* count) {
   return simulator().device(device, Needs::Health, [&](const Query& query) {
     if (counter_type != NVML_VOLATILE_ECC && counter_type != gpupool::sim::kAggregateEcc) {
       return NVML_ERROR_INVALID_ARGUMENT;
     }
-    if (counter_type == gpupool::sim::kAggregateEcc) return NVML_ERROR_NOT_SUPPORTED;  // fixtures keep volatile only
+    if (counter_type == gpupool::sim::kAggregateEcc)
+      return NVML_ERROR_NOT_SUPPORTED;  // fixtures keep volatile only
     switch (error_type) {
-      case NVML_MEMORY_ERROR_TYPE_CORRECTED: return report(query.gpu.ecc_corrected_volatile, count);
-      case NVML_MEMORY_ERROR_TYPE_UNCORRECTED: return report(query.gpu.ecc_uncorrected_volatile, count);
-      default: return NVML_ERROR_INVALID_ARGUMENT;
+      case NVML_MEMORY_ERROR_TYPE_CORRECTED:
+        return report(query.gpu.ecc_corrected_volatile, count);
+      case NVML_MEMORY_ERROR_TYPE_UNCORRECTED:
+        return report(query.gpu.ecc_uncorrected_volatile, count);
+      default:
+        return NVML_ERROR_INVALID_ARGUMENT;
     }
   });
 }
@@ -521,13 +568,16 @@ GPUPOOL_NVML_EXPORT nvmlReturn_t nvmlDeviceGetTotalEccErrors(nvmlDevice_t device
 GPUPOOL_NVML_EXPORT nvmlReturn_t nvmlDeviceGetCpuAffinity(nvmlDevice_t device, unsigned int words,
                                                           unsigned long* cpus) {
   return simulator().device(device, Needs::Health, [&](const Query& query) {
-    if (!query.gpu.cpu_affinity) return cpus == nullptr ? NVML_ERROR_INVALID_ARGUMENT : NVML_ERROR_NOT_SUPPORTED;
-    auto listed = gpupool::parse_cpu_list(*query.gpu.cpu_affinity);  // canonical since the fixture parsed
+    if (!query.gpu.cpu_affinity)
+      return cpus == nullptr ? NVML_ERROR_INVALID_ARGUMENT : NVML_ERROR_NOT_SUPPORTED;
+    auto listed =
+        gpupool::parse_cpu_list(*query.gpu.cpu_affinity);  // canonical since the fixture parsed
     return gpupool::sim::fill_mask(listed ? *listed : std::vector<unsigned>{}, words, cpus);
   });
 }
 
-GPUPOOL_NVML_EXPORT nvmlReturn_t nvmlDeviceGetCudaComputeCapability(nvmlDevice_t device, int* major, int* minor) {
+GPUPOOL_NVML_EXPORT nvmlReturn_t nvmlDeviceGetCudaComputeCapability(nvmlDevice_t device, int* major,
+                                                                    int* minor) {
   return simulator().device(device, Needs::Health, [&](const Query& query) {
     if (major == nullptr || minor == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
     if (!query.gpu.compute_capability) return NVML_ERROR_NOT_SUPPORTED;
@@ -537,20 +587,21 @@ GPUPOOL_NVML_EXPORT nvmlReturn_t nvmlDeviceGetCudaComputeCapability(nvmlDevice_t
   });
 }
 
-GPUPOOL_NVML_EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses(nvmlDevice_t device, unsigned int* count,
+GPUPOOL_NVML_EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses(nvmlDevice_t device,
+                                                                      unsigned int* count,
                                                                       nvmlProcessInfo_v1_t* infos) {
   return gpupool::sim::running_processes(device, count, infos, ProcessKind::Compute);
 }
 
-GPUPOOL_NVML_EXPORT nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses(nvmlDevice_t device, unsigned int* count,
-                                                                       nvmlProcessInfo_v1_t* infos) {
+GPUPOOL_NVML_EXPORT nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses(
+    nvmlDevice_t device, unsigned int* count, nvmlProcessInfo_v1_t* infos) {
   return gpupool::sim::running_processes(device, count, infos, ProcessKind::Graphics);
 }
 
 // ---- Topology ----
 
-GPUPOOL_NVML_EXPORT nvmlReturn_t nvmlDeviceGetTopologyCommonAncestor(nvmlDevice_t first, nvmlDevice_t second,
-                                                                     nvmlGpuTopologyLevel_t* level) {
+GPUPOOL_NVML_EXPORT nvmlReturn_t nvmlDeviceGetTopologyCommonAncestor(
+    nvmlDevice_t first, nvmlDevice_t second, nvmlGpuTopologyLevel_t* level) {
   return simulator().pair(first, second, [&](const FixtureGpu& a, const FixtureGpu& b) {
     if (level == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
     if (&a == &b) {
@@ -558,12 +609,24 @@ GPUPOOL_NVML_EXPORT nvmlReturn_t nvmlDeviceGetTopologyCommonAncestor(nvmlDevice_
       return NVML_SUCCESS;
     }
     switch (gpupool::sim::pcie_level(a.pcie, b.pcie)) {
-      case gpupool::PcieLevel::Board: *level = NVML_TOPOLOGY_INTERNAL; break;
-      case gpupool::PcieLevel::SingleSwitch: *level = NVML_TOPOLOGY_SINGLE; break;
-      case gpupool::PcieLevel::MultipleSwitches: *level = NVML_TOPOLOGY_MULTIPLE; break;
-      case gpupool::PcieLevel::HostBridge: *level = NVML_TOPOLOGY_HOSTBRIDGE; break;
-      case gpupool::PcieLevel::NumaNode: *level = NVML_TOPOLOGY_NODE; break;
-      case gpupool::PcieLevel::System: *level = NVML_TOPOLOGY_SYSTEM; break;
+      case gpupool::PcieLevel::Board:
+        *level = NVML_TOPOLOGY_INTERNAL;
+        break;
+      case gpupool::PcieLevel::SingleSwitch:
+        *level = NVML_TOPOLOGY_SINGLE;
+        break;
+      case gpupool::PcieLevel::MultipleSwitches:
+        *level = NVML_TOPOLOGY_MULTIPLE;
+        break;
+      case gpupool::PcieLevel::HostBridge:
+        *level = NVML_TOPOLOGY_HOSTBRIDGE;
+        break;
+      case gpupool::PcieLevel::NumaNode:
+        *level = NVML_TOPOLOGY_NODE;
+        break;
+      case gpupool::PcieLevel::System:
+        *level = NVML_TOPOLOGY_SYSTEM;
+        break;
     }
     return NVML_SUCCESS;
   });
@@ -578,7 +641,8 @@ GPUPOOL_NVML_EXPORT nvmlReturn_t nvmlDeviceGetNvLinkState(nvmlDevice_t device, u
   });
 }
 
-GPUPOOL_NVML_EXPORT nvmlReturn_t nvmlDeviceGetNvLinkRemotePciInfo(nvmlDevice_t device, unsigned int link,
+GPUPOOL_NVML_EXPORT nvmlReturn_t nvmlDeviceGetNvLinkRemotePciInfo(nvmlDevice_t device,
+                                                                  unsigned int link,
                                                                   nvmlPciInfo_t* pci) {
   return gpupool::sim::nvlink_remote_pci(device, link, pci);
 }
@@ -596,7 +660,8 @@ GPUPOOL_NVML_EXPORT nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int* count) {
   return gpupool::sim::device_count(count);
 }
 
-GPUPOOL_NVML_EXPORT nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t* device) {
+GPUPOOL_NVML_EXPORT nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index,
+                                                               nvmlDevice_t* device) {
   return simulator().handle_by_index(index, device);
 }
 
@@ -604,7 +669,8 @@ GPUPOOL_NVML_EXPORT nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t device, nv
   return gpupool::sim::report_pci_info(device, pci);
 }
 
-GPUPOOL_NVML_EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t* memory) {
+GPUPOOL_NVML_EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device,
+                                                            nvmlMemory_v2_t* memory) {
   return simulator().device(device, Needs::Health, [&](const Query& query) {
     if (memory == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
     if (memory->version != nvmlMemory_v2) return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
@@ -627,53 +693,56 @@ GPUPOOL_NVML_EXPORT nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t device, unsig
   });
 }
 
-GPUPOOL_NVML_EXPORT nvmlReturn_t nvmlDeviceGetNumaNodeId(nvmlDevice_t device, unsigned int* node) {
-  return simulator().device(device, Needs::Health,
-                            [&](const Query& query) { return report(query.gpu.numa_node, node); });
-}
-
-GPUPOOL_NVML_EXPORT nvmlReturn_t nvmlDeviceGetMemoryAffinity(nvmlDevice_t device, unsigned int words,
-                                                             unsigned long* nodes, nvmlAffinityScope_t scope) {
+GPUPOOL_NVML_EXPORT nvmlReturn_t nvmlDeviceGetMemoryAffinity(nvmlDevice_t device,
+                                                             unsigned int words,
+                                                             unsigned long* nodes,
+                                                             nvmlAffinityScope_t scope) {
+  constexpr nvmlAffinityScope_t kSocketScope = 1;  // NVML_AFFINITY_SCOPE_SOCKET
   return simulator().device(device, Needs::Health, [&](const Query& query) {
-    if (scope != NVML_AFFINITY_SCOPE_NODE && scope != gpupool::sim::kSocketScope) return NVML_ERROR_INVALID_ARGUMENT;
-    if (!query.gpu.numa_node) return nodes == nullptr ? NVML_ERROR_INVALID_ARGUMENT : NVML_ERROR_NOT_SUPPORTED;
+    if (scope != NVML_AFFINITY_SCOPE_NODE && scope != kSocketScope)
+      return NVML_ERROR_INVALID_ARGUMENT;
+    if (!query.gpu.numa_node)
+      return nodes == nullptr ? NVML_ERROR_INVALID_ARGUMENT : NVML_ERROR_NOT_SUPPORTED;
     // The fixtures have one NUMA node per socket, so both scopes name the same node.
     return gpupool::sim::fill_mask({static_cast<unsigned>(*query.gpu.numa_node)}, words, nodes);
   });
 }
 
-GPUPOOL_NVML_EXPORT nvmlReturn_t nvmlDeviceGetNumGpuCores(nvmlDevice_t device, unsigned int* cores) {
-  return simulator().device(device, Needs::Health,
-                            [&](const Query& query) { return report(query.gpu.cuda_cores, cores); });
+GPUPOOL_NVML_EXPORT nvmlReturn_t nvmlDeviceGetNumGpuCores(nvmlDevice_t device,
+                                                          unsigned int* cores) {
+  return simulator().device(device, Needs::Health, [&](const Query& query) {
+    return report(query.gpu.cuda_cores, cores);
+  });
 }
 
-GPUPOOL_NVML_EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v2(nvmlDevice_t device, unsigned int* count,
-                                                                         nvmlProcessInfo_v2_t* infos) {
+GPUPOOL_NVML_EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v2(
+    nvmlDevice_t device, unsigned int* count, nvmlProcessInfo_v2_t* infos) {
   return gpupool::sim::running_processes(device, count, infos, ProcessKind::Compute);
 }
 
-GPUPOOL_NVML_EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, unsigned int* count,
-                                                                         nvmlProcessInfo_v2_t* infos) {
+GPUPOOL_NVML_EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(
+    nvmlDevice_t device, unsigned int* count, nvmlProcessInfo_v2_t* infos) {
   return gpupool::sim::running_processes(device, count, infos, ProcessKind::Compute);
 }
 
-GPUPOOL_NVML_EXPORT nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v2(nvmlDevice_t device, unsigned int* count,
-                                                                          nvmlProcessInfo_v2_t* infos) {
+GPUPOOL_NVML_EXPORT nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v2(
+    nvmlDevice_t device, unsigned int* count, nvmlProcessInfo_v2_t* infos) {
   return gpupool::sim::running_processes(device, count, infos, ProcessKind::Graphics);
 }
 
-GPUPOOL_NVML_EXPORT nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v3(nvmlDevice_t device, unsigned int* count,
-                                                                          nvmlProcessInfo_v2_t* infos) {
+GPUPOOL_NVML_EXPORT nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v3(
+    nvmlDevice_t device, unsigned int* count, nvmlProcessInfo_v2_t* infos) {
   return gpupool::sim::running_processes(device, count, infos, ProcessKind::Graphics);
 }
 
-GPUPOOL_NVML_EXPORT nvmlReturn_t nvmlDeviceGetNvLinkRemotePciInfo_v2(nvmlDevice_t device, unsigned int link,
+GPUPOOL_NVML_EXPORT nvmlReturn_t nvmlDeviceGetNvLinkRemotePciInfo_v2(nvmlDevice_t device,
+                                                                     unsigned int link,
                                                                      nvmlPciInfo_t* pci) {
   return gpupool::sim::nvlink_remote_pci(device, link, pci);
 }
 
-GPUPOOL_NVML_EXPORT nvmlReturn_t nvmlDeviceGetNvLinkRemoteDeviceType(nvmlDevice_t device, unsigned int link,
-                                                                     nvmlIntNvLinkDeviceType_t* type) {
+GPUPOOL_NVML_EXPORT nvmlReturn_t nvmlDeviceGetNvLinkRemoteDeviceType(
+    nvmlDevice_t device, unsigned int link, nvmlIntNvLinkDeviceType_t* type) {
   if (type == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
   return gpupool::sim::nvlink(device, link, [&](const Fixture&, const LinkEnd* end) {
     if (end == nullptr) return NVML_ERROR_NOT_SUPPORTED;

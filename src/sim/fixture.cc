@@ -53,7 +53,8 @@ Result<T> convert(const json& value, const std::string& where) {
     static_assert(std::is_signed_v<T>);
     if (!value.is_number()) return fail("{}: expected a number", where);
     if (!value.is_number_integer()) return fail("{}: expected an integer", where);
-    if (value.is_number_unsigned() && value.get<uint64_t>() > uint64_t{std::numeric_limits<T>::max()}) {
+    if (value.is_number_unsigned() &&
+        value.get<uint64_t>() > uint64_t{std::numeric_limits<T>::max()}) {
       return fail("{}: {} is too large", where, value.get<uint64_t>());
     }
     auto number = value.get<int64_t>();
@@ -88,7 +89,7 @@ class ObjectReader {
   ObjectReader(const json& object, std::string path) : object_(object), path_(std::move(path)) {}
 
   static Result<ObjectReader> open(const json& value, std::string path) {
-    if (!value.is_object()) return fail("{}: expected an object", path);
+    if (!value.is_object()) return fail("{}: expected an object", path.empty() ? "document" : path);
     return ObjectReader(value, std::move(path));
   }
 
@@ -159,12 +160,14 @@ class ObjectReader {
 
 // Reads an array of objects, one reader per element named "path[i]".
 template <typename T, typename ParseElement>
-Result<std::vector<T>> parse_array(const json* value, const std::string& path, ParseElement parse_element) {
+Result<std::vector<T>> parse_array(const json* value, const std::string& path,
+                                   ParseElement parse_element) {
   std::vector<T> out;
   if (value == nullptr) return out;
   if (!value->is_array()) return fail("{}: expected an array", path);
   for (size_t i = 0; i < value->size(); ++i) {
-    TRY_ASSIGN(ObjectReader reader, ObjectReader::open((*value)[i], fmt::format("{}[{}]", path, i)));
+    TRY_ASSIGN(ObjectReader reader,
+               ObjectReader::open((*value)[i], fmt::format("{}[{}]", path, i)));
     TRY_ASSIGN(T element, parse_element(reader));
     TRY(reader.finish());
     out.push_back(std::move(element));
@@ -219,7 +222,8 @@ Result<std::map<int, std::string>> parse_numa_cpus(const json* value) {
   return nodes;
 }
 
-Result<ComputeCapability> parse_compute_capability(const std::string& text, const std::string& where) {
+Result<ComputeCapability> parse_compute_capability(const std::string& text,
+                                                   const std::string& where) {
   auto number = [](std::string_view digits, int& out) {
     auto [end, error] = std::from_chars(digits.data(), digits.data() + digits.size(), out);
     return !digits.empty() && std::isdigit(static_cast<unsigned char>(digits.front())) &&
@@ -228,7 +232,8 @@ Result<ComputeCapability> parse_compute_capability(const std::string& text, cons
   ComputeCapability cc;
   size_t dot = text.find('.');
   std::string_view view = text;
-  if (dot == std::string::npos || !number(view.substr(0, dot), cc.major) || !number(view.substr(dot + 1), cc.minor)) {
+  if (dot == std::string::npos || !number(view.substr(0, dot), cc.major) ||
+      !number(view.substr(dot + 1), cc.minor)) {
     return fail("{}: '{}' is not of the form MAJOR.MINOR", where, text);
   }
   return cc;
@@ -241,8 +246,9 @@ Result<PcieLocation> parse_pcie(ObjectReader& reader) {
   if (const json* switches = reader.find("switches")) {
     if (!switches->is_array()) return fail("{}: expected an array", reader.where("switches"));
     for (size_t i = 0; i < switches->size(); ++i) {
-      TRY_ASSIGN(std::string name,
-                 convert<std::string>((*switches)[i], fmt::format("{}[{}]", reader.where("switches"), i)));
+      TRY_ASSIGN(
+          std::string name,
+          convert<std::string>((*switches)[i], fmt::format("{}[{}]", reader.where("switches"), i)));
       pcie.switches.push_back(std::move(name));
     }
   }
@@ -255,8 +261,9 @@ Result<FixtureProcess> parse_process(ObjectReader& reader) {
   TRY_ASSIGN(process.pid, reader.required<uint32_t>("pid"));
   TRY_ASSIGN(process.used_memory_mib, reader.required_nullable<uint64_t>("used_memory_mib"));
   TRY_ASSIGN(std::string kind, reader.required<std::string>("kind"));
-  TRY_ASSIGN(process.kind, parse_enum(kind, {ProcessKind::Compute, ProcessKind::Graphics,
-                                             ProcessKind::ComputeAndGraphics},
+  TRY_ASSIGN(process.kind, parse_enum(kind,
+                                      {ProcessKind::Compute, ProcessKind::Graphics,
+                                       ProcessKind::ComputeAndGraphics},
                                       reader.where("kind")));
   return process;
 }
@@ -269,7 +276,8 @@ Result<NvLinkPeer> parse_nvlink(ObjectReader& reader) {
   return link;
 }
 
-Result<FixtureGpu> parse_gpu(ObjectReader& reader, unsigned index, const std::map<int, std::string>& numa_cpus) {
+Result<FixtureGpu> parse_gpu(ObjectReader& reader, unsigned index,
+                             const std::map<int, std::string>& numa_cpus) {
   FixtureGpu gpu;
   TRY_ASSIGN(gpu.uuid, reader.required<std::string>("uuid"));
   TRY_ASSIGN(gpu.pci_bus_id, reader.required<std::string>("pci_bus_id"));
@@ -283,7 +291,8 @@ Result<FixtureGpu> parse_gpu(ObjectReader& reader, unsigned index, const std::ma
   TRY_ASSIGN(gpu.memory_total_mib, reader.required_nullable<uint64_t>("memory_total_mib"));
   TRY_ASSIGN(gpu.memory_reserved_mib, reader.optional<uint64_t>("memory_reserved_mib", 0));
   TRY_ASSIGN(gpu.memory_used_mib, reader.optional<uint64_t>("memory_used_mib", 0));
-  if (gpu.memory_total_mib && gpu.memory_reserved_mib + gpu.memory_used_mib > *gpu.memory_total_mib) {
+  if (gpu.memory_total_mib &&
+      gpu.memory_reserved_mib + gpu.memory_used_mib > *gpu.memory_total_mib) {
     return fail("{}: {} MiB used plus {} MiB reserved exceed memory_total_mib ({} MiB)",
                 reader.where("memory_used_mib"), gpu.memory_used_mib, gpu.memory_reserved_mib,
                 *gpu.memory_total_mib);
@@ -295,7 +304,7 @@ Result<FixtureGpu> parse_gpu(ObjectReader& reader, unsigned index, const std::ma
                 reader.where("utilization_memory"));
   }
   for (auto [key, value] : {std::pair{"utilization_gpu", gpu.utilization_gpu},
-                             std::pair{"utilization_memory", gpu.utilization_memory}}) {
+                            std::pair{"utilization_memory", gpu.utilization_memory}}) {
     if (value && *value > 100) return fail("{}: {} is not a percentage", reader.where(key), *value);
   }
   TRY_ASSIGN(gpu.temperature_c, reader.required_nullable<unsigned>("temperature_c"));
@@ -305,16 +314,20 @@ Result<FixtureGpu> parse_gpu(ObjectReader& reader, unsigned index, const std::ma
   TRY_ASSIGN(auto compute_mode, reader.required_nullable<std::string>("compute_mode"));
   if (compute_mode) {
     TRY_ASSIGN(gpu.compute_mode,
-               parse_enum(*compute_mode, {ComputeMode::Default, ComputeMode::ExclusiveThread,
-                                          ComputeMode::Prohibited, ComputeMode::ExclusiveProcess},
+               parse_enum(*compute_mode,
+                          {ComputeMode::Default, ComputeMode::ExclusiveThread,
+                           ComputeMode::Prohibited, ComputeMode::ExclusiveProcess},
                           reader.where("compute_mode")));
   }
   TRY_ASSIGN(gpu.mig_enabled, reader.required_nullable<bool>("mig_enabled"));
-  TRY_ASSIGN(gpu.ecc_corrected_volatile, reader.optional_nullable<uint64_t>("ecc_corrected_volatile", 0));
-  TRY_ASSIGN(gpu.ecc_uncorrected_volatile, reader.optional_nullable<uint64_t>("ecc_uncorrected_volatile", 0));
+  TRY_ASSIGN(gpu.ecc_corrected_volatile,
+             reader.optional_nullable<uint64_t>("ecc_corrected_volatile", 0));
+  TRY_ASSIGN(gpu.ecc_uncorrected_volatile,
+             reader.optional_nullable<uint64_t>("ecc_uncorrected_volatile", 0));
   TRY_ASSIGN(auto capability, reader.required_nullable<std::string>("compute_capability"));
   if (capability) {
-    TRY_ASSIGN(gpu.compute_capability, parse_compute_capability(*capability, reader.where("compute_capability")));
+    TRY_ASSIGN(gpu.compute_capability,
+               parse_compute_capability(*capability, reader.where("compute_capability")));
   }
   TRY_ASSIGN(gpu.cuda_cores, reader.required_nullable<unsigned>("cuda_cores"));
 
@@ -327,19 +340,21 @@ Result<FixtureGpu> parse_gpu(ObjectReader& reader, unsigned index, const std::ma
   TRY_ASSIGN(gpu.numa_node, reader.optional_nullable<int>("numa_node", gpu.pcie.numa_node));
   auto node_cpus = numa_cpus.find(gpu.pcie.numa_node);
   if (reader.find("cpu_affinity") == nullptr && node_cpus == numa_cpus.end()) {
-    return fail("{}: missing, and numa_cpus has no entry for NUMA node {}", reader.where("cpu_affinity"),
-                gpu.pcie.numa_node);
+    return fail("{}: missing, and numa_cpus has no entry for NUMA node {}",
+                reader.where("cpu_affinity"), gpu.pcie.numa_node);
   }
-  TRY_ASSIGN(auto affinity, reader.optional_nullable<std::string>(
-                                "cpu_affinity", node_cpus == numa_cpus.end() ? "" : node_cpus->second));
+  TRY_ASSIGN(auto affinity,
+             reader.optional_nullable<std::string>(
+                 "cpu_affinity", node_cpus == numa_cpus.end() ? "" : node_cpus->second));
   if (affinity) {
     TRY_ASSIGN(gpu.cpu_affinity, canonical_cpu_list(*affinity, reader.where("cpu_affinity")));
   }
 
-  TRY_ASSIGN(gpu.nvlinks, parse_array<NvLinkPeer>(reader.find("nvlinks"), reader.where("nvlinks"), parse_nvlink));
+  TRY_ASSIGN(gpu.nvlinks, parse_array<NvLinkPeer>(reader.find("nvlinks"), reader.where("nvlinks"),
+                                                  parse_nvlink));
   TRY_ASSIGN(gpu.nvswitch_links, reader.optional<unsigned>("nvswitch_links", 0));
-  TRY_ASSIGN(gpu.processes,
-             parse_array<FixtureProcess>(reader.find("processes"), reader.where("processes"), parse_process));
+  TRY_ASSIGN(gpu.processes, parse_array<FixtureProcess>(reader.find("processes"),
+                                                        reader.where("processes"), parse_process));
   return gpu;
 }
 
@@ -349,22 +364,24 @@ Result<void> validate_identities(const std::vector<FixtureGpu>& gpus) {
   for (size_t i = 0; i < gpus.size(); ++i) {
     const FixtureGpu& gpu = gpus[i];
     if (!matches_hex_pattern(gpu.uuid, kUuidPattern, false)) {
-      return fail("{}.uuid: '{}' is not of the form {} (lowercase hex)", gpu_path(i), gpu.uuid, kUuidPattern);
+      return fail("{}.uuid: '{}' is not of the form {} (lowercase hex)", gpu_path(i), gpu.uuid,
+                  kUuidPattern);
     }
     if (!matches_hex_pattern(gpu.pci_bus_id, kBusIdPattern, true)) {
-      return fail("{}.pci_bus_id: '{}' is not of the form 00000000:BB:DD.F (uppercase hex)", gpu_path(i),
-                  gpu.pci_bus_id);
+      return fail("{}.pci_bus_id: '{}' is not of the form 00000000:BB:DD.F (uppercase hex)",
+                  gpu_path(i), gpu.pci_bus_id);
     }
     for (size_t j = 0; j < i; ++j) {
-      if (gpus[j].uuid == gpu.uuid) return fail("{}.uuid: duplicate of {}", gpu_path(i), gpu_path(j));
+      if (gpus[j].uuid == gpu.uuid)
+        return fail("{}.uuid: duplicate of {}", gpu_path(i), gpu_path(j));
       if (gpus[j].pci_bus_id == gpu.pci_bus_id) {
         return fail("{}.pci_bus_id: duplicate of {}", gpu_path(i), gpu_path(j));
       }
     }
     // Same-length uppercase hex compares like the numbers it spells.
     if (i > 0 && gpu.pci_bus_id < gpus[i - 1].pci_bus_id) {
-      return fail("{}.pci_bus_id: {} sorts before {} of {}; NVML numbers GPUs in PCI bus order", gpu_path(i),
-                  gpu.pci_bus_id, gpus[i - 1].pci_bus_id, gpu_path(i - 1));
+      return fail("{}.pci_bus_id: {} sorts before {} of {}; NVML numbers GPUs in PCI bus order",
+                  gpu_path(i), gpu.pci_bus_id, gpus[i - 1].pci_bus_id, gpu_path(i - 1));
     }
   }
   return {};
@@ -379,20 +396,22 @@ Result<void> validate_nvlinks(const std::vector<FixtureGpu>& gpus) {
       if (link.peer >= gpus.size()) return fail("{}.peer: no GPU {}", where, link.peer);
       if (link.peer == i) return fail("{}.peer: a GPU cannot link to itself", where);
       for (size_t earlier = 0; earlier < k; ++earlier) {
-        if (gpus[i].nvlinks[earlier].peer == link.peer) return fail("{}.peer: GPU {} listed twice", where, link.peer);
+        if (gpus[i].nvlinks[earlier].peer == link.peer)
+          return fail("{}.peer: GPU {} listed twice", where, link.peer);
       }
       const auto& back = gpus[link.peer].nvlinks;
       bool symmetric = std::any_of(back.begin(), back.end(), [&](const NvLinkPeer& other) {
         return other.peer == i && other.links == link.links;
       });
       if (!symmetric) {
-        return fail("{}: GPU {} does not list GPU {} with {} links in return", where, link.peer, i, link.links);
+        return fail("{}: GPU {} does not list GPU {} with {} links in return", where, link.peer, i,
+                    link.links);
       }
       total += link.links;
     }
     if (total > kMaxNvLinksPerGpu) {
-      return fail("{}: {} NVLinks (peers plus nvswitch_links) exceed the {} a GPU has", gpu_path(i), total,
-                  kMaxNvLinksPerGpu);
+      return fail("{}: {} NVLinks (peers plus nvswitch_links) exceed the {} a GPU has", gpu_path(i),
+                  total, kMaxNvLinksPerGpu);
     }
   }
   return {};
@@ -445,7 +464,8 @@ Result<void> merge_overlay(json& fixture, const json& overlay) {
   TRY(reader.finish());
   if (gpus == nullptr) return {};
   if (!gpus->is_object()) return fail("overlay.gpus: expected an object");
-  if (!fixture.contains("gpus") || !fixture["gpus"].is_array()) return fail("gpus: expected an array");
+  if (!fixture.contains("gpus") || !fixture["gpus"].is_array())
+    return fail("gpus: expected an array");
   json& targets = fixture["gpus"];
   for (const auto& [key, values] : gpus->items()) {
     std::string where = fmt::format("overlay.gpus.{}", key);
@@ -469,13 +489,14 @@ Result<Fixture> parse_fixture(std::string_view json_text, std::string_view label
   return labelled(parse_fixture_json(*document), label);
 }
 
-Result<Fixture> parse_fixture_with_overlay(std::string_view json_text, std::string_view overlay_text,
-                                           std::string_view label) {
+Result<Fixture> parse_fixture_with_overlay(std::string_view json_text,
+                                           std::string_view overlay_text, std::string_view label) {
   auto document = parse_json(json_text, "");
   if (!document) return labelled(document.error(), label);
   auto overlay = parse_json(overlay_text, "overlay: ");
   if (!overlay) return labelled(overlay.error(), label);
-  if (auto merged = merge_overlay(*document, *overlay); !merged) return labelled(merged.error(), label);
+  if (auto merged = merge_overlay(*document, *overlay); !merged)
+    return labelled(merged.error(), label);
   return labelled(parse_fixture_json(*document), label);
 }
 
@@ -507,7 +528,8 @@ std::string absolute_path(const std::filesystem::path& path) {
 
 }  // namespace
 
-Result<std::string> locate_fixture(const std::string& name_or_path, const std::vector<std::string>& dirs) {
+Result<std::string> locate_fixture(const std::string& name_or_path,
+                                   const std::vector<std::string>& dirs) {
   std::error_code error;
   if (is_path(name_or_path)) {
     if (!std::filesystem::is_regular_file(name_or_path, error)) {
@@ -520,7 +542,8 @@ Result<std::string> locate_fixture(const std::string& name_or_path, const std::v
     if (std::filesystem::is_regular_file(candidate, error)) return absolute_path(candidate);
   }
   std::vector<std::string> known = fixture_names(dirs);
-  if (known.empty()) return fail("unknown simulated machine '{}' (no fixtures in {})", name_or_path, join(dirs));
+  if (known.empty())
+    return fail("unknown simulated machine '{}' (no fixtures in {})", name_or_path, join(dirs));
   return fail("unknown simulated machine '{}' (known: {})", name_or_path, join(known));
 }
 
@@ -528,9 +551,11 @@ std::vector<std::string> fixture_names(const std::vector<std::string>& dirs) {
   std::set<std::string> names;
   for (const auto& dir : dirs) {
     std::error_code error;
-    for (std::filesystem::directory_iterator it(dir, error), end; !error && it != end; it.increment(error)) {
+    for (std::filesystem::directory_iterator it(dir, error), end; !error && it != end;
+         it.increment(error)) {
       const auto& path = it->path();
-      if (path.extension() == ".json" && it->is_regular_file(error)) names.insert(path.stem().string());
+      if (path.extension() == ".json" && it->is_regular_file(error))
+        names.insert(path.stem().string());
     }
   }
   return {names.begin(), names.end()};
@@ -540,7 +565,8 @@ PcieLevel pcie_level(const PcieLocation& a, const PcieLocation& b) {
   if (a.numa_node != b.numa_node) return PcieLevel::System;
   if (a.host_bridge != b.host_bridge) return PcieLevel::NumaNode;
   if (a.board && b.board && !a.board->empty() && a.board == b.board) return PcieLevel::Board;
-  auto [a_end, b_end] = std::mismatch(a.switches.begin(), a.switches.end(), b.switches.begin(), b.switches.end());
+  auto [a_end, b_end] =
+      std::mismatch(a.switches.begin(), a.switches.end(), b.switches.begin(), b.switches.end());
   auto common = static_cast<size_t>(a_end - a.switches.begin());
   if (common == 0) return PcieLevel::HostBridge;
   if (a.switches.size() == common && b.switches.size() == common) return PcieLevel::SingleSwitch;
@@ -582,7 +608,8 @@ Gpu gpu_from_fixture(const FixtureGpu& source, unsigned index, bool legacy) {
     gpu.memory_total_mib = source.memory_total_mib;
     // Without the v2 memory call the driver's reserved memory counts as used.
     gpu.memory_used_mib = source.memory_used_mib + (legacy ? source.memory_reserved_mib : 0);
-    gpu.memory_free_mib = *source.memory_total_mib - source.memory_reserved_mib - source.memory_used_mib;
+    gpu.memory_free_mib =
+        *source.memory_total_mib - source.memory_reserved_mib - source.memory_used_mib;
   }
   gpu.utilization_gpu = source.utilization_gpu;
   gpu.utilization_memory = source.utilization_memory;
@@ -601,8 +628,8 @@ Gpu gpu_from_fixture(const FixtureGpu& source, unsigned index, bool legacy) {
     gpu.compute_capability_minor = source.compute_capability->minor;
   }
   if (!legacy && source.cuda_cores && source.compute_capability) {
-    unsigned per_multiprocessor =
-        cores_per_multiprocessor(source.compute_capability->major, source.compute_capability->minor);
+    unsigned per_multiprocessor = cores_per_multiprocessor(source.compute_capability->major,
+                                                           source.compute_capability->minor);
     if (per_multiprocessor > 0) gpu.multiprocessors = *source.cuda_cores / per_multiprocessor;
   }
   for (const FixtureProcess& process : source.processes) {
@@ -619,7 +646,9 @@ Machine machine_from_fixture(const Fixture& fixture) {
   Machine machine;
   machine.driver = fixture.driver;
   const size_t n = fixture.gpus.size();
-  for (size_t i = 0; i < n; ++i) machine.gpus.push_back(gpu_from_fixture(fixture.gpus[i], static_cast<unsigned>(i), fixture.nvml_library == "legacy"));
+  for (size_t i = 0; i < n; ++i)
+    machine.gpus.push_back(gpu_from_fixture(fixture.gpus[i], static_cast<unsigned>(i),
+                                            fixture.nvml_library == "legacy"));
   machine.links.assign(n, std::vector<Link>(n));
   for (size_t i = 0; i < n; ++i) {
     for (size_t j = 0; j < n; ++j) {

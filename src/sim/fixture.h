@@ -52,7 +52,7 @@ struct FixtureGpu {
   std::optional<uint64_t> memory_total_mib;
   uint64_t memory_reserved_mib = 0;  // held by the driver, neither used nor free
   uint64_t memory_used_mib = 0;
-  std::optional<unsigned> utilization_gpu;     // null together with utilization_memory
+  std::optional<unsigned> utilization_gpu;  // null together with utilization_memory
   std::optional<unsigned> utilization_memory;
   std::optional<unsigned> temperature_c;
   std::optional<double> power_w;
@@ -76,34 +76,39 @@ struct FixtureGpu {
 struct Fixture {
   std::string name;
   std::string description;
-  std::string nvml_library = "current";  // which simulated library generation: "current" or "legacy"
+  std::string nvml_library =
+      "current";  // which simulated library generation: "current" or "legacy"
   DriverInfo driver;
   std::map<int, std::string> numa_cpus;  // NUMA node -> CPU list
   std::vector<FixtureGpu> gpus;          // in NVML index order, which is PCI bus order
 };
 
-// Parses and validates a fixture; `label` names it in error lines ("fixture LABEL: gpus[3].uuid: ...").
+// Parses and validates a fixture; `label` names it in error lines ("fixture LABEL: gpus[3].uuid:
+// ...").
 Result<Fixture> parse_fixture(std::string_view json_text, std::string_view label);
 
 // Parses a fixture with a live overlay merged in: {"gpus": {"INDEX": {KEY: VALUE, ...}}} replaces
 // those keys of those GPUs, and the result is validated like any fixture.
-Result<Fixture> parse_fixture_with_overlay(std::string_view json_text, std::string_view overlay_text,
-                                           std::string_view label);
+Result<Fixture> parse_fixture_with_overlay(std::string_view json_text,
+                                           std::string_view overlay_text, std::string_view label);
 
 Result<std::string> read_text_file(const std::string& path);
 Result<Fixture> load_fixture(const std::string& path);
 
 // A value containing '/' or ending in ".json" is a path; otherwise NAME is looked up as NAME.json
 // in each directory in order. Returns an absolute path.
-Result<std::string> locate_fixture(const std::string& name_or_path, const std::vector<std::string>& dirs);
+Result<std::string> locate_fixture(const std::string& name_or_path,
+                                   const std::vector<std::string>& dirs);
 
-// The fixture names (file names without ".json") found in the directories, sorted, without duplicates.
+// The fixture names (file names without ".json") found in the directories, sorted, without
+// duplicates.
 std::vector<std::string> fixture_names(const std::vector<std::string>& dirs);
 
 // How NVML places two GPUs on the PCIe tree (its common ancestor).
 PcieLevel pcie_level(const PcieLocation& a, const PcieLocation& b);
 
-// NVLinks joining gpus[i] and gpus[j] directly or through the NVSwitch fabric, as NVML reveals them.
+// NVLinks joining gpus[i] and gpus[j] directly or through the NVSwitch fabric, as NVML reveals
+// them.
 Link fixture_link(const Fixture& fixture, size_t i, size_t j);
 
 // The machine the fixture describes, computed directly: what the NVML backend must discover

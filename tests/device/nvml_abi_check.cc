@@ -171,7 +171,6 @@ SAME_SIGNATURE(DeviceGetEnableStateFn, nvmlDeviceGetPersistenceMode);
 SAME_SIGNATURE(DeviceGetComputeModeFn, nvmlDeviceGetComputeMode);
 SAME_SIGNATURE(DeviceGetMigModeFn, nvmlDeviceGetMigMode);
 SAME_SIGNATURE(DeviceGetTotalEccErrorsFn, nvmlDeviceGetTotalEccErrors);
-SAME_SIGNATURE(DeviceGetUintFn, nvmlDeviceGetNumaNodeId);
 SAME_SIGNATURE(DeviceGetMemoryAffinityFn, nvmlDeviceGetMemoryAffinity);
 SAME_SIGNATURE(DeviceGetCpuAffinityFn, nvmlDeviceGetCpuAffinity);
 SAME_SIGNATURE(DeviceGetCudaComputeCapabilityFn, nvmlDeviceGetCudaComputeCapability);

@@ -1,0 +1,397 @@
+// The simulated libnvidia-ml.so.1, loaded the way gpupool loads the real one.
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "core/gpu_json.h"
+#include "gpu/gpu_backend.h"
+#include "gpu/nvml_api.h"
+#include "sim/fixture.h"
+
+namespace gpupool::sim {
+namespace {
+
+const std::string kSimLibDir = GPUPOOL_TEST_SIM_LIBDIR;
+const std::string kFixtureDir = GPUPOOL_TEST_FIXTURE_DIR;
+const std::string kTestFixtureDir = std::string(GPUPOOL_TEST_DATA_DIR) + "/fixtures";
+
+// One generation of the simulated library, opened privately, as the NVML loader does.
+class SimulatedNvml {
+ public:
+  explicit SimulatedNvml(const std::string& generation)
+      : handle_(dlopen((kSimLibDir + "/" + generation + "/libnvidia-ml.so.1").c_str(),
+                       RTLD_NOW | RTLD_LOCAL)) {}
+  ~SimulatedNvml() {
+    if (handle_ != nullptr) dlclose(handle_);
+  }
+  SimulatedNvml(const SimulatedNvml&) = delete;
+  SimulatedNvml& operator=(const SimulatedNvml&) = delete;
+
+  bool loaded() const { return handle_ != nullptr; }
+  bool has(const char* name) const { return dlsym(handle_, name) != nullptr; }
+
+  template <typename Fn>
+  Fn get(const char* name) const {
+    void* symbol = dlsym(handle_, name);
+    EXPECT_NE(symbol, nullptr) << name;
+    return reinterpret_cast<Fn>(symbol);
+  }
+
+  nvmlReturn_t init() const { return get<nvml::InitFn>("nvmlInit")(); }
+  nvmlReturn_t shutdown() const { return get<nvml::ShutdownFn>("nvmlShutdown")(); }
+  nvmlDevice_t device(unsigned index) const {
+    nvmlDevice_t device = nullptr;
+    EXPECT_EQ(get<nvml::DeviceGetHandleByIndexFn>("nvmlDeviceGetHandleByIndex")(index, &device),
+              NVML_SUCCESS);
+    return device;
+  }
+
+ private:
+  void* handle_;
+};
+
+// Points the simulated library at a fixture for the length of a test.
+class FixtureNvml : public ::testing::Test {
+ protected:
+  void SetUp() override { unsetenv("GPUPOOL_SIM_STATE"); }
+  void TearDown() override {
+    unsetenv("GPUPOOL_SIM");
+    unsetenv("GPUPOOL_SIM_STATE");
+  }
+  static void use(const std::string& fixture_path) {
+    setenv("GPUPOOL_SIM", fixture_path.c_str(), 1);
+  }
+};
+
+TEST_F(FixtureNvml, AnswersFromTheFixture) {
+  use(kFixtureDir + "/dgx1-v100.json");
+  SimulatedNvml nvml("current");
+  ASSERT_TRUE(nvml.loaded()) << dlerror();
+  unsigned count = 0;
+  auto get_count = nvml.get<nvml::DeviceGetCountFn>("nvmlDeviceGetCount_v2");
+  EXPECT_EQ(get_count(&count), NVML_ERROR_UNINITIALIZED);
+  ASSERT_EQ(nvml.get<nvml::InitFn>("nvmlInit_v2")(), NVML_SUCCESS);
+  ASSERT_EQ(get_count(&count), NVML_SUCCESS);
+  EXPECT_EQ(count, 8u);
+
+  nvmlDevice_t device = nullptr;
+  auto by_index = nvml.get<nvml::DeviceGetHandleByIndexFn>("nvmlDeviceGetHandleByIndex_v2");
+  EXPECT_EQ(by_index(8, &device), NVML_ERROR_INVALID_ARGUMENT);
+  ASSERT_EQ(by_index(0, &device), NVML_SUCCESS);
+
+  char name[NVML_DEVICE_NAME_V2_BUFFER_SIZE] = {};
+  auto get_name = nvml.get<nvml::DeviceGetStringFn>("nvmlDeviceGetName");
+  EXPECT_EQ(get_name(device, name, 5), NVML_ERROR_INSUFFICIENT_SIZE);
+  ASSERT_EQ(get_name(device, name, sizeof name), NVML_SUCCESS);
+  EXPECT_STREQ(name, "Tesla V100-SXM2-32GB");
+
+  nvmlPciInfo_t pci{};
+  ASSERT_EQ(nvml.get<nvml::DeviceGetPciInfoFn>("nvmlDeviceGetPciInfo_v3")(device, &pci),
+            NVML_SUCCESS);
+  EXPECT_STREQ(pci.busId, "00000000:06:00.0");
+  EXPECT_STREQ(pci.busIdLegacy, "0000:06:00.0");
+  EXPECT_EQ(pci.bus, 6u);
+
+  nvmlMemory_v2_t memory{};
+  auto memory_v2 = nvml.get<nvml::DeviceGetMemoryInfoV2Fn>("nvmlDeviceGetMemoryInfo_v2");
+  EXPECT_EQ(memory_v2(device, &memory), NVML_ERROR_ARGUMENT_VERSION_MISMATCH);
+  memory.version = nvmlMemory_v2;
+  ASSERT_EQ(memory_v2(device, &memory), NVML_SUCCESS);
+  constexpr unsigned long long kMiB = 1024 * 1024;
+  EXPECT_EQ(memory.total, 32768 * kMiB);
+  EXPECT_EQ(memory.reserved, 294 * kMiB);
+  EXPECT_EQ(memory.used, 27214 * kMiB);
+  EXPECT_EQ(memory.free, (32768 - 294 - 27214) * kMiB);
+  nvmlMemory_t old_memory{};
+  ASSERT_EQ(nvml.get<nvml::DeviceGetMemoryInfoFn>("nvmlDeviceGetMemoryInfo")(device, &old_memory),
+            NVML_SUCCESS);
+  EXPECT_EQ(old_memory.used, (27214 + 294) * kMiB);
+
+  unsigned milliwatts = 0;
+  ASSERT_EQ(nvml.get<nvml::DeviceGetUintFn>("nvmlDeviceGetEnforcedPowerLimit")(device, &milliwatts),
+            NVML_SUCCESS);
+  EXPECT_EQ(milliwatts, 300000u);
+
+  std::vector<unsigned long> cpus(2, ~0UL);
+  ASSERT_EQ(
+      nvml.get<nvml::DeviceGetCpuAffinityFn>("nvmlDeviceGetCpuAffinity")(device, 2, cpus.data()),
+      NVML_SUCCESS);
+  EXPECT_EQ(cpus[0], 0x0FFFFF00000FFFFFUL);  // 0-19,40-59
+  EXPECT_EQ(cpus[1], 0UL);
+
+  nvmlGpuTopologyLevel_t level = 0;
+  auto ancestor =
+      nvml.get<nvml::DeviceGetTopologyCommonAncestorFn>("nvmlDeviceGetTopologyCommonAncestor");
+  ASSERT_EQ(ancestor(device, nvml.device(1), &level), NVML_SUCCESS);
+  EXPECT_EQ(level, NVML_TOPOLOGY_SINGLE);
+  ASSERT_EQ(ancestor(device, nvml.device(2), &level), NVML_SUCCESS);
+  EXPECT_EQ(level, NVML_TOPOLOGY_NODE);
+  ASSERT_EQ(ancestor(device, nvml.device(5), &level), NVML_SUCCESS);
+  EXPECT_EQ(level, NVML_TOPOLOGY_SYSTEM);
+
+  EXPECT_EQ(nvml.shutdown(), NVML_SUCCESS);
+  EXPECT_EQ(get_count(&count), NVML_ERROR_UNINITIALIZED);
+  EXPECT_EQ(nvml.shutdown(), NVML_ERROR_UNINITIALIZED);
+}
+
+TEST_F(FixtureNvml, InitIsReferenceCounted) {
+  use(kFixtureDir + "/h200-1.json");
+  SimulatedNvml nvml("current");
+  ASSERT_EQ(nvml.init(), NVML_SUCCESS);
+  ASSERT_EQ(nvml.init(), NVML_SUCCESS);
+  EXPECT_EQ(nvml.shutdown(), NVML_SUCCESS);
+  unsigned count = 0;
+  EXPECT_EQ(nvml.get<nvml::DeviceGetCountFn>("nvmlDeviceGetCount")(&count), NVML_SUCCESS);
+  EXPECT_EQ(count, 1u);
+  EXPECT_EQ(nvml.shutdown(), NVML_SUCCESS);
+  EXPECT_EQ(nvml.get<nvml::DeviceGetCountFn>("nvmlDeviceGetCount")(&count),
+            NVML_ERROR_UNINITIALIZED);
+}
+
+TEST_F(FixtureNvml, ProcessListsGrowLikeNvml) {
+  use(kFixtureDir + "/dgx1-v100.json");
+  SimulatedNvml nvml("current");
+  ASSERT_EQ(nvml.init(), NVML_SUCCESS);
+  auto v3 = nvml.get<nvml::DeviceGetProcessesV2Fn>("nvmlDeviceGetComputeRunningProcesses_v3");
+  unsigned count = 0;
+  EXPECT_EQ(v3(nvml.device(5), &count, nullptr), NVML_ERROR_INSUFFICIENT_SIZE);
+  EXPECT_EQ(count, 2u);
+  nvmlProcessInfo_v2_t records[2] = {};
+  ASSERT_EQ(v3(nvml.device(5), &count, records), NVML_SUCCESS);
+  EXPECT_EQ(records[0].pid, 51877u);
+  EXPECT_EQ(records[0].usedGpuMemory, 9815ULL * 1024 * 1024);
+  nvmlProcessInfo_v1_t old_records[4] = {};
+  count = 4;
+  ASSERT_EQ(nvml.get<nvml::DeviceGetProcessesV1Fn>("nvmlDeviceGetComputeRunningProcesses")(
+                nvml.device(5), &count, old_records),
+            NVML_SUCCESS);
+  EXPECT_EQ(count, 2u);
+  EXPECT_EQ(old_records[1].pid, 52030u);
+  count = 0;
+  auto graphics =
+      nvml.get<nvml::DeviceGetProcessesV2Fn>("nvmlDeviceGetGraphicsRunningProcesses_v3");
+  EXPECT_EQ(graphics(nvml.device(5), &count, nullptr), NVML_SUCCESS);
+  EXPECT_EQ(count, 0u);
+  EXPECT_EQ(nvml.shutdown(), NVML_SUCCESS);
+}
+
+TEST_F(FixtureNvml, NvLinksToPeersAndToTheNvSwitchFabric) {
+  use(kFixtureDir + "/hgx-h200.json");
+  SimulatedNvml nvml("current");
+  ASSERT_EQ(nvml.init(), NVML_SUCCESS);
+  auto state = nvml.get<nvml::DeviceGetNvLinkStateFn>("nvmlDeviceGetNvLinkState");
+  auto remote_type =
+      nvml.get<nvml::DeviceGetNvLinkRemoteDeviceTypeFn>("nvmlDeviceGetNvLinkRemoteDeviceType");
+  auto remote_pci =
+      nvml.get<nvml::DeviceGetNvLinkRemotePciInfoFn>("nvmlDeviceGetNvLinkRemotePciInfo_v2");
+  nvmlEnableState_t active = NVML_FEATURE_DISABLED;
+  ASSERT_EQ(state(nvml.device(0), 17, &active), NVML_SUCCESS);
+  EXPECT_EQ(active, NVML_FEATURE_ENABLED);
+  EXPECT_EQ(state(nvml.device(0), 18, &active), NVML_ERROR_INVALID_ARGUMENT);
+  nvmlIntNvLinkDeviceType_t type = NVML_NVLINK_DEVICE_TYPE_GPU;
+  ASSERT_EQ(remote_type(nvml.device(0), 0, &type), NVML_SUCCESS);
+  EXPECT_EQ(type, NVML_NVLINK_DEVICE_TYPE_SWITCH);
+  nvmlPciInfo_t pci{};
+  ASSERT_EQ(remote_pci(nvml.device(0), 0, &pci), NVML_SUCCESS);
+  EXPECT_STREQ(pci.busId, "00000000:FF:00.0");  // made up, and no GPU's
+  EXPECT_EQ(nvml.shutdown(), NVML_SUCCESS);
+
+  use(kFixtureDir + "/dgx1-v100.json");
+  ASSERT_EQ(nvml.init(), NVML_SUCCESS);
+  // GPU 0's links in fixture order: 1 to GPU 1, 1 to GPU 2, 2 to GPU 3, 2 to GPU 4.
+  ASSERT_EQ(remote_pci(nvml.device(0), 2, &pci), NVML_SUCCESS);
+  EXPECT_STREQ(pci.busId, "00000000:0B:00.0");
+  ASSERT_EQ(remote_type(nvml.device(0), 5, &type), NVML_SUCCESS);
+  EXPECT_EQ(type, NVML_NVLINK_DEVICE_TYPE_GPU);
+  ASSERT_EQ(state(nvml.device(0), 6, &active), NVML_SUCCESS);
+  EXPECT_EQ(active, NVML_FEATURE_DISABLED);
+  EXPECT_EQ(remote_pci(nvml.device(0), 6, &pci), NVML_ERROR_NOT_SUPPORTED);
+  EXPECT_EQ(nvml.shutdown(), NVML_SUCCESS);
+
+  use(kFixtureDir + "/pcie-4gpu.json");
+  ASSERT_EQ(nvml.init(), NVML_SUCCESS);
+  EXPECT_EQ(state(nvml.device(0), 0, &active), NVML_ERROR_NOT_SUPPORTED);
+  EXPECT_EQ(nvml.shutdown(), NVML_SUCCESS);
+}
+
+TEST_F(FixtureNvml, LostGpuAnswersOnlyWhoItIs) {
+  use(kTestFixtureDir + "/lost-gpu.json");
+  SimulatedNvml nvml("current");
+  ASSERT_EQ(nvml.init(), NVML_SUCCESS);
+  nvmlDevice_t lost = nvml.device(2);
+  char uuid[NVML_DEVICE_UUID_V2_BUFFER_SIZE] = {};
+  EXPECT_EQ(nvml.get<nvml::DeviceGetStringFn>("nvmlDeviceGetUUID")(lost, uuid, sizeof uuid),
+            NVML_SUCCESS);
+  unsigned minor = 0;
+  EXPECT_EQ(nvml.get<nvml::DeviceGetUintFn>("nvmlDeviceGetMinorNumber")(lost, &minor),
+            NVML_SUCCESS);
+  nvmlUtilization_t utilization{};
+  EXPECT_EQ(nvml.get<nvml::DeviceGetUtilizationRatesFn>("nvmlDeviceGetUtilizationRates")(
+                lost, &utilization),
+            NVML_ERROR_GPU_IS_LOST);
+  nvmlGpuTopologyLevel_t level = 0;
+  EXPECT_EQ(nvml.get<nvml::DeviceGetTopologyCommonAncestorFn>(
+                "nvmlDeviceGetTopologyCommonAncestor")(nvml.device(3), lost, &level),
+            NVML_ERROR_GPU_IS_LOST);
+  // The bridge from GPU 3 to the lost GPU 2 is down.
+  nvmlEnableState_t active = NVML_FEATURE_ENABLED;
+  EXPECT_EQ(nvml.get<nvml::DeviceGetNvLinkStateFn>("nvmlDeviceGetNvLinkState")(nvml.device(3), 0,
+                                                                               &active),
+            NVML_SUCCESS);
+  EXPECT_EQ(active, NVML_FEATURE_DISABLED);
+  EXPECT_STREQ(nvml.get<nvml::ErrorStringFn>("nvmlErrorString")(NVML_ERROR_GPU_IS_LOST),
+               "GPU is lost");
+  EXPECT_EQ(nvml.shutdown(), NVML_SUCCESS);
+}
+
+TEST_F(FixtureNvml, LegacyGenerationLacksTheNewerEntryPoints) {
+  use(kTestFixtureDir + "/old-driver.json");
+  SimulatedNvml legacy("legacy");
+  ASSERT_TRUE(legacy.loaded()) << dlerror();
+  for (const char* name :
+       {"nvmlInit_v2", "nvmlDeviceGetCount_v2", "nvmlDeviceGetHandleByIndex_v2",
+        "nvmlDeviceGetPciInfo_v3", "nvmlDeviceGetMemoryInfo_v2",
+        "nvmlDeviceGetComputeRunningProcesses_v3", "nvmlDeviceGetComputeRunningProcesses_v2",
+        "nvmlDeviceGetGraphicsRunningProcesses_v3", "nvmlDeviceGetGraphicsRunningProcesses_v2",
+        "nvmlDeviceGetMemoryAffinity",
+        "nvmlSystemGetCudaDriverVersion_v2", "nvmlDeviceGetMigMode",
+        "nvmlDeviceGetNvLinkRemotePciInfo_v2", "nvmlDeviceGetNvLinkRemoteDeviceType",
+        "nvmlDeviceGetNumGpuCores"}) {
+    EXPECT_FALSE(legacy.has(name)) << name;
+  }
+  EXPECT_TRUE(legacy.has("nvmlDeviceGetPciInfo_v2"));
+  ASSERT_EQ(legacy.init(), NVML_SUCCESS);
+  unsigned count = 0;
+  nvmlProcessInfo_v1_t records[1] = {};
+  count = 1;
+  ASSERT_EQ(legacy.get<nvml::DeviceGetProcessesV1Fn>("nvmlDeviceGetComputeRunningProcesses")(
+                legacy.device(0), &count, records),
+            NVML_SUCCESS);
+  EXPECT_EQ(records[0].usedGpuMemory, NVML_VALUE_NOT_AVAILABLE_ULL);
+  unsigned milliwatts = 0;
+  EXPECT_EQ(
+      legacy.get<nvml::DeviceGetUintFn>("nvmlDeviceGetPowerUsage")(legacy.device(0), &milliwatts),
+      NVML_ERROR_NOT_SUPPORTED);
+  char version[NVML_SYSTEM_DRIVER_VERSION_BUFFER_SIZE] = {};
+  ASSERT_EQ(
+      legacy.get<nvml::SystemGetStringFn>("nvmlSystemGetDriverVersion")(version, sizeof version),
+      NVML_SUCCESS);
+  EXPECT_STREQ(version, "418.226.00");
+  EXPECT_EQ(legacy.shutdown(), NVML_SUCCESS);
+
+  SimulatedNvml current("current");
+  EXPECT_TRUE(current.has("nvmlInit_v2"));
+  EXPECT_TRUE(current.has("nvmlDeviceGetComputeRunningProcesses_v3"));
+}
+
+TEST_F(FixtureNvml, FindsFixturesByNameBesideTheLibraryAndRefusesBadOnes) {
+  SimulatedNvml nvml("current");
+  use("hgx-h200");  // the build tree keeps share/gpupool/fixtures where the install tree does
+  ASSERT_EQ(nvml.init(), NVML_SUCCESS);
+  EXPECT_EQ(nvml.shutdown(), NVML_SUCCESS);
+  use(kTestFixtureDir + "/bad-type.json");
+  EXPECT_EQ(nvml.init(), NVML_ERROR_DRIVER_NOT_LOADED);
+  use("/nonexistent/machine.json");
+  EXPECT_EQ(nvml.init(), NVML_ERROR_DRIVER_NOT_LOADED);
+  unsetenv("GPUPOOL_SIM");
+  EXPECT_EQ(nvml.init(), NVML_ERROR_DRIVER_NOT_LOADED);
+}
+
+// Replaces the overlay file atomically, as tests that drive the simulator should.
+void write_overlay(const std::string& path, const std::string& text) {
+  std::string temporary = path + ".new";
+  std::ofstream(temporary) << text;
+  std::filesystem::rename(temporary, path);
+}
+
+TEST_F(FixtureNvml, LiveOverlayIsReadWhenItChanges) {
+  std::string overlay = ::testing::TempDir() + "gpupool-fake-nvml-overlay.json";
+  std::filesystem::remove(overlay);
+  setenv("GPUPOOL_SIM_STATE", overlay.c_str(), 1);
+  use(kFixtureDir + "/hgx-h200.json");
+  SimulatedNvml nvml("current");
+  ASSERT_EQ(nvml.init(), NVML_SUCCESS);
+  auto utilization_of = [&](unsigned index) {
+    nvmlUtilization_t rates{};
+    nvmlReturn_t rc = nvml.get<nvml::DeviceGetUtilizationRatesFn>("nvmlDeviceGetUtilizationRates")(
+        nvml.device(index), &rates);
+    return rc == NVML_SUCCESS ? static_cast<int>(rates.gpu) : -rc;
+  };
+  EXPECT_EQ(utilization_of(0), 0);  // no overlay file yet
+
+  write_overlay(overlay, R"({"gpus": {"0": {"utilization_gpu": 97, "memory_used_mib": 500,
+      "processes": [{"pid": 123, "used_memory_mib": 500, "kind": "compute"}]},
+      "3": {"fault": "lost"}}})");
+  EXPECT_EQ(utilization_of(0), 97);
+  EXPECT_EQ(utilization_of(3), -NVML_ERROR_GPU_IS_LOST);
+  unsigned count = 0;
+  EXPECT_EQ(nvml.get<nvml::DeviceGetProcessesV2Fn>("nvmlDeviceGetComputeRunningProcesses_v3")(
+                nvml.device(0), &count, nullptr),
+            NVML_ERROR_INSUFFICIENT_SIZE);
+  EXPECT_EQ(count, 1u);
+
+  write_overlay(overlay, R"({"gpus": {"0": {"utilization_gpu": "busy"}}})");
+  EXPECT_EQ(utilization_of(0), 97);  // malformed: the last good overlay stays
+
+  write_overlay(overlay, R"({"gpus": {"0": {"utilization_gpu": 12}}})");
+  EXPECT_EQ(utilization_of(0), 12);
+  EXPECT_EQ(utilization_of(3), 0);
+
+  std::filesystem::remove(overlay);
+  EXPECT_EQ(utilization_of(0), 0);
+  EXPECT_EQ(nvml.shutdown(), NVML_SUCCESS);
+}
+
+// The NVML backend, driven through the simulated library, must discover exactly the machine
+// the fixture describes.
+class FixtureCrossCheck : public ::testing::TestWithParam<std::string> {
+ protected:
+  void TearDown() override {
+    unsetenv("GPUPOOL_SIM");
+    unsetenv("GPUPOOL_HOST_ROOT");
+  }
+};
+
+TEST_P(FixtureCrossCheck, NvmlBackendDiscoversTheFixtureMachine) {
+  auto path = locate_fixture(GetParam(), {kFixtureDir, kTestFixtureDir});
+  ASSERT_TRUE(path.ok()) << path.error().message;
+  auto fixture = load_fixture(*path);
+  ASSERT_TRUE(fixture.ok()) << fixture.error().message;
+  setenv("GPUPOOL_SIM", path->c_str(), 1);
+  unsetenv("GPUPOOL_NVML_LIBRARY");
+  unsetenv("GPUPOOL_SIM_STATE");
+  // No /proc or /sys to fall back on: only what NVML says counts.
+  setenv("GPUPOOL_HOST_ROOT", "/nonexistent-gpupool-host-root", 1);
+  auto backend = open_gpu_backend();
+  ASSERT_TRUE(backend.ok()) << backend.error().message;
+  auto discovered = (*backend)->discover();
+  ASSERT_TRUE(discovered.ok()) << discovered.error().message;
+  Machine expected = machine_from_fixture(*fixture);
+  EXPECT_EQ(to_json(discovered->driver).dump(1), to_json(expected.driver).dump(1));
+  ASSERT_EQ(discovered->gpus.size(), expected.gpus.size());
+  for (size_t i = 0; i < expected.gpus.size(); ++i) {
+    EXPECT_EQ(to_json(discovered->gpus[i]).dump(1), to_json(expected.gpus[i]).dump(1))
+        << "GPU " << i;
+  }
+  EXPECT_EQ(topology_json(*discovered).dump(1), topology_json(expected).dump(1));
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, FixtureCrossCheck,
+                         ::testing::Values("dgx1-v100", "dgx-a100", "hgx-h200", "pcie-4gpu",
+                                           "mixed-workstation", "h200-1", "lost-gpu", "old-driver"),
+                         [](const ::testing::TestParamInfo<std::string>& param) {
+                           std::string name = param.param;
+                           std::replace(name.begin(), name.end(), '-', '_');
+                           return name;
+                         });
+
+}  // namespace
+}  // namespace gpupool::sim
