@@ -9,6 +9,7 @@
 #include "cli/app.h"
 #include "cli/commands.h"
 #include "core/cuda_visible_devices.h"
+#include "core/numbering.h"
 #include "gpu/cuda_probe.h"
 #include "gpu/gpu_backend.h"
 
@@ -34,7 +35,7 @@ std::string quoted(const std::optional<std::string>& value) {
 nlohmann::json devices_json(const Machine& machine, const std::vector<VisibleDevice>& devices) {
   nlohmann::json out = nlohmann::json::array();
   for (const VisibleDevice& d : devices) {
-    const Gpu& gpu = machine.gpus.at(d.nvml_index);
+    const Gpu& gpu = *find_gpu_by_index(machine.gpus, d.nvml_index);
     out.push_back({{"cuda_index", d.cuda_index},
                    {"index", gpu.index},
                    {"uuid", gpu.uuid},
@@ -57,7 +58,7 @@ void print_text(const Machine& machine, const std::optional<std::string>& value,
     fmt::print("No GPU is visible: CUDA programs will find no device.\n");
   } else {
     for (const VisibleDevice& d : r.devices) {
-      const Gpu& gpu = machine.gpus.at(d.nvml_index);
+      const Gpu& gpu = *find_gpu_by_index(machine.gpus, d.nvml_index);
       fmt::print("cuda:{} = GPU {}  {}  {}  {}\n", d.cuda_index, gpu.index, gpu.name, gpu.pci_bus_id, gpu.uuid);
     }
   }

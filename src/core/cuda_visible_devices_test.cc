@@ -1,13 +1,13 @@
 #include "core/cuda_visible_devices.h"
 
 #include <fstream>
-#include <random>
 #include <set>
 
 #include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
+#include <rapidcheck/gtest.h>
 
 namespace gpupool {
 namespace {
@@ -428,48 +428,66 @@ TEST(CudaVisibleDevicesRules, EntriesAreExplained) {
   EXPECT_EQ(resolution.entries[3].nvml_index, std::nullopt);
 }
 
-// (c) Property: whatever the input, the answer is well formed.
-TEST(CudaVisibleDevicesProperty, RandomValuesGiveWellFormedAnswers) {
-  std::vector<std::vector<Gpu>> machines{{}, h200_machine(), identical_machine(4),
-                                         identical_machine(8), mixed_machine()};
-  const std::vector<std::string> pieces{
-      "0", "1", "3", "7", "9", "00", "+", "-", " ", "\t", ",", ",", ",", "a", "x", ".", ";", "/",
-      "4294967297", "99999999999999999999", "GPU-", "MIG-", "gpu-", "GPU-1", "GPU-16fb8516",
-      "-", "f", "GPU-2000", kH200Uuid, synthetic_uuid(5), "\xff", std::string(1, '\0')};
-  const std::vector<Env> orders{Env{}, Env{"PCI_BUS_ID"}, Env{"FASTEST_FIRST"}, Env{"x"}};
-  std::mt19937 random(20240611);
-  for (int round = 0; round < 20000; ++round) {
-    const std::vector<Gpu>& gpus = machines[random() % machines.size()];
-    Env value;
-    if (random() % 8 != 0) {
-      value.emplace();
-      const unsigned count = random() % 8;
-      for (unsigned i = 0; i < count; ++i) *value += pieces[random() % pieces.size()];
-    }
-    const Env order = orders[random() % orders.size()];
-    const VisibleDevicesResolution resolution = resolve(gpus, value, order);
-    SCOPED_TRACE(value.value_or("<unset>"));
+// (c) Property: whatever the input, the answer is well formed. More cases:
+// RC_PARAMS="max_success=20000" gpupool_unit_tests --gtest_filter='CudaVisibleDevicesProperty*'.
 
-    std::set<unsigned> seen;
-    for (std::size_t i = 0; i < resolution.devices.size(); ++i) {
-      EXPECT_EQ(resolution.devices[i].cuda_index, i);
-      EXPECT_LT(resolution.devices[i].nvml_index, gpus.size());
-      EXPECT_TRUE(seen.insert(resolution.devices[i].nvml_index).second);
-    }
-    if (resolution.error) {
-      EXPECT_THAT(*resolution.error, StartsWith("CUDA_ERROR_INVALID_DEVICE: "));
-      EXPECT_THAT(resolution.devices, IsEmpty());
-    }
-    if (value && parse_device_order(order).ok()) {
-      EXPECT_EQ(resolution.entries.size(),
-                static_cast<std::size_t>(std::count(value->begin(), value->end(), ',')) + 1);
-    } else {
-      EXPECT_THAT(resolution.entries, IsEmpty());
-    }
-    for (const std::string& warning : resolution.warnings) {
-      EXPECT_FALSE(warning.empty());
-      EXPECT_EQ(warning.find('\n'), std::string::npos);
-    }
+// One piece of a CUDA_VISIBLE_DEVICES value: an index, a UUID form, junk or a separator.
+rc::Gen<std::string> value_piece(const std::vector<Gpu>& gpus) {
+  std::vector<std::string> uuids{kH200Uuid, synthetic_uuid(5)};
+  for (const Gpu& gpu : gpus) uuids.push_back(gpu.uuid);
+  const rc::Gen<std::string> index = rc::gen::oneOf(
+      rc::gen::elementOf(std::vector<std::string>{"0", "1", "3", "7", "9", "00", "4294967297",
+                                                  "99999999999999999999"}),
+      rc::gen::map(rc::gen::inRange(-3, 12), [](int i) { return std::to_string(i); }));
+  // A GPU's UUID cut anywhere, under any of the prefixes the driver does or does not take.
+  const rc::Gen<std::string> uuid_form =
+      rc::gen::mapcat(rc::gen::elementOf(uuids), [](std::string uuid) {
+        return rc::gen::apply(
+            [uuid](std::size_t length, std::string prefix) {
+              return prefix + uuid.substr(4, length);
+            },
+            rc::gen::inRange<std::size_t>(0, uuid.size() - 3),
+            rc::gen::elementOf(std::vector<std::string>{"GPU-", "MIG-", "gpu-", "GPU", ""}));
+      });
+  const rc::Gen<std::string> junk = rc::gen::oneOf(
+      rc::gen::elementOf(std::vector<std::string>{"+", "-", " ", "\t", "a", "x", ".", ";", "/", "f",
+                                                  "\xff", std::string(1, '\0')}),
+      rc::gen::map(rc::gen::character<char>(), [](char c) { return std::string(1, c); }));
+  return rc::gen::weightedOneOf<std::string>(
+      {{3, index}, {3, uuid_form}, {2, junk}, {3, rc::gen::just(std::string(","))}});
+}
+
+RC_GTEST_PROP(CudaVisibleDevicesProperty, RandomValuesGiveWellFormedAnswers, ()) {
+  const std::vector<Gpu> gpus = *rc::gen::elementOf(std::vector<std::vector<Gpu>>{
+      {}, h200_machine(), identical_machine(4), identical_machine(8), mixed_machine()});
+  Env value;
+  if (*rc::gen::inRange(0, 8) != 0) {  // unset one time in eight
+    const auto pieces = *rc::gen::container<std::vector<std::string>>(value_piece(gpus));
+    value = fmt::format("{}", fmt::join(pieces, ""));
+  }
+  const Env order = *rc::gen::elementOf(
+      std::vector<Env>{Env{}, Env{"PCI_BUS_ID"}, Env{"FASTEST_FIRST"}, Env{"x"}});
+  const VisibleDevicesResolution resolution = resolve(gpus, value, order);
+
+  std::set<unsigned> seen;
+  for (std::size_t i = 0; i < resolution.devices.size(); ++i) {
+    RC_ASSERT(resolution.devices[i].cuda_index == i);
+    RC_ASSERT(resolution.devices[i].nvml_index < gpus.size());
+    RC_ASSERT(seen.insert(resolution.devices[i].nvml_index).second);
+  }
+  if (resolution.error) {
+    RC_ASSERT(resolution.error->rfind("CUDA_ERROR_INVALID_DEVICE: ", 0) == 0);
+    RC_ASSERT(resolution.devices.empty());
+  }
+  if (value && parse_device_order(order).ok()) {
+    RC_ASSERT(resolution.entries.size() ==
+              static_cast<std::size_t>(std::count(value->begin(), value->end(), ',')) + 1);
+  } else {
+    RC_ASSERT(resolution.entries.empty());
+  }
+  for (const std::string& warning : resolution.warnings) {
+    RC_ASSERT(!warning.empty());
+    RC_ASSERT(warning.find('\n') == std::string::npos);
   }
 }
 

@@ -59,6 +59,7 @@ constexpr nvmlGpuTopologyLevel_t NVML_TOPOLOGY_SYSTEM = 50;
 
 constexpr nvmlTemperatureSensors_t NVML_TEMPERATURE_GPU = 0;
 constexpr nvmlAffinityScope_t NVML_AFFINITY_SCOPE_NODE = 0;  // NUMA node (memory affinity)
+constexpr nvmlAffinityScope_t NVML_AFFINITY_SCOPE_SOCKET = 1;
 constexpr nvmlMemoryErrorType_t NVML_MEMORY_ERROR_TYPE_CORRECTED = 0;
 constexpr nvmlMemoryErrorType_t NVML_MEMORY_ERROR_TYPE_UNCORRECTED = 1;
 constexpr nvmlEccCounterType_t NVML_VOLATILE_ECC = 0;

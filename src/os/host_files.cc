@@ -29,16 +29,6 @@ std::string trim(std::string s) {
   return s;
 }
 
-std::string user_name(unsigned uid) {
-  std::vector<char> buffer(16384);
-  passwd entry{};
-  passwd* found = nullptr;
-  if (getpwuid_r(uid, &entry, buffer.data(), buffer.size(), &found) == 0 && found != nullptr) {
-    return found->pw_name;
-  }
-  return std::to_string(uid);
-}
-
 // sysfs names PCI devices "0000:3b:00.0"; NVML says "00000000:3B:00.0".
 std::string sysfs_pci_name(const std::string& nvml_bus_id) {
   std::string id = nvml_bus_id;
@@ -49,6 +39,16 @@ std::string sysfs_pci_name(const std::string& nvml_bus_id) {
 }
 
 }  // namespace
+
+std::string user_name(unsigned uid) {
+  std::vector<char> buffer(16384);
+  passwd entry{};
+  passwd* found = nullptr;
+  if (getpwuid_r(uid, &entry, buffer.data(), buffer.size(), &found) == 0 && found != nullptr) {
+    return found->pw_name;
+  }
+  return std::to_string(uid);
+}
 
 HostFiles::HostFiles(std::string root) : root_(std::move(root)) {}
 
@@ -82,6 +82,19 @@ std::optional<ProcessIdentity> HostFiles::process_identity(uint32_t pid) const {
   return identity;
 }
 
+std::optional<uint32_t> HostFiles::parent_pid(uint32_t pid) const {
+  auto stat = read_file(path(fmt::format("/proc/{}/stat", pid)));
+  if (!stat) return std::nullopt;
+  // "pid (comm) state ppid ...": comm may hold spaces and parentheses, so start after the last ')'.
+  size_t close = stat->rfind(')');
+  if (close == std::string::npos) return std::nullopt;
+  std::istringstream fields(stat->substr(close + 1));
+  std::string state;
+  uint32_t ppid = 0;
+  if (!(fields >> state >> ppid)) return std::nullopt;
+  return ppid;
+}
+
 std::optional<int> HostFiles::pci_numa_node(const std::string& nvml_bus_id) const {
   auto text = read_file(path("/sys/bus/pci/devices/" + sysfs_pci_name(nvml_bus_id) + "/numa_node"));
   if (!text) return std::nullopt;
@@ -95,6 +108,29 @@ std::optional<std::string> HostFiles::pci_local_cpus(const std::string& nvml_bus
       read_file(path("/sys/bus/pci/devices/" + sysfs_pci_name(nvml_bus_id) + "/local_cpulist"));
   if (!text) return std::nullopt;
   return trim(*text);
+}
+
+std::optional<std::map<std::string, std::string>> HostFiles::process_environment(
+    uint32_t pid) const {
+  auto text = read(fmt::format("/proc/{}/environ", pid));
+  if (!text) return std::nullopt;
+  std::map<std::string, std::string> variables;
+  std::istringstream entries(*text);
+  for (std::string entry; std::getline(entries, entry, '\0');) {
+    const size_t equals = entry.find('=');
+    if (equals == std::string::npos) continue;  // not NAME=VALUE: no variable to report
+    variables.emplace(entry.substr(0, equals), entry.substr(equals + 1));
+  }
+  return variables;
+}
+
+std::optional<std::string> HostFiles::read(const std::string& absolute) const {
+  return read_file(path(absolute));
+}
+
+bool HostFiles::exists(const std::string& absolute) const {
+  std::error_code ec;
+  return std::filesystem::exists(path(absolute), ec);
 }
 
 HostFiles host_files_from_environment() {

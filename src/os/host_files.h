@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 
@@ -19,10 +20,18 @@ class HostFiles {
 
   // Who runs a process; nullopt when it is gone or not visible (another PID namespace).
   std::optional<ProcessIdentity> process_identity(uint32_t pid) const;
+  // The parent of a process (from /proc/PID/stat); nullopt when it is gone.
+  std::optional<uint32_t> parent_pid(uint32_t pid) const;
   // The NUMA node a PCI device hangs off (sysfs numa_node), nullopt when unknown (-1).
   std::optional<int> pci_numa_node(const std::string& nvml_bus_id) const;
   // The CPUs local to a PCI device (sysfs local_cpulist).
   std::optional<std::string> pci_local_cpus(const std::string& nvml_bus_id) const;
+
+  // A process's environment (/proc/PID/environ); nullopt when it is gone or not ours to read.
+  std::optional<std::map<std::string, std::string>> process_environment(uint32_t pid) const;
+  // Any file under the root, e.g. "/proc/1/cgroup"; nullopt when it cannot be read.
+  std::optional<std::string> read(const std::string& absolute) const;
+  bool exists(const std::string& absolute) const;
 
   const std::string& root() const { return root_; }
 
@@ -30,6 +39,9 @@ class HostFiles {
   std::string path(const std::string& absolute) const;
   std::string root_;
 };
+
+// The login name of a uid, or the number when it has none.
+std::string user_name(unsigned uid);
 
 // The root from GPUPOOL_HOST_ROOT, else "/".
 HostFiles host_files_from_environment();

@@ -697,9 +697,8 @@ GPUPOOL_NVML_EXPORT nvmlReturn_t nvmlDeviceGetMemoryAffinity(nvmlDevice_t device
                                                              unsigned int words,
                                                              unsigned long* nodes,
                                                              nvmlAffinityScope_t scope) {
-  constexpr nvmlAffinityScope_t kSocketScope = 1;  // NVML_AFFINITY_SCOPE_SOCKET
   return simulator().device(device, Needs::Health, [&](const Query& query) {
-    if (scope != NVML_AFFINITY_SCOPE_NODE && scope != kSocketScope)
+    if (scope != NVML_AFFINITY_SCOPE_NODE && scope != NVML_AFFINITY_SCOPE_SOCKET)
       return NVML_ERROR_INVALID_ARGUMENT;
     if (!query.gpu.numa_node)
       return nodes == nullptr ? NVML_ERROR_INVALID_ARGUMENT : NVML_ERROR_NOT_SUPPORTED;

@@ -23,6 +23,7 @@ constexpr unsigned nvlink_max_links = ours::NVML_NVLINK_MAX_LINKS;
 constexpr unsigned memory_v2_version = ours::nvmlMemory_v2;
 constexpr unsigned long long value_not_available = ours::NVML_VALUE_NOT_AVAILABLE_ULL;
 constexpr unsigned affinity_scope_node = ours::NVML_AFFINITY_SCOPE_NODE;
+constexpr unsigned affinity_scope_socket = ours::NVML_AFFINITY_SCOPE_SOCKET;
 }  // namespace captured
 
 #define NVML_NO_UNVERSIONED_FUNC_DEFS
@@ -38,6 +39,7 @@ static_assert(captured::nvlink_max_links == NVML_NVLINK_MAX_LINKS);
 static_assert(captured::memory_v2_version == nvmlMemory_v2);
 static_assert(captured::value_not_available == static_cast<unsigned long long>(NVML_VALUE_NOT_AVAILABLE));
 static_assert(captured::affinity_scope_node == NVML_AFFINITY_SCOPE_NODE);
+static_assert(captured::affinity_scope_socket == NVML_AFFINITY_SCOPE_SOCKET);
 
 #define SAME_VALUE(name) static_assert(static_cast<long long>(ours::name) == static_cast<long long>(::name), #name)
 SAME_VALUE(NVML_SUCCESS);

@@ -1,0 +1,161 @@
+// gpupool launch: lease GPUs and start one process per GPU (or several), with the
+// environment torchrun gives its workers on a single node; all of them or none.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <csignal>
+#include <cstdlib>
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "cli/commands.h"
+#include "cli/lease_options.h"
+#include "core/cpu_list.h"
+#include "os/child_group.h"
+
+namespace gpupool::cli {
+namespace {
+
+struct LaunchOptions {
+  LeaseRequestOptions lease;
+  unsigned per_gpu = 1;
+  bool bind_numa = false;
+  std::string grace = "10s";
+  std::vector<std::string> command;
+};
+
+// A TCP port nobody listens on right now, for rank 0's rendezvous store (as torchrun picks it).
+Result<unsigned> free_tcp_port() {
+  int sock = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (sock < 0) return fail("cannot pick a port for MASTER_PORT: {}", std::strerror(errno));
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  address.sin_port = 0;
+  socklen_t length = sizeof address;
+  auto* generic = reinterpret_cast<sockaddr*>(&address);
+  bool ok = bind(sock, generic, sizeof address) == 0 && getsockname(sock, generic, &length) == 0;
+  int error = errno;
+  close(sock);
+  if (!ok) return fail("cannot pick a port for MASTER_PORT: {}", std::strerror(error));
+  return static_cast<unsigned>(ntohs(address.sin_port));
+}
+
+// What torchrun sets for each worker of a single-node job (without its agent's store).
+std::vector<std::string> torchrun_environment(unsigned rank, unsigned world_size, unsigned port,
+                                              const std::string& job) {
+  std::vector<std::string> env = {
+      fmt::format("RANK={}", rank),
+      fmt::format("LOCAL_RANK={}", rank),
+      fmt::format("WORLD_SIZE={}", world_size),
+      fmt::format("LOCAL_WORLD_SIZE={}", world_size),
+      "GROUP_RANK=0",
+      "GROUP_WORLD_SIZE=1",
+      "ROLE_NAME=default",
+      fmt::format("ROLE_RANK={}", rank),
+      fmt::format("ROLE_WORLD_SIZE={}", world_size),
+      "MASTER_ADDR=127.0.0.1",
+      fmt::format("MASTER_PORT={}", port),
+      fmt::format("TORCHELASTIC_RUN_ID={}", job),
+      "TORCHELASTIC_RESTART_COUNT=0",
+      "TORCHELASTIC_MAX_RESTARTS=0",
+  };
+  // Like torchrun: many processes each with a thread per CPU would oversubscribe the machine.
+  if (world_size > 1 && std::getenv("OMP_NUM_THREADS") == nullptr) env.push_back("OMP_NUM_THREADS=1");
+  return env;
+}
+
+// Binds `spec` to the CPUs and memory of `gpu`'s NUMA node; false when that is not known.
+bool bind_to_numa_node(const Gpu& gpu, ChildSpec& spec) {
+  if (!gpu.cpu_affinity || !gpu.numa_node) return false;
+  Result<std::vector<unsigned>> cpus = parse_cpu_list(*gpu.cpu_affinity);
+  if (!cpus.ok() || cpus->empty()) return false;
+  spec.cpus = std::move(*cpus);
+  spec.memory_node = *gpu.numa_node;
+  return true;
+}
+
+Result<int> launch_job(LaunchOptions options) {
+  if (options.command.empty()) return fail("no command to launch");
+  TRY_ASSIGN(auto grace, parse_duration(options.grace));
+  if (options.lease.name.empty()) options.lease.name = fmt::format("launch-{}", getpid());
+  TRY_ASSIGN(LeasedGpus leased, lease_gpus(options.lease));
+  TRY_ASSIGN(unsigned port, free_tcp_port());
+  const unsigned world_size = static_cast<unsigned>(leased.gpus.size()) * options.per_gpu;
+
+  std::vector<GroupChild> ranks;
+  std::vector<unsigned> unbound_gpus;
+  for (unsigned rank = 0; rank < world_size; ++rank) {
+    unsigned gpu = leased.gpus[rank / options.per_gpu];
+    std::vector<std::string> env = job_environment(leased, {gpu});
+    auto torchrun = torchrun_environment(rank, world_size, port, leased.job);
+    env.insert(env.end(), torchrun.begin(), torchrun.end());
+    GroupChild child{{}, fmt::format("[rank {}] ", rank)};
+    child.spec.argv = options.command;
+    child.spec.environment = environment_with(env);
+    bool first_of_gpu = rank % options.per_gpu == 0;
+    if (options.bind_numa && !bind_to_numa_node(leased.acquired.machine.gpus.at(gpu), child.spec) &&
+        first_of_gpu) {
+      unbound_gpus.push_back(gpu);
+    }
+    ranks.push_back(std::move(child));
+  }
+  if (!unbound_gpus.empty()) {
+    fmt::print(stderr, "gpupool: the NUMA node of GPU {} is unknown; its ranks run unbound\n",
+               fmt::join(unbound_gpus, ","));
+  }
+
+  // Every rank holds the leases, so they outlive gpupool if it is killed.
+  TRY(leased.acquired.leases.make_inheritable());
+  GroupOptions group;
+  group.grace = grace;
+  group.on_started = [&](const std::vector<pid_t>& pids) {
+    leased.acquired.leases.set_holder_pid(pids.front());
+  };
+  TRY_ASSIGN(GroupOutcome outcome, run_child_group(std::move(ranks), group));
+  leased.acquired.leases.release();
+
+  std::string stopped =
+      outcome.stopped == 0
+          ? ""
+          : fmt::format("; stopped the other {} rank{}", outcome.stopped, outcome.stopped == 1 ? "" : "s");
+  if (outcome.failed_child) {
+    unsigned rank = static_cast<unsigned>(*outcome.failed_child);
+    int code = outcome.exit_code;
+    std::string how = code > 128 ? fmt::format("was killed by signal {} ({})", code - 128, strsignal(code - 128))
+                                 : fmt::format("exited with code {}", code);
+    fmt::print(stderr, "gpupool: rank {} (GPU {}) {}{}\n", rank, leased.gpus[rank / options.per_gpu], how,
+               stopped);
+  } else if (outcome.signal) {
+    fmt::print(stderr, "gpupool: got SIG{}; stopped all {} running rank{}\n", sigabbrev_np(*outcome.signal),
+               outcome.stopped, outcome.stopped == 1 ? "" : "s");
+  }
+  return outcome.exit_code;
+}
+
+}  // namespace
+
+void add_launch_command(CLI::App& app, int& exit_code) {
+  auto* cmd = app.add_subcommand(
+      "launch", "Lease GPUs and start one process per GPU with torchrun's environment; all or nothing");
+  auto options = std::make_shared<LaunchOptions>();
+  add_lease_options(*cmd, options->lease);
+  cmd->add_option("--per-gpu", options->per_gpu, "Processes per GPU (default 1)")->check(CLI::Range(1u, 64u));
+  cmd->add_flag("--bind-numa", options->bind_numa,
+                "Run each process on the CPUs and memory of its GPU's NUMA node");
+  cmd->add_option("--grace", options->grace,
+                  "When stopping, wait this long after SIGTERM before SIGKILL (default 10s)");
+  cmd->add_option("command", options->command, "The command and its arguments (after --)")->required();
+  cmd->footer(
+      "Process R of N*K (K = --per-gpu) sees only GPU R/K of the lease (CUDA_VISIBLE_DEVICES = its UUID)\n"
+      "and RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT... as torchrun sets them. Output lines\n"
+      "are prefixed with [rank R]. When one process fails, or gpupool gets SIGINT/SIGTERM/SIGHUP, the\n"
+      "others are stopped; the exit code is the failed process's (128+N for signal N).");
+  cmd->callback([&exit_code, options] { run_command(exit_code, [&] { return launch_job(*options); }); });
+}
+
+}  // namespace gpupool::cli

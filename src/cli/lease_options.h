@@ -1,0 +1,44 @@
+// What `run` and `launch` share: the options that describe a GPU request, and
+// turning them into held leases and the job's environment.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "lease/acquirer.h"
+
+namespace gpupool::cli {
+
+struct LeaseRequestOptions {
+  unsigned count = 1;
+  std::string memory;    // --mem: a slice of each GPU's memory; empty: whole GPUs
+  std::string gpus;      // --gpus: only these
+  std::string exclude;   // --exclude: never these
+  std::optional<std::string> wait;  // --wait[=TIMEOUT]; default: wait as long as it takes
+  std::string name;      // --name: the job's name
+  bool quiet = false;
+};
+
+void add_lease_options(CLI::App& cmd, LeaseRequestOptions& options);
+
+struct LeasedGpus {
+  Acquired acquired;
+  std::vector<unsigned> gpus;  // nvidia-smi indices, placement order
+  std::string job;
+  std::optional<uint64_t> slice_mib;
+};
+
+// Acquires (waiting as the options say, reporting the wait on stderr).
+Result<LeasedGpus> lease_gpus(const LeaseRequestOptions& options);
+
+// CUDA_VISIBLE_DEVICES (full UUIDs, in the order of `gpus`), CUDA_DEVICE_ORDER and GPUPOOL_*
+// for a process that uses `gpus`, a subset of the lease.
+std::vector<std::string> job_environment(const LeasedGpus& leased, const std::vector<unsigned>& gpus);
+
+// "30", "30s", "5m", "2h": a duration for --wait.
+Result<std::chrono::milliseconds> parse_duration(const std::string& text);
+
+}  // namespace gpupool::cli

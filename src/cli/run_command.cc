@@ -1,0 +1,48 @@
+// gpupool run: lease GPUs, run one command on them in the user's terminal,
+// and release them when it exits.
+#include <unistd.h>
+
+#include <ctime>
+
+#include <fmt/format.h>
+
+#include "cli/commands.h"
+#include "cli/lease_options.h"
+#include "os/child_process.h"
+
+namespace gpupool::cli {
+namespace {
+
+struct RunOptions {
+  LeaseRequestOptions lease;
+  std::vector<std::string> command;
+};
+
+Result<int> run_job(const RunOptions& options) {
+  TRY_ASSIGN(LeasedGpus leased, lease_gpus(options.lease));
+  ChildSpec spec;
+  spec.argv = options.command;
+  spec.environment = environment_with(job_environment(leased, leased.gpus));
+  TRY(leased.acquired.leases.make_inheritable());
+  TRY_ASSIGN(pid_t child, spawn_child(spec));
+  leased.acquired.leases.set_holder_pid(child);
+  int code = wait_forwarding_signals(child);
+  leased.acquired.leases.release();
+  return code;
+}
+
+}  // namespace
+
+void add_run_command(CLI::App& app, int& exit_code) {
+  auto* cmd = app.add_subcommand("run", "Lease GPUs, run a command on them, release them when it exits");
+  auto options = std::make_shared<RunOptions>();
+  add_lease_options(*cmd, options->lease);
+  cmd->add_option("command", options->command, "The command and its arguments (after --)")->required();
+  cmd->footer(
+      "The command sees exactly its GPUs: CUDA_VISIBLE_DEVICES lists their UUIDs in placement order and\n"
+      "CUDA_DEVICE_ORDER=PCI_BUS_ID; GPUPOOL_JOB, GPUPOOL_GPUS (nvidia-smi indices) and GPUPOOL_GPU_UUIDS\n"
+      "are set too. Its exit code is gpupool's (128+N when killed by signal N).");
+  cmd->callback([&exit_code, options] { run_command(exit_code, [&] { return run_job(*options); }); });
+}
+
+}  // namespace gpupool::cli

@@ -1,0 +1,90 @@
+#include "lease/gpu_pool.h"
+
+#include <cstdlib>
+#include <set>
+
+#include <fmt/format.h>
+
+namespace gpupool {
+namespace {
+
+// True when `pid` is a lease holder or descends from one: its GPU use is gpupool's.
+bool started_by_gpupool(uint32_t pid, const std::set<uint32_t>& holders, const HostFiles& host) {
+  for (int depth = 0; depth < 64 && pid > 1; ++depth) {
+    if (holders.count(pid) > 0) return true;
+    auto parent = host.parent_pid(pid);
+    if (!parent) return false;
+    pid = *parent;
+  }
+  return false;
+}
+
+std::string describe_process(const GpuProcess& p) {
+  std::string command = p.command.value_or("?");
+  if (auto space = command.find(' '); space != std::string::npos) command.resize(space);
+  return fmt::format("pid {} {} {}", p.pid, p.user.value_or("?"), command);
+}
+
+}  // namespace
+
+uint64_t busy_memory_threshold_mib() {
+  const char* text = std::getenv("GPUPOOL_BUSY_MEMORY_MIB");
+  if (text == nullptr || *text == '\0') return kDefaultBusyMemoryMib;
+  auto parsed = parse_memory_mib(text);
+  return parsed ? *parsed : kDefaultBusyMemoryMib;
+}
+
+Result<std::vector<GpuAvailability>> survey_pool(const Machine& machine, const LeaseDirectory& leases,
+                                                 const HostFiles& host, uint64_t busy_memory_mib) {
+  TRY_ASSIGN(std::vector<LeaseRecord> records, leases.list());
+  std::set<uint32_t> holder_pids;
+  for (const LeaseRecord& r : records) holder_pids.insert(static_cast<uint32_t>(r.holder.pid));
+
+  std::vector<GpuAvailability> out(machine.gpus.size());
+  for (const Gpu& gpu : machine.gpus) {
+    GpuAvailability& a = out.at(gpu.index);
+    std::vector<std::string> who;
+    if (gpu.fault || gpu.uuid.empty()) {
+      a.usable = false;
+      a.holders = gpu.fault.value_or("no UUID");
+      continue;
+    }
+    TRY_ASSIGN(GpuHold hold, leases.hold(gpu.uuid, gpu.memory_total_mib.value_or(0)));
+    a.exclusive_held = hold.exclusive;
+    a.shared_mib = hold.shared_mib;
+    for (const LeaseRecord& r : records) {
+      if (r.uuid != gpu.uuid) continue;
+      std::string slice = r.slice_mib ? fmt::format(", {} MiB", *r.slice_mib) : "";
+      who.push_back(fmt::format("{} ({}{})", r.holder.user, r.holder.job, slice));
+    }
+    uint64_t listed_mib = 0;
+    for (const GpuProcess& p : gpu.processes) {
+      listed_mib += p.used_memory_mib.value_or(0);
+      if (started_by_gpupool(p.pid, holder_pids, host)) continue;
+      a.external_busy = true;
+      a.external_mib += p.used_memory_mib.value_or(0);
+      who.push_back(describe_process(p));
+    }
+    uint64_t used = gpu.memory_used_mib.value_or(0);
+    if (used > listed_mib && used - listed_mib > busy_memory_mib) {
+      // Memory held by processes we cannot see (another container or PID namespace).
+      a.external_busy = true;
+      a.external_mib += used - listed_mib;
+      who.push_back(fmt::format("{} MiB used by processes not visible here", used - listed_mib));
+    }
+    a.holders = fmt::format("{}", fmt::join(who, ", "));
+  }
+  return out;
+}
+
+std::vector<LeaseClaim> claims_for(const Machine& machine, const std::vector<unsigned>& gpus,
+                                   const std::optional<uint64_t>& slice_mib) {
+  std::vector<LeaseClaim> claims;
+  for (unsigned index : gpus) {
+    const Gpu& gpu = machine.gpus.at(index);
+    claims.push_back({gpu.uuid, gpu.index, gpu.memory_total_mib.value_or(0), slice_mib});
+  }
+  return claims;
+}
+
+}  // namespace gpupool

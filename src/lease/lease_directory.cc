@@ -1,0 +1,324 @@
+#include "lease/lease_directory.h"
+
+#include "os/host_files.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <climits>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+namespace gpupool {
+namespace {
+
+constexpr mode_t kSharedDirMode = 01777;  // everyone creates, only owners remove (like /tmp)
+constexpr mode_t kLockFileMode = 0666;    // everyone may lock; locks, not contents, matter
+constexpr off_t kWholeFile = 0;           // l_len 0: up to the end of any file
+
+struct ByteRange {
+  off_t start = 0;
+  off_t length = kWholeFile;  // kWholeFile: to infinity
+  off_t end() const { return length == kWholeFile ? std::numeric_limits<off_t>::max() : start + length; }
+};
+
+bool set_lock(int fd, short type, ByteRange range) {
+  struct flock lock {};
+  lock.l_type = type;
+  lock.l_whence = SEEK_SET;
+  lock.l_start = range.start;
+  lock.l_len = range.length;
+  return fcntl(fd, F_OFD_SETLK, &lock) == 0;
+}
+
+// Some lock held through another open file description that overlaps `range`.
+std::optional<ByteRange> find_conflict(int fd, ByteRange range) {
+  struct flock lock {};
+  lock.l_type = F_WRLCK;
+  lock.l_whence = SEEK_SET;
+  lock.l_start = range.start;
+  lock.l_len = range.length;
+  if (fcntl(fd, F_OFD_GETLK, &lock) != 0 || lock.l_type == F_UNLCK) return std::nullopt;
+  return ByteRange{lock.l_start, lock.l_len};
+}
+
+// Every lock overlapping [lo, hi), held through other descriptions. The kernel reports one
+// conflicting lock at a time, in no particular order, so both sides of it are searched again.
+void collect_locks(int fd, off_t lo, off_t hi, std::vector<ByteRange>& out) {
+  if (lo >= hi) return;
+  auto conflict = find_conflict(fd, ByteRange{lo, hi == std::numeric_limits<off_t>::max() ? kWholeFile : hi - lo});
+  if (!conflict) return;
+  out.push_back(*conflict);
+  collect_locks(fd, lo, std::max(lo, conflict->start), out);
+  collect_locks(fd, std::min(hi, conflict->end()), hi, out);
+}
+
+Result<void> ensure_shared_directory(const std::string& path) {
+  if (mkdir(path.c_str(), 0700) == 0) {
+    if (chmod(path.c_str(), kSharedDirMode) != 0) {
+      return fail("cannot set mode 1777 on {}: {}", path, std::strerror(errno));
+    }
+  } else if (errno != EEXIST) {
+    return fail("cannot create the lease directory {}: {}", path, std::strerror(errno));
+  }
+  struct stat st {};
+  if (lstat(path.c_str(), &st) != 0) return fail("cannot inspect {}: {}", path, std::strerror(errno));
+  if (!S_ISDIR(st.st_mode)) return fail("{} must be a directory, not a link or file", path);
+  // The owner of a sticky directory can remove anyone's files in it: only root or we may own it.
+  if (st.st_uid != 0 && st.st_uid != getuid()) {
+    return fail("{} belongs to uid {}, who could remove other users' leases; "
+                "an administrator should create it (mode 1777, owner root)", path, st.st_uid);
+  }
+  if ((st.st_mode & 07777) != kSharedDirMode) {
+    if (st.st_uid != getuid() || chmod(path.c_str(), kSharedDirMode) != 0) {
+      return fail("{} has mode {:o}, leases need 1777", path, st.st_mode & 07777);
+    }
+  }
+  return {};
+}
+
+nlohmann::json record_json(const LeaseClaim& claim, const LeaseHolder& holder,
+                           const std::vector<ByteRange>& ranges) {
+  nlohmann::json spans = nlohmann::json::array();
+  for (const ByteRange& r : ranges) spans.push_back({r.start, r.length});
+  return {{"uuid", claim.uuid},
+          {"index", claim.index},
+          {"pid", holder.pid},
+          // Who we are comes from our uid, never from $USER, which anyone can set.
+          {"user", user_name(getuid())},
+          {"job", holder.job},
+          {"since", holder.since},
+          {"slice_mib", claim.slice_mib ? nlohmann::json(*claim.slice_mib) : nullptr},
+          {"ranges", spans}};
+}
+
+Result<void> write_record(const std::string& path, const std::string& text) {
+  std::string temp = fmt::format("{}.tmp", path);
+  int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644);
+  if (fd < 0) return fail("cannot write lease record {}: {}", temp, std::strerror(errno));
+  bool written = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+  ::close(fd);
+  if (!written || rename(temp.c_str(), path.c_str()) != 0) {
+    unlink(temp.c_str());
+    return fail("cannot write lease record {}", path);
+  }
+  return {};
+}
+
+// A holder record and the first byte it claims; nullopt for anything malformed.
+std::optional<std::pair<LeaseRecord, int64_t>> parse_record(const nlohmann::json& r) {
+  auto is_string = [&](const char* key) { return r.contains(key) && r[key].is_string(); };
+  auto is_integer = [&](const char* key) { return r.contains(key) && r[key].is_number_integer(); };
+  if (!r.is_object() || !is_string("uuid") || !is_string("user") || !is_string("job") ||
+      !is_integer("index") || !is_integer("pid") || !is_integer("since") || !r.contains("slice_mib") ||
+      !r.contains("ranges") || !r["ranges"].is_array() || r["ranges"].empty() ||
+      !r["ranges"][0].is_array() || r["ranges"][0].empty() || !r["ranges"][0][0].is_number_integer()) {
+    return std::nullopt;
+  }
+  LeaseRecord lease;
+  lease.uuid = r["uuid"].get<std::string>();
+  lease.index = r["index"].get<unsigned>();
+  lease.holder.pid = r["pid"].get<pid_t>();
+  lease.holder.user = r["user"].get<std::string>();
+  lease.holder.job = r["job"].get<std::string>();
+  lease.holder.since = r["since"].get<int64_t>();
+  if (r["slice_mib"].is_number_unsigned()) lease.slice_mib = r["slice_mib"].get<uint64_t>();
+  return std::make_pair(lease, r["ranges"][0][0].get<int64_t>());
+}
+
+}  // namespace
+
+HeldLeases::HeldLeases(HeldLeases&& other) noexcept
+    : fds_(std::move(other.fds_)),
+      record_paths_(std::move(other.record_paths_)),
+      record_texts_(std::move(other.record_texts_)) {
+  other.fds_.clear();
+  other.record_paths_.clear();
+}
+
+HeldLeases& HeldLeases::operator=(HeldLeases&& other) noexcept {
+  if (this != &other) {
+    release();
+    fds_ = std::move(other.fds_);
+    record_paths_ = std::move(other.record_paths_);
+    record_texts_ = std::move(other.record_texts_);
+    other.fds_.clear();
+    other.record_paths_.clear();
+  }
+  return *this;
+}
+
+HeldLeases::~HeldLeases() { release(); }
+
+void HeldLeases::release() {
+  // Records first: a record without its lock is stale, a lock without its record is anonymous.
+  for (const auto& path : record_paths_) unlink(path.c_str());
+  for (int fd : fds_) ::close(fd);
+  record_paths_.clear();
+  record_texts_.clear();
+  fds_.clear();
+}
+
+Result<void> HeldLeases::make_inheritable() const {
+  for (int fd : fds_) {
+    if (fcntl(fd, F_SETFD, 0) != 0) return fail("cannot pass a lease to the job: {}", std::strerror(errno));
+  }
+  return {};
+}
+
+void HeldLeases::set_holder_pid(pid_t pid) {
+  for (size_t i = 0; i < record_paths_.size(); ++i) {
+    auto record = nlohmann::json::parse(record_texts_[i], nullptr, false);
+    if (record.is_discarded()) continue;
+    record["pid"] = pid;
+    record_texts_[i] = record.dump();
+    (void)write_record(record_paths_[i], record_texts_[i]);
+  }
+}
+
+std::string LeaseDirectory::default_path() {
+  if (const char* dir = std::getenv("GPUPOOL_RUNTIME_DIR"); dir != nullptr && *dir != '\0') return dir;
+  struct stat st {};
+  if (stat("/run/gpupool", &st) == 0 && S_ISDIR(st.st_mode)) return "/run/gpupool";
+  return "/tmp/gpupool";
+}
+
+Result<LeaseDirectory> LeaseDirectory::open(const std::string& path) {
+  TRY(ensure_shared_directory(path));
+  TRY(ensure_shared_directory(path + "/locks"));
+  TRY(ensure_shared_directory(path + "/holders"));
+  TRY(ensure_shared_directory(path + "/queue"));
+  return LeaseDirectory(path);
+}
+
+std::string LeaseDirectory::lock_path(const std::string& uuid) const {
+  return fmt::format("{}/locks/{}.lock", path_, uuid);
+}
+
+Result<int> LeaseDirectory::open_lock(const std::string& uuid) const {
+  if (uuid.empty() || uuid.find('/') != std::string::npos || uuid.front() == '.') {
+    return fail("invalid GPU UUID '{}' for a lease", uuid);
+  }
+  std::string path = lock_path(uuid);
+  int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, kLockFileMode);
+  if (fd < 0) return fail("cannot open lock file {}: {}", path, std::strerror(errno));
+  struct stat st {};
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return fail("lock file {} is not a regular file", path);
+  }
+  // The umask may have narrowed the mode of a file we created; others must be able to lock it.
+  if (st.st_uid == getuid() && (st.st_mode & 0777) != kLockFileMode) fchmod(fd, kLockFileMode);
+  return fd;
+}
+
+Result<std::optional<HeldLeases>> LeaseDirectory::try_acquire(const std::vector<LeaseClaim>& claims,
+                                                             const LeaseHolder& holder) const {
+  HeldLeases held;
+  // A fixed order (by UUID) so that two acquirers never each hold what the other waits for.
+  std::vector<const LeaseClaim*> ordered;
+  for (const auto& claim : claims) ordered.push_back(&claim);
+  std::sort(ordered.begin(), ordered.end(), [](auto* a, auto* b) { return a->uuid < b->uuid; });
+  std::vector<std::vector<ByteRange>> taken(ordered.size());
+  for (size_t i = 0; i < ordered.size(); ++i) {
+    const LeaseClaim& claim = *ordered[i];
+    TRY_ASSIGN(int fd, open_lock(claim.uuid));
+    held.fds_.push_back(fd);
+    if (!claim.slice_mib) {
+      if (!set_lock(fd, F_WRLCK, ByteRange{0, kWholeFile})) return std::optional<HeldLeases>();
+      taken[i].push_back(ByteRange{0, kWholeFile});
+      continue;
+    }
+    // A slice is any `slice_mib` free MiB below the GPU's total, in as many pieces as it takes.
+    auto total = static_cast<off_t>(claim.memory_total_mib);
+    std::vector<ByteRange> locked;
+    collect_locks(fd, 0, std::numeric_limits<off_t>::max(), locked);
+    std::sort(locked.begin(), locked.end(), [](auto& a, auto& b) { return a.start < b.start; });
+    auto need = static_cast<off_t>(*claim.slice_mib);
+    off_t position = 0;
+    for (size_t k = 0; k <= locked.size() && need > 0 && position < total; ++k) {
+      off_t gap_end = k < locked.size() ? std::min(locked[k].start, total) : total;
+      if (gap_end > position) {
+        off_t length = std::min(need, gap_end - position);
+        if (!set_lock(fd, F_WRLCK, ByteRange{position, length})) return std::optional<HeldLeases>();
+        taken[i].push_back(ByteRange{position, length});
+        need -= length;
+      }
+      if (k < locked.size()) position = std::max(position, locked[k].end());
+    }
+    if (need > 0) return std::optional<HeldLeases>();  // closing the descriptors unlocks
+  }
+  for (size_t i = 0; i < ordered.size(); ++i) {
+    std::string path = fmt::format("{}/holders/{}.{}.{}", path_, ordered[i]->uuid, taken[i].front().start, getpid());
+    std::string text = record_json(*ordered[i], holder, taken[i]).dump();
+    TRY(write_record(path, text));
+    held.record_paths_.push_back(path);
+    held.record_texts_.push_back(text);
+  }
+  return std::optional<HeldLeases>(std::move(held));
+}
+
+Result<GpuHold> LeaseDirectory::hold(const std::string& uuid, uint64_t memory_total_mib) const {
+  TRY_ASSIGN(int fd, open_lock(uuid));
+  std::vector<ByteRange> locked;
+  collect_locks(fd, 0, std::numeric_limits<off_t>::max(), locked);
+  ::close(fd);
+  GpuHold hold;
+  for (const ByteRange& r : locked) {
+    if (r.length == kWholeFile || r.end() > static_cast<off_t>(memory_total_mib)) {
+      hold.exclusive = true;
+    } else {
+      hold.shared_mib += static_cast<uint64_t>(r.length);
+    }
+  }
+  return hold;
+}
+
+Result<std::vector<LeaseRecord>> LeaseDirectory::list() const {
+  std::string dir = path_ + "/holders";
+  DIR* d = opendir(dir.c_str());
+  if (d == nullptr) return fail("cannot read {}: {}", dir, std::strerror(errno));
+  std::map<std::pair<std::string, int64_t>, LeaseRecord> live;  // by (uuid, first byte)
+  while (dirent* entry = readdir(d)) {
+    std::string name = entry->d_name;
+    if (name.front() == '.' || name.ends_with(".tmp")) continue;
+    std::ifstream in(dir + "/" + name);
+    std::stringstream text;
+    text << in.rdbuf();
+    auto record = nlohmann::json::parse(text.str(), nullptr, false);
+    auto parsed = parse_record(record);
+    if (!parsed) continue;  // a record someone garbled says nothing about the locks
+    auto& [lease, first] = *parsed;
+    // Only the lock is the truth: a record whose first byte is not locked is left over.
+    auto fd = open_lock(lease.uuid);
+    if (!fd) continue;
+    bool locked = find_conflict(*fd, ByteRange{static_cast<off_t>(first), 1}).has_value();
+    ::close(*fd);
+    if (!locked) {
+      unlink((dir + "/" + name).c_str());  // best effort: only its owner or root may
+      continue;
+    }
+    auto key = std::make_pair(lease.uuid, first);
+    auto it = live.find(key);
+    if (it == live.end() || it->second.holder.since <= lease.holder.since) live[key] = lease;
+  }
+  closedir(d);
+  std::vector<LeaseRecord> out;
+  for (auto& [key, lease] : live) out.push_back(std::move(lease));
+  std::sort(out.begin(), out.end(), [](const LeaseRecord& a, const LeaseRecord& b) {
+    return std::tie(a.index, a.holder.since) < std::tie(b.index, b.holder.since);
+  });
+  return out;
+}
+
+}  // namespace gpupool

@@ -1,0 +1,140 @@
+#include "lease/lease_directory.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+#include <gtest/gtest.h>
+
+namespace gpupool {
+namespace {
+
+constexpr uint64_t kMemory = 1000;  // MiB of the test GPUs
+
+class LeaseDirectoryTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char pattern[] = "/tmp/gpupool-lease-test-XXXXXX";
+    root_ = mkdtemp(pattern);
+    auto opened = LeaseDirectory::open(root_ + "/run");
+    ASSERT_TRUE(opened.ok()) << opened.error().message;
+    dir_.emplace(std::move(*opened));
+  }
+  void TearDown() override { std::filesystem::remove_all(root_); }
+
+  std::optional<HeldLeases> take(const std::string& uuid, std::optional<uint64_t> slice, const std::string& job) {
+    auto held = dir_->try_acquire({LeaseClaim{uuid, 0, kMemory, slice}}, LeaseHolder{getpid(), "tester", job, 100});
+    EXPECT_TRUE(held.ok()) << held.error().message;
+    return held.ok() ? std::move(*held) : std::nullopt;
+  }
+
+  std::string root_;
+  std::optional<LeaseDirectory> dir_;
+};
+
+TEST_F(LeaseDirectoryTest, CreatesSharedStickyDirectories) {
+  for (const char* sub : {"", "/locks", "/holders", "/queue"}) {
+    struct stat st {};
+    ASSERT_EQ(stat((root_ + "/run" + sub).c_str(), &st), 0);
+    EXPECT_EQ(st.st_mode & 07777, 01777u) << sub;
+  }
+}
+
+TEST_F(LeaseDirectoryTest, AnExclusiveLeaseIsHeldOnce) {
+  auto first = take("GPU-a", std::nullopt, "one");
+  ASSERT_TRUE(first);
+  EXPECT_FALSE(take("GPU-a", std::nullopt, "two"));
+  EXPECT_FALSE(take("GPU-a", 1, "slice"));
+  EXPECT_TRUE(take("GPU-b", std::nullopt, "other gpu"));
+  EXPECT_TRUE(dir_->hold("GPU-a", kMemory)->exclusive);
+}
+
+TEST_F(LeaseDirectoryTest, ReleasingFreesTheGpu) {
+  auto first = take("GPU-a", std::nullopt, "one");
+  ASSERT_TRUE(first);
+  first->release();
+  EXPECT_TRUE(take("GPU-a", std::nullopt, "two"));
+}
+
+TEST_F(LeaseDirectoryTest, SlicesNeverAddUpPastTheMemory) {
+  auto a = take("GPU-a", 600, "a");
+  ASSERT_TRUE(a);
+  EXPECT_FALSE(take("GPU-a", 401, "too big"));
+  auto b = take("GPU-a", 400, "b");
+  ASSERT_TRUE(b);
+  EXPECT_FALSE(take("GPU-a", 1, "full"));
+  EXPECT_FALSE(take("GPU-a", std::nullopt, "exclusive"));
+  GpuHold hold = *dir_->hold("GPU-a", kMemory);
+  EXPECT_FALSE(hold.exclusive);
+  EXPECT_EQ(hold.shared_mib, 1000u);
+}
+
+TEST_F(LeaseDirectoryTest, SlicesFillFragmentedRoom) {
+  auto a = take("GPU-a", 300, "a");
+  auto b = take("GPU-a", 300, "b");
+  auto c = take("GPU-a", 300, "c");
+  ASSERT_TRUE(a && b && c);
+  b->release();  // a hole of 300 in the middle, 100 at the end
+  auto d = take("GPU-a", 400, "d");
+  ASSERT_TRUE(d);
+  EXPECT_EQ(dir_->hold("GPU-a", kMemory)->shared_mib, 1000u);
+  EXPECT_FALSE(take("GPU-a", 1, "full"));
+}
+
+TEST_F(LeaseDirectoryTest, SharedLeasesBlockExclusiveOnes) {
+  auto slice = take("GPU-a", 10, "slice");
+  ASSERT_TRUE(slice);
+  EXPECT_FALSE(take("GPU-a", std::nullopt, "exclusive"));
+}
+
+TEST_F(LeaseDirectoryTest, AcquiresAllOrNothing) {
+  auto b = take("GPU-b", std::nullopt, "b");
+  ASSERT_TRUE(b);
+  auto both = dir_->try_acquire({LeaseClaim{"GPU-a", 0, kMemory, std::nullopt}, LeaseClaim{"GPU-b", 1, kMemory, std::nullopt}},
+                                LeaseHolder{getpid(), "tester", "both", 1});
+  ASSERT_TRUE(both.ok());
+  EXPECT_FALSE(*both);
+  EXPECT_FALSE(dir_->hold("GPU-a", kMemory)->exclusive) << "GPU-a must not stay half-taken";
+}
+
+TEST_F(LeaseDirectoryTest, ListsHoldersAndSkipsStaleRecords) {
+  auto a = take("GPU-a", std::nullopt, "train");
+  auto s = take("GPU-b", 250, "notebook");
+  ASSERT_TRUE(a && s);
+  auto records = dir_->list();
+  ASSERT_TRUE(records.ok());
+  ASSERT_EQ(records->size(), 2u);
+  EXPECT_EQ((*records)[0].holder.job, "train");
+  EXPECT_FALSE((*records)[0].slice_mib);
+  EXPECT_EQ((*records)[1].slice_mib, 250u);
+  // A record left behind by a holder that died (its lock is gone) is not a lease.
+  std::ofstream(root_ + "/run/holders/GPU-c.0.99999")
+      << R"({"uuid":"GPU-c","index":2,"pid":99999,"user":"x","job":"dead","since":1,"slice_mib":null,"ranges":[[0,0]]})";
+  std::ofstream(root_ + "/run/holders/garbage") << "not json";
+  EXPECT_EQ(dir_->list()->size(), 2u);
+  a->release();
+  s->release();
+  EXPECT_TRUE(dir_->list()->empty());
+}
+
+TEST_F(LeaseDirectoryTest, RefusesADirectoryAnotherUserCouldEmpty) {
+  if (getuid() != 0) GTEST_SKIP() << "needs root to create a directory owned by someone else";
+  std::string foreign = root_ + "/foreign";
+  ASSERT_EQ(mkdir(foreign.c_str(), 01777), 0);
+  ASSERT_EQ(chown(foreign.c_str(), 12345, 12345), 0);
+  // Root may use it (it owns everything anyway); the check is about ownership by a third party.
+  auto opened = LeaseDirectory::open(foreign);
+  EXPECT_FALSE(opened.ok());
+  EXPECT_NE(opened.error().message.find("belongs to uid 12345"), std::string::npos);
+}
+
+TEST_F(LeaseDirectoryTest, RejectsUuidsThatAreNotFileNames) {
+  auto held = dir_->try_acquire({LeaseClaim{"../etc/passwd", 0, kMemory, std::nullopt}}, LeaseHolder{});
+  EXPECT_FALSE(held.ok());
+}
+
+}  // namespace
+}  // namespace gpupool

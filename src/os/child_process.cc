@@ -1,0 +1,113 @@
+#include "os/child_process.h"
+
+#include <sched.h>
+#include <signal.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <climits>
+#include <cstring>
+#include <string>
+
+extern char** environ;
+
+namespace gpupool {
+namespace {
+
+constexpr int kForwardedSignals[] = {SIGTERM, SIGHUP, SIGUSR1, SIGUSR2, SIGINT, SIGQUIT};
+
+constexpr int kMpolBind = 2;  // MPOL_BIND from <linux/mempolicy.h>
+
+[[noreturn]] void exec_child(const ChildSpec& spec, char** argv, char** envp) {
+  if (spec.own_process_group) setpgid(0, 0);
+  if (spec.stdout_fd >= 0) dup2(spec.stdout_fd, STDOUT_FILENO);
+  if (spec.stderr_fd >= 0) dup2(spec.stderr_fd, STDERR_FILENO);
+  if (!spec.cpus.empty()) {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    for (unsigned cpu : spec.cpus) {
+      if (cpu < CPU_SETSIZE) CPU_SET(cpu, &set);
+    }
+    sched_setaffinity(0, sizeof set, &set);
+  }
+  if (spec.memory_node && *spec.memory_node >= 0 && *spec.memory_node < 64) {
+    unsigned long mask = 1UL << *spec.memory_node;
+    // Best effort: kernels without NUMA refuse, and the job still runs.
+    syscall(SYS_set_mempolicy, kMpolBind, &mask, sizeof(mask) * CHAR_BIT);
+  }
+  // Unblock what the waiting parent blocks, so the job starts as if run by the shell.
+  sigset_t none;
+  sigemptyset(&none);
+  sigprocmask(SIG_SETMASK, &none, nullptr);
+  environ = envp;
+  execvp(argv[0], argv);
+  int error = errno;
+  std::string message = std::string("gpupool: cannot run ") + argv[0] + ": " + std::strerror(error) + "\n";
+  (void)!write(STDERR_FILENO, message.data(), message.size());
+  _exit(error == ENOENT ? 127 : 126);
+}
+
+}  // namespace
+
+Result<pid_t> spawn_child(const ChildSpec& spec) {
+  if (spec.argv.empty()) return fail("no command to run");
+  std::vector<std::string> args = spec.argv;
+  std::vector<std::string> env = spec.environment;
+  std::vector<char*> argv, envp;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  for (auto& e : env) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  pid_t pid = fork();
+  if (pid < 0) return fail("cannot start {}: {}", spec.argv[0], std::strerror(errno));
+  if (pid == 0) exec_child(spec, argv.data(), envp.data());
+  if (spec.own_process_group) setpgid(pid, pid);  // also here, so no race with signalling the group
+  return pid;
+}
+
+int exit_code_from_status(int status) {
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+  return 1;
+}
+
+int wait_forwarding_signals(pid_t child) {
+  // Signals are taken synchronously (sigwaitinfo), so none can slip between checks.
+  sigset_t wanted, previous;
+  sigemptyset(&wanted);
+  sigaddset(&wanted, SIGCHLD);
+  for (int signal : kForwardedSignals) sigaddset(&wanted, signal);
+  sigprocmask(SIG_BLOCK, &wanted, &previous);
+  int status = 0;
+  for (;;) {
+    pid_t done = waitpid(child, &status, WNOHANG);
+    if (done == child) break;
+    if (done < 0 && errno != EINTR) {
+      status = 1 << 8;
+      break;
+    }
+    siginfo_t info{};
+    int signal = sigwaitinfo(&wanted, &info);
+    // A signal the kernel sent for the terminal has reached the child's process group already.
+    if (signal > 0 && signal != SIGCHLD && info.si_code != SI_KERNEL) kill(child, signal);
+  }
+  sigprocmask(SIG_SETMASK, &previous, nullptr);
+  return exit_code_from_status(status);
+}
+
+std::vector<std::string> environment_with(const std::vector<std::string>& overrides) {
+  std::vector<std::string> env;
+  auto name_of = [](const std::string& entry) { return entry.substr(0, entry.find('=')); };
+  for (char** e = environ; *e != nullptr; ++e) {
+    std::string entry = *e;
+    bool replaced = false;
+    for (const auto& o : overrides) replaced = replaced || name_of(o) == name_of(entry);
+    if (!replaced) env.push_back(entry);
+  }
+  env.insert(env.end(), overrides.begin(), overrides.end());
+  return env;
+}
+
+}  // namespace gpupool

@@ -1,0 +1,40 @@
+// Starting a job's processes and waiting for them: fork/exec with an exact
+// environment, inherited lease descriptors, optional CPU and memory binding,
+// and signals passed on to the job.
+#pragma once
+
+#include <sys/types.h>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/result.h"
+
+namespace gpupool {
+
+struct ChildSpec {
+  std::vector<std::string> argv;           // argv[0] is looked up on PATH
+  std::vector<std::string> environment;    // "NAME=value", the whole environment
+  std::vector<unsigned> cpus;              // CPU affinity; empty: unchanged
+  std::optional<int> memory_node;          // bind memory allocations to this NUMA node
+  int stdout_fd = -1;                      // -1: inherit
+  int stderr_fd = -1;
+  bool own_process_group = false;          // so the group can be signalled as a unit
+};
+
+// Starts the child; exec failures show up as exit code 127 (not found) or 126.
+Result<pid_t> spawn_child(const ChildSpec& spec);
+
+// The exit code a shell would report: the status, or 128 + the signal.
+int exit_code_from_status(int wait_status);
+
+// Waits for `child`, passing on SIGTERM, SIGHUP, SIGUSR1/2 and SIGINT/SIGQUIT sent to us by
+// another process (those from the terminal already reach the child, which shares our
+// foreground process group). Returns the shell-style exit code.
+int wait_forwarding_signals(pid_t child);
+
+// This process's environment with `overrides` ("NAME=value") replacing or adding entries.
+std::vector<std::string> environment_with(const std::vector<std::string>& overrides);
+
+}  // namespace gpupool
