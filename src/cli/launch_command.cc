@@ -1,6 +1,7 @@
 // gpupool launch: lease GPUs and start one process per GPU (or several), with the
 // environment torchrun gives its workers on a single node; all of them or none.
 #include <arpa/inet.h>
+#include <fmt/format.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -9,8 +10,6 @@
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
-
-#include <fmt/format.h>
 
 #include "cli/commands.h"
 #include "cli/lease_options.h"
@@ -65,8 +64,14 @@ std::vector<std::string> torchrun_environment(unsigned rank, unsigned world_size
       "TORCHELASTIC_MAX_RESTARTS=0",
   };
   // Like torchrun: many processes each with a thread per CPU would oversubscribe the machine.
-  if (world_size > 1 && std::getenv("OMP_NUM_THREADS") == nullptr) env.push_back("OMP_NUM_THREADS=1");
+  if (world_size > 1 && std::getenv("OMP_NUM_THREADS") == nullptr)
+    env.push_back("OMP_NUM_THREADS=1");
   return env;
+}
+
+std::string signal_name(int signal) {
+  const char* name = sigabbrev_np(signal);
+  return name != nullptr ? fmt::format("SIG{}", name) : fmt::format("signal {}", signal);
 }
 
 // Binds `spec` to the CPUs and memory of `gpu`'s NUMA node; false when that is not known.
@@ -119,20 +124,20 @@ Result<int> launch_job(LaunchOptions options) {
   TRY_ASSIGN(GroupOutcome outcome, run_child_group(std::move(ranks), group));
   leased.acquired.leases.release();
 
-  std::string stopped =
-      outcome.stopped == 0
-          ? ""
-          : fmt::format("; stopped the other {} rank{}", outcome.stopped, outcome.stopped == 1 ? "" : "s");
+  std::string stopped = outcome.stopped == 0
+                            ? ""
+                            : fmt::format("; stopped the other {} rank{}", outcome.stopped,
+                                          outcome.stopped == 1 ? "" : "s");
   if (outcome.failed_child) {
     unsigned rank = static_cast<unsigned>(*outcome.failed_child);
-    int code = outcome.exit_code;
-    std::string how = code > 128 ? fmt::format("was killed by signal {} ({})", code - 128, strsignal(code - 128))
-                                 : fmt::format("exited with code {}", code);
-    fmt::print(stderr, "gpupool: rank {} (GPU {}) {}{}\n", rank, leased.gpus[rank / options.per_gpu], how,
-               stopped);
+    std::string how = outcome.failed_signal
+                          ? fmt::format("was killed by {}", signal_name(*outcome.failed_signal))
+                          : fmt::format("exited with code {}", outcome.exit_code);
+    fmt::print(stderr, "gpupool: rank {} (GPU {}) {}{}\n", rank,
+               leased.gpus[rank / options.per_gpu], how, stopped);
   } else if (outcome.signal) {
-    fmt::print(stderr, "gpupool: got SIG{}; stopped all {} running rank{}\n", sigabbrev_np(*outcome.signal),
-               outcome.stopped, outcome.stopped == 1 ? "" : "s");
+    fmt::print(stderr, "gpupool: got {}; stopped all {} running rank{}\n",
+               signal_name(*outcome.signal), outcome.stopped, outcome.stopped == 1 ? "" : "s");
   }
   return outcome.exit_code;
 }
@@ -141,21 +146,26 @@ Result<int> launch_job(LaunchOptions options) {
 
 void add_launch_command(CLI::App& app, int& exit_code) {
   auto* cmd = app.add_subcommand(
-      "launch", "Lease GPUs and start one process per GPU with torchrun's environment; all or nothing");
+      "launch",
+      "Lease GPUs and start one process per GPU with torchrun's environment; all or nothing");
   auto options = std::make_shared<LaunchOptions>();
   add_lease_options(*cmd, options->lease);
-  cmd->add_option("--per-gpu", options->per_gpu, "Processes per GPU (default 1)")->check(CLI::Range(1u, 64u));
+  cmd->add_option("--per-gpu", options->per_gpu, "Processes per GPU (default 1)")
+      ->check(CLI::Range(1u, 64u));
   cmd->add_flag("--bind-numa", options->bind_numa,
                 "Run each process on the CPUs and memory of its GPU's NUMA node");
   cmd->add_option("--grace", options->grace,
                   "When stopping, wait this long after SIGTERM before SIGKILL (default 10s)");
-  cmd->add_option("command", options->command, "The command and its arguments (after --)")->required();
+  cmd->add_option("command", options->command, "The command and its arguments (after --)")
+      ->required();
   cmd->footer(
-      "Process R of N*K (K = --per-gpu) sees only GPU R/K of the lease (CUDA_VISIBLE_DEVICES = its UUID)\n"
-      "and RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT... as torchrun sets them. Output lines\n"
-      "are prefixed with [rank R]. When one process fails, or gpupool gets SIGINT/SIGTERM/SIGHUP, the\n"
-      "others are stopped; the exit code is the failed process's (128+N for signal N).");
-  cmd->callback([&exit_code, options] { run_command(exit_code, [&] { return launch_job(*options); }); });
+      "Process R of N*K (K = --per-gpu) sees only GPU R/K of the lease (CUDA_VISIBLE_DEVICES is\n"
+      "its UUID) and RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT... as torchrun sets\n"
+      "them. Output lines are prefixed with [rank R]. When one process fails, or gpupool gets\n"
+      "SIGINT, SIGTERM or SIGHUP, the others are stopped; the exit code is the failed process's\n"
+      "(128+N for signal N).");
+  cmd->callback(
+      [&exit_code, options] { run_command(exit_code, [&] { return launch_job(*options); }); });
 }
 
 }  // namespace gpupool::cli

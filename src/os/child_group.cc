@@ -40,7 +40,8 @@ struct Stream {
   void relay(bool at_end) {
     std::string lines;
     size_t start = 0;
-    for (size_t newline; (newline = partial.find('\n', start)) != std::string::npos; start = newline + 1) {
+    for (size_t newline; (newline = partial.find('\n', start)) != std::string::npos;
+         start = newline + 1) {
       lines += *prefix;
       lines.append(partial, start, newline + 1 - start);
     }
@@ -110,8 +111,8 @@ class Supervisor {
   Result<void> start(std::vector<GroupChild>& children) {
     signal_fd_ = signalfd(-1, &signals_, SFD_CLOEXEC | SFD_NONBLOCK);
     if (signal_fd_ < 0) return fail("cannot watch signals: {}", std::strerror(errno));
-    members_.reserve(children.size());
-    streams_.reserve(2 * children.size());  // the streams point into members_: no reallocation
+    members_.reserve(children.size());  // the streams point at their prefixes: no reallocation
+    streams_.reserve(2 * children.size());
     for (auto& child : children) {
       Result<void> started = start_one(child);
       if (!started.ok()) {
@@ -174,7 +175,8 @@ class Supervisor {
     close(err[1]);
     members_.push_back({pid.ok() ? *pid : -1, std::move(child.prefix), !pid.ok()});
     const std::string* prefix = &members_.back().prefix;
-    for (auto [fd, destination] : {std::pair{out[0], options_.stdout_fd}, {err[0], options_.stderr_fd}}) {
+    for (auto [fd, destination] :
+         {std::pair{out[0], options_.stdout_fd}, {err[0], options_.stderr_fd}}) {
       fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
       streams_.push_back({fd, destination, prefix, {}});
     }
@@ -222,6 +224,7 @@ class Supervisor {
       if (code != 0 && !stopping_) {
         outcome_.failed_child = i;
         outcome_.exit_code = code;
+        if (WIFSIGNALED(status)) outcome_.failed_signal = WTERMSIG(status);
         begin_stop();
       }
     }
@@ -256,7 +259,8 @@ class Supervisor {
 
 }  // namespace
 
-Result<GroupOutcome> run_child_group(std::vector<GroupChild> children, const GroupOptions& options) {
+Result<GroupOutcome> run_child_group(std::vector<GroupChild> children,
+                                     const GroupOptions& options) {
   Supervisor supervisor(options);
   TRY(supervisor.start(children));
   if (options.on_started) options.on_started(supervisor.pids());

@@ -19,8 +19,8 @@
 namespace gpupool {
 
 struct GroupChild {
-  ChildSpec spec;       // its output descriptors and process group are set by the group
-  std::string prefix;   // put before each of its output lines, e.g. "[rank 3] "
+  ChildSpec spec;      // its output descriptors and process group are set by the group
+  std::string prefix;  // put before each of its output lines, e.g. "[rank 3] "
 };
 
 struct GroupOptions {
@@ -34,6 +34,7 @@ struct GroupOptions {
 struct GroupOutcome {
   int exit_code = 0;                   // 0, the failed child's code, or 128 + the signal to us
   std::optional<size_t> failed_child;  // the child whose failure stopped the group
+  std::optional<int> failed_signal;    // the signal that killed it, when one did
   std::optional<int> signal;           // the SIGINT, SIGTERM or SIGHUP to us that stopped it
   size_t stopped = 0;                  // children still running when the group was stopped
 };

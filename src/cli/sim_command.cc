@@ -1,0 +1,200 @@
+// gpupool sim: the simulator's commands. `replay` runs a job trace through the scheduler in
+// virtual time on a fixture machine; `place` explains a topology placement; `list` names the
+// fixtures. Nothing here touches NVML: the machine comes straight from the fixture.
+#include <fmt/format.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "cli/app.h"
+#include "cli/commands.h"
+#include "core/cpu_list.h"
+#include "core/placement.h"
+#include "core/scheduler.h"
+#include "core/trace.h"
+#include "gpu/gpu_backend.h"
+#include "sim/fixture.h"
+#include "sim/replay.h"
+
+namespace gpupool::cli {
+namespace {
+
+struct ReplayOptions {
+  std::string machine;
+  std::string trace;
+  std::string policy = "gpupool";
+  std::string schedule_out;
+  std::optional<double> quota;
+  bool json = false;
+};
+
+struct PlaceOptions {
+  std::string machine;
+  std::optional<std::string> free;  // nullopt: every GPU
+  unsigned count = 1;
+  bool json = false;
+};
+
+Result<Machine> fixture_machine(const std::string& name_or_path) {
+  TRY_ASSIGN(std::string path, sim::locate_fixture(name_or_path, fixture_search_dirs()));
+  TRY_ASSIGN(sim::Fixture fixture, sim::load_fixture(path));
+  return sim::machine_from_fixture(fixture);
+}
+
+// "45 s", "12.5 min", "31.2 h": the unit that keeps the number readable.
+std::string readable_time(double seconds) {
+  if (seconds < 120) return fmt::format("{:.0f} s", seconds);
+  if (seconds < 7200) return fmt::format("{:.1f} min", seconds / 60);
+  return fmt::format("{:.1f} h", seconds / 3600);
+}
+
+void print_summary(const sim::ReplaySummary& s, Policy policy, const std::string& machine) {
+  fmt::print("policy {} on {}: {} jobs\n", to_string(policy), machine, s.jobs);
+  fmt::print("  makespan     {:>14}  ({:.1f} % above the lower bound {})\n",
+             readable_time(s.makespan_s),
+             s.lower_bound_s > 0 ? 100 * (s.makespan_s / s.lower_bound_s - 1) : 0,
+             readable_time(s.lower_bound_s));
+  fmt::print("  utilization  {:>13.1f} %\n", 100 * s.utilization);
+  fmt::print("  wait         {:>14} mean, {} p95, {} max\n", readable_time(s.mean_wait_s),
+             readable_time(s.p95_wait_s), readable_time(s.max_wait_s));
+  if (s.ended_at_time_limit > 0)
+    fmt::print("  {} jobs ended at their time limit\n", s.ended_at_time_limit);
+  fmt::print("  {:<12} {:>6} {:>10} {:>14} {:>14}\n", "user", "jobs", "GPU-hours", "mean wait",
+             "max wait");
+  for (const sim::UserFigures& u : s.users) {
+    fmt::print("  {:<12} {:>6} {:>10.1f} {:>14} {:>14}\n", u.user.empty() ? "(none)" : u.user,
+               u.jobs, u.gpu_hours, readable_time(u.mean_wait_s), readable_time(u.max_wait_s));
+  }
+}
+
+Result<int> run_replay(const ReplayOptions& options) {
+  TRY_ASSIGN(Policy policy, parse_policy(options.policy));
+  TRY_ASSIGN(Machine machine, fixture_machine(options.machine));
+  TRY_ASSIGN(std::string text, sim::read_text_file(options.trace));
+  Result<std::vector<TraceJob>> trace = parse_trace(text);
+  if (!trace) return fail("{}: {}", options.trace, trace.error().message);
+  SchedulerConfig config;
+  config.policy = policy;
+  config.quota_gpus = options.quota;
+  TRY_ASSIGN(sim::ReplayResult result, sim::replay(machine, *trace, config));
+  if (!options.schedule_out.empty()) {
+    std::ofstream out(options.schedule_out);
+    out << sim::schedule_csv(*trace, result.schedule);
+    out.close();
+    if (!out) return fail("cannot write the schedule to {}", options.schedule_out);
+  }
+  if (options.json) {
+    nlohmann::json out = sim::summary_json(result.summary);
+    out["policy"] = to_string(policy);
+    fmt::print("{}\n", out.dump(2));
+  } else {
+    print_summary(result.summary, policy, options.machine);
+  }
+  return kExitOk;
+}
+
+nlohmann::json placement_json(const Placement& placement) {
+  return {{"gpus", placement.gpus},
+          {"score",
+           {{"worst_link", pair_score_label(placement.score.worst)},
+            {"pair_score_sum", placement.score.total},
+            {"nvlinks", placement.score.nvlinks},
+            {"explanation", explain(placement.score)}}},
+          {"remaining", explain(placement.remaining)}};
+}
+
+Result<int> run_place(const PlaceOptions& options) {
+  TRY_ASSIGN(Machine machine, fixture_machine(options.machine));
+  std::vector<unsigned> free;
+  if (options.free) {
+    Result<std::vector<unsigned>> parsed = parse_cpu_list(*options.free);
+    if (!parsed)
+      return fail("invalid --free '{}': expected GPU indices such as 0,1,4-7", *options.free);
+    free = std::move(*parsed);
+  } else {
+    for (const Gpu& gpu : machine.gpus) free.push_back(gpu.index);
+  }
+  TRY_ASSIGN(PlacementChoice choice, place_with_runner_up(machine.links, free, options.count));
+  if (options.json) {
+    nlohmann::json out = {{"machine", options.machine},
+                          {"free", free},
+                          {"count", options.count},
+                          {"exact", choice.best.exact},
+                          {"chosen", placement_json(choice.best)},
+                          {"runner_up", choice.runner_up ? placement_json(*choice.runner_up)
+                                                         : nlohmann::json(nullptr)}};
+    fmt::print("{}\n", out.dump(2));
+    return kExitOk;
+  }
+  fmt::print("{} GPU{} from free {} on {}{}:\n", options.count, options.count == 1 ? "" : "s",
+             format_cpu_list(free), options.machine,
+             choice.best.exact ? "" : " (heuristic search: too many choices to try them all)");
+  fmt::print("  chosen     {:<12} {}\n", format_cpu_list(choice.best.gpus),
+             explain(choice.best.score));
+  fmt::print("  {:<10} {:<12} {}\n", "", "leaves", explain(choice.best.remaining));
+  if (choice.runner_up) {
+    fmt::print("  runner-up  {:<12} {}\n", format_cpu_list(choice.runner_up->gpus),
+               explain(choice.runner_up->score));
+    fmt::print("  {:<10} {:<12} {}\n", "", "leaves", explain(choice.runner_up->remaining));
+  } else {
+    fmt::print(
+        "  runner-up  none: every other set is the same up to a swap of interchangeable GPUs\n");
+  }
+  return kExitOk;
+}
+
+}  // namespace
+
+void add_sim_command(CLI::App& app, int& exit_code) {
+  auto* sim =
+      app.add_subcommand("sim", "Simulate: replay job traces, explain placements, list fixtures");
+  sim->require_subcommand(1);
+
+  auto* replay = sim->add_subcommand(
+      "replay", "Replay a job trace in virtual time through the scheduler on a fixture machine");
+  auto replay_options = std::make_shared<ReplayOptions>();
+  replay
+      ->add_option("--machine", replay_options->machine,
+                   "Fixture name (see gpupool sim list) or path")
+      ->required();
+  replay
+      ->add_option(
+          "--trace", replay_options->trace,
+          "Trace CSV: id,submit_s,duration_s,gpus[,gpu_mem_mib,user,priority,time_limit_s]")
+      ->required();
+  replay->add_option("--policy", replay_options->policy, "fifo, backfill or gpupool (default)")
+      ->check(CLI::IsMember({"fifo", "backfill", "gpupool"}));
+  replay->add_option("--quota", replay_options->quota,
+                     "GPUs one user may hold at once (a memory slice counts as its fraction)");
+  replay->add_option("--schedule-out", replay_options->schedule_out,
+                     "Write id,start_s,end_s,gpus (indices joined by ';') to this CSV file");
+  replay->add_flag(
+      "--json", replay_options->json,
+      "Print jobs, makespan_s, lower_bound_s, utilization, mean/p95/max_wait_s, users");
+  replay->callback([&exit_code, replay_options] {
+    run_command(exit_code, [&] { return run_replay(*replay_options); });
+  });
+
+  auto* place = sim->add_subcommand(
+      "place", "Explain which GPUs a multi-GPU job gets: the chosen set, its score, the runner-up");
+  auto place_options = std::make_shared<PlaceOptions>();
+  place
+      ->add_option("--machine", place_options->machine,
+                   "Fixture name (see gpupool sim list) or path")
+      ->required();
+  place->add_option("--free", place_options->free, "Free GPUs, e.g. 0,1,4-7 (default: all)");
+  place->add_option("-g,--gpus", place_options->count, "How many GPUs to place")->required();
+  place->add_flag("--json", place_options->json, "Print {chosen, runner_up, ...} as JSON");
+  place->callback([&exit_code, place_options] {
+    run_command(exit_code, [&] { return run_place(*place_options); });
+  });
+
+  auto* list = sim->add_subcommand("list", "List the fixture machines by name");
+  list->callback([&exit_code] {
+    for (const std::string& name : sim::fixture_names(fixture_search_dirs()))
+      fmt::print("{}\n", name);
+    exit_code = kExitOk;
+  });
+}
+
+}  // namespace gpupool::cli

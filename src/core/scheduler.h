@@ -1,0 +1,147 @@
+// The job scheduler: which queued jobs start now, on which GPUs. Pure logic over state and a
+// clock that the caller passes in (the daemon's wall clock, or the simulator's virtual one), so
+// what the simulator measures is what the daemon runs. It sees only what a real scheduler knows:
+// the requests, their declared time limits and how long running jobs have run so far; never how
+// long a job will actually take. docs/scheduling.md explains the policies.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "core/allocation.h"
+#include "core/gpu.h"
+#include "core/result.h"
+
+namespace gpupool {
+
+enum class Policy {
+  Fifo,      // strict arrival order, first-fit GPUs: the head blocks everyone (task-spooler)
+  Backfill,  // arrival order, first-fit GPUs, any job that fits starts: big jobs may starve
+  Gpupool,   // priority, fair share, arrival; topology placement, memory packing, EASY backfill
+};
+
+Result<Policy> parse_policy(std::string_view name);  // "fifo", "backfill", "gpupool"
+const char* to_string(Policy policy);
+
+using JobId = uint64_t;
+
+struct JobRequest {
+  JobId id = 0;
+  std::string user;
+  unsigned gpus = 1;
+  std::optional<uint64_t> slice_mib;   // nullopt: whole GPUs; else this much memory on each
+  int priority = 0;                    // higher first (gpupool policy)
+  std::optional<double> time_limit_s;  // the job is ended when it runs longer (by the caller)
+};
+
+struct SchedulerConfig {
+  Policy policy = Policy::Gpupool;
+  // GPUs one user may hold at once, a memory slice counting as its share of the largest GPU.
+  std::optional<double> quota_gpus;
+  // Fair share: GPU-seconds used count half as much after this long.
+  double fair_share_half_life_s = 24 * 3600;
+  // A running job without a time limit is expected to run this long, or twice as long as it
+  // has run so far when that is more: only reservations use the estimate.
+  double default_runtime_s = 3600;
+  // How many queued jobs a pass examines for backfill behind a reservation (Slurm's
+  // bf_max_job_test): bounds the cost of a pass whatever the length of the queue.
+  size_t backfill_depth = 1000;
+};
+
+struct JobStart {
+  JobId id = 0;
+  std::vector<unsigned> gpus;  // nvidia-smi indices
+};
+
+// Where the first waiting job in order will run (gpupool policy): jobs that backfill must end
+// before `start_s` by their time limit, or keep off `gpus`.
+struct Reservation {
+  JobId id = 0;
+  double start_s = 0;
+  std::vector<unsigned> gpus;
+};
+
+class Scheduler {
+ public:
+  // The machine's GPUs must be indexed 0..n-1 in order, with links filled (Machine::links).
+  static Result<Scheduler> create(Machine machine, SchedulerConfig config);
+
+  // Queues a job at `now`. An error when it could never run here (more GPUs than the machine
+  // has, a slice larger than its GPUs, over the user's quota: "asks for 9 GPUs, the machine
+  // has 8") or its id is already known.
+  Result<void> submit(const JobRequest& request, double now);
+  // A running job has ended at `now` (exited, or killed at its time limit): its GPUs are free.
+  Result<void> finish(JobId id, double now);
+  // Starts what the policy allows at `now`; the jobs returned are running from then on.
+  std::vector<JobStart> schedule(double now);
+
+  size_t queued() const { return queued_ids_.size(); }
+  size_t running() const { return running_.size(); }
+  const std::vector<GpuAvailability>& availability() const { return availability_; }
+  const std::optional<Reservation>& reservation() const { return reservation_; }
+  // GPUs the user holds now (slices as fractions, as for quotas).
+  double held_gpus(const std::string& user) const;
+  // The user's decayed GPU-seconds, as of the last call.
+  double fair_share_usage(const std::string& user) const;
+
+ private:
+  struct UserState {
+    std::string name;
+    double held = 0;   // GPU-equivalents of the running jobs
+    double usage = 0;  // decayed GPU-seconds
+  };
+  struct QueuedJob {
+    JobRequest request;
+    uint64_t arrival = 0;  // submission order
+    size_t user = 0;
+    double weight = 0;  // GPU-equivalents
+  };
+  struct RunningJob {
+    JobRequest request;
+    size_t user = 0;
+    double weight = 0;
+    double start_s = 0;
+    std::vector<unsigned> gpus;
+  };
+  class Pass;
+  friend class Pass;
+
+  Scheduler(Machine machine, SchedulerConfig config);
+  size_t user_index(const std::string& name);
+  void account_usage(double now);
+  double weight_of(const JobRequest& request) const;
+  bool over_quota(const QueuedJob& job) const;
+  void start(const QueuedJob& job, std::vector<unsigned> gpus, double now);
+
+  Machine machine_;
+  SchedulerConfig config_;
+  uint64_t largest_gpu_mib_ = 0;
+  std::vector<GpuAvailability> availability_;
+  std::vector<UserState> users_;
+  std::unordered_map<std::string, size_t> user_by_name_;
+  // Queued jobs by (priority, user), each in arrival order; a pass merges them in policy order.
+  struct Group {
+    int priority = 0;
+    size_t user = 0;
+    std::map<uint64_t, QueuedJob> jobs;  // by arrival
+  };
+  std::vector<Group> groups_;
+  std::map<std::pair<int, size_t>, size_t> group_index_;
+  std::unordered_set<JobId> queued_ids_;
+  // The queued jobs' time limits (infinity for none): behind a reservation, when the shortest
+  // one does not fit before it and only reserved GPUs have room, a pass can stop.
+  std::multiset<double> queued_limits_;
+  uint64_t arrivals_ = 0;
+  std::unordered_map<JobId, RunningJob> running_;
+  std::optional<Reservation> reservation_;
+  double last_accounted_s_ = 0;
+};
+
+}  // namespace gpupool

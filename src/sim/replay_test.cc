@@ -1,0 +1,116 @@
+#include "sim/replay.h"
+
+#include <gtest/gtest.h>
+
+#include "sim/fixture.h"
+
+namespace gpupool::sim {
+namespace {
+
+Machine two_gpus() {
+  Machine machine;
+  for (unsigned i = 0; i < 2; ++i) {
+    Gpu gpu;
+    gpu.index = i;
+    gpu.memory_total_mib = 1000;
+    machine.gpus.push_back(gpu);
+  }
+  machine.links.assign(2, std::vector<Link>(2, Link{4, true, PcieLevel::System}));
+  return machine;
+}
+
+TraceJob trace_job(std::string id, double submit, double duration, unsigned gpus,
+                   std::optional<uint64_t> mem = std::nullopt, std::string user = "u") {
+  TraceJob job;
+  job.id = std::move(id);
+  job.submit_s = submit;
+  job.duration_s = duration;
+  job.gpus = gpus;
+  job.gpu_mem_mib = mem;
+  job.user = std::move(user);
+  return job;
+}
+
+SchedulerConfig policy(Policy p) {
+  SchedulerConfig config;
+  config.policy = p;
+  return config;
+}
+
+TEST(ReplayTest, ReplaysInVirtualTimeAndSummarizes) {
+  std::vector<TraceJob> trace = {trace_job("a", 0, 100, 2, std::nullopt, "alice"),
+                                 trace_job("b", 10, 50, 1, 500, "bob"),
+                                 trace_job("c", 10, 20, 1, std::nullopt, "bob")};
+  auto result = replay(two_gpus(), trace, policy(Policy::Fifo));
+  ASSERT_TRUE(result.ok()) << result.error().message;
+  EXPECT_EQ(schedule_csv(trace, result->schedule),
+            "id,start_s,end_s,gpus\na,0,100,0;1\nb,100,150,0\nc,100,120,1\n");
+  const ReplaySummary& s = result->summary;
+  EXPECT_EQ(s.jobs, 3u);
+  EXPECT_EQ(s.makespan_s, 150);
+  // GPU-seconds 200 + 25 + 20 over 2 GPUs = 122.5; the latest submit + duration is 60.
+  EXPECT_DOUBLE_EQ(s.lower_bound_s, 122.5);
+  EXPECT_DOUBLE_EQ(s.utilization, 245.0 / 300);
+  EXPECT_DOUBLE_EQ(s.mean_wait_s, 60);
+  EXPECT_EQ(s.p95_wait_s, 90);
+  EXPECT_EQ(s.max_wait_s, 90);
+  ASSERT_EQ(s.users.size(), 2u);
+  EXPECT_EQ(s.users[1].user, "bob");
+  EXPECT_EQ(s.users[1].jobs, 2u);
+  EXPECT_DOUBLE_EQ(s.users[1].mean_wait_s, 90);
+  nlohmann::json json = summary_json(s);
+  for (const char* field : {"jobs", "makespan_s", "lower_bound_s", "utilization", "mean_wait_s",
+                            "p95_wait_s", "max_wait_s", "users"}) {
+    EXPECT_TRUE(json.contains(field)) << field;
+  }
+}
+
+TEST(ReplayTest, AJobEndsAtItsTimeLimit) {
+  TraceJob job = trace_job("a", 0, 100, 1);
+  job.time_limit_s = 30;
+  auto result = replay(two_gpus(), {job}, policy(Policy::Gpupool));
+  ASSERT_TRUE(result.ok());
+  EXPECT_EQ(result->schedule[0].end_s, 30);
+  EXPECT_EQ(result->summary.ended_at_time_limit, 1u);
+}
+
+// The scheduler never sees durations: changing the duration of the job that runs last
+// changes no decision.
+TEST(ReplayTest, DecisionsDoNotDependOnDurations) {
+  for (Policy p : {Policy::Fifo, Policy::Backfill, Policy::Gpupool}) {
+    std::vector<TraceJob> trace = {trace_job("a", 0, 40, 2), trace_job("b", 1, 30, 1),
+                                   trace_job("c", 2, 10, 1), trace_job("d", 3, 5, 2)};
+    auto first = replay(two_gpus(), trace, policy(p));
+    trace[3].duration_s = 5000;
+    auto second = replay(two_gpus(), trace, policy(p));
+    ASSERT_TRUE(first.ok() && second.ok());
+    for (size_t i = 0; i < trace.size(); ++i) {
+      EXPECT_EQ(first->schedule[i].start_s, second->schedule[i].start_s) << to_string(p);
+      EXPECT_EQ(first->schedule[i].gpus, second->schedule[i].gpus) << to_string(p);
+    }
+  }
+}
+
+TEST(ReplayTest, AJobThatCanNeverRunStopsTheReplay) {
+  auto result = replay(two_gpus(), {trace_job("big", 0, 1, 2, 2000)}, policy(Policy::Gpupool));
+  ASSERT_FALSE(result.ok());
+  EXPECT_EQ(result.error().message,
+            "trace job 'big': asks for 2000 MiB on 2 GPUs, only 0 GPUs have that much memory");
+}
+
+TEST(ReplayTest, ShippedTracesReplayOnHgxH200) {
+  auto fixture = load_fixture(std::string(GPUPOOL_TEST_FIXTURE_DIR) + "/hgx-h200.json");
+  ASSERT_TRUE(fixture.ok()) << fixture.error().message;
+  auto text = read_text_file(std::string(GPUPOOL_TEST_DATA_DIR) + "/traces/h200-overload-1.csv");
+  ASSERT_TRUE(text.ok()) << text.error().message;
+  auto trace = parse_trace(*text);
+  ASSERT_TRUE(trace.ok()) << trace.error().message;
+  auto result = replay(machine_from_fixture(*fixture), *trace, policy(Policy::Gpupool));
+  ASSERT_TRUE(result.ok()) << result.error().message;
+  EXPECT_EQ(result->summary.jobs, trace->size());
+  EXPECT_GE(result->summary.makespan_s, result->summary.lower_bound_s);
+  EXPECT_LE(result->summary.utilization, 1.0 + 1e-9);
+}
+
+}  // namespace
+}  // namespace gpupool::sim
