@@ -36,7 +36,7 @@ void print_text(const std::vector<std::string>& uuids) {
 
 Result<int> run_docker_args(const DockerArgsOptions& options) {
   TRY_ASSIGN(auto backend, open_gpu_backend());
-  TRY_ASSIGN(Machine machine, backend->discover());
+  TRY_ASSIGN(Machine machine, backend->discover(DiscoveryScope{.links = false, .processes = false}));
   TRY_ASSIGN(std::vector<std::string> uuids, select_gpu_uuids(machine.gpus, options.gpus));
   if (options.format == "docker") {
     fmt::print("{}\n", docker_gpus_words(uuids));

@@ -53,7 +53,7 @@ Result<LeasedGpus> lease_gpus(const LeaseRequestOptions& options) {
     acquire.request.slice_mib = slice;
   }
   if (!options.gpus.empty() || !options.exclude.empty()) {
-    TRY_ASSIGN(Machine machine, backend->discover());
+    TRY_ASSIGN(Machine machine, backend->discover(DiscoveryScope{.links = false, .processes = false}));
     if (!options.gpus.empty()) {
       TRY_ASSIGN(acquire.request.allowed, find_gpus(machine.gpus, split_gpu_list(options.gpus)));
     }

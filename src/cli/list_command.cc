@@ -65,7 +65,7 @@ void add_list_command(CLI::App& app, int& exit_code) {
   cmd->callback([&exit_code, json] {
     run_command(exit_code, [&]() -> Result<int> {
       TRY_ASSIGN(auto backend, open_gpu_backend());
-      TRY_ASSIGN(Machine machine, backend->discover());
+      TRY_ASSIGN(Machine machine, backend->discover(DiscoveryScope{.links = false, .processes = true}));
       if (*json) {
         nlohmann::json out = nlohmann::json::array();
         for (const Gpu& gpu : machine.gpus) out.push_back(to_json(gpu));

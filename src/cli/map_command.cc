@@ -116,7 +116,7 @@ Result<int> run_map(const MapOptions& options) {
   const HostFiles files = host_files_from_environment();
   TRY_ASSIGN(GpuEnvironment env, target_environment(files, options.pid));
   TRY_ASSIGN(auto backend, open_gpu_backend());
-  TRY_ASSIGN(Machine machine, backend->discover());
+  TRY_ASSIGN(Machine machine, backend->discover(DiscoveryScope{.links = false, .processes = false}));
   const ContainerDetection container = detect_container(files);
 
   NumberingInputs inputs;

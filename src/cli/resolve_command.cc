@@ -72,7 +72,7 @@ Result<int> run_resolve(const ResolveOptions& options) {
   if (options.order == "fastest") order = "FASTEST_FIRST";
 
   TRY_ASSIGN(auto backend, open_gpu_backend());
-  TRY_ASSIGN(Machine machine, backend->discover());
+  TRY_ASSIGN(Machine machine, backend->discover(DiscoveryScope{.links = false, .processes = false}));
   VisibleDevicesResolution resolution;
   if (options.driver) {
     TRY_ASSIGN(resolution, probe_cuda_driver(machine, value, order));

@@ -40,7 +40,7 @@ void add_topo_command(CLI::App& app, int& exit_code) {
   cmd->callback([&exit_code, json] {
     run_command(exit_code, [&]() -> Result<int> {
       TRY_ASSIGN(auto backend, open_gpu_backend());
-      TRY_ASSIGN(Machine machine, backend->discover());
+      TRY_ASSIGN(Machine machine, backend->discover(DiscoveryScope{.links = true, .processes = false}));
       if (*json) {
         fmt::print("{}\n", topology_json(machine).dump(2));
       } else {

@@ -11,11 +11,18 @@
 
 namespace gpupool {
 
+// What a caller needs from a snapshot. Each NVML call is a round trip to the driver, so
+// what is not needed is not asked (`gpupool list` must be as quick as nvidia-smi).
+struct DiscoveryScope {
+  bool links = true;      // NVLink and PCIe levels between every pair (topo, placement)
+  bool processes = true;  // the processes on each GPU and their owners
+};
+
 class GpuBackend {
  public:
   virtual ~GpuBackend() = default;
-  // A complete snapshot: every GPU, its processes, and the links between GPUs.
-  virtual Result<Machine> discover() = 0;
+  // A snapshot of every GPU, with its processes and the links between GPUs as `scope` asks.
+  virtual Result<Machine> discover(DiscoveryScope scope) = 0;
   // One line for humans: which library answered, simulated or not.
   virtual std::string description() const = 0;
 };

@@ -43,7 +43,7 @@ class NvmlBackend final : public GpuBackend {
     return fmt::format("NVML: {}", lib_->path());
   }
 
-  Result<Machine> discover() override {
+  Result<Machine> discover(DiscoveryScope scope) override {
     const NvmlEntryPoints& api = lib_->api();
     Machine machine;
     machine.driver = driver_info();
@@ -67,12 +67,16 @@ class NvmlBackend final : public GpuBackend {
       nvmlPciInfo_t pci{};
       bool have_pci = api.device_get_pci_info(handle, &pci) == NVML_SUCCESS;
       read_identity(handle, pci, have_pci, gpu);
-      read_state(handle, gpu);
+      read_state(handle, scope, gpu);
       handles.push_back(handle);
       addresses.push_back(have_pci ? pci_address(pci) : PciAddress{});
       machine.gpus.push_back(std::move(gpu));
     }
-    machine.links = read_links(handles, addresses);
+    if (scope.links) {
+      machine.links = read_links(handles, addresses);
+    } else {
+      machine.links.assign(handles.size(), std::vector<Link>(handles.size()));
+    }
     return machine;
   }
 
@@ -107,7 +111,7 @@ class NvmlBackend final : public GpuBackend {
     if (call_ok(api.device_get_minor_number, handle, &minor)) gpu.minor_number = minor;
   }
 
-  void read_state(nvmlDevice_t handle, Gpu& gpu) const {
+  void read_state(nvmlDevice_t handle, DiscoveryScope scope, Gpu& gpu) const {
     const NvmlEntryPoints& api = lib_->api();
     read_memory(handle, gpu);
     nvmlUtilization_t utilization{};
@@ -154,7 +158,7 @@ class NvmlBackend final : public GpuBackend {
       if (per_sm > 0 && call_ok(api.device_get_num_gpu_cores, handle, &cores)) gpu.multiprocessors = cores / per_sm;
     }
     read_affinity(handle, gpu);
-    read_processes(handle, gpu);
+    if (scope.processes) read_processes(handle, gpu);
   }
 
   void read_memory(nvmlDevice_t handle, Gpu& gpu) const {

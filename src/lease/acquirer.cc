@@ -96,7 +96,7 @@ Result<Acquired> acquire_gpus(GpuBackend& backend, const LeaseDirectory& leases,
     // Without a ticket, anyone already in line goes first.
     size_t ahead = ticket ? ticket->ahead() : Ticket::live_tickets_before(queue_dir, "~");
     if (ahead == 0) {
-      TRY_ASSIGN(Machine machine, backend.discover());
+      TRY_ASSIGN(Machine machine, backend.discover(DiscoveryScope{}));
       TRY_ASSIGN(std::vector<GpuAvailability> availability, survey_pool(machine, leases, host, busy_mib));
       TRY_ASSIGN(auto choice, choose_gpus(machine, availability, options.request));
       if (choice) {

@@ -372,7 +372,7 @@ TEST_P(FixtureCrossCheck, NvmlBackendDiscoversTheFixtureMachine) {
   setenv("GPUPOOL_HOST_ROOT", "/nonexistent-gpupool-host-root", 1);
   auto backend = open_gpu_backend();
   ASSERT_TRUE(backend.ok()) << backend.error().message;
-  auto discovered = (*backend)->discover();
+  auto discovered = (*backend)->discover(DiscoveryScope{});
   ASSERT_TRUE(discovered.ok()) << discovered.error().message;
   Machine expected = machine_from_fixture(*fixture);
   EXPECT_EQ(to_json(discovered->driver).dump(1), to_json(expected.driver).dump(1));
