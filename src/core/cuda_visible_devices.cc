@@ -14,7 +14,7 @@ constexpr std::size_t kUuidHexDigits = 32;           // a UUID's 128 bits; the d
 constexpr std::size_t kFragileUuidPrefixDigits = 8;  // shorter prefixes may fit another card
 constexpr std::string_view kInvalidDevice = "CUDA_ERROR_INVALID_DEVICE";
 
-bool is_c_space(char c) {  // isspace() in the C locale, which strtol skips
+bool is_c_space(char c) {  // isspace() in the C locale, which strtoul skips
   return c == ' ' || c == '\t' || c == '\n' || c == '\v' || c == '\f' || c == '\r';
 }
 bool is_digit(char c) { return c >= '0' && c <= '9'; }
@@ -31,7 +31,7 @@ std::string_view skip_c_space(std::string_view text) {
 }
 
 // Entries may hold tabs, newlines or any byte: show them escaped, in quotes.
-std::string quoted(std::string_view text) {
+std::string in_quotes(std::string_view text) {
   std::string out = "'";
   for (char c : text) {
     if (c == '\t') {
@@ -59,7 +59,7 @@ std::string uuid_hex(std::string_view uuid) {
   return hex;
 }
 
-// An index entry as strtol sees it: leading white space, an optional sign, decimal digits, and a
+// An index entry as strtoul sees it: leading white space, an optional sign, decimal digits, and a
 // rest the driver ignores.
 struct NumberText {
   bool negative = false;
@@ -94,25 +94,35 @@ bool wrapped(const NumberText& number, int32_t value) {
 
 // The hex digits of a GPU-/MIG- entry, as far as the driver reads them.
 struct UuidText {
-  std::string hex;          // lower case, at most 32 digits
-  std::string_view rest;    // what follows; never compared
-  bool stopped_early = false;  // a stray character came before the 32nd digit
+  std::string hex;        // lower case, at most 32 digits
+  std::string_view rest;  // after the 32nd digit (never compared), or from the stray character on
+  bool stray = false;     // a character the driver does not accept came before the 32nd digit
+  bool white_space_inside = false;  // white space stood for the hex digit after it
 };
 
-// '-' is skipped anywhere and reading ends after 32 hex digits (both observed). Model, unverified:
-// any other character before the 32nd digit also ends the UUID, and the digits read so far are
-// matched as a prefix.
+// Observed (driver 580.159.04): '-' is skipped anywhere; an entry that ends early is matched as a
+// prefix; after 32 digits reading stops and the rest is ignored. Before the 32nd digit any other
+// character makes the entry invalid ("GPU-c24ag", "GPU-c24a332c -84cc-..."), except white space
+// right before a hex digit: the driver reads each digit like sscanf("%1x"), which skips white
+// space, yet steps on by one character, so the digit after white space is read twice
+// ("...809a\nf" matches a UUID ending in "af", "...809\naf" does not).
 UuidText read_uuid_text(std::string_view after_prefix) {
   UuidText uuid;
   std::size_t i = 0;
-  for (; i < after_prefix.size() && uuid.hex.size() < kUuidHexDigits; ++i) {
-    const char c = after_prefix[i];
-    if (c == '-') continue;
-    if (!is_hex_digit(c)) {
-      uuid.stopped_early = true;
+  while (i < after_prefix.size() && uuid.hex.size() < kUuidHexDigits) {
+    if (after_prefix[i] == '-') {
+      ++i;
+      continue;
+    }
+    std::size_t digit = i;
+    while (digit < after_prefix.size() && is_c_space(after_prefix[digit])) ++digit;
+    if (digit == after_prefix.size() || !is_hex_digit(after_prefix[digit])) {
+      uuid.stray = true;
       break;
     }
-    uuid.hex += to_lower_ascii(c);
+    uuid.white_space_inside = uuid.white_space_inside || digit != i;
+    uuid.hex += to_lower_ascii(after_prefix[digit]);
+    ++i;
   }
   uuid.rest = after_prefix.substr(i);
   return uuid;
@@ -171,8 +181,8 @@ class Resolver {
 
   void read_list(const std::string& value) {
     split_entries(value);
-    std::vector<std::optional<std::size_t>> by_index(gpus_.size());  // entry that named each GPU
-    std::vector<std::optional<std::size_t>> by_uuid(gpus_.size());
+    uuid_list_ = is_uuid_entry(out_.entries.front().text);
+    std::vector<std::optional<std::size_t>> listed_by(gpus_.size());  // entry that named each GPU
     std::optional<std::size_t> invalid_entry;
     std::string invalid_reason;
     for (std::size_t i = 0; i < out_.entries.size(); ++i) {
@@ -183,8 +193,7 @@ class Resolver {
                                         *invalid_entry + 1);
         continue;
       }
-      const bool is_uuid = is_uuid_entry(entry.text);
-      const EntryMeaning meaning = is_uuid ? read_uuid_entry(i) : read_index_entry(i);
+      const EntryMeaning meaning = read_entry(i);
       if (!meaning.gpu) {
         invalid_entry = i;
         invalid_reason = meaning.how;
@@ -195,17 +204,12 @@ class Resolver {
       }
       const std::size_t gpu = *meaning.gpu;
       entry.nvml_index = gpus_[gpu].index;
-      auto& same_kind = is_uuid ? by_uuid : by_index;
-      const auto& other_kind = is_uuid ? by_index : by_uuid;
-      if (same_kind[gpu]) {
-        note_duplicate(*same_kind[gpu], i, meaning.how);
-      } else if (other_kind[gpu]) {
-        note_already_listed(*other_kind[gpu], i, meaning.how);
-        same_kind[gpu] = i;
+      if (listed_by[gpu]) {
+        note_duplicate(*listed_by[gpu], i, meaning.how);
       } else {
-        entry.reading = is_uuid ? EntryReading::UuidPrefix : EntryReading::Index;
+        entry.reading = uuid_list_ ? EntryReading::UuidPrefix : EntryReading::Index;
         entry.explanation = meaning.how;
-        same_kind[gpu] = i;
+        listed_by[gpu] = i;
         add_device(gpu);
       }
     }
@@ -225,7 +229,7 @@ class Resolver {
   }
 
   std::string entry_name(std::size_t i) const {
-    return fmt::format("entry {} {}", i + 1, quoted(out_.entries[i].text));
+    return fmt::format("entry {} {}", i + 1, in_quotes(out_.entries[i].text));
   }
 
   std::string gpu_name(std::size_t position) const {
@@ -260,6 +264,27 @@ class Resolver {
       if (comma == std::string::npos) break;
       start = comma + 1;
     }
+  }
+
+  // Observed on one GPU (driver 580.159.04): "GPU-...,0,GPU-..." and "0,GPU-...,0" show the GPU
+  // once, while "0,0" and "GPU-...,GPU-..." fail. Model, unverified with several GPUs (for
+  // "0,<UUID of GPU 1>"): the first entry decides how every entry is read, so an entry of the
+  // other kind is invalid and ends the list. On one GPU this cannot be told apart from "an entry
+  // of the other kind naming an already-listed card ends the list".
+  EntryMeaning read_entry(std::size_t i) {
+    const std::string_view text = out_.entries[i].text;
+    if (is_uuid_entry(text) == uuid_list_) {
+      return uuid_list_ ? read_uuid_entry(i) : read_index_entry(i);
+    }
+    if (!uuid_list_) {
+      other_kind_entry_ = i;
+      return {std::nullopt, "a UUID in a list that began with an index: the driver reads every "
+                            "entry as a number, so this ends the list"};
+    }
+    if (read_number_text(text).digits.empty()) return {std::nullopt, why_not_a_number(text)};
+    other_kind_entry_ = i;
+    return {std::nullopt, "an index in a list that began with a UUID: the driver reads every "
+                          "entry as a UUID, so this ends the list"};
   }
 
   EntryMeaning read_index_entry(std::size_t i) {
@@ -335,10 +360,10 @@ class Resolver {
              name, value, next);
       } else if (is_c_space(next) || next == ';' || next == ':' || next == '|' || next == '/') {
         warn("{} is read as the single index {}: only ',' separates entries, so {} is ignored",
-             name, value, quoted(rest));
+             name, value, in_quotes(rest));
       } else {
         warn("{} is read as index {}: the driver ignores the trailing {}", name, value,
-             quoted(rest));
+             in_quotes(rest));
       }
     }
     if (wrapped(number, value)) {
@@ -359,6 +384,12 @@ class Resolver {
         return {std::nullopt, "'MIG-GPU-...' is the old MIG name, which the driver rejects"};
       }
       return {std::nullopt, fmt::format("{} is not followed by a hex digit", text.substr(0, 4))};
+    }
+    if (uuid.stray) {
+      return {std::nullopt,
+              fmt::format("{} after {} hex digit(s) of the UUID: before the 32nd digit the driver "
+                          "accepts only hex digits and '-' (and white space right before a hex "
+                          "digit)", in_quotes(uuid.rest.substr(0, 1)), uuid.hex.size())};
     }
     std::vector<std::size_t> matches;
     for (std::size_t gpu = 0; gpu < gpus_.size(); ++gpu) {
@@ -389,11 +420,13 @@ class Resolver {
            "elsewhere: write the full UUID", name, gpu_name(gpu), uuid.hex.size(),
            uuid.hex.size() == 1 ? "" : "s");
     }
-    if (uuid.stopped_early) {
-      warn("{} has {} after its first {} hex digit(s): gpupool assumes (unverified) the driver "
-           "matches only the digits before it", name, quoted(uuid.rest), uuid.hex.size());
-    } else if (!is_blank(uuid.rest)) {
-      warn("{} has {} after the full UUID, which the driver ignores", name, quoted(uuid.rest));
+    if (uuid.white_space_inside) {
+      warn("{} has white space inside its UUID: the driver skips it but then reads the hex digit "
+           "after it twice, so the entry names {} only by accident; remove the white space", name,
+           gpu_name(gpu));
+    }
+    if (!is_blank(uuid.rest)) {
+      warn("{} has {} after the full UUID, which the driver ignores", name, in_quotes(uuid.rest));
     }
     if (mig && !gpus_[gpu].mig_enabled.value_or(false)) {
       warn("{} uses the 'MIG-' prefix for {}, which has no MIG instances: the driver accepts it, "
@@ -414,15 +447,6 @@ class Resolver {
     }
   }
 
-  void note_already_listed(std::size_t first, std::size_t i, const std::string& how) {
-    VisibleDevicesEntry& entry = out_.entries[i];
-    entry.reading = EntryReading::AlreadyListed;
-    entry.explanation = fmt::format("{}, already listed by entry {}; kept once", how, first + 1);
-    warn("{} names GPU {} again after {}: the driver keeps it once (an index and a UUID for the "
-         "same card are not refused as duplicates), but list each card once",
-         entry_name(i), *entry.nvml_index, entry_name(first));
-  }
-
   void warn_about_invalid_entry(std::size_t invalid, const std::string& why) {
     const auto& entries = out_.entries;
     const bool nothing_listed = std::all_of(entries.begin(), entries.end(),
@@ -434,9 +458,15 @@ class Resolver {
     }
     std::vector<std::string> dropped;
     for (std::size_t i = invalid + 1; i < entries.size(); ++i) {
-      if (!is_blank(entries[i].text)) dropped.push_back(quoted(entries[i].text));
+      if (!is_blank(entries[i].text)) dropped.push_back(in_quotes(entries[i].text));
     }
-    if (is_blank(entries[invalid].text)) {
+    if (other_kind_entry_ == invalid) {
+      dropped.insert(dropped.begin(), in_quotes(entries[invalid].text));
+      warn("mixing indices and UUIDs: everything after the first entry of the other kind is "
+           "ignored, that entry included, because the driver reads every entry like entry 1; it "
+           "silently ignores {} (observed on one GPU, modelled for several): use one kind only",
+           fmt::join(dropped, ", "));
+    } else if (is_blank(entries[invalid].text)) {
       if (dropped.empty()) return;  // trailing commas are harmless
       warn("{} is blank, so the driver stops reading there and silently ignores {}",
            entry_name(invalid), fmt::join(dropped, ", "));
@@ -454,6 +484,8 @@ class Resolver {
   std::vector<std::size_t> enumeration_;  // CUDA's numbering: positions in gpus_
   std::vector<std::string> hex_uuids_;
   std::vector<std::string> renumbered_entries_;  // index entries naming another nvidia-smi GPU
+  bool uuid_list_ = false;  // the first entry is a UUID, so every entry is read as one
+  std::optional<std::size_t> other_kind_entry_;  // the first entry not of the first entry's kind
   VisibleDevicesResolution& out_;
 };
 
@@ -471,7 +503,6 @@ const char* to_string(EntryReading reading) {
   switch (reading) {
     case EntryReading::Index: return "index";
     case EntryReading::UuidPrefix: return "uuid";
-    case EntryReading::AlreadyListed: return "already_listed";
     case EntryReading::Duplicate: return "duplicate";
     case EntryReading::Invalid: return "invalid";
     case EntryReading::IgnoredAfterInvalid: return "ignored";
@@ -496,7 +527,7 @@ CudaInitStatus cuda_init_status(const VisibleDevicesResolution& resolution) {
 Result<DeviceOrder> parse_device_order(const std::optional<std::string>& value) {
   if (!value || *value == "FASTEST_FIRST") return DeviceOrder::FastestFirst;
   if (*value == "PCI_BUS_ID") return DeviceOrder::PciBusId;
-  return fail("CUDA_DEVICE_ORDER {} is neither FASTEST_FIRST nor PCI_BUS_ID", quoted(*value));
+  return fail("CUDA_DEVICE_ORDER {} is neither FASTEST_FIRST nor PCI_BUS_ID", in_quotes(*value));
 }
 
 std::vector<std::size_t> cuda_enumeration_order(std::span<const Gpu> gpus, DeviceOrder order) {
@@ -554,7 +585,7 @@ VisibleDevicesResolution resolve_visible_devices(std::span<const Gpu> gpus,
     out.warnings.push_back(fmt::format(
         "CUDA_DEVICE_ORDER={} makes every CUDA program fail to initialise: the only valid values "
         "are FASTEST_FIRST and PCI_BUS_ID, exactly so written, or leave it unset",
-        quoted(*device_order)));
+        in_quotes(*device_order)));
     return out;
   }
   out.order = *order;

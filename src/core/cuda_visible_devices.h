@@ -1,7 +1,8 @@
 // Answers "which physical cards will a CUDA program use?" from CUDA_VISIBLE_DEVICES and
 // CUDA_DEVICE_ORDER, the way the CUDA driver reads them at cuInit. The rules were learnt by
-// probing the real driver (tests/data/cvd-probe-*.jsonl); where a rule could not be observed
-// the model's choice is one named function or constant below, so one probe can settle it.
+// probing the real driver (tests/data/cvd-probe-*.jsonl, tests/data/cvd-differential-*.jsonl);
+// where a rule could not be observed the model's choice is one named function or constant below,
+// so one probe can settle it.
 #pragma once
 
 #include <cstdint>
@@ -33,11 +34,11 @@ Result<DeviceOrder> parse_device_order(const std::optional<std::string>& value);
 // multiprocessor count, both descending; when a GPU lacks either, PCI order is kept.
 std::vector<std::size_t> cuda_enumeration_order(std::span<const Gpu> gpus, DeviceOrder order);
 
-// The C library call the driver is assumed to use on an index entry. Both agree on every value
-// probed so far; they differ only past 64 bits ("-99999999999999999999" is 0 with strtol, invalid
-// with strtoul) and on 2^63 and up.
+// The C library call the driver uses on an index entry. Observed (driver 580.159.04): strtoul,
+// since "9223372036854775808" (2^63) selects GPU 0 and "-99999999999999999999" is invalid; strtol
+// would give the opposite answers. The two agree everywhere below 2^63.
 enum class IntegerParse { Strtol, Strtoul };
-inline constexpr IntegerParse kDriverIntegerParse = IntegerParse::Strtol;
+inline constexpr IntegerParse kDriverIntegerParse = IntegerParse::Strtoul;
 
 // The int the driver ends up with for an optional '-' and a run of decimal digits: the C call's
 // 64-bit result (saturated on overflow), truncated to 32 bits ("4294967297" is 1).
@@ -50,12 +51,13 @@ struct VisibleDevice {
   unsigned nvml_index = 0;  // nvidia-smi's index of the same card (Gpu::index)
 };
 
-// How one comma-separated entry of CUDA_VISIBLE_DEVICES was read.
+// How one comma-separated entry of CUDA_VISIBLE_DEVICES was read. The first entry decides how
+// all are read: as UUIDs if it starts with "GPU-" or "MIG-", else as numbers; an entry of the other
+// kind is therefore invalid.
 enum class EntryReading {
   Index,                // a CUDA device number
   UuidPrefix,           // GPU-/MIG- followed by (a prefix of) a GPU's UUID
-  AlreadyListed,        // names a card an entry of the other kind already named: kept once
-  Duplicate,            // names a card an entry of the same kind already named: cuInit fails
+  Duplicate,            // names a card an earlier entry already named: cuInit fails
   Invalid,              // the first invalid entry: it and everything after it are ignored
   IgnoredAfterInvalid,  // after the first invalid entry, never read
 };

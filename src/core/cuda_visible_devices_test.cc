@@ -17,9 +17,12 @@ using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 using ::testing::StartsWith;
 
-// The GPU the driver was probed on: driver 580.159.04, CUDA 13.0, one NVIDIA H200.
+// The GPUs the driver was probed on: driver 580.159.04, CUDA 13.0, one NVIDIA H200 each.
 constexpr const char* kH200Uuid = "GPU-16fb8516-9f03-8d84-eb33-9dfbc4d69c74";
 constexpr const char* kProbeFile = GPUPOOL_TEST_DATA_DIR "/cvd-probe-h200-driver-580.159.04.jsonl";
+constexpr const char* kDifferentialH200Uuid = "GPU-c24a332c-84cc-4fde-424b-6ed7939809af";
+constexpr const char* kDifferentialFile =
+    GPUPOOL_TEST_DATA_DIR "/cvd-differential-h200-driver-580.jsonl";
 
 Gpu make_gpu(unsigned index, std::string uuid, std::string name, int major, int minor,
              unsigned multiprocessors) {
@@ -34,8 +37,8 @@ Gpu make_gpu(unsigned index, std::string uuid, std::string name, int major, int 
   return gpu;
 }
 
-std::vector<Gpu> h200_machine() {
-  std::vector<Gpu> gpus{make_gpu(0, kH200Uuid, "NVIDIA H200", 9, 0, 132)};
+std::vector<Gpu> h200_machine(const char* uuid = kH200Uuid) {
+  std::vector<Gpu> gpus{make_gpu(0, uuid, "NVIDIA H200", 9, 0, 132)};
   gpus[0].pci_bus_id = "00000000:00:06.0";
   return gpus;
 }
@@ -100,11 +103,18 @@ void expect_init_fails(const std::vector<Gpu>& gpus, Env value, Env order = {}) 
   EXPECT_THAT(resolution.devices, IsEmpty());
 }
 
-// (a) Every observation of the real driver: driver 580.159.04, CUDA 13.0, one NVIDIA H200.
-TEST(CudaVisibleDevicesProbe, ReplaysEveryObservationOfDriver580_159_04Cuda13H200) {
-  std::ifstream file(kProbeFile);
-  ASSERT_TRUE(file) << kProbeFile;
-  const std::vector<Gpu> gpus = h200_machine();
+// What the driver answered for one value: cuInit's status and the UUIDs in CUDA order.
+struct DriverAnswer {
+  std::string init;
+  std::vector<std::string> uuids;
+};
+
+// Replays every line of a probe file on `gpus`, comparing the model's answer with the driver's;
+// returns the number of lines read.
+std::size_t replay(const char* path, const std::vector<Gpu>& gpus,
+                   DriverAnswer (*answer)(const nlohmann::json&)) {
+  std::ifstream file(path);
+  EXPECT_TRUE(file) << path;
   std::size_t lines = 0;
   for (std::string line; std::getline(file, line);) {
     if (line.empty()) continue;
@@ -115,20 +125,38 @@ TEST(CudaVisibleDevicesProbe, ReplaysEveryObservationOfDriver580_159_04Cuda13H20
       return observation[key].get<std::string>();
     };
     const VisibleDevicesResolution resolution = resolve(gpus, env("value"), env("order"));
-    std::vector<std::string> expected_uuids;
-    for (const auto& device : observation["result"]["devices"]) {
-      expected_uuids.push_back(device["uuid"].get<std::string>());
-    }
     std::vector<std::string> uuids;
     for (const VisibleDevice& device : resolution.devices) {
       uuids.push_back(gpus[device.nvml_index].uuid);
     }
+    const DriverAnswer expected = answer(observation);
     SCOPED_TRACE(line);
-    EXPECT_EQ(to_string(cuda_init_status(resolution)),
-              observation["result"]["init"].get<std::string>());
-    EXPECT_EQ(uuids, expected_uuids);
+    EXPECT_EQ(to_string(cuda_init_status(resolution)), expected.init);
+    EXPECT_EQ(uuids, expected.uuids);
   }
-  EXPECT_EQ(lines, 189u);
+  return lines;
+}
+
+// (a) Every observation of the real driver: driver 580.159.04, CUDA 13.0, one NVIDIA H200.
+TEST(CudaVisibleDevicesProbe, ReplaysEveryObservationOfDriver580_159_04Cuda13H200) {
+  const auto answer = [](const nlohmann::json& observation) {
+    DriverAnswer driver{observation["result"]["init"].get<std::string>(), {}};
+    for (const auto& device : observation["result"]["devices"]) {
+      driver.uuids.push_back(device["uuid"].get<std::string>());
+    }
+    return driver;
+  };
+  EXPECT_EQ(replay(kProbeFile, h200_machine(), answer), 189u);
+}
+
+// Observed on driver 580.159.04, CUDA 13.0: a generated corpus of 5,420 values run on another
+// H200; every line must agree.
+TEST(CudaVisibleDevicesProbe, ReplaysDifferentialCorpusOfDriver580_159_04Cuda13H200) {
+  const auto answer = [](const nlohmann::json& observation) {
+    return DriverAnswer{observation["init"].get<std::string>(),
+                        observation["uuids"].get<std::vector<std::string>>()};
+  };
+  EXPECT_EQ(replay(kDifferentialFile, h200_machine(kDifferentialH200Uuid), answer), 5420u);
 }
 
 // (b) One test per rule.
@@ -178,8 +206,8 @@ TEST(CudaVisibleDevicesRules, FirstInvalidEntryEndsTheList) {
   EXPECT_THAT(resolve(h200_machine(), "0,,").warnings, IsEmpty());
 }
 
-// Observed on driver 580.159.04: numbers are read like strtol, the rest ignored.
-TEST(CudaVisibleDevicesRules, IndexIsReadLikeStrtol) {
+// Observed on driver 580.159.04: numbers are read like strtoul, the rest ignored.
+TEST(CudaVisibleDevicesRules, IndexIsReadLikeStrtoul) {
   for (const char* value : {"0a", "0x1", "0X0", "0.5", "0e0", "0 1", "0:1", "0;1", "0|1", "0/0",
                             " 0", "\t0", "0 ", "0\n", "+0", "-0", "00", "000"}) {
     expect_devices(h200_machine(), value, {0});
@@ -199,12 +227,18 @@ TEST(CudaVisibleDevicesRules, IndexWrapsTo32Bits) {
                             "99999999999999999999"}) {
     expect_devices(identical_machine(8), value, {});
   }
+  // Past 63 bits strtoul, not strtol: 2^63 keeps its low 32 bits (0); a negative number past 64
+  // bits saturates to ULONG_MAX, which is -1 as an int.
+  expect_devices(h200_machine(), "9223372036854775808", {0});
+  expect_devices(h200_machine(), "-99999999999999999999", {});
+  expect_devices(h200_machine(), "-9223372036854775809", {});
   EXPECT_THAT(all_warnings(resolve(h200_machine(), "4294967296")), HasSubstr("low 32 bits"));
 }
 
-// Model, unverified: strtol versus strtoul only differ past 2^63; strtol is the default.
-TEST(CudaVisibleDevicesRules, IntegerParseChoiceOnlyMattersPast63Bits) {
-  EXPECT_EQ(kDriverIntegerParse, IntegerParse::Strtol);
+// Observed on driver 580.159.04: the driver parses with strtoul, which differs from strtol only
+// past 2^63 (strtol's answers are kept here to show what the observation ruled out).
+TEST(CudaVisibleDevicesRules, DriverParsesIndicesWithStrtoul) {
+  EXPECT_EQ(kDriverIntegerParse, IntegerParse::Strtoul);
   for (IntegerParse parse : {IntegerParse::Strtol, IntegerParse::Strtoul}) {
     EXPECT_EQ(driver_index_from_digits(false, "4294967297", parse), 1);
     EXPECT_EQ(driver_index_from_digits(true, "1", parse), -1);
@@ -215,6 +249,7 @@ TEST(CudaVisibleDevicesRules, IntegerParseChoiceOnlyMattersPast63Bits) {
   EXPECT_EQ(driver_index_from_digits(true, "99999999999999999999", IntegerParse::Strtoul), -1);
   EXPECT_EQ(driver_index_from_digits(false, "9223372036854775808", IntegerParse::Strtol), -1);
   EXPECT_EQ(driver_index_from_digits(false, "9223372036854775808", IntegerParse::Strtoul), 0);
+  EXPECT_EQ(driver_index_from_digits(true, "9223372036854775809"), -1);
 }
 
 // Observed on driver 580.159.04: warnings for entries that only work by accident are ours.
@@ -285,11 +320,38 @@ TEST(CudaVisibleDevicesRules, ShortUuidPrefixWarns) {
   EXPECT_THAT(resolve(h200_machine(), "GPU-16fb8516").warnings, IsEmpty());
 }
 
-// Model, unverified: a stray character inside the hex part ends it; the digits before it match.
-TEST(CudaVisibleDevicesRules, StrayCharacterInsideUuidModel) {
-  const VisibleDevicesResolution resolution = resolve(identical_machine(4), "GPU-3000 zz");
-  EXPECT_THAT(nvml_indices(resolution), ElementsAre(2u));
-  EXPECT_THAT(all_warnings(resolution), HasSubstr("unverified"));
+// Observed on driver 580.159.04: before the 32nd hex digit only hex digits and '-' may appear;
+// any other character makes the entry invalid. Ending early is still a prefix match.
+TEST(CudaVisibleDevicesRules, StrayCharacterInsideUuidIsInvalid) {
+  const std::vector<Gpu> gpus = h200_machine(kDifferentialH200Uuid);
+  for (const char* value : {"GPU-c24a332c -84cc-4fde-424b-6ed7939809af",
+                            "GPU-c24a332cx-84cc-4fde-424b-6ed7939809af", "GPU-c24ag",
+                            "GPU-c:24a332c-84cc-4fde-424b-6ed7939809af", "GPU-c24a \t"}) {
+    const VisibleDevicesResolution resolution = resolve(gpus, value);
+    EXPECT_EQ(cuda_init_status(resolution), CudaInitStatus::NoDevice) << value;
+    EXPECT_THAT(resolution.entries.at(0).explanation,
+                HasSubstr("the driver accepts only hex digits and '-'"));
+  }
+  // White space right before a hex digit stands for that digit, which is then read again:
+  // "...809a\nf" is read as "...809af" (observed to match), "...809\naf" as "...809aa" (observed
+  // not to match). "GPU-c24a 3" is read as "c24a33" (modelled from the same rule).
+  for (const char* value : {"GPU-c24a332c-84cc-4fde-424b-6ed7939809a\nf", "GPU-c24a 3"}) {
+    const VisibleDevicesResolution resolution = resolve(gpus, value);
+    EXPECT_THAT(nvml_indices(resolution), ElementsAre(0u)) << value;
+    EXPECT_THAT(all_warnings(resolution), HasSubstr("reads the hex digit after it twice"));
+  }
+  for (const char* value : {"GPU-c24a332c-84cc-4fde-424b-6ed7939809\naf",
+                            "GPU-c24a332c-84cc-4fde-424b-6ed7939809a 1f"}) {
+    expect_devices(gpus, value, {});
+  }
+  for (const char* value : {"GPU-c24a", "GPU-c24a332c-",
+                            "GPU-c24a332c-84cc-4fde-424b-6ed7939809afx",
+                            "GPU-c24a332c-84cc-4fde-424b-6ed7939809af 0",
+                            "GPU-c24a332c-84cc-4fde-424b-6ed7939809af/0/0"}) {
+    expect_devices(gpus, value, {0});
+  }
+  EXPECT_THAT(resolve(identical_machine(4), "GPU-3000 zz").entries.at(0).explanation,
+              HasSubstr("' ' after 4 hex digit(s)"));
 }
 
 // Model, unverified: a prefix that fits several GPUs is an invalid entry.
@@ -297,9 +359,9 @@ TEST(CudaVisibleDevicesRules, AmbiguousUuidPrefixModel) {
   std::vector<Gpu> gpus = identical_machine(3);
   gpus[0].uuid = "GPU-abcd1111-0000-0000-0000-000000000000";
   gpus[1].uuid = "GPU-abcd2222-0000-0000-0000-000000000000";
-  const VisibleDevicesResolution resolution = resolve(gpus, "2,GPU-abcd,1");
+  const VisibleDevicesResolution resolution = resolve(gpus, "GPU-3,GPU-abcd,GPU-abcd2");
   EXPECT_THAT(nvml_indices(resolution), ElementsAre(2u));
-  EXPECT_THAT(readings(resolution), ElementsAre(EntryReading::Index, EntryReading::Invalid,
+  EXPECT_THAT(readings(resolution), ElementsAre(EntryReading::UuidPrefix, EntryReading::Invalid,
                                                 EntryReading::IgnoredAfterInvalid));
   EXPECT_THAT(all_warnings(resolution), HasSubstr("fits the UUIDs of GPUs 0, 1"));
   expect_devices(gpus, "GPU-abcd2", {1});
@@ -325,17 +387,28 @@ TEST(CudaVisibleDevicesRules, DuplicateUuidFailsInit) {
   expect_init_fails(identical_machine(8), "GPU-3,GPU-5,GPU-30");
 }
 
-// Observed on driver 580.159.04: an index and a UUID for the same card are kept once, no error.
-// Which of the two is dropped (the later) is the model.
-TEST(CudaVisibleDevicesRules, IndexAndUuidForSameGpuKeptOnce) {
-  for (const std::string& value : {std::string(kH200Uuid) + ",0", "0," + std::string(kH200Uuid),
-                                   std::string("GPU-16fb85,0")}) {
+// Observed on driver 580.159.04, one GPU: "U,0,U", "0,U,0" and "U,0,0" show the GPU once, while
+// "0,0" and "U,U" fail. Modelled, unverified with several GPUs: the first entry decides how all
+// are read (UUIDs after "GPU-"/"MIG-", else numbers), so an entry of the other kind is invalid
+// and ends the list. On one GPU this cannot be told apart from "an entry of the other kind naming
+// an already-listed card ends the list"; "0,<UUID of GPU 1>" would tell.
+TEST(CudaVisibleDevicesRules, FirstEntryDecidesHowEveryEntryIsRead) {
+  const std::string uuid = kH200Uuid;
+  for (const std::string& value : {uuid + ",0", "0," + uuid, std::string("GPU-16fb85,0"),
+                                   uuid + ",0," + uuid, "0," + uuid + ",0", uuid + ",0,0"}) {
     const VisibleDevicesResolution resolution = resolve(h200_machine(), value);
+    EXPECT_EQ(resolution.error, std::nullopt) << value;
     EXPECT_THAT(nvml_indices(resolution), ElementsAre(0u));
-    EXPECT_EQ(resolution.entries.at(1).reading, EntryReading::AlreadyListed);
-    EXPECT_THAT(all_warnings(resolution), HasSubstr("keeps it once"));
+    EXPECT_EQ(resolution.entries.at(1).reading, EntryReading::Invalid);
+    EXPECT_THAT(all_warnings(resolution), HasSubstr("mixing indices and UUIDs"));
   }
-  expect_devices(identical_machine(4), "1,GPU-1,0", {1, 0});
+  EXPECT_THAT(resolve(h200_machine(), "0," + uuid).entries.at(1).explanation,
+              HasSubstr("a UUID in a list that began with an index"));
+  EXPECT_THAT(resolve(h200_machine(), uuid + ",0").entries.at(1).explanation,
+              HasSubstr("an index in a list that began with a UUID"));
+  // Modelled on several GPUs: entries of the other kind end the list even for another card.
+  expect_devices(identical_machine(4), "1,GPU-1,0", {1});
+  expect_devices(identical_machine(4), "GPU-2,0,GPU-3", {1});
 }
 
 // Observed on driver 580.159.04: duplicates after the first invalid entry are never read.
@@ -401,30 +474,33 @@ TEST(CudaVisibleDevicesRules, UnknownSpeedsAssumePciOrder) {
   EXPECT_THAT(resolve(same, std::nullopt).warnings, IsEmpty());
 }
 
-// Well known and documented: the list reorders; the program's device 0 is the first entry.
+// Modelled (well known and documented): the list reorders; device 0 is the first entry.
 TEST(CudaVisibleDevicesRules, ListOrderIsCudaOrder) {
-  const VisibleDevicesResolution resolution = resolve(identical_machine(8), "7,GPU-1,3");
+  const VisibleDevicesResolution resolution = resolve(identical_machine(8), "7,0,3");
   ASSERT_EQ(resolution.devices.size(), 3u);
   for (unsigned i = 0; i < 3; ++i) EXPECT_EQ(resolution.devices[i].cuda_index, i);
   EXPECT_THAT(nvml_indices(resolution), ElementsAre(7u, 0u, 3u));
-  EXPECT_THAT(resolution.warnings, ElementsAre(HasSubstr("only 1 hex digit")));
+  EXPECT_THAT(resolution.warnings, IsEmpty());
+  expect_devices(identical_machine(8), "GPU-8,GPU-1,GPU-4", {7, 0, 3});
 }
 
+// Observed on driver 580.159.04: a UUID without "GPU-" is read as a number; the hint is ours.
 TEST(CudaVisibleDevicesRules, BareUuidWithoutPrefixIsExplained) {
   const std::string hex = std::string(kH200Uuid).substr(4);
   EXPECT_THAT(all_warnings(resolve(h200_machine(), hex)), HasSubstr("without the 'GPU-' prefix"));
   EXPECT_THAT(all_warnings(resolve(h200_machine(), "gpu-" + hex)), HasSubstr("exactly 'GPU-'"));
 }
 
+// Modelled: how each entry was read, for the user (4 GPUs).
 TEST(CudaVisibleDevicesRules, EntriesAreExplained) {
-  const VisibleDevicesResolution resolution = resolve(identical_machine(4), "1,GPU-2,\t7,0");
+  const VisibleDevicesResolution resolution = resolve(identical_machine(4), "1,2,\t7,0");
   ASSERT_EQ(resolution.entries.size(), 4u);
   EXPECT_EQ(resolution.entries[0].explanation, "index 1 -> GPU 1 (" + synthetic_uuid(1) + ")");
-  EXPECT_EQ(resolution.entries[1].reading, EntryReading::AlreadyListed);
+  EXPECT_EQ(resolution.entries[1].reading, EntryReading::Index);
   EXPECT_THAT(resolution.entries[2].explanation, HasSubstr("out of range: CUDA sees 4 GPU(s)"));
   EXPECT_EQ(resolution.entries[3].reading, EntryReading::IgnoredAfterInvalid);
   EXPECT_THAT(all_warnings(resolution), HasSubstr("entry 3 '\\t7' is invalid"));
-  EXPECT_EQ(resolution.entries[1].nvml_index, 1u);
+  EXPECT_EQ(resolution.entries[1].nvml_index, 2u);
   EXPECT_EQ(resolution.entries[3].nvml_index, std::nullopt);
 }
 

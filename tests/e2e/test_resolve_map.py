@@ -185,7 +185,7 @@ class MapTest(unittest.TestCase):
 
     def test_pid_reads_a_running_process_environment(self):
         gpus = gpupool_json("list", "--json", sim="pcie-4gpu")
-        value = f"{gpus[3]['uuid']},1"
+        value = f"{gpus[3]['uuid']},{gpus[1]['uuid']}"  # one kind only: a mixed list stops early
         child = subprocess.Popen(["sleep", "60"], env=clean_env(CUDA_VISIBLE_DEVICES=value,
                                                                 CUDA_DEVICE_ORDER="PCI_BUS_ID",
                                                                 NVIDIA_VISIBLE_DEVICES="all"))
