@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "core/gpu_selection.h"
+#include "core/text.h"
 
 namespace gpupool::cli {
 
@@ -55,10 +56,10 @@ Result<LeasedGpus> lease_gpus(const LeaseRequestOptions& options) {
   if (!options.gpus.empty() || !options.exclude.empty()) {
     TRY_ASSIGN(Machine machine, backend->discover(DiscoveryScope{.links = false, .processes = false}));
     if (!options.gpus.empty()) {
-      TRY_ASSIGN(acquire.request.allowed, find_gpus(machine.gpus, split_gpu_list(options.gpus)));
+      TRY_ASSIGN(acquire.request.allowed, find_gpus(machine.gpus, split(options.gpus, ',')));
     }
     if (!options.exclude.empty()) {
-      TRY_ASSIGN(acquire.request.excluded, find_gpus(machine.gpus, split_gpu_list(options.exclude)));
+      TRY_ASSIGN(acquire.request.excluded, find_gpus(machine.gpus, split(options.exclude, ',')));
     }
   }
   // --wait with no value keeps the default: wait as long as it takes.

@@ -6,20 +6,10 @@
 
 #include <fmt/format.h>
 
+#include "core/text.h"
+
 namespace gpupool {
 namespace {
-
-std::string lowercase(std::string_view text) {
-  std::string out(text);
-  std::transform(out.begin(), out.end(), out.begin(),
-                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  return out;
-}
-
-bool all_digits(std::string_view text) {
-  return !text.empty() &&
-         std::all_of(text.begin(), text.end(), [](unsigned char c) { return std::isdigit(c) != 0; });
-}
 
 std::string index_list(std::span<const Gpu> gpus) {
   std::vector<unsigned> indices;
@@ -67,17 +57,6 @@ Result<std::vector<unsigned>> find_gpus(std::span<const Gpu> gpus, std::span<con
     out.push_back(index);
   }
   return out;
-}
-
-std::vector<std::string> split_gpu_list(std::string_view list) {
-  std::vector<std::string> out;
-  size_t start = 0;
-  for (;;) {
-    size_t comma = list.find(',', start);
-    out.emplace_back(list.substr(start, comma == std::string_view::npos ? std::string_view::npos : comma - start));
-    if (comma == std::string_view::npos) return out;
-    start = comma + 1;
-  }
 }
 
 }  // namespace gpupool

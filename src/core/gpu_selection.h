@@ -19,7 +19,5 @@ const Gpu* find_gpu_by_index(std::span<const Gpu> gpus, unsigned index);
 Result<unsigned> find_gpu(std::span<const Gpu> gpus, std::string_view name);
 // Several, in the order given; naming one GPU twice is an error.
 Result<std::vector<unsigned>> find_gpus(std::span<const Gpu> gpus, std::span<const std::string> names);
-// "0,GPU-16fb,3" -> {"0", "GPU-16fb", "3"}.
-std::vector<std::string> split_gpu_list(std::string_view list);
 
 }  // namespace gpupool

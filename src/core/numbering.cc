@@ -1,39 +1,16 @@
 #include "core/numbering.h"
 
-#include "core/gpu_selection.h"
-
-#include <fmt/format.h>
-
 #include <algorithm>
 #include <cctype>
 
+#include <fmt/format.h>
+
 #include "core/cuda_visible_devices.h"
+#include "core/gpu_selection.h"
+#include "core/text.h"
 
 namespace gpupool {
 namespace {
-
-std::string lowercase(std::string_view text) {
-  std::string out(text);
-  std::transform(out.begin(), out.end(), out.begin(),
-                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  return out;
-}
-
-bool all_digits(std::string_view text) {
-  return !text.empty() &&
-         std::all_of(text.begin(), text.end(), [](unsigned char c) { return std::isdigit(c); });
-}
-
-std::vector<std::string> split_commas(std::string_view text) {
-  std::vector<std::string> parts;
-  size_t start = 0;
-  while (true) {
-    const size_t comma = text.find(',', start);
-    parts.emplace_back(text.substr(start, comma - start));
-    if (comma == std::string_view::npos) return parts;
-    start = comma + 1;
-  }
-}
 
 std::optional<std::string> lookup(const std::map<std::string, std::string>& variables,
                                   const std::string& name) {
@@ -62,7 +39,7 @@ std::string describe_nvidia_visible_devices(const std::optional<std::string>& va
   if (*value == "none") return "no GPU, but the driver's libraries and tools are mounted";
   if (*value == "all") return "every GPU of the host";
   std::vector<std::string> parts;
-  for (const std::string& entry : split_commas(*value)) {
+  for (const std::string& entry : split(*value, ',')) {
     if (all_digits(entry)) {
       parts.push_back(fmt::format("host GPU {}", entry));
     } else if (entry.rfind("GPU-", 0) == 0 || entry.rfind("MIG-", 0) == 0) {

@@ -1,0 +1,16 @@
+// Small text helpers shared by the parsers of user input.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace gpupool {
+
+std::string lowercase(std::string_view text);
+// True for a non-empty run of decimal digits.
+bool all_digits(std::string_view text);
+// "a,,b" -> {"a", "", "b"}: every piece, empty ones included.
+std::vector<std::string> split(std::string_view text, char separator);
+
+}  // namespace gpupool
