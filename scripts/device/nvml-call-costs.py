@@ -6,7 +6,18 @@ to find where the time of `gpupool list --json` goes beside nvidia-smi's.
 """
 import ctypes
 import statistics
+import subprocess
+import sys
 import time
+
+# Initialisation variants, each in a fresh process (the first init of a process is what a CLI pays).
+INIT = ("import ctypes, time; n = ctypes.CDLL('libnvidia-ml.so.1'); t = time.perf_counter(); "
+        "rc = {call}; print(rc, round(1e3 * (time.perf_counter() - t), 2))")
+for label, call in (("nvmlInit_v2", "n.nvmlInit_v2()"), ("nvmlInitWithFlags(0)", "n.nvmlInitWithFlags(0)"),
+                    ("nvmlInitWithFlags(NO_ATTACH)", "n.nvmlInitWithFlags(2)")):
+    runs = [subprocess.run([sys.executable, "-c", INIT.format(call=call)], capture_output=True, text=True).stdout.split()
+            for _ in range(5)]
+    print(f"{label}: rc {runs[0][0]}, ms " + " ".join(r[1] for r in runs if len(r) == 2))
 
 nvml = ctypes.CDLL("libnvidia-ml.so.1")
 start = time.perf_counter()
