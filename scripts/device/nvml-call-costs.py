@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Times each NVML call `gpupool list` makes, on the real driver (ctypes, 20 repetitions each).
+"""Times each NVML call `gpupool list` makes, on the real driver (ctypes): the first call and the median of 20.
 
 Usage: nvml-call-costs.py — prints microseconds per call, median of 20, most expensive first,
 to find where the time of `gpupool list --json` goes beside nvidia-smi's.
@@ -64,7 +64,9 @@ for name, call in calls.items():
         t0 = time.perf_counter()
         call()
         samples.append(1e6 * (time.perf_counter() - t0))
-    costs[name] = statistics.median(samples)
-for name, us in sorted(costs.items(), key=lambda kv: -kv[1]):
-    print(f"{us:10.1f} us  {name}")
-print(f"sum of one of each: {sum(costs.values()) / 1000:.2f} ms")
+    costs[name] = (samples[0], statistics.median(samples))
+print("first call / median of 20, microseconds")
+for name, (first, median) in sorted(costs.items(), key=lambda kv: -kv[1][0]):
+    print(f"{first:10.1f} {median:10.1f}  {name}")
+print(f"sum of first calls: {sum(f for f, _ in costs.values()) / 1000:.2f} ms, "
+      f"of medians: {sum(m for _, m in costs.values()) / 1000:.2f} ms")

@@ -121,7 +121,7 @@ namespace gpupool::nvml {
 
 // Function pointer types, one per symbol we look up.
 using InitFn = nvmlReturn_t (*)();
-using ShutdownFn = nvmlReturn_t (*)();
+using ShutdownFn = nvmlReturn_t (*)();  // the simulated library implements it; gpupool never calls it
 using ErrorStringFn = const char* (*)(nvmlReturn_t);
 using SystemGetStringFn = nvmlReturn_t (*)(char*, unsigned int);
 using SystemGetCudaDriverVersionFn = nvmlReturn_t (*)(int*);

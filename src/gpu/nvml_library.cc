@@ -24,7 +24,8 @@ Result<std::unique_ptr<NvmlLibrary>> NvmlLibrary::open(const std::vector<std::st
   std::string failures;
   for (const auto& candidate : candidates) {
     dlerror();
-    void* handle = dlopen(candidate.c_str(), RTLD_NOW | RTLD_LOCAL);
+    // Lazy binding: the driver library is large and we call a few dozen of its functions.
+    void* handle = dlopen(candidate.c_str(), RTLD_LAZY | RTLD_LOCAL);
     if (handle == nullptr) {
       // The first failure says it all ("libnvidia-ml.so.1: cannot open shared object file").
       const char* why = dlerror();
@@ -34,7 +35,6 @@ Result<std::unique_ptr<NvmlLibrary>> NvmlLibrary::open(const std::vector<std::st
     std::unique_ptr<NvmlLibrary> lib(new NvmlLibrary(handle, candidate));
     NvmlEntryPoints& a = lib->api_;
     bool required = lib->bind(a.init, {"nvmlInit_v2", "nvmlInit"}) &&
-                    lib->bind(a.shutdown, {"nvmlShutdown"}) &&
                     lib->bind(a.device_get_count, {"nvmlDeviceGetCount_v2", "nvmlDeviceGetCount"}) &&
                     lib->bind(a.device_get_handle_by_index,
                               {"nvmlDeviceGetHandleByIndex_v2", "nvmlDeviceGetHandleByIndex"}) &&
@@ -81,16 +81,11 @@ Result<std::unique_ptr<NvmlLibrary>> NvmlLibrary::open(const std::vector<std::st
     if (rc != NVML_SUCCESS) {
       return fail("NVML in {} failed to initialise: {}", candidate, lib->describe(rc));
     }
-    lib->initialised_ = true;
     return lib;
   }
   return fail("NVIDIA driver not found: {}", failures);
 }
 
-NvmlLibrary::~NvmlLibrary() {
-  if (initialised_) api_.shutdown();
-  dlclose(handle_);
-}
 
 std::string NvmlLibrary::describe(nvmlReturn_t code) const {
   const char* text = api_.error_string != nullptr ? api_.error_string(code) : nullptr;

@@ -14,7 +14,6 @@ namespace gpupool {
 
 struct NvmlEntryPoints {
   nvml::InitFn init = nullptr;
-  nvml::ShutdownFn shutdown = nullptr;
   nvml::ErrorStringFn error_string = nullptr;
   nvml::DeviceGetCountFn device_get_count = nullptr;
   nvml::DeviceGetHandleByIndexFn device_get_handle_by_index = nullptr;
@@ -55,7 +54,9 @@ class NvmlLibrary {
  public:
   // Loads the first of `candidates` that dlopen accepts and initialises NVML.
   static Result<std::unique_ptr<NvmlLibrary>> open(const std::vector<std::string>& candidates);
-  ~NvmlLibrary();
+  // Never shut down or unloaded: nvmlShutdown costs tens of milliseconds on a real driver, a
+  // command is about to exit anyway, and the kernel releases the driver's handles with the process.
+  ~NvmlLibrary() = default;  // NOLINT: deliberately no nvmlShutdown / dlclose
   NvmlLibrary(const NvmlLibrary&) = delete;
   NvmlLibrary& operator=(const NvmlLibrary&) = delete;
 
@@ -74,7 +75,6 @@ class NvmlLibrary {
   std::string path_;
   NvmlEntryPoints api_;
   std::vector<std::string> bound_;
-  bool initialised_ = false;
 };
 
 }  // namespace gpupool

@@ -103,6 +103,16 @@ std::optional<int> HostFiles::pci_numa_node(const std::string& nvml_bus_id) cons
   return node;
 }
 
+unsigned HostFiles::numa_node_count() const {
+  std::error_code ec;
+  unsigned nodes = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(path("/sys/devices/system/node"), ec)) {
+    std::string name = entry.path().filename().string();
+    if (name.size() > 4 && name.rfind("node", 0) == 0 && std::isdigit(static_cast<unsigned char>(name[4]))) ++nodes;
+  }
+  return nodes;
+}
+
 std::optional<std::string> HostFiles::pci_local_cpus(const std::string& nvml_bus_id) const {
   auto text =
       read_file(path("/sys/bus/pci/devices/" + sysfs_pci_name(nvml_bus_id) + "/local_cpulist"));

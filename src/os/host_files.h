@@ -24,6 +24,8 @@ class HostFiles {
   std::optional<uint32_t> parent_pid(uint32_t pid) const;
   // The NUMA node a PCI device hangs off (sysfs numa_node), nullopt when unknown (-1).
   std::optional<int> pci_numa_node(const std::string& nvml_bus_id) const;
+  // How many NUMA nodes the host has (sysfs); 0 when it cannot tell.
+  unsigned numa_node_count() const;
   // The CPUs local to a PCI device (sysfs local_cpulist).
   std::optional<std::string> pci_local_cpus(const std::string& nvml_bus_id) const;
 
