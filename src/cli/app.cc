@@ -28,6 +28,7 @@ int run(int argc, char** argv) {
   add_run_command(app, exit_code);
   add_launch_command(app, exit_code);
   add_leases_command(app, exit_code);
+  add_queue_commands(app, exit_code);
   add_sim_command(app, exit_code);
   try {
     app.parse(argc, argv);

@@ -17,6 +17,7 @@ void add_run_command(CLI::App& app, int& exit_code);
 void add_launch_command(CLI::App& app, int& exit_code);
 void add_leases_command(CLI::App& app, int& exit_code);
 void add_sim_command(CLI::App& app, int& exit_code);
+void add_queue_commands(CLI::App& app, int& exit_code);
 
 // Prints "gpupool: MESSAGE" on stderr and returns the error exit code.
 int report(const Error& error);

@@ -88,7 +88,7 @@ Result<int> launch_job(LaunchOptions options) {
   if (options.command.empty()) return fail("no command to launch");
   TRY_ASSIGN(auto grace, parse_duration(options.grace));
   if (options.lease.name.empty()) options.lease.name = fmt::format("launch-{}", getpid());
-  TRY_ASSIGN(LeasedGpus leased, lease_gpus(options.lease));
+  TRY_ASSIGN(LeasedGpus leased, lease_gpus(options.lease, options.command));
   TRY_ASSIGN(unsigned port, free_tcp_port());
   const unsigned world_size = static_cast<unsigned>(leased.gpus.size()) * options.per_gpu;
 
@@ -123,6 +123,7 @@ Result<int> launch_job(LaunchOptions options) {
   };
   TRY_ASSIGN(GroupOutcome outcome, run_child_group(std::move(ranks), group));
   leased.acquired.leases.release();
+  report_finished(leased, outcome.exit_code);
 
   std::string stopped = outcome.stopped == 0
                             ? ""

@@ -1,6 +1,10 @@
 #include "cli/lease_options.h"
 
+#include <poll.h>
 #include <unistd.h>
+
+#include <chrono>
+#include <climits>
 
 #include <cstdlib>
 #include <ctime>
@@ -43,7 +47,66 @@ Result<std::chrono::milliseconds> parse_duration(const std::string& text) {
   return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
 }
 
-Result<LeasedGpus> lease_gpus(const LeaseRequestOptions& options) {
+namespace {
+
+void announce(const LeasedGpus& leased) {
+  std::vector<std::string> names;
+  for (unsigned index : leased.gpus) names.push_back(fmt::format("{}", index));
+  fmt::print(stderr, "gpupool: {}{} has GPU{} {}{}\n", leased.daemon ? "job " : "", leased.job, leased.gpus.size() == 1 ? "" : "s",
+             fmt::join(names, ","),
+             leased.slice_mib ? fmt::format(" ({} MiB each, shared)", *leased.slice_mib) : "");
+}
+
+// Queues the request with gpupoold and waits for it to hand over the lock descriptors.
+Result<LeasedGpus> lease_from_daemon(DaemonClient client, GpuBackend& backend, const AcquireOptions& acquire,
+                                     const LeaseRequestOptions& options, const std::vector<std::string>& command) {
+  protocol::LeaseRequest request;
+  request.spec.kind = JobKind::Interactive;
+  request.spec.name = options.name;
+  request.spec.argv = command;
+  request.spec.gpu_count = acquire.request.count;
+  request.spec.slice_mib = acquire.request.slice_mib;
+  char cwd[PATH_MAX];
+  request.spec.cwd = getcwd(cwd, sizeof(cwd)) != nullptr ? cwd : "/";
+  request.allowed = acquire.request.allowed;
+  request.excluded = acquire.request.excluded;
+  TRY(client.send(request));
+  auto deadline = acquire.timeout ? std::optional(std::chrono::steady_clock::now() + *acquire.timeout) : std::nullopt;
+  for (;;) {
+    if (deadline) {
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(*deadline - std::chrono::steady_clock::now());
+      pollfd ready{client.descriptor(), POLLIN, 0};
+      int n = poll(&ready, 1, static_cast<int>(std::max<int64_t>(0, left.count())));
+      if (n == 0) {
+        // Closing the connection takes the request out of the queue.
+        return fail("gave up waiting after {}", *options.wait);
+      }
+    }
+    TRY_ASSIGN(ReceivedResponse received, client.receive());
+    if (auto* queued = std::get_if<protocol::LeaseQueued>(&received.response)) {
+      if (acquire.on_wait) acquire.on_wait(fmt::format("job {} queued: {}", queued->id, queued->reason));
+      continue;
+    }
+    auto* granted = std::get_if<protocol::LeaseGranted>(&received.response);
+    if (granted == nullptr) {
+      for (int fd : received.descriptors) ::close(fd);
+      return fail("gpupoold sent an unexpected answer: {}", protocol::encode(received.response));
+    }
+    HeldLeases leases = HeldLeases::from_descriptors(std::move(received.descriptors));
+    if (leases.descriptors().size() != granted->descriptors) {
+      return fail("gpupoold granted {} leases but {} arrived", granted->descriptors, leases.descriptors().size());
+    }
+    TRY_ASSIGN(Machine machine, backend.discover(DiscoveryScope{.links = false, .processes = false}));
+    std::string job = options.name.empty() ? std::to_string(granted->id) : options.name;
+    LeasedGpus leased{Acquired{std::move(leases), granted->gpus, std::move(machine)}, granted->gpus, job,
+                      granted->slice_mib, std::make_shared<DaemonClient>(std::move(client))};
+    return leased;
+  }
+}
+
+}  // namespace
+
+Result<LeasedGpus> lease_gpus(const LeaseRequestOptions& options, const std::vector<std::string>& command) {
   TRY_ASSIGN(auto backend, open_gpu_backend());
   TRY_ASSIGN(LeaseDirectory leases, LeaseDirectory::open(LeaseDirectory::default_path()));
   HostFiles host = host_files_from_environment();
@@ -67,38 +130,34 @@ Result<LeasedGpus> lease_gpus(const LeaseRequestOptions& options) {
     TRY_ASSIGN(auto timeout, parse_duration(*options.wait));
     acquire.timeout = timeout;
   }
+  if (!options.quiet) acquire.on_wait = [](const std::string& why) { fmt::print(stderr, "gpupool: {}\n", why); };
+  TRY_ASSIGN(auto daemon, DaemonClient::connect_if_running(leases.path()));
+  if (daemon) {
+    TRY_ASSIGN(LeasedGpus leased, lease_from_daemon(std::move(*daemon), *backend, acquire, options, command));
+    if (!options.quiet) announce(leased);
+    return leased;
+  }
   std::string job = options.name.empty() ? fmt::format("run-{}", getpid()) : options.name;
   acquire.holder = LeaseHolder{getpid(), "", job, static_cast<int64_t>(std::time(nullptr))};
-  if (!options.quiet) acquire.on_wait = [](const std::string& why) { fmt::print(stderr, "gpupool: {}\n", why); };
   TRY_ASSIGN(Acquired acquired, acquire_gpus(*backend, leases, host, acquire));
-  LeasedGpus leased{std::move(acquired), {}, job, acquire.request.slice_mib};
+  LeasedGpus leased{std::move(acquired), {}, job, acquire.request.slice_mib, nullptr};
   leased.gpus = leased.acquired.gpus;
-  if (!options.quiet) {
-    std::vector<std::string> names;
-    for (unsigned index : leased.gpus) names.push_back(fmt::format("{}", index));
-    fmt::print(stderr, "gpupool: {} has GPU{} {}{}\n", job, leased.gpus.size() == 1 ? "" : "s",
-               fmt::join(names, ","),
-               leased.slice_mib ? fmt::format(" ({} MiB each, shared)", *leased.slice_mib) : "");
-  }
+  if (!options.quiet) announce(leased);
   return leased;
 }
 
+void report_finished(LeasedGpus& leased, int exit_code) {
+  if (!leased.daemon) return;
+  protocol::FinishedRequest finished;
+  finished.exit_code = exit_code;
+  if (exit_code > 128) finished.signal = exit_code - 128;
+  // The daemon may have gone away meanwhile; the job still ran, so this is not an error.
+  (void)leased.daemon->request(finished);
+  leased.daemon.reset();
+}
+
 std::vector<std::string> job_environment(const LeasedGpus& leased, const std::vector<unsigned>& gpus) {
-  std::vector<std::string> uuids, indices;
-  for (unsigned index : gpus) {
-    uuids.push_back(leased.acquired.machine.gpus.at(index).uuid);
-    indices.push_back(std::to_string(index));
-  }
-  std::vector<std::string> env = {
-      // Full UUIDs: they name the same card under any CUDA_DEVICE_ORDER and inside containers.
-      fmt::format("CUDA_VISIBLE_DEVICES={}", fmt::join(uuids, ",")),
-      "CUDA_DEVICE_ORDER=PCI_BUS_ID",
-      fmt::format("GPUPOOL_JOB={}", leased.job),
-      fmt::format("GPUPOOL_GPUS={}", fmt::join(indices, ",")),
-      fmt::format("GPUPOOL_GPU_UUIDS={}", fmt::join(uuids, ",")),
-  };
-  if (leased.slice_mib) env.push_back(fmt::format("GPUPOOL_MEM_MIB={}", *leased.slice_mib));
-  return env;
+  return gpu_environment(leased.acquired.machine, gpus, leased.job, leased.slice_mib);
 }
 
 }  // namespace gpupool::cli

@@ -8,6 +8,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "cli/daemon_client.h"
 #include "lease/acquirer.h"
 
 namespace gpupool::cli {
@@ -29,10 +30,17 @@ struct LeasedGpus {
   std::vector<unsigned> gpus;  // nvidia-smi indices, placement order
   std::string job;
   std::optional<uint64_t> slice_mib;
+  // Set when gpupoold granted the lease: the connection to report the end on.
+  std::shared_ptr<DaemonClient> daemon;
 };
 
-// Acquires (waiting as the options say, reporting the wait on stderr).
-Result<LeasedGpus> lease_gpus(const LeaseRequestOptions& options);
+// Acquires (waiting as the options say, reporting the wait on stderr): through gpupoold's
+// queue when a daemon is running, so interactive and batch jobs share one fair queue, else
+// directly from the lease directory. `command` is what the queue shows for the job.
+Result<LeasedGpus> lease_gpus(const LeaseRequestOptions& options, const std::vector<std::string>& command);
+
+// Tells gpupoold how the job ended (nothing to do without a daemon).
+void report_finished(LeasedGpus& leased, int exit_code);
 
 // CUDA_VISIBLE_DEVICES (full UUIDs, in the order of `gpus`), CUDA_DEVICE_ORDER and GPUPOOL_*
 // for a process that uses `gpus`, a subset of the lease.

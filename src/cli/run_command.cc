@@ -19,7 +19,7 @@ struct RunOptions {
 };
 
 Result<int> run_job(const RunOptions& options) {
-  TRY_ASSIGN(LeasedGpus leased, lease_gpus(options.lease));
+  TRY_ASSIGN(LeasedGpus leased, lease_gpus(options.lease, options.command));
   ChildSpec spec;
   spec.argv = options.command;
   spec.environment = environment_with(job_environment(leased, leased.gpus));
@@ -28,6 +28,7 @@ Result<int> run_job(const RunOptions& options) {
   leased.acquired.leases.set_holder_pid(child);
   int code = wait_forwarding_signals(child);
   leased.acquired.leases.release();
+  report_finished(leased, code);
   return code;
 }
 

@@ -123,4 +123,23 @@ Result<uint64_t> parse_memory_mib(const std::string& text) {
   return static_cast<uint64_t>(std::ceil(mib));
 }
 
+std::vector<std::string> gpu_environment(const Machine& machine, const std::vector<unsigned>& gpus,
+                                         const std::string& job, const std::optional<uint64_t>& slice_mib) {
+  std::vector<std::string> uuids, indices;
+  for (unsigned index : gpus) {
+    uuids.push_back(machine.gpus.at(index).uuid);
+    indices.push_back(std::to_string(index));
+  }
+  std::vector<std::string> env = {
+      // Full UUIDs: they name the same card under any CUDA_DEVICE_ORDER and inside containers.
+      fmt::format("CUDA_VISIBLE_DEVICES={}", fmt::join(uuids, ",")),
+      "CUDA_DEVICE_ORDER=PCI_BUS_ID",
+      fmt::format("GPUPOOL_JOB={}", job),
+      fmt::format("GPUPOOL_GPUS={}", fmt::join(indices, ",")),
+      fmt::format("GPUPOOL_GPU_UUIDS={}", fmt::join(uuids, ",")),
+  };
+  if (slice_mib) env.push_back(fmt::format("GPUPOOL_MEM_MIB={}", *slice_mib));
+  return env;
+}
+
 }  // namespace gpupool

@@ -39,6 +39,12 @@ Result<std::optional<std::vector<unsigned>>> choose_gpus(const Machine& machine,
 std::string describe_wait(const Machine& machine, const std::vector<GpuAvailability>& availability,
                           const GpuRequest& request);
 
+// The environment of a process that uses `gpus` of `machine` for job `job`: CUDA_VISIBLE_DEVICES
+// (full UUIDs in the order of `gpus`), CUDA_DEVICE_ORDER=PCI_BUS_ID, and GPUPOOL_JOB,
+// GPUPOOL_GPUS, GPUPOOL_GPU_UUIDS (and GPUPOOL_MEM_MIB for a slice), as "NAME=value".
+std::vector<std::string> gpu_environment(const Machine& machine, const std::vector<unsigned>& gpus,
+                                         const std::string& job, const std::optional<uint64_t>& slice_mib);
+
 // Parses a memory size: "20G", "20GiB", "512M", "1.5T", or a plain number of MiB.
 Result<uint64_t> parse_memory_mib(const std::string& text);
 

@@ -35,13 +35,15 @@ double limit_or_never(const JobRequest& job) {
   return job.time_limit_s.value_or(std::numeric_limits<double>::infinity());
 }
 
+// As choose_gpus() counts them: outside use keeps whole-GPU jobs off, slices fit around it.
 bool whole_gpu_free(const GpuAvailability& gpu) {
-  return gpu.usable && !gpu.exclusive_held && gpu.shared_mib == 0;
+  return gpu.usable && !gpu.exclusive_held && gpu.shared_mib == 0 && !gpu.external_busy;
 }
 
 uint64_t slice_room(const Gpu& gpu, const GpuAvailability& state) {
   if (!state.usable || state.exclusive_held || !gpu.memory_total_mib) return 0;
-  return *gpu.memory_total_mib - std::min(*gpu.memory_total_mib, state.shared_mib);
+  uint64_t taken = state.shared_mib + state.external_mib;
+  return *gpu.memory_total_mib - std::min(*gpu.memory_total_mib, taken);
 }
 
 void take(std::vector<GpuAvailability>& state, const JobRequest& job,
@@ -89,15 +91,25 @@ Result<Scheduler> Scheduler::create(Machine machine, SchedulerConfig config) {
                 machine.gpus.size());
   }
   if (config.quota_gpus && !(*config.quota_gpus > 0)) return fail("a quota must be positive");
+  for (const auto& [user, quota] : config.user_quota_gpus) {
+    if (!(quota > 0)) return fail("the quota of {} must be positive", user);
+  }
   if (!(config.fair_share_half_life_s > 0))
     return fail("the fair-share half-life must be positive");
+  if (!(config.overdue_after_s >= 0)) return fail("the overdue time must not be negative");
   return Scheduler(std::move(machine), config);
 }
 
 size_t Scheduler::user_index(const std::string& name) {
   auto [entry, inserted] = user_by_name_.try_emplace(name, users_.size());
-  if (inserted) users_.push_back(UserState{name, 0, 0});
+  if (inserted) users_.push_back(UserState{name, quota_of(name), 0, 0});
   return entry->second;
+}
+
+std::optional<double> Scheduler::quota_of(const std::string& user) const {
+  auto own = config_.user_quota_gpus.find(user);
+  if (own != config_.user_quota_gpus.end()) return own->second;
+  return config_.quota_gpus;
 }
 
 double Scheduler::weight_of(const JobRequest& request) const {
@@ -106,20 +118,26 @@ double Scheduler::weight_of(const JobRequest& request) const {
          static_cast<double>(largest_gpu_mib_);
 }
 
-// Decayed usage: each GPU-second counts 2^(-age / half-life). Held GPUs accrue continuously.
+// Decayed usage: each GPU-second counts 2^(-age / half-life). Held GPUs accrue continuously,
+// so one GPU held for `elapsed` seconds up to the last accounting adds the integral of that.
+double Scheduler::accrued_per_gpu(double elapsed) const {
+  double half_life = config_.fair_share_half_life_s;
+  return (1 - std::exp2(-elapsed / half_life)) * half_life / std::numbers::ln2;
+}
+
 void Scheduler::account_usage(double now) {
   double elapsed = now - last_accounted_s_;
   if (elapsed <= 0) return;
-  double half_life = config_.fair_share_half_life_s;
-  double decay = std::exp2(-elapsed / half_life);
-  double accrued_per_gpu = (1 - decay) * half_life / std::numbers::ln2;
-  for (UserState& user : users_) user.usage = user.usage * decay + user.held * accrued_per_gpu;
+  double decay = std::exp2(-elapsed / config_.fair_share_half_life_s);
+  double accrued = accrued_per_gpu(elapsed);
+  for (UserState& user : users_) user.usage = user.usage * decay + user.held * accrued;
   last_accounted_s_ = now;
 }
 
 bool Scheduler::over_quota(const QueuedJob& job) const {
   // A tolerance, so that slices adding up to a whole GPU are not refused for rounding.
-  return config_.quota_gpus && users_[job.user].held + job.weight > *config_.quota_gpus + 1e-9;
+  const std::optional<double>& quota = users_[job.user].quota;
+  return quota && users_[job.user].held + job.weight > *quota + 1e-9;
 }
 
 Result<void> Scheduler::submit(const JobRequest& request, double now) {
@@ -139,31 +157,122 @@ Result<void> Scheduler::submit(const JobRequest& request, double now) {
     }
   }
   double weight = weight_of(request);
-  if (config_.quota_gpus && weight > *config_.quota_gpus + 1e-9) {
-    return fail("asks for {:.2f} GPUs, above the quota of {:.2f} per user", weight,
-                *config_.quota_gpus);
+  if (std::optional<double> quota = quota_of(request.user); quota && weight > *quota + 1e-9) {
+    bool own = config_.user_quota_gpus.contains(request.user);
+    return fail("asks for {:.2f} GPUs, above the quota of {:.2f} {}", weight, *quota,
+                own ? "for " + request.user : std::string("per user"));
   }
-  if (queued_ids_.contains(request.id) || running_.contains(request.id)) {
+  if (queued_.contains(request.id) || running_.contains(request.id)) {
     return fail("job {} is already submitted", request.id);
   }
   account_usage(now);
-  size_t user = user_index(request.user);
-  auto [entry, inserted] = group_index_.try_emplace({request.priority, user}, groups_.size());
-  if (inserted) groups_.push_back(Group{request.priority, user, {}});
-  uint64_t arrival = arrivals_++;
-  groups_[entry->second].jobs.emplace(arrival, QueuedJob{request, arrival, user, weight});
-  queued_ids_.insert(request.id);
-  queued_limits_.insert(limit_or_never(request));
+  enqueue(QueuedJob{request, arrivals_++, now, user_index(request.user), weight});
   return {};
+}
+
+void Scheduler::enqueue(const QueuedJob& job) {
+  const JobRequest& request = job.request;
+  auto [entry, inserted] = group_index_.try_emplace({request.priority, job.user}, groups_.size());
+  if (inserted) groups_.push_back(Group{request.priority, job.user, {}});
+  groups_[entry->second].jobs.emplace(job.arrival, job);
+  queued_.emplace(request.id, std::pair{entry->second, job.arrival});
+  queued_limits_.insert(limit_or_never(request));
+}
+
+Result<void> Scheduler::remove(JobId id) {
+  auto where = queued_.find(id);
+  if (where == queued_.end()) return fail("job {} is not queued", id);
+  auto [group, arrival] = where->second;
+  auto job = groups_[group].jobs.find(arrival);
+  queued_limits_.erase(queued_limits_.find(limit_or_never(job->second.request)));
+  groups_[group].jobs.erase(job);
+  queued_.erase(where);
+  if (reservation_ && reservation_->id == id) reservation_.reset();
+  return {};
+}
+
+void Scheduler::release(std::unordered_map<JobId, RunningJob>::iterator job) {
+  give_back(availability_, job->second.request, job->second.gpus);
+  UserState& user = users_[job->second.user];
+  user.held = std::max(0.0, user.held - job->second.weight);
+  running_.erase(job);
 }
 
 Result<void> Scheduler::finish(JobId id, double now) {
   auto job = running_.find(id);
   if (job == running_.end()) return fail("job {} is not running", id);
   account_usage(now);
-  give_back(availability_, job->second.request, job->second.gpus);
-  users_[job->second.user].held = std::max(0.0, users_[job->second.user].held - job->second.weight);
-  running_.erase(job);
+  release(job);
+  return {};
+}
+
+Result<void> Scheduler::requeue(JobId id, double now) {
+  auto job = running_.find(id);
+  if (job == running_.end()) return fail("job {} is not running", id);
+  account_usage(now);
+  QueuedJob queued = job->second;
+  release(job);
+  enqueue(queued);
+  // The job that waits first may be this one again: the next pass plans afresh.
+  reservation_.reset();
+  return {};
+}
+
+Result<void> Scheduler::adopt(const JobRequest& request, const std::vector<unsigned>& gpus,
+                              double start_s) {
+  if (queued_.contains(request.id) || running_.contains(request.id)) {
+    return fail("job {} is already submitted", request.id);
+  }
+  if (gpus.size() != request.gpus) {
+    return fail("job {} asks for {} GPUs but runs on {}", request.id, request.gpus, gpus.size());
+  }
+  for (unsigned gpu : gpus) {
+    if (gpu >= machine_.gpus.size()) {
+      return fail("job {} runs on GPU {}, the machine has {}", request.id, gpu,
+                  machine_.gpus.size());
+    }
+    if (std::count(gpus.begin(), gpus.end(), gpu) > 1) {
+      return fail("job {} lists GPU {} twice", request.id, gpu);
+    }
+    const GpuAvailability& on = availability_[gpu];
+    if (on.exclusive_held || (!request.slice_mib && on.shared_mib > 0)) {
+      return fail("job {} runs on GPU {}, which another job holds", request.id, gpu);
+    }
+    uint64_t memory = machine_.gpus[gpu].memory_total_mib.value_or(0);
+    if (request.slice_mib && on.shared_mib + *request.slice_mib > memory) {
+      return fail("job {} takes {} MiB of GPU {}, which has {} MiB left", request.id,
+                  *request.slice_mib, gpu, memory - std::min(memory, on.shared_mib));
+    }
+  }
+  take(availability_, request, gpus);
+  account_usage(start_s);
+  size_t user = user_index(request.user);
+  double weight = weight_of(request);
+  // What it has run before the last accounting counts as if it had been accounted all along.
+  if (start_s < last_accounted_s_) {
+    users_[user].usage += weight * accrued_per_gpu(last_accounted_s_ - start_s);
+  }
+  users_[user].held += weight;
+  QueuedJob as_queued{request, arrivals_++, start_s, user, weight};
+  running_.emplace(request.id, RunningJob{as_queued, start_s, gpus});
+  return {};
+}
+
+Result<void> Scheduler::set_outside_use(const std::vector<GpuAvailability>& outside) {
+  if (outside.size() != machine_.gpus.size()) {
+    return fail("outside use lists {} GPUs, the machine has {}", outside.size(),
+                machine_.gpus.size());
+  }
+  for (const Gpu& gpu : machine_.gpus) {
+    const GpuAvailability& from = outside[gpu.index];
+    GpuAvailability& state = availability_[gpu.index];
+    state.usable = !gpu.fault && from.usable;
+    state.external_busy = from.exclusive_held || from.shared_mib > 0 || from.external_busy;
+    // Nothing fits beside an exclusive lease, not even a slice.
+    state.external_mib = from.exclusive_held ? gpu.memory_total_mib.value_or(0)
+                                             : from.shared_mib + from.external_mib;
+    state.holders = from.holders;
+  }
   return {};
 }
 
@@ -180,19 +289,25 @@ double Scheduler::fair_share_usage(const std::string& user) const {
 void Scheduler::start(const QueuedJob& job, std::vector<unsigned> gpus, double now) {
   take(availability_, job.request, gpus);
   users_[job.user].held += job.weight;
-  queued_ids_.erase(job.request.id);
+  queued_.erase(job.request.id);
   queued_limits_.erase(queued_limits_.find(limit_or_never(job.request)));
-  running_.emplace(job.request.id,
-                   RunningJob{job.request, job.user, job.weight, now, std::move(gpus)});
+  running_.emplace(job.request.id, RunningJob{job, now, std::move(gpus)});
 }
 
 // One scheduling pass: walks the queue in policy order, merging the (priority, user) groups.
 class Scheduler::Pass {
  public:
   Pass(Scheduler& scheduler, double now) : s_(scheduler), now_(now) {
+    if (s_.reservation_) holder_ = s_.reservation_->id;
     for (size_t group = 0; group < s_.groups_.size(); ++group) {
-      auto& jobs = s_.groups_[group].jobs;
-      if (!jobs.empty()) push(Cursor{group, jobs.begin()});
+      Cursor cursor{group, s_.groups_[group].jobs.begin()};
+      if (skip_holder(cursor)) push(cursor);
+    }
+    // The holder is visited on its own, ahead of its priority level, even of its own user's
+    // earlier jobs; its group's cursor passes over it.
+    if (auto where = holder_ ? s_.queued_.find(*holder_) : s_.queued_.end(); where != s_.queued_.end()) {
+      auto [group, arrival] = where->second;
+      push(Cursor{group, s_.groups_[group].jobs.find(arrival), true});
     }
   }
 
@@ -207,9 +322,17 @@ class Scheduler::Pass {
       std::optional<std::vector<unsigned>> gpus;
       if (!s_.over_quota(job)) gpus = choose(job);
       if (gpus) {
+        bool drained_for_it = holder_ == job.request.id && !tried_reservation_;
+        unsigned width = job.request.slice_mib ? 0 : job.request.gpus;
+        if (gpus->empty()) {
+          unplaced_.push_back(started_.size());
+          unplaced_gpus_ += job.request.gpus;
+        }
         s_.start(job, *gpus, now_);
+        room_.reset();
         started_.push_back(JobStart{job.request.id, std::move(*gpus)});
         cursor.job = s_.groups_[cursor.group].jobs.erase(cursor.job);
+        if (drained_for_it && width > 1) hand_over(width);
       } else {
         if (s_.config_.policy == Policy::Fifo) break;  // the head blocks everyone
         if (examined_behind)
@@ -219,12 +342,29 @@ class Scheduler::Pass {
         // One reservation per pass, for the first job in order that only lacks GPUs.
         if (s_.config_.policy == Policy::Gpupool && !tried_reservation_ && !s_.over_quota(job)) {
           tried_reservation_ = true;
+          if (holder_ != job.request.id) s_.chain_before_.reset();
           reserve(job);
         }
         ++cursor.job;
       }
-      if (cursor.job != s_.groups_[cursor.group].jobs.end()) push(cursor);
+      if (!cursor.alone && skip_holder(cursor)) push(cursor);
     }
+    place_unplaced();
+    bool holder_waits = holder_ && s_.queued_.contains(*holder_);
+    if (!tried_reservation_ && !holder_waits && s_.config_.policy == Policy::Gpupool) {
+      // Nothing more could start: the first job in order that waits gets its plan all the same,
+      // so that it keeps its place when GPUs free up.
+      for (; !heads_.empty() && !tried_reservation_; heads_.pop_back()) {
+        std::pop_heap(heads_.begin(), heads_.end(), later);
+        const QueuedJob& job = heads_.back().cursor.job->second;
+        if (s_.over_quota(job)) continue;
+        tried_reservation_ = true;
+        s_.chain_before_.reset();
+        reserve(job);
+      }
+    }
+    // A pass that stopped before planning keeps the last plan for the job that still waits.
+    if (tried_reservation_ || !holder_waits) s_.reservation_ = reservation_;
     return std::move(started_);
   }
 
@@ -233,55 +373,155 @@ class Scheduler::Pass {
   struct Cursor {
     size_t group;
     JobIterator job;
+    bool alone = false;  // the holder's own visit: not followed by the rest of its group
   };
-  // Policy order, smallest first: gpupool by priority, then fair-share usage, then arrival;
-  // the others by arrival alone.
-  using Key = std::tuple<int, double, uint64_t>;
+
+  // Moves a group's cursor past the holder, which has a cursor of its own; false at the end.
+  bool skip_holder(Cursor& cursor) const {
+    auto end = s_.groups_[cursor.group].jobs.end();
+    if (cursor.job != end && holder_ == cursor.job->second.request.id) ++cursor.job;
+    return cursor.job != end;
+  }
+  // Policy order, smallest first: gpupool by priority, then the holder of the reservation, then
+  // overdue jobs, then fair-share usage, then arrival; the others by arrival alone.
+  using Key = std::tuple<int, int, double, uint64_t>;
   struct Head {
     Key key;
     Cursor cursor;
   };
   static bool later(const Head& a, const Head& b) { return a.key > b.key; }
 
-  void push(Cursor cursor) {
-    const QueuedJob& job = cursor.job->second;
-    Key key{0, 0.0, job.arrival};
-    if (s_.config_.policy == Policy::Gpupool) {
-      key = {-job.request.priority, s_.users_[job.user].usage, job.arrival};
+  Key order_key(const QueuedJob& job) const {
+    if (s_.config_.policy != Policy::Gpupool) return {0, 0, 0.0, job.arrival};
+    // The job that holds the reservation stays ahead of its priority level until it starts:
+    // were fair share to reorder it behind others, they would take the GPUs it was waiting for
+    // and the drain would start over. A group's jobs stay in arrival order (earlier ones are
+    // overdue first), which the merge of the groups relies on.
+    if (holder_ == job.request.id) return {-job.request.priority, 0, 0.0, job.arrival};
+    if (now_ - job.submit_s >= s_.config_.overdue_after_s) {
+      return {-job.request.priority, 1, 0.0, job.arrival};
     }
-    heads_.push_back(Head{key, cursor});
+    return {-job.request.priority, 2, s_.users_[job.user].usage, job.arrival};
+  }
+
+  void push(Cursor cursor) {
+    heads_.push_back(Head{order_key(cursor.job->second), cursor});
     std::push_heap(heads_.begin(), heads_.end(), later);
+  }
+
+  // The holder has started on GPUs drained for it: the first waiting job in order that is at
+  // least as wide inherits the reservation, so drained GPUs pass from one wide job to the next
+  // instead of being refilled with small jobs and drained all over again.
+  void hand_over(unsigned width) {
+    if (!s_.chain_before_) s_.chain_before_ = s_.arrivals_;
+    const QueuedJob* next = nullptr;
+    Key best;
+    for (const Group& group : s_.groups_) {
+      for (const auto& [arrival, queued] : group.jobs) {
+        if (arrival >= *s_.chain_before_) break;
+        if (queued.request.slice_mib || queued.request.gpus < width || s_.over_quota(queued)) continue;
+        Key key = order_key(queued);
+        if (!next || key < best) std::tie(next, best) = std::pair{&queued, key};
+        break;  // the group's later jobs come after this one
+      }
+    }
+    if (!next) {
+      s_.chain_before_.reset();
+      return;
+    }
+    tried_reservation_ = true;
+    reserve(*next);
   }
 
   // False when no queued job can start: no GPU has room, or only reserved ones do and even the
   // shortest time limit queued would not end before the reservation.
   bool anything_can_start() const {
-    bool room_outside = false;
-    bool room_inside = false;
-    for (const Gpu& gpu : s_.machine_.gpus) {
-      const GpuAvailability& state = s_.availability_[gpu.index];
-      if (!whole_gpu_free(state) && slice_room(gpu, state) == 0) continue;
-      bool reserved = !reserved_mask_.empty() && reserved_mask_[gpu.index];
-      (reserved ? room_inside : room_outside) = true;
-    }
-    if (room_outside) return true;
-    const std::optional<Reservation>& reservation = s_.reservation_;
-    return room_inside && (!reservation || s_.queued_limits_.empty() ||
+    const Room& room = this->room();
+    if (room.shared_outside || room.whole_outside > unplaced_gpus_) return true;
+    const std::optional<Reservation>& reservation = reservation_;
+    return room.inside && (!reservation || s_.queued_limits_.empty() ||
                            now_ + *s_.queued_limits_.begin() <= reservation->start_s);
   }
 
-  // Enough GPUs for the job in `state`, leaving out `excluded` (a mask, or empty).
+  // What has room, outside the reserved GPUs and on all of them: worked out once per change of
+  // state, since a pass may examine a thousand jobs that do not fit.
+  struct Room {
+    unsigned whole_outside = 0;    // whole GPUs free
+    unsigned whole_all = 0;
+    uint64_t slice_outside = 0;    // the most memory free on one GPU
+    uint64_t slice_all = 0;
+    bool shared_outside = false;   // a GPU that slices share has memory free
+    bool inside = false;           // a reserved GPU has room
+  };
+  const Room& room() const {
+    if (room_) return *room_;
+    Room& room = room_.emplace();
+    for (const Gpu& gpu : s_.machine_.gpus) {
+      const GpuAvailability& state = s_.availability_[gpu.index];
+      bool whole = whole_gpu_free(state);
+      uint64_t memory = slice_room(gpu, state);
+      if (!whole && memory == 0) continue;
+      room.whole_all += whole;
+      room.slice_all = std::max(room.slice_all, memory);
+      if (!reserved_mask_.empty() && reserved_mask_[gpu.index]) {
+        room.inside = true;
+        continue;
+      }
+      room.whole_outside += whole;
+      room.slice_outside = std::max(room.slice_outside, memory);
+      room.shared_outside = room.shared_outside || !whole;
+    }
+    return room;
+  }
+
+  // False when the job certainly does not fit (on the GPUs outside the reservation, or on all).
+  bool may_fit(const JobRequest& job, bool outside_only) const {
+    const Room& room = this->room();
+    if (!job.slice_mib) {
+      return (outside_only ? room.whole_outside : room.whole_all) >= job.gpus + unplaced_gpus_;
+    }
+    return job.gpus > 1 || (outside_only ? room.slice_outside : room.slice_all) >= *job.slice_mib;
+  }
+
+  // Enough GPUs for the job in `state`, leaving out `excluded` (a mask, or empty) and the whole
+  // GPUs promised to unplaced jobs.
   bool enough(const std::vector<GpuAvailability>& state, const JobRequest& job,
               const std::vector<bool>& excluded) const {
+    unsigned needed = job.gpus + (job.slice_mib ? 0 : unplaced_gpus_);
     unsigned suitable = 0;
     for (const Gpu& gpu : s_.machine_.gpus) {
       if (!excluded.empty() && excluded[gpu.index]) continue;
       const GpuAvailability& on = state[gpu.index];
       if (job.slice_mib ? slice_room(gpu, on) >= *job.slice_mib : whole_gpu_free(on)) {
-        if (++suitable == job.gpus) return true;
+        if (++suitable == needed) return true;
       }
     }
     return false;
+  }
+
+  // Until a job has to wait, gpupool's whole-GPU jobs only count GPUs as they start; they are
+  // placed together when someone waits or the pass ends, widest first (first fit decreasing):
+  // a wide job then still finds a whole NVSwitch island free, which is both the better place
+  // and far the cheaper search than among the leftovers of narrower jobs.
+  bool defers_placement(const JobRequest& job) const {
+    return s_.config_.policy == Policy::Gpupool && !reservation_ && !job.slice_mib;
+  }
+
+  void place_unplaced() {
+    std::stable_sort(unplaced_.begin(), unplaced_.end(), [&](size_t a, size_t b) {
+      return s_.running_.at(started_[a].id).request.gpus > s_.running_.at(started_[b].id).request.gpus;
+    });
+    unplaced_gpus_ = 0;
+    for (size_t position : unplaced_) {
+      JobStart& start = started_[position];
+      RunningJob& job = s_.running_.at(start.id);
+      // The GPUs were counted when it started, so there is room.
+      start.gpus = *place_in(s_.availability_, job.request, {});
+      take(s_.availability_, job.request, start.gpus);
+      job.gpus = start.gpus;
+    }
+    unplaced_.clear();
+    room_.reset();
   }
 
   // The baselines take the lowest-numbered GPUs that fit; gpupool places by topology and packs
@@ -309,13 +549,26 @@ class Scheduler::Pass {
     return chosen.ok() ? *chosen : std::nullopt;
   }
 
-  std::optional<std::vector<unsigned>> choose(const QueuedJob& job) const {
-    const std::optional<Reservation>& reservation = s_.reservation_;
+  // The GPUs for a job that can start now; an empty list when it starts but is placed later.
+  std::optional<std::vector<unsigned>> choose(const QueuedJob& job) {
+    const std::optional<Reservation>& reservation = reservation_;
     const JobRequest& request = job.request;
+    if (defers_placement(request)) {
+      if (!may_fit(request, false)) return std::nullopt;
+      return std::vector<unsigned>{};
+    }
+    if (request.slice_mib && !unplaced_.empty()) {
+      // Beside other slices while whole GPUs are promised; a fresh GPU only once those are placed.
+      std::vector<bool> fresh(s_.availability_.size());
+      for (unsigned gpu = 0; gpu < fresh.size(); ++gpu) fresh[gpu] = whole_gpu_free(s_.availability_[gpu]);
+      if (std::optional<std::vector<unsigned>> gpus = place_in(s_.availability_, request, fresh)) return gpus;
+      place_unplaced();
+    }
     bool ends_in_time =
         reservation && request.time_limit_s && now_ + *request.time_limit_s <= reservation->start_s;
-    if (!reservation || ends_in_time) return place_in(s_.availability_, request, {});
-    return place_in(s_.availability_, request, reserved_mask_);
+    bool anywhere = !reservation || ends_in_time || reservation->id == request.id;
+    if (!may_fit(request, !anywhere)) return std::nullopt;
+    return place_in(s_.availability_, request, anywhere ? std::vector<bool>{} : reserved_mask_);
   }
 
   // When a running job is expected to end: at its time limit, else after the default run time
@@ -328,6 +581,7 @@ class Scheduler::Pass {
 
   // EASY backfilling: the first job that cannot start gets the GPUs that free up first for it.
   void reserve(const QueuedJob& job) {
+    place_unplaced();  // where the jobs started so far run decides what frees up first
     std::vector<std::pair<double, const RunningJob*>> by_end;
     for (const auto& [id, running] : s_.running_)
       by_end.emplace_back(expected_end(running), &running);
@@ -341,7 +595,8 @@ class Scheduler::Pass {
       if (std::optional<std::vector<unsigned>> gpus = place_in(future, job.request, {})) {
         reserved_mask_.assign(s_.availability_.size(), false);
         for (unsigned gpu : *gpus) reserved_mask_[gpu] = true;
-        s_.reservation_ = Reservation{job.request.id, by_end[i].first, std::move(*gpus)};
+        room_.reset();
+        reservation_ = Reservation{job.request.id, by_end[i].first, std::move(*gpus)};
         return;
       }
     }
@@ -352,12 +607,16 @@ class Scheduler::Pass {
   std::vector<Head> heads_;
   std::vector<JobStart> started_;
   std::vector<bool> reserved_mask_;
+  mutable std::optional<Room> room_;
+  std::vector<size_t> unplaced_;  // positions in started_ of jobs not yet given GPUs
+  unsigned unplaced_gpus_ = 0;    // the whole GPUs they need
+  std::optional<JobId> holder_;             // of the last pass's reservation
+  std::optional<Reservation> reservation_;  // this pass's
   bool tried_reservation_ = false;
 };
 
 std::vector<JobStart> Scheduler::schedule(double now) {
   account_usage(now);
-  reservation_.reset();
   return Pass(*this, now).run();
 }
 

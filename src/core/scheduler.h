@@ -12,7 +12,6 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
-#include <unordered_set>
 #include <vector>
 
 #include "core/allocation.h"
@@ -24,7 +23,7 @@ namespace gpupool {
 enum class Policy {
   Fifo,      // strict arrival order, first-fit GPUs: the head blocks everyone (task-spooler)
   Backfill,  // arrival order, first-fit GPUs, any job that fits starts: big jobs may starve
-  Gpupool,   // priority, fair share, arrival; topology placement, memory packing, EASY backfill
+  Gpupool,   // priority, aged fair share, arrival; topology placement, memory packing, EASY backfill
 };
 
 Result<Policy> parse_policy(std::string_view name);  // "fifo", "backfill", "gpupool"
@@ -45,8 +44,13 @@ struct SchedulerConfig {
   Policy policy = Policy::Gpupool;
   // GPUs one user may hold at once, a memory slice counting as its share of the largest GPU.
   std::optional<double> quota_gpus;
+  // Per-user quotas, replacing quota_gpus for those users (who may then have more than it).
+  std::map<std::string, double> user_quota_gpus;
   // Fair share: GPU-seconds used count half as much after this long.
   double fair_share_half_life_s = 24 * 3600;
+  // A job that has waited this long is past fair share: it goes ahead of the jobs that have not
+  // (within its priority), in arrival order, so that a heavy user's jobs wait a bounded time.
+  double overdue_after_s = 24 * 3600;
   // A running job without a time limit is expected to run this long, or twice as long as it
   // has run so far when that is more: only reservations use the estimate.
   double default_runtime_s = 3600;
@@ -61,7 +65,9 @@ struct JobStart {
 };
 
 // Where the first waiting job in order will run (gpupool policy): jobs that backfill must end
-// before `start_s` by their time limit, or keep off `gpus`.
+// before `start_s` by their time limit, or keep off `gpus`. The job keeps its reservation, and
+// its place ahead of fair share, until it starts; a pass that cannot start anything keeps the
+// last plan.
 struct Reservation {
   JobId id = 0;
   double start_s = 0;
@@ -82,8 +88,33 @@ class Scheduler {
   // Starts what the policy allows at `now`; the jobs returned are running from then on.
   std::vector<JobStart> schedule(double now);
 
-  size_t queued() const { return queued_ids_.size(); }
+  // The daemon's needs beyond the simulator's:
+  // Takes a queued job out of the queue (cancelled, held); an error when it is not queued.
+  Result<void> remove(JobId id);
+  // Puts a job that was returned by schedule() back in the queue with its original place
+  // (its GPUs turned out to be taken by someone outside the scheduler); its GPUs are free.
+  // An error when it is not running.
+  Result<void> requeue(JobId id, double now);
+  // Records a job that is already running on `gpus` since `start_s` (adopted after a daemon
+  // restart); it is not subject to quotas, which it may exceed, and counts towards its user's
+  // fair share from `start_s`. An error when its id is known, a GPU index is out of range or
+  // repeated, there are not `request.gpus` of them, or a GPU is already taken by the
+  // scheduler's other jobs (a whole GPU held, or its memory full): two jobs on one GPU would
+  // make the scheduler's view wrong. Outside use is not checked.
+  Result<void> adopt(const JobRequest& request, const std::vector<unsigned>& gpus, double start_s);
+  // What stands on each GPU apart from the scheduler's own jobs (indexed like the machine's
+  // GPUs): processes gpupool did not start, leases taken without the daemon. Replaces the
+  // previous call's view; placement avoids those GPUs and memory, and reservations treat them
+  // as taken for good. An exclusive lease, or `external_busy`, keeps whole-GPU jobs off a
+  // GPU; slices fit around `shared_mib` + `external_mib` (nothing fits beside an exclusive
+  // lease); `usable = false` keeps every job off. finish() never clears outside use.
+  // An error when the vector does not have one entry per GPU.
+  Result<void> set_outside_use(const std::vector<GpuAvailability>& outside);
+
+  size_t queued() const { return queued_.size(); }
   size_t running() const { return running_.size(); }
+  // What placement sees: the scheduler's jobs as `exclusive_held` / `shared_mib`, outside use
+  // as `external_busy` / `external_mib` / `holders`, and `usable` false where either says so.
   const std::vector<GpuAvailability>& availability() const { return availability_; }
   const std::optional<Reservation>& reservation() const { return reservation_; }
   // GPUs the user holds now (slices as fractions, as for quotas).
@@ -94,19 +125,19 @@ class Scheduler {
  private:
   struct UserState {
     std::string name;
-    double held = 0;   // GPU-equivalents of the running jobs
-    double usage = 0;  // decayed GPU-seconds
+    std::optional<double> quota;  // GPU-equivalents
+    double held = 0;              // GPU-equivalents of the running jobs
+    double usage = 0;             // decayed GPU-seconds
   };
   struct QueuedJob {
     JobRequest request;
     uint64_t arrival = 0;  // submission order
+    double submit_s = 0;
     size_t user = 0;
     double weight = 0;  // GPU-equivalents
   };
-  struct RunningJob {
-    JobRequest request;
-    size_t user = 0;
-    double weight = 0;
+  // Keeps what it had in the queue, should it be requeued.
+  struct RunningJob : QueuedJob {
     double start_s = 0;
     std::vector<unsigned> gpus;
   };
@@ -115,15 +146,19 @@ class Scheduler {
 
   Scheduler(Machine machine, SchedulerConfig config);
   size_t user_index(const std::string& name);
+  std::optional<double> quota_of(const std::string& user) const;
+  double accrued_per_gpu(double elapsed) const;
   void account_usage(double now);
   double weight_of(const JobRequest& request) const;
   bool over_quota(const QueuedJob& job) const;
+  void enqueue(const QueuedJob& job);
   void start(const QueuedJob& job, std::vector<unsigned> gpus, double now);
+  void release(std::unordered_map<JobId, RunningJob>::iterator job);
 
   Machine machine_;
   SchedulerConfig config_;
   uint64_t largest_gpu_mib_ = 0;
-  std::vector<GpuAvailability> availability_;
+  std::vector<GpuAvailability> availability_;  // the scheduler's jobs and outside use together
   std::vector<UserState> users_;
   std::unordered_map<std::string, size_t> user_by_name_;
   // Queued jobs by (priority, user), each in arrival order; a pass merges them in policy order.
@@ -134,7 +169,8 @@ class Scheduler {
   };
   std::vector<Group> groups_;
   std::map<std::pair<int, size_t>, size_t> group_index_;
-  std::unordered_set<JobId> queued_ids_;
+  // Where each queued job is: its group and arrival.
+  std::unordered_map<JobId, std::pair<size_t, uint64_t>> queued_;
   // The queued jobs' time limits (infinity for none): behind a reservation, when the shortest
   // one does not fit before it and only reserved GPUs have room, a pass can stop.
   std::multiset<double> queued_limits_;
@@ -142,6 +178,9 @@ class Scheduler {
   std::unordered_map<JobId, RunningJob> running_;
   std::optional<Reservation> reservation_;
   double last_accounted_s_ = 0;
+  // While reservations pass from one wide job to the next, only jobs that arrived before the
+  // first hand-over take part, so that the jobs the chain passes by wait a bounded time.
+  std::optional<uint64_t> chain_before_;
 };
 
 }  // namespace gpupool

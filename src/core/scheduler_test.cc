@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <map>
+#include <set>
 
 #include "sim/replay.h"
 
@@ -157,6 +158,449 @@ TEST(SchedulerTest, JobsThatCanNeverRunAreRefused) {
   EXPECT_EQ(s.finish(9, 0).error().message, "job 9 is not running");
   EXPECT_EQ(parse_policy("sjf").error().message,
             "unknown policy 'sjf': expected fifo, backfill or gpupool");
+}
+
+// Four GPUs; "heavy" has used GPUs before, so fair share puts "light" first.
+TEST(SchedulerTest, TheReservationStaysWithItsJobWhenFairShareWouldReorder) {
+  Scheduler s = make_scheduler(4, Policy::Gpupool);
+  ASSERT_TRUE(s.submit(job(1, 2, 100, "heavy"), 0).ok());
+  ASSERT_TRUE(s.submit(job(2, 2, 200, "other"), 0).ok());
+  EXPECT_EQ(ids(s.schedule(0)), (std::vector<JobId>{1, 2}));
+  ASSERT_TRUE(s.submit(job(3, 4, 50, "heavy"), 1).ok());
+  EXPECT_TRUE(s.schedule(1).empty());
+  ASSERT_TRUE(s.submit(job(4, 1, std::nullopt, "light"), 2).ok());
+  EXPECT_TRUE(s.schedule(2).empty());  // a full machine: the plan stands
+  ASSERT_TRUE(s.reservation());
+  EXPECT_EQ(s.reservation()->id, 3u);
+  ASSERT_TRUE(s.finish(1, 100).ok());
+  // Light's job comes first by fair share, but would take a GPU drained for job 3.
+  EXPECT_TRUE(s.schedule(100).empty());
+  EXPECT_EQ(s.reservation()->id, 3u);
+  EXPECT_EQ(s.reservation()->start_s, 200);
+  ASSERT_TRUE(s.finish(2, 150).ok());
+  EXPECT_EQ(ids(s.schedule(150)), std::vector<JobId>{3});
+}
+
+TEST(SchedulerTest, DrainedGpusPassToTheNextWideJobThatWasWaiting) {
+  Scheduler s = make_scheduler(4, Policy::Gpupool);
+  ASSERT_TRUE(s.submit(job(1, 1, 100, "a"), 0).ok());
+  EXPECT_EQ(ids(s.schedule(0)), std::vector<JobId>{1});
+  ASSERT_TRUE(s.submit(job(2, 4, 100, "b"), 1).ok());
+  ASSERT_TRUE(s.submit(job(3, 1, std::nullopt, "c"), 2).ok());  // narrow: never handed over to
+  ASSERT_TRUE(s.submit(job(4, 4, 100, "c"), 3).ok());
+  EXPECT_TRUE(s.schedule(3).empty());
+  ASSERT_TRUE(s.finish(1, 50).ok());
+  EXPECT_EQ(ids(s.schedule(50)), std::vector<JobId>{2});
+  // Job 4 inherits the reservation, ahead of its own user's earlier job 3.
+  ASSERT_TRUE(s.reservation());
+  EXPECT_EQ(s.reservation()->id, 4u);
+  EXPECT_EQ(s.reservation()->start_s, 150);
+  ASSERT_TRUE(s.submit(job(5, 4, 100, "c"), 55).ok());  // arrived after the hand-over began
+  ASSERT_TRUE(s.finish(2, 60).ok());
+  EXPECT_EQ(ids(s.schedule(60)), std::vector<JobId>{4});
+  // The chain ends with the jobs that were waiting when it began: job 3 goes before job 5.
+  ASSERT_TRUE(s.finish(4, 70).ok());
+  EXPECT_EQ(ids(s.schedule(70)), std::vector<JobId>{3});
+}
+
+TEST(SchedulerTest, AnOverdueJobGoesAheadOfFairShare) {
+  for (double overdue_after : {100.0, 1000.0}) {
+    SchedulerConfig config;
+    config.overdue_after_s = overdue_after;
+    auto created = Scheduler::create(make_machine(1), config);
+    ASSERT_TRUE(created.ok());
+    Scheduler& s = *created;
+    ASSERT_TRUE(s.submit(job(1, 1, 1000, "heavy"), 0).ok());
+    s.schedule(0);
+    ASSERT_TRUE(s.submit(job(2, 1, 1000, "heavy"), 1).ok());
+    ASSERT_TRUE(s.submit(job(3, 1, 1000, "light"), 150).ok());
+    ASSERT_TRUE(s.finish(1, 200).ok());
+    // Job 2 has waited 199 s, job 3 50 s: past 100 s, arrival order wins over fair share.
+    EXPECT_EQ(ids(s.schedule(200)), std::vector<JobId>{overdue_after == 100 ? 2u : 3u});
+  }
+}
+
+// Two NVSwitch islands of four GPUs, joined by PCIe across sockets.
+Machine two_islands() {
+  Machine machine = make_machine(8);
+  for (unsigned a = 0; a < 8; ++a) {
+    for (unsigned b = 0; b < 8; ++b) {
+      if (a / 4 != b / 4) machine.links[a][b] = Link{0, false, PcieLevel::System};
+    }
+  }
+  return machine;
+}
+
+TEST(SchedulerTest, APassPlacesTheJobsItStartsWidestFirst) {
+  auto created = Scheduler::create(two_islands(), SchedulerConfig{});
+  ASSERT_TRUE(created.ok());
+  Scheduler& s = *created;
+  ASSERT_TRUE(s.submit(job(1, 1), 0).ok());
+  ASSERT_TRUE(s.submit(job(2, 1), 0).ok());
+  ASSERT_TRUE(s.submit(job(3, 4), 0).ok());
+  std::vector<JobStart> starts = s.schedule(0);
+  // In policy order; the 4-GPU job was placed first, on a whole island.
+  ASSERT_EQ(ids(starts), (std::vector<JobId>{1, 2, 3}));
+  EXPECT_EQ(starts[2].gpus, (std::vector<unsigned>{0, 1, 2, 3}));
+  EXPECT_GE(starts[0].gpus[0], 4u);
+  EXPECT_GE(starts[1].gpus[0], 4u);
+  EXPECT_NE(starts[0].gpus, starts[1].gpus);
+}
+
+TEST(SchedulerTest, PerUserQuotasReplaceTheDefault) {
+  SchedulerConfig config;
+  config.quota_gpus = 1;
+  config.user_quota_gpus = {{"big", 3}, {"small", 0.5}};
+  auto created = Scheduler::create(make_machine(4), config);
+  ASSERT_TRUE(created.ok());
+  Scheduler& s = *created;
+  EXPECT_EQ(s.submit(job(1, 4, 100, "big"), 0).error().message,
+            "asks for 4.00 GPUs, above the quota of 3.00 for big");
+  EXPECT_EQ(s.submit(job(2, 1, 100, "small"), 0).error().message,
+            "asks for 1.00 GPUs, above the quota of 0.50 for small");
+  EXPECT_EQ(s.submit(job(3, 2, 100, "other"), 0).error().message,
+            "asks for 2.00 GPUs, above the quota of 1.00 per user");
+  ASSERT_TRUE(s.submit(JobRequest{4, "small", 1, 40000, 0, 100.0}, 0).ok());
+  ASSERT_TRUE(s.submit(JobRequest{5, "small", 1, 40000, 0, 100.0}, 0).ok());
+  ASSERT_TRUE(s.submit(job(6, 2, 100, "big"), 0).ok());
+  ASSERT_TRUE(s.submit(job(7, 1, 100, "big"), 0).ok());
+  ASSERT_TRUE(s.submit(job(8, 1, 100, "big"), 0).ok());
+  // big stops at 3 GPUs, small at half of one; the fourth GPU waits for big's next job.
+  EXPECT_EQ(ids(s.schedule(0)), (std::vector<JobId>{4, 6, 7}));
+  EXPECT_EQ(s.held_gpus("big"), 3);
+  EXPECT_EQ(s.held_gpus("small"), 0.5);
+
+  config.user_quota_gpus = {{"nobody", 0}};
+  EXPECT_EQ(Scheduler::create(make_machine(4), config).error().message,
+            "the quota of nobody must be positive");
+}
+
+TEST(SchedulerTest, RemoveTakesAQueuedJobOut) {
+  Scheduler s = make_scheduler(2, Policy::Gpupool);
+  ASSERT_TRUE(s.submit(job(1, 1, 100), 0).ok());
+  ASSERT_TRUE(s.submit(job(2, 2, 100), 0).ok());
+  ASSERT_TRUE(s.submit(job(3, 1, 500), 0).ok());
+  EXPECT_EQ(ids(s.schedule(0)), std::vector<JobId>{1});
+  ASSERT_TRUE(s.reservation());
+  EXPECT_EQ(s.reservation()->id, 2u);
+  ASSERT_TRUE(s.remove(2).ok());
+  EXPECT_FALSE(s.reservation());
+  EXPECT_EQ(s.queued(), 1u);
+  EXPECT_EQ(s.remove(2).error().message, "job 2 is not queued");
+  EXPECT_EQ(s.remove(1).error().message, "job 1 is not queued");  // running
+  ASSERT_TRUE(s.finish(1, 10).ok());
+  EXPECT_EQ(ids(s.schedule(10)), std::vector<JobId>{3});
+  EXPECT_EQ(s.queued(), 0u);
+  // A removed job may be submitted again, at the back of the queue.
+  ASSERT_TRUE(s.submit(job(2, 1, 100), 10).ok());
+  EXPECT_EQ(s.queued(), 1u);
+}
+
+TEST(SchedulerTest, RequeueGivesTheJobItsPlaceBack) {
+  Scheduler s = make_scheduler(2, Policy::Gpupool);
+  for (JobId id = 1; id <= 4; ++id) ASSERT_TRUE(s.submit(job(id, 1, 100), 0).ok());
+  EXPECT_EQ(ids(s.schedule(0)), (std::vector<JobId>{1, 2}));
+  ASSERT_TRUE(s.requeue(1, 1).ok());
+  EXPECT_EQ(s.running(), 1u);
+  EXPECT_EQ(s.queued(), 3u);
+  EXPECT_EQ(s.held_gpus("u"), 1);
+  EXPECT_EQ(s.requeue(1, 1).error().message, "job 1 is not running");
+  // Its GPU is free again, and it goes before the jobs that arrived after it.
+  EXPECT_EQ(ids(s.schedule(1)), std::vector<JobId>{1});
+  ASSERT_TRUE(s.finish(2, 5).ok());
+  EXPECT_EQ(ids(s.schedule(5)), std::vector<JobId>{3});
+}
+
+TEST(SchedulerTest, AdoptedJobsHoldTheirGpusAndShapeTheReservation) {
+  SchedulerConfig config;
+  config.user_quota_gpus = {{"a", 1}};
+  auto created = Scheduler::create(make_machine(4), config);
+  ASSERT_TRUE(created.ok());
+  Scheduler& s = *created;
+  ASSERT_TRUE(s.schedule(1000).empty());
+  // Over the quota of 1: adopted anyway, and it counts towards fair share from its start.
+  ASSERT_TRUE(s.adopt(job(1, 2, 1200, "a"), {2, 3}, 0).ok());
+  EXPECT_EQ(s.running(), 1u);
+  EXPECT_EQ(s.held_gpus("a"), 2);
+  EXPECT_NEAR(s.fair_share_usage("a"), 2000, 20);  // 2 GPUs for 1000 s, barely decayed
+  EXPECT_TRUE(s.availability()[2].exclusive_held && s.availability()[3].exclusive_held);
+  ASSERT_TRUE(s.adopt(JobRequest{2, "b", 1, 30000, 0, std::nullopt}, {1}, 900).ok());
+  ASSERT_TRUE(s.adopt(JobRequest{3, "b", 1, 50000, 0, std::nullopt}, {1}, 900).ok());
+
+  EXPECT_EQ(s.adopt(job(1, 1), {0}, 0).error().message, "job 1 is already submitted");
+  EXPECT_EQ(s.adopt(job(4, 2), {0}, 0).error().message, "job 4 asks for 2 GPUs but runs on 1");
+  EXPECT_EQ(s.adopt(job(4, 1), {4}, 0).error().message, "job 4 runs on GPU 4, the machine has 4");
+  EXPECT_EQ(s.adopt(job(4, 2), {0, 0}, 0).error().message, "job 4 lists GPU 0 twice");
+  EXPECT_EQ(s.adopt(job(4, 2), {0, 3}, 0).error().message,
+            "job 4 runs on GPU 3, which another job holds");
+  EXPECT_EQ(s.adopt(job(4, 1), {1}, 0).error().message,
+            "job 4 runs on GPU 1, which another job holds");
+  EXPECT_EQ(s.adopt(JobRequest{4, "b", 1, 1000, 0, std::nullopt}, {1}, 0).error().message,
+            "job 4 takes 1000 MiB of GPU 1, which has 0 MiB left");
+  EXPECT_EQ(s.running(), 3u);
+
+  // A 4-GPU job waits for job 1's time limit, and a short job may run on GPU 0 meanwhile.
+  ASSERT_TRUE(s.submit(job(5, 4, 100, "c"), 1000).ok());
+  ASSERT_TRUE(s.submit(job(6, 1, 100, "d"), 1000).ok());
+  EXPECT_EQ(ids(s.schedule(1000)), std::vector<JobId>{6});
+  ASSERT_TRUE(s.reservation());
+  EXPECT_EQ(s.reservation()->id, 5u);
+  ASSERT_TRUE(s.finish(1, 1100).ok());
+  ASSERT_TRUE(s.finish(2, 1100).ok());
+  ASSERT_TRUE(s.finish(3, 1100).ok());
+  ASSERT_TRUE(s.finish(6, 1100).ok());
+  EXPECT_EQ(ids(s.schedule(1100)), std::vector<JobId>{5});
+}
+
+GpuAvailability outside_process(uint64_t mib) {
+  GpuAvailability use;
+  use.external_busy = true;
+  use.external_mib = mib;
+  use.holders = "pid 812 bob python";
+  return use;
+}
+
+TEST(SchedulerTest, OutsideUseKeepsJobsOffAndOutlastsFinish) {
+  Scheduler s = make_scheduler(4, Policy::Gpupool);
+  EXPECT_EQ(s.set_outside_use({}).error().message, "outside use lists 0 GPUs, the machine has 4");
+  std::vector<GpuAvailability> outside(4);
+  outside[0] = outside_process(70000);
+  ASSERT_TRUE(s.set_outside_use(outside).ok());
+  ASSERT_TRUE(s.submit(job(1, 4, 100), 0).ok());
+  ASSERT_TRUE(s.submit(job(2, 3, 100), 0).ok());
+  std::vector<JobStart> starts = s.schedule(0);
+  ASSERT_EQ(ids(starts), std::vector<JobId>{2});
+  EXPECT_EQ(starts[0].gpus, (std::vector<unsigned>{1, 2, 3}));
+  // Busy for good as far as planning goes: no reservation for a job that needs GPU 0.
+  EXPECT_FALSE(s.reservation());
+  EXPECT_EQ(s.availability()[0].holders, "pid 812 bob python");
+
+  // A slice fits beside the outside process's memory, but not beside an exclusive lease.
+  ASSERT_TRUE(s.submit(JobRequest{3, "u", 1, 10000, 0, 100.0}, 1).ok());
+  ASSERT_TRUE(s.submit(JobRequest{4, "u", 1, 20000, 0, 100.0}, 1).ok());
+  starts = s.schedule(1);
+  ASSERT_EQ(ids(starts), std::vector<JobId>{3});
+  EXPECT_EQ(starts[0].gpus, std::vector<unsigned>{0});
+
+  ASSERT_TRUE(s.finish(2, 50).ok());
+  ASSERT_TRUE(s.finish(3, 50).ok());
+  EXPECT_TRUE(s.availability()[0].external_busy);
+  EXPECT_EQ(s.availability()[0].external_mib, 70000u);
+  outside[0] = GpuAvailability{};
+  outside[1].exclusive_held = true;
+  outside[2].usable = false;
+  ASSERT_TRUE(s.set_outside_use(outside).ok());
+  starts = s.schedule(50);
+  ASSERT_EQ(ids(starts), std::vector<JobId>{4});
+  EXPECT_TRUE(starts[0].gpus[0] == 0 || starts[0].gpus[0] == 3);
+  EXPECT_EQ(s.availability()[1].external_mib, kGpuMib);
+  EXPECT_FALSE(s.availability()[2].usable);
+
+  ASSERT_TRUE(s.set_outside_use(std::vector<GpuAvailability>(4)).ok());
+  ASSERT_TRUE(s.finish(4, 60).ok());
+  EXPECT_EQ(ids(s.schedule(60)), std::vector<JobId>{1});
+}
+
+// A random entry of a map that is not empty.
+template <typename Map>
+auto random_entry(Map& map) {
+  return std::next(map.begin(), *rc::gen::inRange<long>(0, static_cast<long>(map.size())));
+}
+
+// The daemon's operations in random order on 1-GPU whole jobs under strict FIFO: every pass
+// starts exactly the first jobs of the queue, in arrival order, as many as there are GPUs free
+// of the scheduler's jobs and of outside use, whatever was removed or requeued.
+RC_GTEST_PROP(SchedulerProperties, RemoveAndRequeueKeepTheQueueOrder, ()) {
+  unsigned gpus = *rc::gen::inRange(1u, 5u);
+  Scheduler s = make_scheduler(gpus, *rc::gen::element(Policy::Fifo, Policy::Gpupool));
+  std::set<JobId> queue;              // the model: queued jobs, numbered in arrival order
+  std::map<JobId, unsigned> running;  // and running ones, with their GPU
+  std::vector<bool> outside_busy(gpus, false);
+  JobId next = 1;
+  double now = 0;
+  size_t steps = *rc::gen::inRange<size_t>(1, 60);
+  for (size_t step = 0; step < steps; ++step, now += 1) {
+    switch (*rc::gen::inRange(0, 6)) {
+      case 0:
+        RC_ASSERT(s.submit(job(next, 1, 50), now).ok());
+        queue.insert(next++);
+        break;
+      case 1:
+        if (!queue.empty()) {
+          auto victim = random_entry(queue);
+          RC_ASSERT(s.remove(*victim).ok());
+          queue.erase(victim);
+        }
+        break;
+      case 2:
+      case 3:
+        if (!running.empty()) {
+          JobId id = random_entry(running)->first;
+          running.erase(id);
+          if (*rc::gen::arbitrary<bool>()) {
+            RC_ASSERT(s.requeue(id, now).ok());
+            queue.insert(id);
+          } else {
+            RC_ASSERT(s.finish(id, now).ok());
+          }
+        }
+        break;
+      case 4: {
+        std::vector<GpuAvailability> outside(gpus);
+        for (unsigned gpu = 0; gpu < gpus; ++gpu) {
+          outside_busy[gpu] = *rc::gen::inRange(0, 4) == 0;
+          if (outside_busy[gpu]) outside[gpu] = outside_process(1000);
+        }
+        RC_ASSERT(s.set_outside_use(outside).ok());
+        break;
+      }
+      default: {
+        std::vector<bool> taken = outside_busy;
+        for (const auto& [id, gpu] : running) taken[gpu] = true;
+        size_t room = static_cast<size_t>(std::count(taken.begin(), taken.end(), false));
+        std::vector<JobId> expected;
+        for (auto it = queue.begin(); it != queue.end() && expected.size() < room; ++it)
+          expected.push_back(*it);
+        std::vector<JobStart> starts = s.schedule(now);
+        RC_ASSERT(ids(starts) == expected);
+        for (const JobStart& start : starts) {
+          RC_ASSERT(start.gpus.size() == 1u);
+          RC_ASSERT(!taken[start.gpus[0]]);
+          taken[start.gpus[0]] = true;
+          queue.erase(start.id);
+          running[start.id] = start.gpus[0];
+        }
+      }
+    }
+    RC_ASSERT(s.queued() == queue.size());
+    RC_ASSERT(s.running() == running.size());
+  }
+}
+
+// Mixed jobs, slices, adopted jobs and changing outside use: at every pass, the jobs it starts
+// fit beside outside use, and the scheduler's jobs together never over-commit a GPU.
+RC_GTEST_PROP(SchedulerProperties, NoGpuOvercommittedWithOutsideUse, ()) {
+  unsigned gpus = *rc::gen::inRange(1u, 9u);
+  SchedulerConfig config;
+  config.policy = *rc::gen::element(Policy::Fifo, Policy::Backfill, Policy::Gpupool);
+  auto created = Scheduler::create(make_machine(gpus), config);
+  RC_ASSERT(created.ok());
+  Scheduler& s = *created;
+  std::map<JobId, JobRequest> requests;
+  std::map<JobId, std::vector<unsigned>> running;
+  std::vector<GpuAvailability> outside(gpus);
+  JobId next = 1;
+  double now = 0;
+  auto random_request = [&](JobId id) {
+    JobRequest request = job(id, *rc::gen::inRange(1u, gpus + 1), *rc::gen::inRange(1, 100),
+                             *rc::gen::element<std::string>("a", "b"));
+    if (request.gpus == 1 && *rc::gen::arbitrary<bool>())
+      request.slice_mib = *rc::gen::inRange<uint64_t>(1000, kGpuMib + 1);
+    return request;
+  };
+  size_t steps = *rc::gen::inRange<size_t>(1, 60);
+  for (size_t step = 0; step < steps; ++step, now += 1) {
+    switch (*rc::gen::inRange(0, 6)) {
+      case 0: {
+        JobRequest request = random_request(next++);
+        RC_ASSERT(s.submit(request, now).ok());
+        requests[request.id] = request;
+        break;
+      }
+      case 1: {
+        // Adoption succeeds exactly when the GPUs have room among the scheduler's jobs.
+        JobRequest request = random_request(next++);
+        auto on = *rc::gen::unique<std::vector<unsigned>>(request.gpus, rc::gen::inRange(0u, gpus));
+        bool room = true;
+        for (unsigned gpu : on) {
+          uint64_t shared = 0;
+          for (const auto& [id, held] : running) {
+            if (std::find(held.begin(), held.end(), gpu) == held.end()) continue;
+            if (!requests[id].slice_mib || !request.slice_mib) room = false;
+            shared += requests[id].slice_mib.value_or(0);
+          }
+          if (request.slice_mib && shared + *request.slice_mib > kGpuMib) room = false;
+        }
+        RC_ASSERT(s.adopt(request, on, now).ok() == room);
+        if (room) {
+          requests[request.id] = request;
+          running[request.id] = on;
+        }
+        break;
+      }
+      case 2:
+        if (!running.empty()) {
+          auto victim = random_entry(running);
+          RC_ASSERT((*rc::gen::arbitrary<bool>() ? s.requeue(victim->first, now)
+                                                 : s.finish(victim->first, now))
+                        .ok());
+          running.erase(victim);
+        }
+        break;
+      case 3:
+        for (GpuAvailability& use : outside) {
+          use = GpuAvailability{};
+          switch (*rc::gen::inRange(0, 5)) {
+            case 0:
+              use = outside_process(*rc::gen::inRange<uint64_t>(0, kGpuMib + 1));
+              break;
+            case 1:
+              use.exclusive_held = true;
+              break;
+            case 2:
+              use.shared_mib = *rc::gen::inRange<uint64_t>(0, kGpuMib + 1);
+              break;
+            case 3:
+              use.usable = *rc::gen::arbitrary<bool>();
+              break;
+            default:
+              break;
+          }
+        }
+        RC_ASSERT(s.set_outside_use(outside).ok());
+        break;
+      default: {
+        std::vector<JobStart> starts = s.schedule(now);
+        std::vector<uint64_t> outside_mib(gpus);
+        for (unsigned gpu = 0; gpu < gpus; ++gpu) {
+          outside_mib[gpu] = outside[gpu].exclusive_held
+                                 ? kGpuMib
+                                 : outside[gpu].shared_mib + outside[gpu].external_mib;
+        }
+        std::vector<uint64_t> shared(gpus, 0);
+        std::vector<unsigned> whole(gpus, 0);
+        for (const JobStart& start : starts) running[start.id] = start.gpus;
+        for (const auto& [id, on] : running) {
+          const JobRequest& request = requests[id];
+          RC_ASSERT(on.size() == request.gpus);
+          for (unsigned gpu : on) {
+            if (request.slice_mib) {
+              shared[gpu] += *request.slice_mib;
+            } else {
+              ++whole[gpu];
+            }
+          }
+        }
+        for (unsigned gpu = 0; gpu < gpus; ++gpu) {
+          RC_ASSERT(whole[gpu] + (shared[gpu] > 0 ? 1u : 0u) <= 1u);
+          RC_ASSERT(shared[gpu] <= kGpuMib);
+        }
+        for (const JobStart& start : starts) {
+          const JobRequest& request = requests[start.id];
+          for (unsigned gpu : start.gpus) {
+            RC_ASSERT(outside[gpu].usable);
+            if (request.slice_mib) {
+              RC_ASSERT(shared[gpu] + outside_mib[gpu] <= kGpuMib);
+            } else {
+              RC_ASSERT(!outside[gpu].exclusive_held && !outside[gpu].external_busy &&
+                        outside[gpu].shared_mib == 0);
+            }
+          }
+        }
+      }
+    }
+    RC_ASSERT(s.running() == running.size());
+  }
 }
 
 // A random workload on a random machine, replayed to the end.

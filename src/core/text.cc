@@ -28,4 +28,17 @@ std::vector<std::string> split(std::string_view text, char separator) {
   }
 }
 
+std::vector<std::string> with_overrides(const std::vector<std::string>& environment,
+                                        const std::vector<std::string>& overrides) {
+  auto name_of = [](const std::string& entry) { return std::string_view(entry).substr(0, entry.find('=')); };
+  std::vector<std::string> merged;
+  for (const std::string& entry : environment) {
+    bool replaced = false;
+    for (const auto& o : overrides) replaced = replaced || name_of(o) == name_of(entry);
+    if (!replaced) merged.push_back(entry);
+  }
+  merged.insert(merged.end(), overrides.begin(), overrides.end());
+  return merged;
+}
+
 }  // namespace gpupool

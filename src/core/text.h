@@ -12,5 +12,9 @@ std::string lowercase(std::string_view text);
 bool all_digits(std::string_view text);
 // "a,,b" -> {"a", "", "b"}: every piece, empty ones included.
 std::vector<std::string> split(std::string_view text, char separator);
+// An environment ("NAME=value" entries) with `overrides` replacing entries of the same name
+// or added at the end.
+std::vector<std::string> with_overrides(const std::vector<std::string>& environment,
+                                        const std::vector<std::string>& overrides);
 
 }  // namespace gpupool

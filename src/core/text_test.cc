@@ -20,5 +20,12 @@ TEST(Text, SplitKeepsEmptyPieces) {
   EXPECT_EQ(split("x", ','), (std::vector<std::string>{"x"}));
 }
 
+TEST(Text, WithOverridesReplacesByNameAndAppendsNewOnes) {
+  std::vector<std::string> env = {"PATH=/bin", "CUDA_VISIBLE_DEVICES=0", "EMPTY=", "NOEQUALS"};
+  EXPECT_EQ(with_overrides(env, {"CUDA_VISIBLE_DEVICES=GPU-a", "NEW=1"}),
+            (std::vector<std::string>{"PATH=/bin", "EMPTY=", "NOEQUALS", "CUDA_VISIBLE_DEVICES=GPU-a", "NEW=1"}));
+  EXPECT_EQ(with_overrides(env, {}), env);
+}
+
 }  // namespace
 }  // namespace gpupool

@@ -184,13 +184,19 @@ class NvmlBackend final : public GpuBackend {
     const NvmlEntryPoints& api = lib_->api();
     constexpr unsigned kWords = 64;  // room for 4096 CPUs / NUMA nodes
     std::vector<unsigned long> mask(kWords, 0);
-    // sysfs first: NVML's memory affinity costs ~14 ms on its first call (seen on an H200
-    // machine), which would make `gpupool list` slower than nvidia-smi. A simulated GPU has no
-    // sysfs entry of its own (its PCI address may belong to a real device here), so only NVML.
-    if (simulated_.empty() && !gpu.pci_bus_id.empty()) {
+    // sysfs first: NVML's first affinity call (memory or CPU, whichever comes first) costs
+    // ~11 ms on an H200 machine, which made `gpupool list` slower than nvidia-smi. A simulated
+    // GPU has no sysfs entry of its own (its PCI address may belong to a real device here), so
+    // only NVML.
+    bool use_sysfs = simulated_.empty() && !gpu.pci_bus_id.empty();
+    if (use_sysfs) {
       gpu.numa_node = host_.pci_numa_node(gpu.pci_bus_id);
       // One NUMA node (a workstation, a VM): sysfs says -1, but there is only node 0.
       if (!gpu.numa_node && host_.numa_node_count() == 1) gpu.numa_node = 0;
+      if (auto text = host_.pci_local_cpus(gpu.pci_bus_id)) {
+        auto cpus = parse_cpu_list(*text);
+        if (cpus && !cpus->empty()) gpu.cpu_affinity = format_cpu_list(*cpus);
+      }
     }
     if (!gpu.numa_node &&
         call_ok(api.device_get_memory_affinity, handle, kWords, mask.data(), NVML_AFFINITY_SCOPE_NODE)) {
@@ -198,12 +204,9 @@ class NvmlBackend final : public GpuBackend {
       if (!nodes.empty()) gpu.numa_node = static_cast<int>(nodes.front());
     }
     std::fill(mask.begin(), mask.end(), 0UL);
-    if (call_ok(api.device_get_cpu_affinity, handle, kWords, mask.data())) {
+    if (!gpu.cpu_affinity && call_ok(api.device_get_cpu_affinity, handle, kWords, mask.data())) {
       auto cpus = cpus_from_mask(mask);
       if (!cpus.empty()) gpu.cpu_affinity = format_cpu_list(cpus);
-    }
-    if (!gpu.cpu_affinity && simulated_.empty() && !gpu.pci_bus_id.empty()) {
-      gpu.cpu_affinity = host_.pci_local_cpus(gpu.pci_bus_id);
     }
   }
 

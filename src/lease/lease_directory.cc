@@ -169,6 +169,18 @@ void HeldLeases::release() {
   fds_.clear();
 }
 
+void HeldLeases::hand_over() {
+  record_paths_.clear();
+  record_texts_.clear();
+  release();
+}
+
+HeldLeases HeldLeases::from_descriptors(std::vector<int> fds) {
+  HeldLeases held;
+  held.fds_ = std::move(fds);
+  return held;
+}
+
 Result<void> HeldLeases::make_inheritable() const {
   for (int fd : fds_) {
     if (fcntl(fd, F_SETFD, 0) != 0) return fail("cannot pass a lease to the job: {}", std::strerror(errno));

@@ -71,6 +71,11 @@ class HeldLeases {
   void set_holder_pid(pid_t pid);
   // Releases now: removes the records and closes the descriptors.
   void release();
+  // Closes our descriptors but keeps the records: another process (a job's supervisor, or a
+  // client the descriptors were sent to) holds the locks now and stands in the records.
+  void hand_over();
+  // Leases received over a socket from whoever took them (and wrote their records).
+  static HeldLeases from_descriptors(std::vector<int> fds);
 
  private:
   friend class LeaseDirectory;

@@ -11,6 +11,8 @@
 #include <cstring>
 #include <string>
 
+#include "core/text.h"
+
 extern char** environ;
 
 namespace gpupool {
@@ -99,15 +101,8 @@ int wait_forwarding_signals(pid_t child) {
 
 std::vector<std::string> environment_with(const std::vector<std::string>& overrides) {
   std::vector<std::string> env;
-  auto name_of = [](const std::string& entry) { return entry.substr(0, entry.find('=')); };
-  for (char** e = environ; *e != nullptr; ++e) {
-    std::string entry = *e;
-    bool replaced = false;
-    for (const auto& o : overrides) replaced = replaced || name_of(o) == name_of(entry);
-    if (!replaced) env.push_back(entry);
-  }
-  env.insert(env.end(), overrides.begin(), overrides.end());
-  return env;
+  for (char** e = environ; *e != nullptr; ++e) env.emplace_back(*e);
+  return with_overrides(env, overrides);
 }
 
 }  // namespace gpupool

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <charconv>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -36,6 +37,25 @@ std::string sysfs_pci_name(const std::string& nvml_bus_id) {
   std::transform(id.begin(), id.end(), id.begin(),
                  [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
   return id;
+}
+
+// Field `number` (3 or more) of a /proc/PID/stat file, numbered as in proc(5): 3 state, 4 ppid...
+template <typename Number>
+std::optional<Number> stat_number(const std::string& stat_path, size_t number) {
+  auto stat = read_file(stat_path);
+  if (!stat) return std::nullopt;
+  // "pid (comm) state ppid ...": comm may hold spaces and parentheses, so count after the last ')'.
+  size_t close = stat->rfind(')');
+  if (close == std::string::npos) return std::nullopt;
+  std::istringstream fields(stat->substr(close + 1));
+  std::string field;
+  for (size_t i = 3; i <= number; ++i) {
+    if (!(fields >> field)) return std::nullopt;
+  }
+  Number value = 0;
+  auto [end, error] = std::from_chars(field.data(), field.data() + field.size(), value);
+  if (error != std::errc() || end != field.data() + field.size()) return std::nullopt;
+  return value;
 }
 
 }  // namespace
@@ -83,16 +103,11 @@ std::optional<ProcessIdentity> HostFiles::process_identity(uint32_t pid) const {
 }
 
 std::optional<uint32_t> HostFiles::parent_pid(uint32_t pid) const {
-  auto stat = read_file(path(fmt::format("/proc/{}/stat", pid)));
-  if (!stat) return std::nullopt;
-  // "pid (comm) state ppid ...": comm may hold spaces and parentheses, so start after the last ')'.
-  size_t close = stat->rfind(')');
-  if (close == std::string::npos) return std::nullopt;
-  std::istringstream fields(stat->substr(close + 1));
-  std::string state;
-  uint32_t ppid = 0;
-  if (!(fields >> state >> ppid)) return std::nullopt;
-  return ppid;
+  return stat_number<uint32_t>(path(fmt::format("/proc/{}/stat", pid)), 4);
+}
+
+std::optional<uint64_t> HostFiles::process_start_ticks(uint32_t pid) const {
+  return stat_number<uint64_t>(path(fmt::format("/proc/{}/stat", pid)), 22);
 }
 
 std::optional<int> HostFiles::pci_numa_node(const std::string& nvml_bus_id) const {

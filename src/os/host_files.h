@@ -22,6 +22,9 @@ class HostFiles {
   std::optional<ProcessIdentity> process_identity(uint32_t pid) const;
   // The parent of a process (from /proc/PID/stat); nullopt when it is gone.
   std::optional<uint32_t> parent_pid(uint32_t pid) const;
+  // When a process started, in clock ticks after boot (/proc/PID/stat); with the pid it names
+  // one process for good, since a pid can be recycled but not at the same start time.
+  std::optional<uint64_t> process_start_ticks(uint32_t pid) const;
   // The NUMA node a PCI device hangs off (sysfs numa_node), nullopt when unknown (-1).
   std::optional<int> pci_numa_node(const std::string& nvml_bus_id) const;
   // How many NUMA nodes the host has (sysfs); 0 when it cannot tell.

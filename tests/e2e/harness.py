@@ -1,7 +1,17 @@
 """Shared helpers for the end-to-end tests: run the built binaries on simulated machines."""
 import json
 import os
+import pwd
+import queue
+import re
+import shutil
+import signal
+import socket
 import subprocess
+import sys
+import tempfile
+import threading
+import time
 import unittest
 
 BIN_DIR = os.environ.get("GPUPOOL_BIN_DIR", "build/dev/bin")
@@ -35,3 +45,369 @@ def gpupool_json(*args, **kwargs):
 
 def main():
     unittest.main()
+
+
+# --- gpupoold -----------------------------------------------------------------------------------
+
+GPUPOOLD = os.path.join(BIN_DIR, "gpupoold")
+# Fast sampling and a short grace period keep the tests quick; docs/configuration.md.
+DAEMON_CONFIG = "[daemon]\nsample_interval_s = 0.2\nkill_grace_s = 0.5\n"
+
+
+def wait_until(condition, timeout=30, interval=0.05, what="the condition"):
+    """Polls condition() until it returns something true, which it returns; fails after timeout s."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what} did not happen within {timeout} s")
+        time.sleep(interval)
+
+
+def read_records(path):
+    """The start/end records that jobs append with job_record_script(): {job: (start, end, [gpus])}."""
+    jobs = {}
+    if not os.path.exists(path):
+        return jobs
+    with open(path) as f:
+        for line in f:
+            words = line.split()
+            if len(words) < 3:
+                continue
+            start, end, gpus = jobs.get(words[1], (None, None, []))
+            if words[0] == "start":
+                start = float(words[2])
+                gpus = [int(g) for g in words[3].split(",")] if len(words) > 3 else []
+            elif words[0] == "end":
+                end = float(words[2])
+            jobs[words[1]] = (start, end, gpus)
+    return jobs
+
+
+def job_record_script(records, body="sleep 0.3"):
+    """A shell command that appends `start JOB TIME GPUS`, runs body (in a subshell, so that it may
+    `exit`), then appends `end JOB TIME` and exits with body's status. A SIGTERM (cancel, time
+    limit) ends it too, with its end recorded; the job's GPUs are free only after that."""
+    end = f'echo "end $GPUPOOL_JOB $(date +%s.%N)" >> {records}'
+    return (f"trap '{end}; exit 143' TERM; "
+            f'echo "start $GPUPOOL_JOB $(date +%s.%N) $GPUPOOL_GPUS" >> {records}; ({body}); code=$?; '
+            f'{end}; exit $code')
+
+
+def until_exists(path):
+    """A shell loop that waits for path to exist: a job that ends when the test says so."""
+    return f"while [ ! -e {path} ]; do sleep 0.05; done"
+
+
+def overlaps(records):
+    """Pairs of jobs whose recorded runs overlap on a GPU, and the most jobs that ran at once.
+    A run without an end (cut short) counts as lasting for ever."""
+    records = {job: (start, float("inf") if end is None else end, gpus)
+               for job, (start, end, gpus) in records.items() if start is not None}
+    clashes = []
+    items = sorted(records.items(), key=lambda item: item[1][0])
+    for i, (a, (a_start, a_end, a_gpus)) in enumerate(items):
+        for b, (b_start, b_end, b_gpus) in items[i + 1:]:
+            if b_start < a_end and set(a_gpus) & set(b_gpus):
+                clashes.append((a, b, sorted(set(a_gpus) & set(b_gpus))))
+    events = sorted([(s, 1) for s, _, _ in records.values()] + [(e, -1) for _, e, _ in records.values()])
+    most = running = 0
+    for _, step in events:  # an end at the same instant as a start counts first (-1 < 1)
+        running += step
+        most = max(most, running)
+    return clashes, most
+
+
+def process_gone(pid):
+    """True when pid no longer runs (a zombie counts as gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except (FileNotFoundError, ProcessLookupError):
+        return True
+
+
+def as_user(user, argv, env):
+    """argv and environment to run argv as user (name), with the user's groups, from root. setpriv
+    rather than runuser: no PAM session, so it is quick."""
+    entry = pwd.getpwnam(user)
+    command = ["setpriv", f"--reuid={entry.pw_uid}", f"--regid={entry.pw_gid}", "--init-groups", "--", *argv]
+    return command, dict(env, HOME=entry.pw_dir, USER=user, LOGNAME=user)
+
+
+class LineReader:
+    """Reads a pipe's lines on a thread of its own, so that a test can wait for the next one
+    with a time limit instead of hanging when it never comes."""
+
+    def __init__(self, stream):
+        self.lines = queue.Queue()
+        threading.Thread(target=self.pump, args=(stream,), daemon=True).start()
+
+    def pump(self, stream):
+        for line in stream:
+            self.lines.put(line)
+        self.lines.put("")  # end of file
+
+    def readline(self, timeout=30):
+        try:
+            return self.lines.get(timeout=timeout)
+        except queue.Empty:
+            raise AssertionError(f"no line within {timeout} s") from None
+
+
+class Daemon:
+    """gpupoold serving a simulated machine, with a runtime directory (socket, leases), a state
+    directory (database, logs), a configuration file and a work directory of its own, all under
+    one temporary root. Use as a context manager: on exit it cancels what is left, stops the
+    daemon and checks that nothing leaked (no process left behind, no lease held).
+    The daemon runs as root, or as `user` (a personal daemon, which owns the whole root then);
+    mode is that of the root and work directories (0755 to let other users in)."""
+
+    def __init__(self, sim="hgx-h200", config="", mode=0o700, user=None):
+        self.user = user
+        self.root = tempfile.mkdtemp(prefix="gpupool-e2e-")
+        os.chmod(self.root, mode)
+        self.runtime_dir = os.path.join(self.root, "run")
+        self.state_dir = os.path.join(self.root, "state")
+        self.work = os.path.join(self.root, "work")
+        os.mkdir(self.work)
+        os.chmod(self.work, mode)
+        self.config = os.path.join(self.root, "gpupool.toml")
+        with open(self.config, "w") as f:
+            f.write(DAEMON_CONFIG + config)
+        os.chmod(self.config, 0o644)
+        self.log = os.path.join(self.root, "gpupoold.log")
+        self.socket = os.path.join(self.runtime_dir, "gpupoold.sock")
+        self.env = clean_env(GPUPOOL_SIM=sim, GPUPOOL_RUNTIME_DIR=self.runtime_dir,
+                             GPUPOOL_STATE_DIR=self.state_dir, GPUPOOL_CONFIG=self.config)
+        self.proc = None
+        if user:
+            entry = pwd.getpwnam(user)
+            for path in (self.root, self.work, self.config):
+                os.chown(path, entry.pw_uid, entry.pw_gid)
+
+    # life cycle
+
+    def __enter__(self):
+        self.start()
+        return self
+
+    def __exit__(self, kind, value, traceback):
+        problems = self.shutdown()
+        if kind is not None:
+            sys.stderr.write(f"--- gpupoold's log ({self.log}):\n{self.log_text()[-6000:]}\n")
+            for problem in problems:
+                sys.stderr.write(f"--- also: {problem}\n")
+        shutil.rmtree(self.root, ignore_errors=True)
+        if kind is None and problems:
+            raise AssertionError("; ".join(problems))
+        return False
+
+    def popen(self, *args):
+        """gpupoold ARGS in the background, its stderr appended to self.log."""
+        argv, env = [GPUPOOLD, *args], self.env
+        if self.user:
+            argv, env = as_user(self.user, argv, env)
+        with open(self.log, "a") as log:
+            return subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log)
+
+    def start(self, timeout=30):
+        """Starts gpupoold and waits until it answers on its socket."""
+        self.proc = self.popen()
+
+        def serving():
+            if self.proc.poll() is not None:
+                raise AssertionError(f"gpupoold exited {self.proc.returncode}: {self.log_text()[-2000:]}")
+            # This very daemon: after a kill -9, the old listening socket may live on for a moment
+            # in a child forked just before (until it closes what it inherited).
+            status = self.status()
+            return status is not None and status.get("pid") == self.proc.pid
+        wait_until(serving, timeout, what="gpupoold answering on its socket")
+        return self.proc
+
+    def status(self, timeout=1):
+        """The daemon's answer to a `status` request (docs/protocol.md), or None when none comes."""
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            s.settimeout(timeout)
+            try:
+                s.connect(self.socket)
+                lines = s.makefile("rwb")
+                lines.write(b'{"hello":"gpupool","protocol":1,"software":"gpupool e2e tests","user":""}\n')
+                lines.flush()
+                if not lines.readline():
+                    return None
+                lines.write(b'{"op":"status"}\n')
+                lines.flush()
+                answer = lines.readline()
+            except OSError:
+                return None
+        return json.loads(answer).get("status") if answer else None
+
+    def answers(self):
+        """True when something accepts connections on the daemon's socket."""
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            try:
+                s.connect(self.socket)
+                return True
+            except OSError:
+                return False
+
+    def kill(self):
+        """kill -9 of the daemon alone: its supervisors and jobs live on, its socket stays."""
+        self.proc.kill()
+        self.proc.wait(timeout=30)
+
+    def stop(self, timeout=30):
+        """SIGTERM, as systemd stops it; returns its exit status."""
+        self.proc.terminate()
+        return self.proc.wait(timeout=timeout)
+
+    def running(self):
+        return self.proc is not None and self.proc.poll() is None
+
+    def shutdown(self):
+        """Cancels unfinished jobs, stops the daemon, and lists what leaked (killing it)."""
+        problems = []
+        if self.running():
+            try:
+                unfinished = [str(j["id"]) for j in self.jobs()]
+                if unfinished:
+                    self.gp("cancel", *unfinished)
+                    wait_until(lambda: self.jobs() == [], 30, what="cancelled jobs ending")
+            except (AssertionError, subprocess.TimeoutExpired, ValueError) as e:
+                problems.append(f"could not end the jobs left: {e}")
+            try:
+                code = self.stop()
+                if code != 0:
+                    problems.append(f"gpupoold exited {code} on SIGTERM")
+                if os.path.exists(self.socket):
+                    problems.append("gpupoold left its socket behind")
+            except subprocess.TimeoutExpired:
+                problems.append("gpupoold did not stop on SIGTERM")
+                self.kill()
+        try:
+            wait_until(lambda: not self.leftovers(), 10, what="the jobs' processes ending")
+        except AssertionError:
+            left = self.leftovers()
+            problems.append("processes left behind: " + "; ".join(f"{pid} {cmd}" for pid, cmd in left))
+            for pid, _ in left:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+        held = self.leases() if os.path.isdir(self.runtime_dir) else []
+        if held:
+            problems.append(f"leases left held: {held}")
+        return problems
+
+    def leftovers(self):
+        """Processes (but this one) that belong to this daemon's world: its environment, its
+        working directory or an open file under the temporary root."""
+        marker = f"GPUPOOL_RUNTIME_DIR={self.runtime_dir}".encode()
+        found = []
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit() or int(entry) == os.getpid() or process_gone(int(entry)):
+                continue
+            try:
+                with open(f"/proc/{entry}/environ", "rb") as f:
+                    ours = marker in f.read().split(b"\0")
+                ours = ours or self.under_root(os.readlink(f"/proc/{entry}/cwd"))
+                if not ours:
+                    for fd in os.listdir(f"/proc/{entry}/fd"):
+                        try:
+                            if self.under_root(os.readlink(f"/proc/{entry}/fd/{fd}")):
+                                ours = True
+                                break
+                        except OSError:
+                            pass
+                if ours:
+                    with open(f"/proc/{entry}/cmdline", "rb") as f:
+                        cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
+                    found.append((int(entry), cmd.strip()))
+            except OSError:
+                continue
+        return found
+
+    def under_root(self, path):
+        return path == self.root or path.startswith(self.root + "/")
+
+    def log_text(self):
+        try:
+            with open(self.log, errors="replace") as f:
+                return f.read()
+        except OSError:
+            return ""
+
+    # clients
+
+    def command(self, args, user=None):
+        """argv and environment of gpupool ARGS, run as user (by default the daemon's) when one is
+        named (root only)."""
+        user = user or self.user
+        if not user:
+            return [GPUPOOL, *args], dict(self.env)
+        return as_user(user, [GPUPOOL, *args], self.env)
+
+    def gp(self, *args, user=None, env=None, cwd=None, check=False, timeout=60, input=None, umask=-1):
+        """gpupool ARGS against this daemon; returns the CompletedProcess (text mode)."""
+        argv, run_env = self.command(args, user)
+        proc = subprocess.run(argv, env=dict(run_env, **(env or {})), cwd=cwd or self.work,
+                              capture_output=True, text=True, timeout=timeout, input=input, umask=umask)
+        if check and proc.returncode != 0:
+            raise AssertionError(f"gpupool {' '.join(args)} exited {proc.returncode}: {proc.stderr}")
+        return proc
+
+    def gp_json(self, *args, **kwargs):
+        return json.loads(self.gp(*args, check=True, **kwargs).stdout)
+
+    def background(self, *args, user=None, env=None, cwd=None, **popen):
+        """gpupool ARGS started in the background (Popen, text mode)."""
+        argv, run_env = self.command(args, user)
+        return subprocess.Popen(argv, env=dict(run_env, **(env or {})), cwd=cwd or self.work, text=True,
+                                **popen)
+
+    def submit(self, *args, **kwargs):
+        """gpupool submit ARGS; checks it succeeded and printed nothing but the id, which it returns."""
+        proc = self.gp("submit", *args, check=True, **kwargs)
+        if not re.fullmatch(r"[1-9][0-9]*\n", proc.stdout):
+            raise AssertionError(f"submit printed {proc.stdout!r}, not an id")
+        return int(proc.stdout)
+
+    def jobs(self, *args, **kwargs):
+        return self.gp_json("jobs", "--json", *args, **kwargs)
+
+    def all_jobs(self, **kwargs):
+        return self.jobs("--all", **kwargs)
+
+    def show(self, job, **kwargs):
+        return self.gp_json("show", "--json", str(job), **kwargs)
+
+    def job_state(self, job):
+        return self.show(job)["state"]
+
+    def wait(self, *jobs, timeout=60, **kwargs):
+        """gpupool wait JOBS: the CompletedProcess."""
+        return self.gp("wait", *[str(j) for j in jobs], timeout=timeout, **kwargs)
+
+    def wait_state(self, job, *states, timeout=30):
+        """Waits until the job is in one of states; returns its show --json."""
+        def reached():
+            shown = self.show(job)
+            return shown if shown["state"] in states else None
+        return wait_until(reached, timeout, what=f"job {job} becoming {'/'.join(states)}")
+
+    def leases(self):
+        return self.gp_json("leases", "--json")
+
+    def gpu_uuids(self):
+        return [gpu["uuid"] for gpu in self.gp_json("list", "--json")]
+
+    def path(self, *parts):
+        """A path in the work directory."""
+        return os.path.join(self.work, *parts)
+
+    def touch(self, name):
+        """Creates a file in the work directory: the signal that an until_exists() job waits for."""
+        open(self.path(name), "w").close()

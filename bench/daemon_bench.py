@@ -1,0 +1,684 @@
+#!/usr/bin/env python3
+"""gpupoold on a simulated 8-GPU machine: submit latency, dispatch latency, throughput, memory.
+
+    bench/daemon_bench.py BIN_DIR OUT.json [--check] [--only NAME ...]
+
+BIN_DIR holds `gpupool` and `gpupoold` of a build tree (the simulated NVML and the fixtures are
+found beside it, as for the installed programs). Each benchmark starts its own daemon with a
+fresh state directory and lease directory under --work-dir, serving GPUPOOL_SIM=hgx-h200:
+
+  submit      `gpupool submit -- true` timed from the process's start to its printed id, once
+              with the queue drained (nothing starts) and once while the submitted jobs run;
+              the daemon's own part is timed by a client that keeps one connection and times
+              each submit round trip; `gpupool --version` gives the floor of a process start.
+  dispatch    job B's first instruction minus job A's last, for consecutive jobs on one GPU,
+              with the queue never empty. "busy": all 8 GPUs churn through short jobs.
+              "one GPU": a 7-GPU job holds the rest, so each dispatch is alone in the daemon.
+              The attempt records (STATE_DIR/attempts) split each gap into its steps.
+  throughput  --jobs jobs of `true`, each submitted by its own `gpupool submit` process, from
+              --submitters threads in parallel; from the first submit to the last job's end.
+  memory      --history finished jobs in the database (a real finished row, copied with new
+              ids), then the daemon's VmRSS and VmHWM after start, `jobs` and `jobs --all`.
+
+Prints a table and writes every figure to OUT.json. With --check, exits 1 when a target is
+missed (submit has no target). Stdlib only; a C compiler (cc) makes the timestamping job
+exact, else a Python one is used, whose interpreter start then counts as dispatch latency.
+"""
+import argparse
+import datetime
+import grp
+import json
+import os
+import resource
+import shutil
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+SIM = "hgx-h200"
+GPUS = 8
+
+TARGETS = {
+    "dispatch_p50_ms": 5.0,  # busy machine, p50 of the job-to-job gap
+    "throughput_jobs_per_s": 300.0,
+    "memory_peak_mb": 50.0,  # VmHWM after `jobs --all` over the whole history
+}
+
+# The job that stamps the dispatch benchmark: `stamp FILE MS [JOB_VAR GPU_VAR]`. Its first act is
+# reading the clock, its last writing both times, its job id and GPU (from the environment
+# variables named, GPUPOOL_JOB and GPUPOOL_GPUS by default) in one O_APPEND write before it exits.
+STAMP_C = r"""
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+#include <unistd.h>
+static double now(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_REALTIME, &t);
+  return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
+}
+int main(int argc, char **argv) {
+  double start = now();
+  if (argc < 3) return 2;
+  long ms = atol(argv[2]);
+  struct timespec pause = {ms / 1000, (ms % 1000) * 1000000L};
+  nanosleep(&pause, NULL);
+  const char *job = getenv(argc > 3 ? argv[3] : "GPUPOOL_JOB"), *gpus = getenv(argc > 4 ? argv[4] : "GPUPOOL_GPUS");
+  int fd = open(argv[1], O_WRONLY | O_APPEND | O_CREAT, 0644);
+  char line[128];
+  double end = now();
+  int n = snprintf(line, sizeof line, "%s %s %.6f %.6f\n", job ? job : "?", gpus ? gpus : "?", start, end);
+  return write(fd, line, (size_t)n) == n ? 0 : 1;
+}
+"""
+
+STAMP_PY = r"""import os, sys, time
+start = time.time()
+time.sleep(int(sys.argv[2]) / 1000)
+end = time.time()
+with open(sys.argv[1], "a") as f:
+    job, gpus = (sys.argv[3:5] + ["GPUPOOL_JOB", "GPUPOOL_GPUS"][len(sys.argv) - 3:])[:2]
+    f.write(f"{os.environ.get(job, '?')} {os.environ.get(gpus, '?')} {start:.6f} {end:.6f}\n")
+"""
+
+
+def percentile(values, p):
+    """Nearest-rank percentile of a non-empty list."""
+    ordered = sorted(values)
+    rank = max(1, -(-len(ordered) * p // 100))
+    return ordered[int(rank) - 1]
+
+
+def summary_ms(seconds):
+    ms = [s * 1000 for s in seconds]
+    if not ms:
+        return {"n": 0}
+    return {"n": len(ms), "p50_ms": round(percentile(ms, 50), 3), "p90_ms": round(percentile(ms, 90), 3),
+            "p99_ms": round(percentile(ms, 99), 3), "min_ms": round(min(ms), 3), "max_ms": round(max(ms), 3),
+            "mean_ms": round(sum(ms) / len(ms), 3)}
+
+
+def load_average():
+    with open("/proc/loadavg") as f:
+        return [float(x) for x in f.read().split()[:3]]
+
+
+class Client:
+    """One connection speaking the protocol directly (docs/protocol.md), with no size limit on answers."""
+
+    def __init__(self, socket_path):
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.connect(socket_path)
+        self.buffer = bytearray()
+        hello = self.exchange({"hello": "gpupool", "protocol": 1, "software": "daemon_bench", "user": ""})
+        if "hello" not in hello:
+            raise RuntimeError(f"bad hello from gpupoold: {hello}")
+
+    def exchange(self, message):
+        self.sock.sendall(json.dumps(message, separators=(",", ":")).encode() + b"\n")
+        return json.loads(self.read_line())
+
+    def request(self, message):
+        answer = self.exchange(message)
+        if answer.get("ok") is False:
+            raise RuntimeError(f"gpupoold: {answer.get('error')}")
+        return answer
+
+    def read_line(self):
+        searched = 0
+        while True:
+            at = self.buffer.find(b"\n", searched)
+            if at >= 0:
+                line = bytes(self.buffer[:at])
+                del self.buffer[:at + 1]
+                return line
+            searched = len(self.buffer)
+            chunk = self.sock.recv(1 << 20)
+            if not chunk:
+                raise RuntimeError("gpupoold closed the connection")
+            self.buffer += chunk
+
+    def close(self):
+        self.sock.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+class Daemon:
+    """A gpupoold with its own state and lease directories; the user's primary group is its admin group."""
+
+    def __init__(self, bench, name):
+        self.bench = bench
+        self.dir = os.path.join(bench.work_dir, name)
+        self.state_dir = os.path.join(self.dir, "state")
+        self.runtime_dir = os.path.join(self.dir, "run")
+        os.makedirs(self.state_dir)
+        self.config = os.path.join(self.dir, "gpupool.toml")
+        with open(self.config, "w") as f:
+            f.write(f'[daemon]\nadmin_group = "{grp.getgrgid(os.getgid()).gr_name}"\n')
+        self.env = bench.user_env(GPUPOOL_RUNTIME_DIR=self.runtime_dir, GPUPOOL_STATE_DIR=self.state_dir,
+                                  GPUPOOL_CONFIG=self.config)
+        self.socket = os.path.join(self.runtime_dir, "gpupoold.sock")
+        self.process = None
+
+    def start(self):
+        log = open(os.path.join(self.dir, "gpupoold.log"), "a")
+        started = time.monotonic()
+        self.process = subprocess.Popen([self.bench.gpupoold], env=self.env, stdout=log, stderr=log,
+                                        stdin=subprocess.DEVNULL)
+        log.close()
+        while time.monotonic() - started < 60:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"gpupoold exited with {self.process.returncode}; see {self.dir}/gpupoold.log")
+            try:
+                Client(self.socket).close()
+                return time.monotonic() - started
+            except OSError:
+                time.sleep(0.005)
+        raise RuntimeError("gpupoold did not answer within 60 s")
+
+    def stop(self):
+        if self.process and self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self.process = None
+
+    def client(self):
+        return Client(self.socket)
+
+    def memory_mb(self):
+        values = {}
+        with open(f"/proc/{self.process.pid}/status") as f:
+            for line in f:
+                key, _, rest = line.partition(":")
+                if key in ("VmRSS", "VmHWM"):
+                    values[key] = round(int(rest.split()[0]) / 1024, 1)
+        return values
+
+    def cpu_seconds(self):
+        """(the daemon's own CPU time, that of its reaped children: the supervisors and their jobs)"""
+        with open(f"/proc/{self.process.pid}/stat") as f:
+            fields = [int(x) for x in f.read().rsplit(")", 1)[1].split()[11:15]]
+        tick = os.sysconf("SC_CLK_TCK")
+        return (fields[0] + fields[1]) / tick, (fields[2] + fields[3]) / tick
+
+    def spec(self, command, gpu_count=1):
+        return {"command": command, "cwd": self.bench.work_dir, "environment": self.bench.environment_list(),
+                "gpu_count": gpu_count, "kind": "batch", "umask": 0o22}
+
+    def gpupool(self, *args):
+        """Runs the CLI; returns (seconds until its first line of output, that line, the process)."""
+        started = time.perf_counter()
+        process = subprocess.Popen([self.bench.gpupool, *args], env=self.env, stdout=subprocess.PIPE,
+                                   stderr=subprocess.PIPE, cwd=self.bench.work_dir)
+        line = process.stdout.readline()
+        elapsed = time.perf_counter() - started
+        rest, errors = process.communicate()
+        if process.returncode != 0:
+            raise RuntimeError(f"gpupool {' '.join(args)} exited {process.returncode}: {errors.decode().strip()}")
+        return elapsed, line.decode().strip()
+
+    def wait_idle(self, timeout=600):
+        """Waits until no job is queued or running."""
+        deadline = time.monotonic() + timeout
+        with self.client() as client:
+            while time.monotonic() < deadline:
+                status = client.request({"op": "status"})["status"]
+                if status["queued"] == 0 and status["running"] == 0:
+                    return
+                time.sleep(0.02)
+        raise RuntimeError(f"jobs still queued or running after {timeout} s")
+
+    def all_jobs(self):
+        with self.client() as client:
+            return client.request({"op": "jobs", "all": True})["jobs"]
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
+
+
+
+class Bench:
+    def __init__(self, args):
+        self.gpupool = os.path.abspath(os.path.join(args.bin_dir, "gpupool"))
+        self.gpupoold = os.path.abspath(os.path.join(args.bin_dir, "gpupoold"))
+        for program in (self.gpupool, self.gpupoold):
+            if not os.access(program, os.X_OK):
+                sys.exit(f"daemon_bench: {program} is not an executable")
+        self.work_dir = tempfile.mkdtemp(prefix="gpupoold-bench-", dir=args.work_dir)
+        self.base_env = {k: v for k, v in os.environ.items()
+                         if not k.startswith("GPUPOOL_") and k not in ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER")}
+        self.stamp, self.stamp_exact = self.build_stamp()
+
+    def user_env(self, **overrides):
+        env = dict(self.base_env, GPUPOOL_SIM=SIM)
+        env.update(overrides)
+        return env
+
+    def environment_list(self):
+        """What `gpupool submit` sends as the job's environment: its own (daemon variables aside)."""
+        return [f"{k}={v}" for k, v in self.user_env().items()]
+
+    def build_stamp(self):
+        source = os.path.join(self.work_dir, "stamp.c")
+        program = os.path.join(self.work_dir, "stamp")
+        with open(source, "w") as f:
+            f.write(STAMP_C)
+        compiler = shutil.which("cc") or shutil.which("gcc")
+        if compiler:
+            for flags in (["-O2", "-static"], ["-O2"]):
+                if subprocess.run([compiler, *flags, "-o", program, source], capture_output=True).returncode == 0:
+                    return [program], True
+        script = os.path.join(self.work_dir, "stamp.py")
+        with open(script, "w") as f:
+            f.write(STAMP_PY)
+        print("daemon_bench: no C compiler: the dispatch job is Python, whose start counts as latency",
+              file=sys.stderr)
+        return [sys.executable, "-S", script], False
+
+
+def timed_submits(daemon, count, command=("true",)):
+    return [daemon.gpupool("submit", "--", *command)[0] for _ in range(count)]
+
+
+def timed_requests(client, count, message):
+    times = []
+    for _ in range(count):
+        started = time.perf_counter()
+        client.request(message)
+        times.append(time.perf_counter() - started)
+    return times
+
+
+def bench_submit(bench, count):
+    result = {}
+    with Daemon(bench, "submit") as daemon:
+        daemon.start()
+        daemon.gpupool("drain")
+        floor = []
+        for _ in range(count // 4):
+            floor.append(daemon.gpupool("--version")[0])
+        result["gpupool --version (process start floor)"] = summary_ms(floor)
+        timed_submits(daemon, 5)  # warm-up: page cache, the database's first pages
+        result["gpupool submit, queue drained"] = summary_ms(timed_submits(daemon, count))
+        with daemon.client() as client:
+            submit = {"op": "submit", "job": daemon.spec(["true"])}
+            result["daemon: submit round trip, drained"] = summary_ms(timed_requests(client, count, submit))
+        connects = []
+        for _ in range(count):
+            started = time.perf_counter()
+            Client(daemon.socket).close()
+            connects.append(time.perf_counter() - started)
+        result["daemon: connect + hello"] = summary_ms(connects)
+        daemon.gpupool("resume")
+        daemon.wait_idle()
+        result["gpupool submit, jobs starting"] = summary_ms(timed_submits(daemon, count))
+        daemon.wait_idle()
+        with daemon.client() as client:
+            times = timed_requests(client, count, {"op": "submit", "job": daemon.spec(["true"])})
+        result["daemon: submit round trip, jobs starting"] = summary_ms(times)
+        daemon.wait_idle()
+    return result
+
+
+def read_record(path):
+    events = {}
+    with open(path) as f:
+        for line in f:
+            event = json.loads(line)
+            events[event["event"]] = event
+    return events
+
+
+def dispatch_gaps(daemon, stamp_file):
+    """Pairs consecutive jobs on each GPU; returns each gap and its steps, in seconds.
+
+    The steps come from the attempt records (supervisor.h) and the daemon's own times: A's end
+    time is taken once the daemon has read A's record, B's start time before it leases B's GPUs.
+    """
+    by_gpu = {}
+    with open(stamp_file) as f:
+        for line in f:
+            job, gpu, start, end = line.split()
+            by_gpu.setdefault(gpu, []).append((float(start), float(end), int(job)))
+    daemon_view = {job["id"]: job for job in daemon.all_jobs()}
+    steps = ["A's last instruction -> its supervisor's 'exited' time",
+             "-> daemon has read A's record (A.end_time: fdatasync, exit, pidfd wake-up)",
+             "-> daemon decides B (B.start_time: A's 'done' committed, scheduler pass)",
+             "-> daemon has forked B's supervisor ('supervising': leases, 'running' committed, fork)",
+             "-> B's supervisor is ready ('started': exec of gpupoold supervise, job forked)",
+             "-> B's first instruction (fdatasync of 'started', exec of the job)"]
+    parts = {"gap": [], **{step: [] for step in steps}, "daemon's view: B.start_time - A.end_time": []}
+    for runs in by_gpu.values():
+        runs.sort()
+        for (_, a_end, a_id), (b_start, _, b_id) in zip(runs, runs[1:]):
+            a = read_record(os.path.join(daemon.state_dir, "attempts", f"{a_id}.1"))
+            b = read_record(os.path.join(daemon.state_dir, "attempts", f"{b_id}.1"))
+            times = [a_end, a["exited"]["time"], daemon_view[a_id]["end_time"], daemon_view[b_id]["start_time"],
+                     b["supervising"]["time"], b["started"]["time"], b_start]
+            parts["gap"].append(b_start - a_end)
+            for step, before, after in zip(steps, times, times[1:]):
+                parts[step].append(after - before)
+            parts["daemon's view: B.start_time - A.end_time"].append(times[3] - times[2])
+    return parts
+
+
+def bench_dispatch(bench, rounds, job_ms):
+    result = {"job": "C, exact" if bench.stamp_exact else "Python (interpreter start included)"}
+    cases = [("busy", f"8 GPUs, {GPUS * rounds} jobs of {job_ms} ms", GPUS * rounds, job_ms),
+             ("one GPU", f"1 free GPU (a 7-GPU job holds the rest), {rounds * 4} jobs of 20 ms", rounds * 4, 20)]
+    for name, description, count, ms in cases:
+        with Daemon(bench, "dispatch-" + name.replace(" ", "-")) as daemon:
+            daemon.start()
+            stamp_file = os.path.join(daemon.dir, "stamps")
+            with daemon.client() as client:
+                if name == "one GPU":
+                    blocker = client.request({"op": "submit", "job": daemon.spec(["sleep", "3600"], GPUS - 1)})["id"]
+                    while client.request({"op": "show", "id": blocker})["jobs"][0]["state"] != "running":
+                        time.sleep(0.01)
+                client.request({"op": "drain"})
+                for _ in range(count):
+                    client.request({"op": "submit", "job": daemon.spec([*bench.stamp, stamp_file, str(ms)])})
+                client.request({"op": "resume"})  # the queue is full before the first job starts
+                while True:
+                    status = client.request({"op": "status"})["status"]
+                    if status["queued"] == 0 and status["running"] <= (1 if name == "one GPU" else 0):
+                        break
+                    time.sleep(0.02)
+                time.sleep(0.2)  # the last job's end is recorded
+                if name == "one GPU":
+                    client.request({"op": "cancel", "ids": [blocker]})
+            parts = dispatch_gaps(daemon, stamp_file)
+            result[name] = {"setup": description, **{part: summary_ms(values) for part, values in parts.items()}}
+            daemon.wait_idle()
+    result["idle machine"] = submit_to_start(bench, rounds * 2)
+    return result
+
+
+def wait_for_lines(path, count, timeout=60):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if os.path.exists(path):
+            with open(path) as f:
+                lines = f.read().splitlines()
+            if len(lines) >= count:
+                return lines
+        time.sleep(0.001)
+    raise RuntimeError(f"{path}: fewer than {count} lines after {timeout} s")
+
+
+def submit_to_start(bench, count):
+    """`gpupool submit` of one job on an idle machine: from the submit process's start to the job's first instruction."""
+    latencies, daemon_side = [], []
+    with Daemon(bench, "dispatch-idle") as daemon:
+        daemon.start()
+        stamp_file = os.path.join(daemon.dir, "stamps")
+        for i in range(count):
+            started = time.time()
+            daemon.gpupool("submit", "--", *bench.stamp, stamp_file, "0")
+            latencies.append(float(wait_for_lines(stamp_file, i + 1)[i].split()[2]) - started)
+            time.sleep(0.05)
+        daemon.wait_idle()
+        for job in daemon.all_jobs():
+            daemon_side.append(job["start_time"] - job["submit_time"])
+    return {"setup": f"{count} single jobs, one at a time",
+            "submit process start -> job's first instruction": summary_ms(latencies),
+            "daemon's view: start_time - submit_time": summary_ms(daemon_side)}
+
+
+def bench_throughput(bench, count, submitters):
+    result = {"jobs": count, "submitters": submitters, "command": "true"}
+    with Daemon(bench, "throughput") as daemon:
+        daemon.start()
+        cpu_before = daemon.cpu_seconds()
+        clients_before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        failures = []
+
+        def submit_some(n):
+            for _ in range(n):
+                proc = subprocess.run([bench.gpupool, "submit", "--", "true"], env=daemon.env, cwd=bench.work_dir,
+                                      capture_output=True, text=True)
+                if proc.returncode != 0:
+                    failures.append(proc.stderr.strip())
+
+        shares = [count // submitters + (1 if i < count % submitters else 0) for i in range(submitters)]
+        threads = [threading.Thread(target=submit_some, args=(n,)) for n in shares]
+        first_submit = time.time()
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        submitted = time.time()
+        daemon.wait_idle()
+        jobs = daemon.all_jobs()
+        last_end = max(job["end_time"] for job in jobs)
+        states, failures_by_reason = {}, {}
+        for job in jobs:
+            states[job["state"]] = states.get(job["state"], 0) + 1
+            if job["state"] != "done":
+                failures_by_reason[job["reason"]] = failures_by_reason.get(job["reason"], 0) + 1
+        elapsed = last_end - first_submit
+        cpu_after = daemon.cpu_seconds()
+        clients = resource.getrusage(resource.RUSAGE_CHILDREN)
+        client_cpu = clients.ru_utime + clients.ru_stime - clients_before.ru_utime - clients_before.ru_stime
+        result.update({
+            "seconds": round(elapsed, 3),
+            "jobs_per_s": round(count / elapsed, 1),
+            "submits_per_s": round(count / (submitted - first_submit), 1),
+            "states": states,
+            "not done, by reason": failures_by_reason,
+            "submit_failures": failures[:5],
+            # Where the CPU goes, per job (on a 2-core machine the sum bounds the rate: 2 s / sum).
+            "daemon_cpu_ms_per_job": round((cpu_after[0] - cpu_before[0]) * 1000 / count, 3),
+            "supervisor_and_job_cpu_ms_per_job": round((cpu_after[1] - cpu_before[1]) * 1000 / count, 3),
+            "gpupool_submit_cpu_ms_per_job": round(client_cpu * 1000 / count, 3),
+        })
+
+        # The daemon's own capacity: one connection submits, no process starts on the client side.
+        cpu_before = daemon.cpu_seconds()
+        first_id = None
+        started = time.time()
+        with daemon.client() as client:
+            for _ in range(count):
+                answer = client.request({"op": "submit", "job": daemon.spec(["true"])})
+                first_id = first_id or answer["id"]
+        submitted = time.time()
+        daemon.wait_idle()
+        last_end = max(job["end_time"] for job in daemon.all_jobs() if job["id"] >= first_id)
+        result["one connection"] = {
+            "seconds": round(last_end - started, 3),
+            "jobs_per_s": round(count / (last_end - started), 1),
+            "submits_per_s": round(count / (submitted - started), 1),
+            "daemon_cpu_ms_per_job": round((daemon.cpu_seconds()[0] - cpu_before[0]) * 1000 / count, 3),
+            "supervisor_and_job_cpu_ms_per_job": round((daemon.cpu_seconds()[1] - cpu_before[1]) * 1000 / count, 3),
+        }
+    return result
+
+
+def copy_history(database, history):
+    """Adds `history` copies of a finished job the daemon wrote, with new ids, as the daemon would store them."""
+    db = sqlite3.connect(database)
+    db.row_factory = sqlite3.Row
+    row = dict(db.execute("SELECT * FROM jobs WHERE state = 'done' ORDER BY id LIMIT 1").fetchone())
+    next_id = db.execute("SELECT MAX(id) FROM jobs").fetchone()[0] + 1
+    columns = list(row)
+    old_id = row["id"]
+
+    def copies():
+        for i in range(history):
+            new = dict(row, id=next_id + i)
+            for key in ("submit_time", "start_time", "end_time"):
+                new[key] = row[key] + i * 0.01
+            for key in ("stdout_path", "stderr_path"):
+                new[key] = row[key].replace(f"/{old_id}.", f"/{next_id + i}.")
+            yield [new[c] for c in columns]
+
+    with db:
+        db.executemany(f"INSERT INTO jobs ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))})",
+                       copies())
+    db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    total = db.execute("SELECT COUNT(*) FROM jobs").fetchone()[0]
+    db.close()
+    return total, len(row["environment"])
+
+
+def bench_memory(bench, history):
+    result = {}
+    with Daemon(bench, "memory") as daemon:
+        daemon.start()
+        for _ in range(10):
+            daemon.gpupool("submit", "--", "true")
+        daemon.wait_idle()
+        result["fresh daemon, 10 jobs"] = daemon.memory_mb()
+        daemon.stop()
+        database = os.path.join(daemon.state_dir, "gpupool.db")
+        total, environment_bytes = copy_history(database, history)
+        result["jobs in the database"] = total
+        result["database MB"] = round(os.path.getsize(database) / 2**20, 1)
+        result["environment bytes per job"] = environment_bytes
+        result["start seconds"] = round(daemon.start(), 3)
+        time.sleep(2.5)  # two sampling ticks
+        result["idle"] = daemon.memory_mb()
+
+        elapsed, _ = daemon.gpupool("jobs")
+        result["after gpupool jobs"] = dict(daemon.memory_mb(), ms=round(elapsed * 1000, 1))
+        proc = subprocess.run([bench.gpupool, "jobs", "--all"], env=daemon.env, capture_output=True, text=True)
+        result["gpupool jobs --all"] = {"exit": proc.returncode, "lines": proc.stdout.count("\n"),
+                                        "stderr": proc.stderr.strip()[:200]}
+        result["after gpupool jobs --all"] = daemon.memory_mb()
+        for attempt in (1, 2, 3):
+            with daemon.client() as client:
+                started = time.perf_counter()
+                client.sock.sendall(b'{"all":true,"op":"jobs"}\n')
+                answer = client.read_line()
+                elapsed = time.perf_counter() - started
+            result[f"after jobs --all over one connection, #{attempt}"] = dict(
+                daemon.memory_mb(), ms=round(elapsed * 1000, 1), answer_MB=round(len(answer) / 2**20, 1))
+        result["peak_mb"] = daemon.memory_mb()["VmHWM"]
+    return result
+
+
+def print_table(results):
+    rows = [("benchmark", "figure", "value", "target")]
+    submit = results.get("submit", {})
+    for name, s in submit.items():
+        rows.append(("submit", name, f"p50 {s['p50_ms']} ms, p99 {s['p99_ms']} ms", ""))
+    dispatch = results.get("dispatch", {})
+    for case in ("busy", "one GPU", "idle machine"):
+        if case in dispatch:
+            for part, s in dispatch[case].items():
+                if isinstance(s, dict):
+                    target = f"p50 <= {TARGETS['dispatch_p50_ms']} ms" if case == "busy" and part == "gap" else ""
+                    rows.append((f"dispatch, {case}", part, f"p50 {s['p50_ms']} ms, p99 {s['p99_ms']} ms", target))
+    t = results.get("throughput")
+    if t:
+        rows.append(("throughput", f"{t['jobs']} x `gpupool submit -- true`, {t['submitters']} submitters",
+                     f"{t['jobs_per_s']} jobs/s ({t['seconds']} s; submits {t['submits_per_s']}/s)",
+                     f">= {TARGETS['throughput_jobs_per_s']} jobs/s"))
+        if t["not done, by reason"]:
+            rows.append(("throughput", "jobs not done", "; ".join(f"{n} x {why}" for why, n in
+                                                                t["not done, by reason"].items()), "all done"))
+        one = t["one connection"]
+        rows.append(("throughput", "the same over one connection", f"{one['jobs_per_s']} jobs/s", ""))
+        rows.append(("throughput", "CPU per job: gpupool submit / daemon / supervisor + job",
+                     f"{t['gpupool_submit_cpu_ms_per_job']} / {t['daemon_cpu_ms_per_job']} / "
+                     f"{t['supervisor_and_job_cpu_ms_per_job']} ms", ""))
+    m = results.get("memory")
+    if m:
+        for key, value in m.items():
+            if isinstance(value, dict) and "VmRSS" in value:
+                rows.append(("memory", key, f"RSS {value['VmRSS']} MB, HWM {value['VmHWM']} MB"
+                             + (f", {value['ms']} ms" if "ms" in value else ""), ""))
+        rows.append(("memory", f"peak (VmHWM), {m['jobs in the database']} jobs", f"{m['peak_mb']} MB",
+                     f"<= {TARGETS['memory_peak_mb']} MB"))
+    widths = [max(len(str(r[i])) for r in rows) for i in range(4)]
+    for r in rows:
+        print("  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip())
+
+
+def missed_targets(results):
+    missed = []
+    if "dispatch" in results:
+        p50 = results["dispatch"]["busy"]["gap"]["p50_ms"]
+        if p50 > TARGETS["dispatch_p50_ms"]:
+            missed.append(f"dispatch p50 {p50} ms > {TARGETS['dispatch_p50_ms']} ms")
+    if "throughput" in results:
+        rate = results["throughput"]["jobs_per_s"]
+        if rate < TARGETS["throughput_jobs_per_s"]:
+            missed.append(f"throughput {rate} jobs/s < {TARGETS['throughput_jobs_per_s']}")
+    if "memory" in results:
+        peak = results["memory"]["peak_mb"]
+        if peak > TARGETS["memory_peak_mb"]:
+            missed.append(f"memory peak {peak} MB > {TARGETS['memory_peak_mb']} MB")
+    return missed
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("bin_dir", help="directory holding gpupool and gpupoold")
+    parser.add_argument("output", help="JSON file to write")
+    parser.add_argument("--check", action="store_true", help="exit 1 when a target is missed")
+    parser.add_argument("--only", nargs="+", choices=["submit", "dispatch", "throughput", "memory"])
+    parser.add_argument("--submits", type=int, default=200, help="timed submits per submit case")
+    parser.add_argument("--rounds", type=int, default=25, help="dispatch: jobs per GPU on the busy machine")
+    parser.add_argument("--job-ms", type=int, default=200, help="dispatch: length of a job on the busy machine")
+    parser.add_argument("--jobs", type=int, default=2000, help="throughput: jobs")
+    parser.add_argument("--submitters", type=int, default=4, help="throughput: parallel submitters")
+    parser.add_argument("--history", type=int, default=100000, help="memory: finished jobs in the database")
+    parser.add_argument("--work-dir", default=None, help="where state directories go (default: $TMPDIR)")
+    parser.add_argument("--keep", action="store_true", help="keep the state directories")
+    args = parser.parse_args()
+    bench = Bench(args)
+    which = args.only or ["submit", "dispatch", "throughput", "memory"]
+    results = {"meta": {
+        "date": datetime.datetime.now().isoformat(timespec="seconds"),
+        "host": os.uname().nodename, "kernel": os.uname().release, "cpus": os.cpu_count(),
+        "simulated_machine": SIM, "bin_dir": os.path.abspath(args.bin_dir), "work_dir": bench.work_dir,
+        "load_before": load_average(),
+    }}
+    try:
+        for name in which:
+            began = time.monotonic()
+            print(f"daemon_bench: {name} ...", file=sys.stderr, flush=True)
+            if name == "submit":
+                results[name] = bench_submit(bench, args.submits)
+            elif name == "dispatch":
+                results[name] = bench_dispatch(bench, args.rounds, args.job_ms)
+            elif name == "throughput":
+                results[name] = bench_throughput(bench, args.jobs, args.submitters)
+            else:
+                results[name] = bench_memory(bench, args.history)
+            results["meta"][f"{name}_seconds"] = round(time.monotonic() - began, 1)
+    finally:
+        results["meta"]["load_after"] = load_average()
+        with open(args.output, "w") as f:
+            json.dump(results, f, indent=2)
+        if not args.keep:
+            shutil.rmtree(bench.work_dir, ignore_errors=True)
+    print_table(results)
+    print(f"load average before {results['meta']['load_before']}, after {results['meta']['load_after']}")
+    missed = missed_targets(results)
+    for line in missed:
+        print(f"target missed: {line}")
+    return 1 if args.check and missed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,56 @@
+// The client side of the daemon's protocol: connect (checking that the socket really is the
+// daemon's), greet, and exchange messages. Used by every queue command and by `run` /
+// `launch` when a daemon is running.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/result.h"
+#include "os/unix_socket.h"
+#include "protocol/messages.h"
+
+namespace gpupool::cli {
+
+struct ReceivedResponse {
+  protocol::Response response;
+  std::vector<int> descriptors;  // owned by the caller
+};
+
+class DaemonClient {
+ public:
+  // nullopt when no daemon listens on the runtime directory's socket.
+  static Result<std::optional<DaemonClient>> connect_if_running(const std::string& runtime_dir);
+  // An error saying how to start one when none listens.
+  static Result<DaemonClient> connect(const std::string& runtime_dir);
+  DaemonClient(DaemonClient&& other) noexcept;
+  DaemonClient& operator=(DaemonClient&&) = delete;
+  DaemonClient(const DaemonClient&) = delete;
+  ~DaemonClient();
+
+  Result<void> send(const protocol::Request& request);
+  // The next message; an ErrorResponse becomes an Error with the daemon's words.
+  Result<ReceivedResponse> receive();
+  // send + receive, for the one-answer requests.
+  Result<protocol::Response> request(const protocol::Request& request);
+  int descriptor() const { return fd_; }
+
+ private:
+  explicit DaemonClient(int fd);
+  int fd_ = -1;
+  std::unique_ptr<LineReader> reader_;
+};
+
+// The runtime directory of this machine's daemon and leases.
+std::string runtime_directory();
+
+// The response's alternative, or an error naming what came instead.
+template <typename T>
+Result<T> expect(protocol::Response response) {
+  if (auto* value = std::get_if<T>(&response)) return std::move(*value);
+  return fail("the daemon sent an unexpected answer: {}", protocol::encode(response));
+}
+
+}  // namespace gpupool::cli

@@ -1,0 +1,429 @@
+// The queue commands: submit, jobs, show, cancel, hold, release, wait, logs, drain, resume.
+// Each is one request to gpupoold (src/protocol/messages.h) and a way to print the answer.
+#include <poll.h>
+#include <sys/inotify.h>
+#include <sys/stat.h>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <climits>
+#include <cmath>
+#include <cstring>
+#include <ctime>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "cli/app.h"
+#include "cli/commands.h"
+#include "cli/daemon_client.h"
+#include "cli/lease_options.h"
+#include "core/allocation.h"
+#include "core/text.h"
+
+extern char** environ;
+
+namespace gpupool::cli {
+namespace {
+
+namespace proto = protocol;
+
+Result<std::vector<JobNumber>> parse_ids(const std::vector<std::string>& texts) {
+  std::vector<JobNumber> ids;
+  for (const std::string& text : texts) {
+    for (const std::string& piece : split(text, ',')) {
+      if (!all_digits(piece) || piece.size() > 18 || std::stoull(piece) == 0) {
+        return fail("invalid job id '{}': expected a number like 42", piece);
+      }
+      ids.push_back(std::stoull(piece));
+    }
+  }
+  return ids;
+}
+
+std::string clock_time(std::optional<double> unix_seconds) {
+  if (!unix_seconds) return "-";
+  time_t t = static_cast<time_t>(*unix_seconds);
+  tm local{};
+  localtime_r(&t, &local);
+  time_t now = std::time(nullptr);
+  tm today{};
+  localtime_r(&now, &today);
+  char text[32];
+  const char* format = local.tm_yday == today.tm_yday && local.tm_year == today.tm_year ? "%H:%M:%S" : "%m-%d %H:%M";
+  strftime(text, sizeof(text), format, &local);
+  return text;
+}
+
+std::string duration_text(double seconds) {
+  auto s = static_cast<int64_t>(seconds);
+  if (s >= 86400) return fmt::format("{}d{:02}h", s / 86400, s % 86400 / 3600);
+  return fmt::format("{}:{:02}:{:02}", s / 3600, s % 3600 / 60, s % 60);
+}
+
+std::string request_text(const Job& job) {
+  if (job.spec.slice_mib) return fmt::format("{}x{}M", job.spec.gpu_count, *job.spec.slice_mib);
+  return fmt::format("{}", job.spec.gpu_count);
+}
+
+// "0-3,6": runs of consecutive indices shortened, as Slurm prints node lists.
+std::string gpus_text(const Job& job) {
+  if (job.gpus.empty()) return "-";
+  std::vector<unsigned> sorted = job.gpus;
+  std::sort(sorted.begin(), sorted.end());
+  std::vector<std::string> runs;
+  for (size_t i = 0; i < sorted.size();) {
+    size_t j = i;
+    while (j + 1 < sorted.size() && sorted[j + 1] == sorted[j] + 1) ++j;
+    runs.push_back(j == i ? fmt::format("{}", sorted[i]) : fmt::format("{}-{}", sorted[i], sorted[j]));
+    i = j + 1;
+  }
+  return fmt::format("{}", fmt::join(runs, ","));
+}
+
+std::string elapsed_text(const Job& job) {
+  if (!job.start_time) return "-";
+  double end = job.end_time.value_or(static_cast<double>(std::time(nullptr)));
+  return duration_text(std::max(0.0, end - *job.start_time));
+}
+
+std::string state_text(const Job& job) {
+  std::string state = to_string(job.state);
+  if (is_finished(job.state) && job.exit_code && *job.exit_code != 0) state += fmt::format("({})", *job.exit_code);
+  return state;
+}
+
+void print_jobs_table(const std::vector<Job>& jobs) {
+  fmt::print("{:>6}  {:<14} {:<10} {:<20} {:>7} {:<7} {:<11} {:>9}  {}\n", "ID", "STATE", "USER", "NAME", "REQ",
+             "GPUS", "SUBMITTED", "ELAPSED", "REASON");
+  for (const Job& job : jobs) {
+    std::string name = display_name(job);
+    if (name.size() > 20) name = name.substr(0, 19) + "~";
+    fmt::print("{:>6}  {:<14} {:<10} {:<20} {:>7} {:<7} {:<11} {:>9}  {}\n", job.id, state_text(job), job.owner.user,
+               name, request_text(job), gpus_text(job), clock_time(job.submit_time), elapsed_text(job), job.reason);
+  }
+}
+
+void print_job_details(const Job& job) {
+  auto line = [](const char* key, const std::string& value) { fmt::print("{:<12} {}\n", key, value); };
+  line("id", std::to_string(job.id));
+  line("name", display_name(job));
+  line("state", to_string(job.state) + (job.reason.empty() ? "" : " (" + job.reason + ")"));
+  line("user", job.owner.user);
+  line("kind", to_string(job.spec.kind));
+  line("command", fmt::format("{}", fmt::join(job.spec.argv, " ")));
+  line("cwd", job.spec.cwd);
+  line("request", job.spec.slice_mib ? fmt::format("{} GPU(s), {} MiB each (shared)", job.spec.gpu_count,
+                                                   *job.spec.slice_mib)
+                                     : fmt::format("{} whole GPU(s)", job.spec.gpu_count));
+  line("gpus", gpus_text(job));
+  if (job.spec.priority != 0) line("priority", std::to_string(job.spec.priority));
+  if (!job.spec.after.empty()) line("after", fmt::format("{}", fmt::join(job.spec.after, ",")));
+  if (job.spec.retries > 0) line("retries", fmt::format("{} (attempts so far: {})", job.spec.retries, job.attempts));
+  if (job.spec.time_limit_s) line("time limit", duration_text(*job.spec.time_limit_s));
+  line("submitted", clock_time(job.submit_time));
+  line("started", clock_time(job.start_time));
+  line("ended", clock_time(job.end_time));
+  line("elapsed", elapsed_text(job));
+  if (job.exit_code) line("exit code", std::to_string(*job.exit_code));
+  if (!job.stdout_path.empty()) line("stdout", job.stdout_path);
+  if (!job.stderr_path.empty()) line("stderr", job.stderr_path);
+}
+
+nlohmann::json jobs_json(const std::vector<Job>& jobs) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const Job& job : jobs) out.push_back(proto::job_to_json(job));
+  return out;
+}
+
+Result<std::vector<Job>> jobs_answer(DaemonClient& client, const proto::Request& request) {
+  TRY_ASSIGN(proto::Response response, client.request(request));
+  TRY_ASSIGN(proto::JobsResponse jobs, expect<proto::JobsResponse>(std::move(response)));
+  return std::move(jobs.jobs);
+}
+
+// --- submit ---
+
+struct SubmitOptions {
+  unsigned count = 1;
+  std::string memory;
+  std::string name;
+  int priority = 0;
+  std::vector<std::string> after;
+  unsigned retries = 0;
+  std::string time_limit;
+  bool hold = false;
+  std::vector<std::string> command;
+};
+
+Result<int> submit(const SubmitOptions& options) {
+  proto::SubmitRequest request;
+  JobSpec& spec = request.spec;
+  spec.name = options.name;
+  spec.argv = options.command;
+  for (char** e = environ; *e != nullptr; ++e) spec.environment.emplace_back(*e);
+  char cwd[PATH_MAX];
+  if (getcwd(cwd, sizeof(cwd)) == nullptr) return fail("cannot read the working directory: {}", std::strerror(errno));
+  spec.cwd = cwd;
+  mode_t mask = umask(0);
+  umask(mask);
+  spec.umask = mask;
+  spec.gpu_count = options.count;
+  if (!options.memory.empty()) {
+    TRY_ASSIGN(uint64_t slice, parse_memory_mib(options.memory));
+    spec.slice_mib = slice;
+  }
+  spec.priority = options.priority;
+  TRY_ASSIGN(spec.after, parse_ids(options.after));
+  spec.retries = options.retries;
+  if (!options.time_limit.empty()) {
+    TRY_ASSIGN(auto limit, parse_duration(options.time_limit));
+    if (limit.count() <= 0) return fail("invalid time limit '{}': must be more than 0", options.time_limit);
+    spec.time_limit_s = static_cast<double>(limit.count()) / 1000.0;
+  }
+  TRY_ASSIGN(DaemonClient client, DaemonClient::connect(runtime_directory()));
+  TRY_ASSIGN(proto::Response response, client.request(request));
+  TRY_ASSIGN(proto::SubmitResponse submitted, expect<proto::SubmitResponse>(std::move(response)));
+  if (options.hold) {
+    TRY_ASSIGN(proto::Response held, client.request(proto::JobActionRequest{proto::JobAction::Hold, {submitted.id}}));
+    (void)held;
+  }
+  fmt::print("{}\n", submitted.id);
+  return 0;
+}
+
+// --- jobs / show ---
+
+struct JobsOptions {
+  bool all = false;
+  std::string user;
+  std::string state;
+  bool json = false;
+};
+
+Result<int> list_jobs(const JobsOptions& options) {
+  proto::JobsRequest request;
+  request.all = options.all;
+  if (!options.user.empty()) request.user = options.user;
+  if (!options.state.empty()) {
+    TRY_ASSIGN(JobState state, parse_job_state(options.state));
+    request.state = state;
+  }
+  TRY_ASSIGN(DaemonClient client, DaemonClient::connect(runtime_directory()));
+  TRY_ASSIGN(std::vector<Job> jobs, jobs_answer(client, request));
+  if (options.json) {
+    fmt::print("{}\n", jobs_json(jobs).dump(2));
+  } else {
+    print_jobs_table(jobs);
+  }
+  return 0;
+}
+
+Result<int> show_job(const std::string& id_text, bool json) {
+  TRY_ASSIGN(std::vector<JobNumber> ids, parse_ids({id_text}));
+  TRY_ASSIGN(DaemonClient client, DaemonClient::connect(runtime_directory()));
+  TRY_ASSIGN(std::vector<Job> jobs, jobs_answer(client, proto::ShowRequest{ids.at(0)}));
+  if (jobs.empty()) return fail("no job {}", ids.at(0));
+  if (json) {
+    fmt::print("{}\n", proto::job_to_json(jobs.front()).dump(2));
+  } else {
+    print_job_details(jobs.front());
+  }
+  return 0;
+}
+
+// --- cancel / hold / release ---
+
+Result<int> act_on_jobs(proto::JobAction action, const std::vector<std::string>& id_texts) {
+  TRY_ASSIGN(std::vector<JobNumber> ids, parse_ids(id_texts));
+  TRY_ASSIGN(DaemonClient client, DaemonClient::connect(runtime_directory()));
+  TRY_ASSIGN(proto::Response response, client.request(proto::JobActionRequest{action, ids}));
+  TRY_ASSIGN(proto::JobActionResponse outcomes, expect<proto::JobActionResponse>(std::move(response)));
+  int code = 0;
+  for (const proto::ActionOutcome& outcome : outcomes.outcomes) {
+    if (outcome.error) {
+      fmt::print(stderr, "gpupool: {}\n", *outcome.error);
+      code = kExitError;
+    }
+  }
+  return code;
+}
+
+// --- wait ---
+
+// The worst outcome decides: 0 when every job is done, else the highest exit code, and 1 for a
+// job that was cancelled or failed without an exit code.
+int wait_exit_code(const std::vector<Job>& jobs) {
+  int worst = 0;
+  for (const Job& job : jobs) {
+    if (job.state == JobState::Done) continue;
+    worst = std::max(worst, job.exit_code.value_or(1) > 0 ? job.exit_code.value_or(1) : 1);
+  }
+  return worst;
+}
+
+Result<int> wait_for_jobs(const std::vector<std::string>& id_texts, bool quiet) {
+  TRY_ASSIGN(std::vector<JobNumber> ids, parse_ids(id_texts));
+  TRY_ASSIGN(DaemonClient client, DaemonClient::connect(runtime_directory()));
+  TRY_ASSIGN(std::vector<Job> jobs, jobs_answer(client, proto::WaitRequest{ids}));
+  if (!quiet) {
+    for (const Job& job : jobs) {
+      fmt::print(stderr, "gpupool: job {} {}{}\n", job.id, state_text(job), job.reason.empty() ? "" : ": " + job.reason);
+    }
+  }
+  return wait_exit_code(jobs);
+}
+
+// --- logs ---
+
+Result<void> copy_new_bytes(int fd) {
+  char buffer[65536];
+  for (;;) {
+    ssize_t n = read(fd, buffer, sizeof(buffer));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return fail("cannot read the log: {}", std::strerror(errno));
+    if (n == 0) return {};
+    if (fwrite(buffer, 1, static_cast<size_t>(n), stdout) != static_cast<size_t>(n)) return fail("cannot write");
+  }
+}
+
+// Follows a log until the job finishes: inotify says when it grows, a `wait` on a second
+// connection says when the job has ended.
+Result<void> follow_log(int fd, const std::string& path, JobNumber id) {
+  TRY_ASSIGN(DaemonClient waiter, DaemonClient::connect(runtime_directory()));
+  TRY(waiter.send(proto::WaitRequest{{id}}));
+  int watch = inotify_init1(IN_CLOEXEC);
+  if (watch < 0 || inotify_add_watch(watch, path.c_str(), IN_MODIFY) < 0) {
+    if (watch >= 0) ::close(watch);
+    return fail("cannot watch {}: {}", path, std::strerror(errno));
+  }
+  Result<void> result;
+  for (;;) {
+    result = copy_new_bytes(fd);
+    if (!result) break;
+    fflush(stdout);
+    pollfd fds[2] = {{watch, POLLIN, 0}, {waiter.descriptor(), POLLIN, 0}};
+    if (poll(fds, 2, -1) < 0 && errno != EINTR) {
+      result = fail("cannot wait for the log: {}", std::strerror(errno));
+      break;
+    }
+    if (fds[0].revents & POLLIN) {
+      char events[4096];
+      (void)!read(watch, events, sizeof(events));
+    }
+    if (fds[1].revents != 0) {
+      result = copy_new_bytes(fd);  // what the job wrote last
+      break;
+    }
+  }
+  ::close(watch);
+  return result;
+}
+
+Result<int> show_logs(const std::string& id_text, bool follow, bool errors) {
+  TRY_ASSIGN(std::vector<JobNumber> ids, parse_ids({id_text}));
+  TRY_ASSIGN(DaemonClient client, DaemonClient::connect(runtime_directory()));
+  TRY_ASSIGN(std::vector<Job> jobs, jobs_answer(client, proto::LogsRequest{ids.at(0)}));
+  if (jobs.empty()) return fail("no job {}", ids.at(0));
+  const Job& job = jobs.front();
+  const std::string& path = errors ? job.stderr_path : job.stdout_path;
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0 && errno == ENOENT && !follow) return 0;  // not started yet: nothing written
+  if (fd < 0 && errno == ENOENT) {
+    return fail("job {} has not started yet, so {} does not exist; try again once it runs", job.id, path);
+  }
+  if (fd < 0) return fail("cannot open {}: {}", path, std::strerror(errno));
+  Result<void> shown = follow && !is_finished(job.state) ? follow_log(fd, path, job.id) : copy_new_bytes(fd);
+  ::close(fd);
+  TRY(shown);
+  return 0;
+}
+
+// --- drain / resume ---
+
+Result<int> admin(proto::AdminAction action) {
+  TRY_ASSIGN(DaemonClient client, DaemonClient::connect(runtime_directory()));
+  TRY_ASSIGN(proto::Response response, client.request(proto::AdminRequest{action}));
+  TRY(expect<proto::Ack>(std::move(response)));
+  return 0;
+}
+
+}  // namespace
+
+void add_queue_commands(CLI::App& app, int& exit_code) {
+  {
+    auto* cmd = app.add_subcommand("submit", "Queue a batch job with gpupoold; prints its id");
+    auto options = std::make_shared<SubmitOptions>();
+    cmd->add_option("-g,--gpu-count", options->count, "How many GPUs (default 1)")->check(CLI::Range(1u, 1024u));
+    cmd->add_option("--mem", options->memory, "Share the GPUs: this much of each one's memory (e.g. 20G)");
+    cmd->add_option("--name", options->name, "The job's name (default: the command's)");
+    cmd->add_option("--priority", options->priority, "Higher runs first; above 0 needs an administrator");
+    cmd->add_option("--after", options->after, "Start only after these jobs are done (ids, comma-separated)");
+    cmd->add_option("--retries", options->retries, "Run again after a failure, up to this many times");
+    cmd->add_option("--time", options->time_limit, "Time limit (e.g. 30m, 2h): SIGTERM, then SIGKILL");
+    cmd->add_flag("--hold", options->hold, "Queue it held: it starts only after `gpupool release`");
+    cmd->add_option("command", options->command, "The command and its arguments (after --)")->required();
+    cmd->footer("The job runs as you, in this directory, with this environment and umask; its output goes to log\n"
+                "files (`gpupool logs ID`). It sees exactly its GPUs through CUDA_VISIBLE_DEVICES.");
+    cmd->callback([&exit_code, options] { run_command(exit_code, [&] { return submit(*options); }); });
+  }
+  {
+    auto* cmd = app.add_subcommand("jobs", "List the queue: queued, held and running jobs");
+    auto options = std::make_shared<JobsOptions>();
+    cmd->add_flag("-a,--all", options->all, "Include finished jobs");
+    cmd->add_option("-u,--user", options->user, "Only this user's jobs");
+    cmd->add_option("-s,--state", options->state, "Only jobs in this state (queued, held, running, done, failed, cancelled)");
+    cmd->add_flag("--json", options->json, "Print JSON");
+    cmd->callback([&exit_code, options] { run_command(exit_code, [&] { return list_jobs(*options); }); });
+  }
+  {
+    auto* cmd = app.add_subcommand("show", "Everything about one job");
+    auto id = std::make_shared<std::string>();
+    auto json = std::make_shared<bool>(false);
+    cmd->add_option("id", *id, "Job id")->required();
+    cmd->add_flag("--json", *json, "Print JSON");
+    cmd->callback([&exit_code, id, json] { run_command(exit_code, [&] { return show_job(*id, *json); }); });
+  }
+  struct Action {
+    const char* name;
+    const char* help;
+    proto::JobAction action;
+  };
+  for (const Action& action : {Action{"cancel", "Cancel jobs (running ones get SIGTERM, then SIGKILL)", proto::JobAction::Cancel},
+                               Action{"hold", "Keep queued jobs from starting", proto::JobAction::Hold},
+                               Action{"release", "Let held jobs start again", proto::JobAction::Release}}) {
+    auto* cmd = app.add_subcommand(action.name, action.help);
+    auto ids = std::make_shared<std::vector<std::string>>();
+    cmd->add_option("ids", *ids, "Job ids")->required();
+    proto::JobAction which = action.action;
+    cmd->callback([&exit_code, ids, which] { run_command(exit_code, [&] { return act_on_jobs(which, *ids); }); });
+  }
+  {
+    auto* cmd = app.add_subcommand("wait", "Wait until jobs finish; the exit code is the worst of theirs");
+    auto ids = std::make_shared<std::vector<std::string>>();
+    auto quiet = std::make_shared<bool>(false);
+    cmd->add_option("ids", *ids, "Job ids")->required();
+    cmd->add_flag("-q,--quiet", *quiet, "Do not print how each job ended");
+    cmd->callback([&exit_code, ids, quiet] { run_command(exit_code, [&] { return wait_for_jobs(*ids, *quiet); }); });
+  }
+  {
+    auto* cmd = app.add_subcommand("logs", "Print a job's output");
+    auto id = std::make_shared<std::string>();
+    auto follow = std::make_shared<bool>(false);
+    auto errors = std::make_shared<bool>(false);
+    cmd->add_option("id", *id, "Job id")->required();
+    cmd->add_flag("-f,--follow", *follow, "Keep printing until the job finishes");
+    cmd->add_flag("-e,--stderr", *errors, "Its standard error instead of its standard output");
+    cmd->callback([&exit_code, id, follow, errors] {
+      run_command(exit_code, [&] { return show_logs(*id, *follow, *errors); });
+    });
+  }
+  app.add_subcommand("drain", "Start no more jobs (running ones go on); administrators only")
+      ->callback([&exit_code] { run_command(exit_code, [] { return admin(proto::AdminAction::Drain); }); });
+  app.add_subcommand("resume", "Start jobs again after `gpupool drain`; administrators only")
+      ->callback([&exit_code] { run_command(exit_code, [] { return admin(proto::AdminAction::Resume); }); });
+}
+
+}  // namespace gpupool::cli

@@ -1,0 +1,16 @@
+// Text from outside (a request's field, a configuration key) shown inside an error line.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+namespace gpupool {
+
+// `text` kept to one line: control characters become \n, \t, \r or \xNN, and text longer than
+// `max_bytes` is cut (at a character boundary) and ends in "...".
+std::string printable(std::string_view text, size_t max_bytes);
+
+// printable(text, 64) in single quotes: 'polcy'.
+std::string quote(std::string_view text);
+
+}  // namespace gpupool

@@ -1,0 +1,248 @@
+#include "daemon/config.h"
+
+#include <cerrno>
+#include <charconv>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <span>
+#include <sstream>
+#include <utility>
+
+#include <fmt/format.h>
+#include <toml++/toml.h>
+
+#include "core/quote.h"
+
+namespace gpupool {
+namespace {
+
+constexpr double kMaxSampleIntervalS = 60;
+constexpr size_t kMaxDetailBytes = 200;  // of a syntax error in an error line
+
+// --- one value; errors name the key, the caller adds FILE:LINE ---
+
+Result<double> number_of(const toml::node& node, std::string_view key) {
+  if (!node.is_number()) return fail("{} must be a number", quote(key));
+  return *node.value<double>();
+}
+
+Result<double> positive_number(const toml::node& node, std::string_view key) {
+  TRY_ASSIGN(double value, number_of(node, key));
+  if (!std::isfinite(value) || value <= 0) return fail("{} must be a number greater than 0", quote(key));
+  return value;
+}
+
+Result<double> hours_in_seconds(const toml::node& node, std::string_view key) {
+  TRY_ASSIGN(double hours, positive_number(node, key));
+  if (!std::isfinite(hours * 3600)) return fail("{} is too large", quote(key));
+  return hours * 3600;
+}
+
+Result<std::string> text_of(const toml::node& node, std::string_view key) {
+  if (!node.is_string()) return fail("{} must be a string", quote(key));
+  return *node.value<std::string>();
+}
+
+// "90s", "30m", "2h", "1.5d", or a bare number: seconds, more than zero.
+std::optional<double> parse_duration_s(std::string_view text) {
+  double value = 0;
+  const char* end = text.data() + text.size();
+  auto [unit_start, error] = std::from_chars(text.data(), end, value);
+  if (error != std::errc()) return std::nullopt;
+  constexpr std::pair<std::string_view, double> kUnits[] = {
+      {"", 1}, {"s", 1}, {"m", 60}, {"h", 3600}, {"d", 86400}};
+  for (const auto& [unit, seconds] : kUnits) {
+    if (std::string_view(unit_start, end) != unit) continue;
+    double total = value * seconds;
+    if (!std::isfinite(total) || total <= 0) return std::nullopt;
+    return total;
+  }
+  return std::nullopt;
+}
+
+Result<double> duration_of(const toml::node& node, std::string_view key) {
+  if (node.is_number()) {
+    if (auto seconds = positive_number(node, key)) return *seconds;
+  } else if (node.is_string()) {
+    if (auto seconds = parse_duration_s(*node.value<std::string_view>())) return *seconds;
+  }
+  return fail("{} must be a duration such as \"30m\", \"2h\" or \"1d\", or a number of seconds", quote(key));
+}
+
+// --- the tables ---
+
+// A key of a table, and how its value lands in the configuration.
+struct Key {
+  const char* name;
+  Result<void> (*read)(const toml::node& node, std::string_view key, DaemonConfig& config);
+};
+
+const Key kDaemonKeys[] = {
+    {"admin_group",
+     [](const toml::node& node, std::string_view key, DaemonConfig& config) -> Result<void> {
+       TRY_ASSIGN(std::string group, text_of(node, key));
+       if (group.empty()) return fail("{} must name a group", quote(key));
+       config.admin_group = std::move(group);
+       return {};
+     }},
+    {"sample_interval_s",
+     [](const toml::node& node, std::string_view key, DaemonConfig& config) -> Result<void> {
+       TRY_ASSIGN(double interval, number_of(node, key));
+       if (!(interval > 0 && interval <= kMaxSampleIntervalS)) {
+         return fail("{} must be a number greater than 0 and at most {}", quote(key), kMaxSampleIntervalS);
+       }
+       config.sample_interval_s = interval;
+       return {};
+     }},
+    {"kill_grace_s",
+     [](const toml::node& node, std::string_view key, DaemonConfig& config) -> Result<void> {
+       TRY_ASSIGN(double grace, number_of(node, key));
+       if (!std::isfinite(grace) || grace < 0) return fail("{} must be a number of at least 0", quote(key));
+       config.kill_grace_s = grace;
+       return {};
+     }},
+    {"default_time_limit",
+     [](const toml::node& node, std::string_view key, DaemonConfig& config) -> Result<void> {
+       TRY_ASSIGN(config.default_time_limit_s, duration_of(node, key));
+       return {};
+     }},
+    {"max_time_limit",
+     [](const toml::node& node, std::string_view key, DaemonConfig& config) -> Result<void> {
+       TRY_ASSIGN(config.max_time_limit_s, duration_of(node, key));
+       return {};
+     }},
+};
+
+const Key kSchedulerKeys[] = {
+    {"policy",
+     [](const toml::node& node, std::string_view key, DaemonConfig& config) -> Result<void> {
+       TRY_ASSIGN(std::string name, text_of(node, key));
+       auto policy = parse_policy(name);
+       if (!policy) return fail("{} must be fifo, backfill or gpupool", quote(key));
+       config.scheduler.policy = *policy;
+       return {};
+     }},
+    {"quota_gpus",
+     [](const toml::node& node, std::string_view key, DaemonConfig& config) -> Result<void> {
+       TRY_ASSIGN(config.scheduler.quota_gpus, positive_number(node, key));
+       return {};
+     }},
+    {"fair_share_half_life_h",
+     [](const toml::node& node, std::string_view key, DaemonConfig& config) -> Result<void> {
+       TRY_ASSIGN(config.scheduler.fair_share_half_life_s, hours_in_seconds(node, key));
+       return {};
+     }},
+    {"default_runtime_h",
+     [](const toml::node& node, std::string_view key, DaemonConfig& config) -> Result<void> {
+       TRY_ASSIGN(config.scheduler.default_runtime_s, hours_in_seconds(node, key));
+       return {};
+     }},
+    {"backfill_depth",
+     [](const toml::node& node, std::string_view key, DaemonConfig& config) -> Result<void> {
+       std::optional<int64_t> depth = node.is_integer() ? node.value<int64_t>() : std::nullopt;
+       if (!depth || *depth < 1) return fail("{} must be a whole number of at least 1", quote(key));
+       config.scheduler.backfill_depth = static_cast<size_t>(*depth);
+       return {};
+     }},
+};
+
+std::string names_of(std::span<const Key> keys) {
+  std::string names;
+  for (const Key& key : keys) names += fmt::format("{}{}", names.empty() ? "" : ", ", key.name);
+  return names;
+}
+
+class ConfigReader {
+ public:
+  explicit ConfigReader(const std::string& source) : source_(source) {}
+
+  Result<DaemonConfig> read(const toml::table& document) {
+    for (const auto& [key, node] : document) {
+      const toml::table* table = node.as_table();
+      if (key == "daemon" || key == "scheduler" || key == "quotas") {
+        if (table == nullptr) return at(key, fail("{} must be a table ([{}])", quote(key.str()), key.str()));
+        if (key == "daemon") TRY(read_keys(*table, "daemon", kDaemonKeys));
+        if (key == "scheduler") TRY(read_keys(*table, "scheduler", kSchedulerKeys));
+        if (key == "quotas") TRY(read_quotas(*table));
+      } else if (table != nullptr) {
+        return at(key, fail("unknown table {} (known: daemon, scheduler, quotas)", quote(key.str())));
+      } else {
+        return at(key, fail("unknown key {} outside a table (known tables: daemon, scheduler, quotas)",
+                            quote(key.str())));
+      }
+    }
+    if (config_.default_time_limit_s && config_.max_time_limit_s &&
+        *config_.default_time_limit_s > *config_.max_time_limit_s) {
+      const toml::key& key = document["daemon"].as_table()->find("default_time_limit")->first;
+      return at(key, fail("'default_time_limit' ({} s) is longer than 'max_time_limit' ({} s)",
+                          *config_.default_time_limit_s, *config_.max_time_limit_s));
+    }
+    return config_;
+  }
+
+ private:
+  Error at(const toml::key& key, Error error) const {
+    return fail("{}:{}: {}", source_, key.source().begin.line, error.message);
+  }
+
+  Result<void> read_keys(const toml::table& table, std::string_view table_name, std::span<const Key> keys) {
+    for (const auto& [key, node] : table) {
+      const Key* known = nullptr;
+      for (const Key& candidate : keys) {
+        if (key == candidate.name) known = &candidate;
+      }
+      if (known == nullptr) {
+        return at(key,
+                  fail("unknown key {} in [{}] (known: {})", quote(key.str()), table_name, names_of(keys)));
+      }
+      if (auto read = known->read(node, key.str(), config_); !read) return at(key, std::move(read).error());
+    }
+    return {};
+  }
+
+  // [quotas]: any user name, each a number of GPUs.
+  Result<void> read_quotas(const toml::table& table) {
+    for (const auto& [key, node] : table) {
+      auto quota = positive_number(node, key.str());
+      if (!quota) return at(key, std::move(quota).error());
+      config_.scheduler.user_quota_gpus[std::string(key.str())] = *quota;
+    }
+    return {};
+  }
+
+  const std::string& source_;
+  DaemonConfig config_;
+};
+
+}  // namespace
+
+Result<DaemonConfig> parse_config(std::string_view text, const std::string& source) {
+  toml::table document;
+  try {
+    document = toml::parse(text, source);
+  } catch (const toml::parse_error& error) {  // toml++ reports syntax errors by exception only
+    // Its description quotes what it saw, newlines and all.
+    return fail("{}:{}: {}", source, error.source().begin.line,
+                printable(error.description(), kMaxDetailBytes));
+  }
+  return ConfigReader(source).read(document);
+}
+
+Result<DaemonConfig> load_config(const std::string& path, bool named_explicitly) {
+  std::error_code ignored;
+  if (std::filesystem::is_directory(path, ignored)) return fail("cannot read {}: it is a directory", path);
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    int error = errno;
+    if (error == ENOENT && !named_explicitly) return DaemonConfig{};
+    return fail("cannot read {}: {}", path, std::strerror(error));
+  }
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (in.bad()) return fail("cannot read {}", path);
+  return parse_config(text.str(), path);
+}
+
+}  // namespace gpupool

@@ -1,0 +1,38 @@
+// gpupoold's configuration: a TOML file, /etc/gpupool/gpupool.toml unless GPUPOOL_CONFIG or
+// `gpupoold --config` names another. Every key is optional; a missing file means defaults.
+// Unknown keys and wrong types are errors with the file's line number, so a typo never
+// silently leaves a limit unset. docs/configuration.md documents every key.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "core/result.h"
+#include "core/scheduler.h"
+
+namespace gpupool {
+
+struct DaemonConfig {
+  // [daemon]
+  std::optional<std::string> admin_group;  // members may act on anyone's job, drain, resume
+  double sample_interval_s = 1.0;          // how often NVML is read for outside processes
+  double kill_grace_s = 10.0;              // between SIGTERM and SIGKILL (cancel, time limit)
+  std::optional<double> default_time_limit_s;  // for jobs submitted without --time
+  std::optional<double> max_time_limit_s;      // submissions asking for more are refused
+  // [scheduler]: policy, fair_share_half_life_h, default_runtime_h, backfill_depth, quota_gpus;
+  // [quotas]: user = GPUs, into scheduler.user_quota_gpus
+  SchedulerConfig scheduler;
+};
+
+inline constexpr const char* kDefaultConfigPath = "/etc/gpupool/gpupool.toml";
+
+// Parses TOML text; `source` names it in errors ("gpupool.toml:7: unknown key 'polcy' in
+// [scheduler]").
+Result<DaemonConfig> parse_config(std::string_view text, const std::string& source);
+
+// Reads the file; a missing file at the default path gives the defaults, a missing file that
+// was named explicitly is an error.
+Result<DaemonConfig> load_config(const std::string& path, bool named_explicitly);
+
+}  // namespace gpupool

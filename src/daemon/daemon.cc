@@ -1,0 +1,1179 @@
+#include "daemon/daemon.h"
+
+#include <fcntl.h>
+#include <grp.h>
+#include <pwd.h>
+#include <signal.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <climits>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <set>
+#include <unordered_map>
+
+#include <asio.hpp>
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include "core/allocation.h"
+#include "core/scheduler.h"
+#include "core/text.h"
+#include "daemon/job_store.h"
+#include "daemon/supervisor.h"
+#include "gpu/gpu_backend.h"
+#include "lease/gpu_pool.h"
+#include "lease/lease_directory.h"
+#include "os/host_files.h"
+#include "os/unix_socket.h"
+#include "protocol/messages.h"
+
+namespace gpupool {
+namespace {
+
+using asio::local::stream_protocol;
+namespace proto = protocol;
+
+template <class... Ts>
+struct Overloaded : Ts... {
+  using Ts::operator()...;
+};
+template <class... Ts>
+Overloaded(Ts...) -> Overloaded<Ts...>;
+
+double unix_now() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+// The supplementary groups of a connected process, from /proc (what the user's session has),
+// falling back to the group database.
+std::vector<gid_t> process_groups(const HostFiles& host, pid_t pid, const std::string& user, gid_t gid) {
+  std::vector<gid_t> groups;
+  if (auto status = host.read(fmt::format("/proc/{}/status", pid))) {
+    size_t at = status->find("\nGroups:");
+    if (at != std::string::npos) {
+      size_t end = status->find('\n', at + 1);
+      for (const std::string& piece : split(status->substr(at + 8, end - at - 8), ' ')) {
+        std::string word;
+        for (char c : piece) {
+          if (c != '\t') word += c;
+        }
+        if (all_digits(word)) groups.push_back(static_cast<gid_t>(std::stoul(word)));
+      }
+      return groups;
+    }
+  }
+  int count = 64;
+  groups.resize(static_cast<size_t>(count));
+  if (getgrouplist(user.c_str(), gid, groups.data(), &count) < 0) {
+    groups.resize(static_cast<size_t>(count));
+    getgrouplist(user.c_str(), gid, groups.data(), &count);
+  }
+  groups.resize(static_cast<size_t>(std::max(count, 0)));
+  return groups;
+}
+
+Result<void> ensure_directory(const std::string& path, mode_t mode) {
+  if (mkdir(path.c_str(), mode) != 0 && errno != EEXIST) {
+    return fail("cannot create {}: {}", path, std::strerror(errno));
+  }
+  struct stat st {};
+  if (lstat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) return fail("{} is not a directory", path);
+  if (st.st_uid != geteuid()) return fail("{} belongs to uid {}, not to the daemon's user", path, st.st_uid);
+  if (chmod(path.c_str(), mode) != 0) return fail("cannot set the mode of {}: {}", path, std::strerror(errno));
+  return {};
+}
+
+int pidfd_open(pid_t pid) { return static_cast<int>(syscall(SYS_pidfd_open, pid, 0)); }
+
+JobRequest scheduler_request(const Job& job) {
+  return JobRequest{job.id, job.owner.user, job.spec.gpu_count, job.spec.slice_mib, job.spec.priority,
+                    job.spec.time_limit_s};
+}
+
+// How an attempt (batch) or a lease (interactive) ended.
+struct Outcome {
+  std::optional<int> exit_code;
+  std::optional<int> signal;
+  std::string reason;
+  bool cancelled = false;
+};
+
+}  // namespace
+
+std::string default_state_dir() {
+  if (const char* dir = std::getenv("GPUPOOL_STATE_DIR"); dir != nullptr && *dir != '\0') return dir;
+  if (geteuid() == 0) return "/var/lib/gpupool";
+  if (const char* xdg = std::getenv("XDG_STATE_HOME"); xdg != nullptr && *xdg != '\0') {
+    return std::string(xdg) + "/gpupool";
+  }
+  const char* home = std::getenv("HOME");
+  return std::string(home != nullptr ? home : "/tmp") + "/.local/state/gpupool";
+}
+
+class Daemon::Impl {
+ public:
+  Impl(DaemonSettings settings, JobStore store, LeaseDirectory leases, std::unique_ptr<GpuBackend> backend,
+       Machine machine, Scheduler scheduler)
+      : settings_(std::move(settings)),
+        store_(std::move(store)),
+        leases_(std::move(leases)),
+        backend_(std::move(backend)),
+        machine_(std::move(machine)),
+        scheduler_(std::move(scheduler)),
+        acceptor_(io_),
+        sample_timer_(io_),
+        signals_(io_, SIGTERM, SIGINT) {}
+
+  Result<void> open_socket();
+  Result<void> recover();
+  Result<void> run();
+
+ private:
+  struct Session : std::enable_shared_from_this<Session> {
+    explicit Session(stream_protocol::socket s) : socket(std::move(s)), input(proto::kMaxMessageBytes) {}
+    stream_protocol::socket socket;
+    asio::streambuf input;
+    PeerCredentials peer;
+    JobOwner owner;
+    bool greeted = false;
+    bool admin = false;
+    bool closing = false;
+    std::optional<JobNumber> lease_job;  // an interactive job this connection waits for or holds
+    bool granted = false;
+    std::set<JobNumber> waiting_for;     // a `wait` in progress
+    std::vector<JobNumber> wait_ids;
+    struct Outgoing {
+      std::string line;
+      std::vector<int> descriptors;  // owned copies, closed once sent
+    };
+    std::deque<Outgoing> outbox;
+    bool writing = false;
+  };
+  using SessionPtr = std::shared_ptr<Session>;
+
+  // sessions and messages
+  void accept();
+  void read(const SessionPtr& session);
+  void handle_line(const SessionPtr& session, const std::string& line);
+  void send(const SessionPtr& session, const proto::Response& response, std::vector<int> descriptors = {});
+  void flush(const SessionPtr& session);
+  void close(const SessionPtr& session);
+  void on_disconnect(const SessionPtr& session);
+  void handle(const SessionPtr& s, const proto::SubmitRequest& r);
+  void handle(const SessionPtr& s, const proto::JobsRequest& r);
+  void handle(const SessionPtr& s, const proto::ShowRequest& r);
+  void handle(const SessionPtr& s, const proto::JobActionRequest& r);
+  void handle(const SessionPtr& s, const proto::WaitRequest& r);
+  void handle(const SessionPtr& s, const proto::LogsRequest& r);
+  void handle(const SessionPtr& s, const proto::AdminRequest& r);
+  void handle(const SessionPtr& s, const proto::StatusRequest& r);
+  void handle(const SessionPtr& s, const proto::LeaseRequest& r);
+  void handle(const SessionPtr& s, const proto::FinishedRequest& r);
+  void commit_submissions();
+
+  // jobs
+  Result<Job> admit(const SessionPtr& session, const proto::SubmitRequest& request, JobKind kind);
+  Result<std::optional<Job>> find_job(JobNumber id) const;
+  bool may_act_on(const Session& session, const Job& job) const;
+  Job for_client(Job job, const Session& session) const;
+  void enqueue(JobNumber id);
+  void dispatch();
+  void start(const JobStart& start);
+  void start_batch(Job& job, HeldLeases held);
+  void start_interactive(Job& job, HeldLeases held);
+  void watch(JobNumber id, pid_t pid);
+  void on_exit(JobNumber id);
+  void complete(JobNumber id, const Outcome& outcome);
+  void finalize(Job& job, JobState state, std::string reason);
+  void job_finished(const Job& job);
+  void answer_wait(const SessionPtr& session);
+  std::optional<std::string> cancel(Job& job, const std::string& by);
+  void save(const Job& job);
+  std::string record_path(const Job& job) const;
+  void fill_log_paths(Job& job) const;
+
+  // sampling
+  void schedule_sample(std::chrono::milliseconds delay);
+  void sample();
+
+  DaemonSettings settings_;
+  JobStore store_;
+  LeaseDirectory leases_;
+  std::unique_ptr<GpuBackend> backend_;
+  Machine machine_;
+  Scheduler scheduler_;
+  HostFiles host_;
+  asio::io_context io_;
+  stream_protocol::acceptor acceptor_;
+  asio::steady_timer sample_timer_;
+  asio::signal_set signals_;
+  std::optional<gid_t> admin_gid_;
+  bool drained_ = false;
+  std::string socket_path_;
+  int instance_lock_ = -1;
+
+  std::vector<std::pair<SessionPtr, Job>> pending_submissions_;  // admitted, not yet stored
+  std::map<JobNumber, Job> active_;                 // queued, held and running jobs
+  std::set<JobNumber> in_scheduler_;                // queued jobs the scheduler knows
+  std::set<JobNumber> cancel_requested_;
+  std::map<JobNumber, std::vector<JobNumber>> dependents_;  // job → jobs waiting for it
+  std::unordered_map<JobNumber, std::unique_ptr<asio::posix::stream_descriptor>> watchers_;
+  std::unordered_map<JobNumber, SessionPtr> lease_sessions_;
+  std::map<JobNumber, std::vector<std::weak_ptr<Session>>> waiters_;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Start-up
+
+Result<void> Daemon::Impl::open_socket() {
+  // One daemon per state directory: the lock lives as long as this process.
+  std::string lock_path = settings_.state_dir + "/gpupoold.lock";
+  instance_lock_ = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (instance_lock_ < 0) return fail("cannot open {}: {}", lock_path, std::strerror(errno));
+  if (flock(instance_lock_, LOCK_EX | LOCK_NB) != 0) {
+    return fail("another gpupoold is running with state directory {}", settings_.state_dir);
+  }
+  socket_path_ = proto::socket_path(settings_.runtime_dir);
+  struct stat st {};
+  if (lstat(socket_path_.c_str(), &st) == 0) {
+    // Left by a daemon that died, unless someone else planted it there.
+    if (st.st_uid != geteuid()) {
+      return fail("{} belongs to uid {}: remove it, it is not this daemon's", socket_path_, st.st_uid);
+    }
+    if (auto fd = connect_unix_socket(socket_path_)) {
+      ::close(*fd);
+      return fail("another gpupoold is listening on {}", socket_path_);
+    }
+    unlink(socket_path_.c_str());
+  }
+  asio::error_code error;
+  acceptor_.open(stream_protocol(), error);
+  if (!error) acceptor_.bind(stream_protocol::endpoint(socket_path_), error);
+  if (!error) acceptor_.listen(asio::socket_base::max_listen_connections, error);
+  if (error) return fail("cannot listen on {}: {}", socket_path_, error.message());
+  // A system daemon serves everyone (identity comes from the kernel, not the socket's mode);
+  // a personal daemon only its own user.
+  if (chmod(socket_path_.c_str(), geteuid() == 0 ? 0666 : 0600) != 0) {
+    return fail("cannot set the mode of {}: {}", socket_path_, std::strerror(errno));
+  }
+  return {};
+}
+
+Result<void> Daemon::Impl::recover() {
+  if (settings_.config.admin_group) {
+    group entry{};
+    group* found = nullptr;
+    std::vector<char> buffer(16384);
+    if (getgrnam_r(settings_.config.admin_group->c_str(), &entry, buffer.data(), buffer.size(), &found) != 0 ||
+        found == nullptr) {
+      return fail("admin_group '{}' does not exist", *settings_.config.admin_group);
+    }
+    admin_gid_ = found->gr_gid;
+  }
+  TRY_ASSIGN(auto drained, store_.setting("drained"));
+  drained_ = drained && *drained == "1";
+  TRY_ASSIGN(std::vector<Job> jobs, store_.unfinished());
+  double now = unix_now();
+  std::vector<JobNumber> queued;
+  for (Job& job : jobs) {
+    JobNumber id = job.id;
+    active_[id] = job;
+    Job& stored = active_[id];
+    if (stored.state == JobState::Queued) queued.push_back(id);
+    if (stored.state != JobState::Running) continue;
+    if (stored.spec.kind == JobKind::Interactive) {
+      bool alive = stored.pid && stored.pid_start_ticks &&
+                   host_.process_start_ticks(static_cast<uint32_t>(*stored.pid)) == stored.pid_start_ticks;
+      TRY(scheduler_.adopt(scheduler_request(stored), stored.gpus, stored.start_time.value_or(now)));
+      if (alive) {
+        watch(id, *stored.pid);
+      } else {
+        complete(id, Outcome{std::nullopt, std::nullopt, "exit status unknown: the daemon restarted while it ran", false});
+      }
+      continue;
+    }
+    TRY_ASSIGN(AttemptRecord record, read_attempt_record(record_path(stored)));
+    if (record.progress == AttemptProgress::NeverStarted) {
+      // The daemon died between recording the start and the supervisor starting the job: the
+      // attempt is done again, under the same number, so its record must go.
+      unlink(record_path(stored).c_str());
+      stored.state = JobState::Queued;
+      stored.attempts -= 1;
+      stored.gpus.clear();
+      stored.gpu_uuids.clear();
+      stored.start_time.reset();
+      stored.pid.reset();
+      save(stored);
+      queued.push_back(id);
+      continue;
+    }
+    TRY(scheduler_.adopt(scheduler_request(stored), stored.gpus, stored.start_time.value_or(now)));
+    if (record.progress == AttemptProgress::Running && record.supervisor_pid) {
+      stored.pid = record.supervisor_pid;
+      watch(id, *record.supervisor_pid);
+    } else {
+      on_exit(id);  // Exited or Lost: record it now
+    }
+  }
+  for (JobNumber id : queued) enqueue(id);
+  return {};
+}
+
+Result<void> Daemon::Impl::run() {
+  signals_.async_wait([this](const asio::error_code& error, int) {
+    if (!error) io_.stop();
+  });
+  accept();
+  schedule_sample(std::chrono::milliseconds(0));
+  dispatch();
+  fmt::print(stderr, "gpupoold: serving {} GPUs on {} (state in {})\n", machine_.gpus.size(), socket_path_,
+             settings_.state_dir);
+  io_.run();
+  acceptor_.close();
+  unlink(socket_path_.c_str());
+  fmt::print(stderr, "gpupoold: stopped; {} running jobs keep running\n", scheduler_.running());
+  return {};
+}
+
+// ---------------------------------------------------------------------------------------------
+// Sessions
+
+void Daemon::Impl::accept() {
+  acceptor_.async_accept([this](const asio::error_code& error, stream_protocol::socket socket) {
+    if (error) {
+      if (error != asio::error::operation_aborted) accept();
+      return;
+    }
+    auto session = std::make_shared<Session>(std::move(socket));
+    auto peer = peer_credentials(session->socket.native_handle());
+    if (peer) {
+      session->peer = *peer;
+      session->owner.uid = peer->uid;
+      session->owner.gid = peer->gid;
+      session->owner.user = user_name(peer->uid);
+      session->owner.groups = process_groups(host_, peer->pid, session->owner.user, peer->gid);
+      session->admin = peer->uid == 0 || (admin_gid_ && (peer->gid == *admin_gid_ ||
+                                                         std::find(session->owner.groups.begin(),
+                                                                   session->owner.groups.end(),
+                                                                   *admin_gid_) != session->owner.groups.end()));
+      read(session);
+    }
+    accept();
+  });
+}
+
+void Daemon::Impl::read(const SessionPtr& session) {
+  asio::async_read_until(session->socket, session->input, '\n',
+                         [this, session](const asio::error_code& error, size_t length) {
+                           if (error) {
+                             if (error == asio::error::not_found) {
+                               send(session, proto::ErrorResponse{fmt::format(
+                                                 "bad request: longer than {} bytes", proto::kMaxMessageBytes)});
+                               session->closing = true;
+                               flush(session);
+                             }
+                             on_disconnect(session);
+                             return;
+                           }
+                           std::string line(asio::buffers_begin(session->input.data()),
+                                            asio::buffers_begin(session->input.data()) +
+                                                static_cast<std::ptrdiff_t>(length - 1));
+                           session->input.consume(length);
+                           handle_line(session, line);
+                           if (!session->closing) read(session);
+                         });
+}
+
+void Daemon::Impl::handle_line(const SessionPtr& session, const std::string& line) {
+  if (!session->greeted) {
+    auto hello = proto::parse_hello(line);
+    if (!hello) {
+      send(session, proto::ErrorResponse{hello.error().message});
+    } else if (hello->protocol != proto::kVersion) {
+      send(session, proto::ErrorResponse{fmt::format("protocol {} is not supported: this gpupoold speaks {}",
+                                                     hello->protocol, proto::kVersion)});
+    } else {
+      session->greeted = true;
+      std::string reply = proto::encode(
+          proto::Hello{proto::kVersion, std::string("gpupoold ") + GPUPOOL_VERSION, session->owner.user});
+      session->outbox.push_back({std::move(reply), {}});
+      flush(session);
+      return;
+    }
+    session->closing = true;
+    flush(session);
+    return;
+  }
+  auto request = proto::parse_request(line);
+  if (!request) {
+    // A malformed message says nothing trustworthy about what else the client will send.
+    send(session, proto::ErrorResponse{request.error().message});
+    session->closing = true;
+    flush(session);
+    return;
+  }
+  std::visit([&](const auto& r) { handle(session, r); }, *request);
+  dispatch();
+}
+
+void Daemon::Impl::send(const SessionPtr& session, const proto::Response& response, std::vector<int> descriptors) {
+  session->outbox.push_back({proto::encode(response), std::move(descriptors)});
+  flush(session);
+}
+
+void Daemon::Impl::flush(const SessionPtr& session) {
+  if (session->writing) return;
+  while (!session->outbox.empty() && !session->outbox.front().descriptors.empty()) {
+    // Descriptors go with sendmsg; the line is short and the client is waiting for it.
+    Session::Outgoing& out = session->outbox.front();
+    auto sent = send_line(session->socket.native_handle(), out.line, out.descriptors);
+    for (int fd : out.descriptors) ::close(fd);
+    session->outbox.pop_front();
+    if (!sent) {
+      close(session);
+      return;
+    }
+  }
+  if (session->outbox.empty()) {
+    if (session->closing) close(session);
+    return;
+  }
+  session->writing = true;
+  session->outbox.front().line += '\n';
+  asio::async_write(session->socket, asio::buffer(session->outbox.front().line),
+                    [this, session](const asio::error_code& error, size_t) {
+                      session->writing = false;
+                      session->outbox.pop_front();
+                      if (error) {
+                        close(session);
+                        return;
+                      }
+                      flush(session);
+                    });
+}
+
+void Daemon::Impl::close(const SessionPtr& session) {
+  for (auto& out : session->outbox) {
+    for (int fd : out.descriptors) ::close(fd);
+  }
+  session->outbox.clear();
+  asio::error_code ignored;
+  session->socket.shutdown(asio::socket_base::shutdown_both, ignored);
+  session->socket.close(ignored);
+}
+
+void Daemon::Impl::on_disconnect(const SessionPtr& session) {
+  close(session);
+  if (!session->lease_job) return;
+  JobNumber id = *session->lease_job;
+  session->lease_job.reset();
+  lease_sessions_.erase(id);
+  auto it = active_.find(id);
+  if (it == active_.end()) return;
+  if (it->second.state == JobState::Running) {
+    // The client went away without reporting: its program may live on and keep the lease
+    // (the locks say so at the next sample), but the job as the queue knows it is over.
+    complete(id, Outcome{std::nullopt, std::nullopt, "exit status unknown: the client disconnected", false});
+  } else {
+    cancel(it->second, "its client, which disconnected");
+  }
+  dispatch();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Requests
+
+Result<Job> Daemon::Impl::admit(const SessionPtr& session, const proto::SubmitRequest& request, JobKind kind) {
+  Job job;
+  job.spec = request.spec;
+  job.spec.kind = kind;
+  job.owner = session->owner;
+  if (geteuid() != 0 && job.owner.uid != geteuid()) {
+    return fail("this gpupoold runs as {} and can only run {}'s jobs", user_name(geteuid()), user_name(geteuid()));
+  }
+  if (job.spec.priority > 0 && !session->admin) {
+    return fail("only an administrator may submit with a priority above 0");
+  }
+  if (!job.spec.time_limit_s) job.spec.time_limit_s = settings_.config.default_time_limit_s;
+  if (job.spec.time_limit_s && settings_.config.max_time_limit_s &&
+      *job.spec.time_limit_s > *settings_.config.max_time_limit_s) {
+    return fail("time limit {} s is above this machine's maximum of {} s", *job.spec.time_limit_s,
+                *settings_.config.max_time_limit_s);
+  }
+  GpuRequest gpus{job.spec.gpu_count, job.spec.slice_mib, {}, {}};
+  std::vector<GpuAvailability> idle(machine_.gpus.size());
+  TRY(choose_gpus(machine_, idle, gpus));  // an error when it could never run here
+  for (JobNumber after : job.spec.after) {
+    TRY_ASSIGN(auto found, find_job(after));
+    if (!found) return fail("job {} (in --after) does not exist", after);
+  }
+  job.submit_time = unix_now();
+  return job;
+}
+
+void Daemon::Impl::handle(const SessionPtr& s, const proto::SubmitRequest& r) {
+  auto admitted = admit(s, r, JobKind::Batch);
+  if (!admitted) return send(s, proto::ErrorResponse{admitted.error().message});
+  // Group commit: the submissions that arrive while the loop is busy share one sync to disk.
+  pending_submissions_.emplace_back(s, std::move(*admitted));
+  if (pending_submissions_.size() == 1) asio::post(io_, [this] { commit_submissions(); });
+}
+
+void Daemon::Impl::commit_submissions() {
+  auto pending = std::move(pending_submissions_);
+  pending_submissions_.clear();
+  std::vector<Job> jobs;
+  for (auto& [session, job] : pending) jobs.push_back(job);
+  auto ids = store_.insert_all(jobs);  // durable before the clients hear their ids
+  for (size_t i = 0; i < pending.size(); ++i) {
+    auto& [session, job] = pending[i];
+    if (!ids) {
+      send(session, proto::ErrorResponse{ids.error().message});
+      continue;
+    }
+    job.id = (*ids)[i];
+    fill_log_paths(job);
+    active_[job.id] = job;
+    enqueue(job.id);
+    send(session, proto::SubmitResponse{job.id});
+  }
+  dispatch();
+}
+
+void Daemon::Impl::handle(const SessionPtr& s, const proto::LeaseRequest& r) {
+  if (s->lease_job) return send(s, proto::ErrorResponse{"this connection already has a lease request"});
+  if (!r.allowed.empty() || !r.excluded.empty()) {
+    return send(s, proto::ErrorResponse{"--gpus and --exclude are not supported through gpupoold's queue yet"});
+  }
+  auto admitted = admit(s, proto::SubmitRequest{r.spec}, JobKind::Interactive);
+  if (!admitted) return send(s, proto::ErrorResponse{admitted.error().message});
+  Job job = std::move(*admitted);
+  job.pid = s->peer.pid;
+  job.pid_start_ticks = host_.process_start_ticks(static_cast<uint32_t>(s->peer.pid));
+  auto id = store_.insert(job);
+  if (!id) return send(s, proto::ErrorResponse{id.error().message});
+  job.id = *id;
+  active_[job.id] = job;
+  s->lease_job = job.id;
+  lease_sessions_[job.id] = s;
+  enqueue(job.id);
+  dispatch();
+  Job& queued = active_[job.id];
+  if (queued.state == JobState::Queued || queued.state == JobState::Held) {
+    std::string reason = queued.reason;
+    if (reason.empty()) {
+      GpuRequest request{queued.spec.gpu_count, queued.spec.slice_mib, {}, {}};
+      reason = describe_wait(machine_, scheduler_.availability(), request);
+    }
+    send(s, proto::LeaseQueued{job.id, reason});
+  }
+}
+
+void Daemon::Impl::handle(const SessionPtr& s, const proto::FinishedRequest& r) {
+  if (!s->lease_job || !s->granted) return send(s, proto::ErrorResponse{"no lease was granted on this connection"});
+  JobNumber id = *s->lease_job;
+  s->lease_job.reset();
+  lease_sessions_.erase(id);
+  complete(id, Outcome{r.exit_code, r.signal, "", false});
+  send(s, proto::Ack{});
+}
+
+void Daemon::Impl::handle(const SessionPtr& s, const proto::JobsRequest& r) {
+  JobFilter filter;
+  filter.include_finished = r.all;
+  filter.user = r.user;
+  filter.state = r.state;
+  auto jobs = store_.list(filter);
+  if (!jobs) return send(s, proto::ErrorResponse{jobs.error().message});
+  proto::JobsResponse response;
+  for (Job& job : *jobs) {
+    job.spec.environment.clear();  // listings stay small; `show` gives the owner everything
+    response.jobs.push_back(for_client(std::move(job), *s));
+  }
+  send(s, response);
+}
+
+void Daemon::Impl::handle(const SessionPtr& s, const proto::ShowRequest& r) {
+  auto job = find_job(r.id);
+  if (!job) return send(s, proto::ErrorResponse{job.error().message});
+  if (!*job) return send(s, proto::ErrorResponse{fmt::format("no job {}", r.id)});
+  send(s, proto::JobsResponse{{for_client(std::move(**job), *s)}});
+}
+
+void Daemon::Impl::handle(const SessionPtr& s, const proto::LogsRequest& r) {
+  auto job = find_job(r.id);
+  if (!job) return send(s, proto::ErrorResponse{job.error().message});
+  if (!*job) return send(s, proto::ErrorResponse{fmt::format("no job {}", r.id)});
+  if (!may_act_on(*s, **job)) {
+    return send(s, proto::ErrorResponse{fmt::format("job {} belongs to {}: only they may read its logs", r.id,
+                                                    (*job)->owner.user)});
+  }
+  if ((*job)->spec.kind != JobKind::Batch) {
+    return send(s, proto::ErrorResponse{fmt::format("job {} ran in its user's terminal: it has no logs", r.id)});
+  }
+  send(s, proto::JobsResponse{{for_client(std::move(**job), *s)}});
+}
+
+void Daemon::Impl::handle(const SessionPtr& s, const proto::JobActionRequest& r) {
+  proto::JobActionResponse response;
+  for (JobNumber id : r.ids) {
+    proto::ActionOutcome outcome{id, std::nullopt, std::nullopt};
+    auto it = active_.find(id);
+    if (it == active_.end()) {
+      auto stored = find_job(id);
+      if (!stored) {
+        outcome.error = stored.error().message;
+      } else if (!*stored) {
+        outcome.error = fmt::format("no job {}", id);
+      } else {
+        outcome.error = fmt::format("job {} has already {}", id, to_string((*stored)->state));
+        outcome.state = (*stored)->state;
+      }
+      response.outcomes.push_back(outcome);
+      continue;
+    }
+    Job& job = it->second;
+    if (!may_act_on(*s, job)) {
+      outcome.error = fmt::format("job {} belongs to {}: only they or an administrator may change it", id,
+                                  job.owner.user);
+      outcome.state = job.state;
+      response.outcomes.push_back(outcome);
+      continue;
+    }
+    switch (r.action) {
+      case proto::JobAction::Cancel:
+        outcome.error = cancel(job, s->owner.user);
+        break;
+      case proto::JobAction::Hold:
+        if (job.state == JobState::Running) {
+          outcome.error = fmt::format("job {} is running: cancel it instead", id);
+        } else if (job.state == JobState::Queued) {
+          if (in_scheduler_.erase(id) > 0) (void)scheduler_.remove(id);
+          job.state = JobState::Held;
+          job.reason = fmt::format("held by {}", s->owner.user);
+          save(job);
+        }
+        break;
+      case proto::JobAction::Release:
+        if (job.state == JobState::Held) {
+          job.state = JobState::Queued;
+          job.reason.clear();
+          save(job);
+          enqueue(id);
+        } else {
+          outcome.error = fmt::format("job {} is not held", id);
+        }
+        break;
+    }
+    auto after = active_.find(id);
+    outcome.state = after != active_.end() ? after->second.state : JobState::Cancelled;
+    response.outcomes.push_back(outcome);
+  }
+  send(s, response);
+}
+
+void Daemon::Impl::handle(const SessionPtr& s, const proto::WaitRequest& r) {
+  s->waiting_for.clear();
+  s->wait_ids = r.ids;
+  for (JobNumber id : r.ids) {
+    auto job = find_job(id);
+    if (!job) return send(s, proto::ErrorResponse{job.error().message});
+    if (!*job) return send(s, proto::ErrorResponse{fmt::format("no job {}", id)});
+    if (!is_finished((*job)->state)) {
+      s->waiting_for.insert(id);
+      waiters_[id].push_back(s);
+    }
+  }
+  if (s->waiting_for.empty()) answer_wait(s);
+}
+
+void Daemon::Impl::handle(const SessionPtr& s, const proto::AdminRequest& r) {
+  if (!s->admin) return send(s, proto::ErrorResponse{"only root or the admin group may drain or resume"});
+  drained_ = r.action == proto::AdminAction::Drain;
+  auto stored = store_.set_setting("drained", drained_ ? "1" : "0");
+  if (!stored) return send(s, proto::ErrorResponse{stored.error().message});
+  send(s, proto::Ack{});
+}
+
+void Daemon::Impl::handle(const SessionPtr& s, const proto::StatusRequest&) {
+  proto::StatusResponse status;
+  status.software = std::string("gpupoold ") + GPUPOOL_VERSION;
+  status.pid = getpid();
+  status.drained = drained_;
+  char host[256] = {};
+  gethostname(host, sizeof(host) - 1);
+  const char* sim = std::getenv("GPUPOOL_SIM");
+  status.machine = sim != nullptr && *sim != '\0' ? fmt::format("{} (simulated {})", host, sim) : host;
+  status.gpus = static_cast<unsigned>(machine_.gpus.size());
+  for (const auto& [id, job] : active_) {
+    if (job.state == JobState::Queued) ++status.queued;
+    if (job.state == JobState::Held) ++status.held;
+    if (job.state == JobState::Running) ++status.running;
+  }
+  send(s, status);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Jobs
+
+Result<std::optional<Job>> Daemon::Impl::find_job(JobNumber id) const {
+  if (auto it = active_.find(id); it != active_.end()) return std::optional<Job>(it->second);
+  TRY_ASSIGN(std::optional<Job> stored, store_.get(id));
+  if (stored) fill_log_paths(*stored);
+  return stored;
+}
+
+bool Daemon::Impl::may_act_on(const Session& session, const Job& job) const {
+  return session.admin || session.owner.uid == job.owner.uid;
+}
+
+Job Daemon::Impl::for_client(Job job, const Session& session) const {
+  // Another user's environment may hold their secrets.
+  if (!may_act_on(session, job)) job.spec.environment.clear();
+  fill_log_paths(job);
+  return job;
+}
+
+void Daemon::Impl::fill_log_paths(Job& job) const {
+  if (job.spec.kind != JobKind::Batch || job.id == 0) return;
+  job.stdout_path = fmt::format("{}/logs/{}.out", settings_.state_dir, job.id);
+  job.stderr_path = fmt::format("{}/logs/{}.err", settings_.state_dir, job.id);
+}
+
+std::string Daemon::Impl::record_path(const Job& job) const {
+  return fmt::format("{}/attempts/{}.{}", settings_.state_dir, job.id, job.attempts);
+}
+
+void Daemon::Impl::save(const Job& job) {
+  if (auto saved = store_.update(job); !saved) {
+    fmt::print(stderr, "gpupoold: cannot save job {}: {}\n", job.id, saved.error().message);
+  }
+}
+
+// Puts a queued job in the scheduler once the jobs it runs after are done.
+void Daemon::Impl::enqueue(JobNumber id) {
+  Job& job = active_.at(id);
+  if (job.state != JobState::Queued || in_scheduler_.count(id) > 0) return;
+  for (JobNumber after : job.spec.after) {
+    auto found = find_job(after);
+    if (!found || !*found) {
+      finalize(job, JobState::Failed, fmt::format("job {}, which it runs after, cannot be found", after));
+      return;
+    }
+    JobState state = (*found)->state;
+    if (state == JobState::Done) continue;
+    if (is_finished(state)) {
+      finalize(job, JobState::Failed, fmt::format("job {}, which it runs after, {}", after, to_string(state)));
+      return;
+    }
+    job.reason = fmt::format("waiting for job {}", after);
+    auto& list = dependents_[after];
+    if (std::find(list.begin(), list.end(), id) == list.end()) list.push_back(id);
+    return;
+  }
+  if (auto submitted = scheduler_.submit(scheduler_request(job), unix_now()); !submitted) {
+    finalize(job, JobState::Failed, submitted.error().message);
+    return;
+  }
+  job.reason.clear();
+  in_scheduler_.insert(id);
+}
+
+void Daemon::Impl::dispatch() {
+  if (drained_) return;
+  for (const JobStart& start_decision : scheduler_.schedule(unix_now())) start(start_decision);
+}
+
+void Daemon::Impl::start(const JobStart& decision) {
+  in_scheduler_.erase(decision.id);
+  Job& job = active_.at(decision.id);
+  std::string holder_name = fmt::format("job-{}", job.id);
+  pid_t holder_pid = job.spec.kind == JobKind::Interactive && job.pid ? *job.pid : getpid();
+  LeaseHolder holder{holder_pid, "", holder_name, static_cast<int64_t>(unix_now())};
+  auto held = leases_.try_acquire(claims_for(machine_, decision.gpus, job.spec.slice_mib), holder);
+  if (!held || !*held) {
+    // Someone outside the daemon took one of the GPUs since the last sample: look again soon.
+    (void)scheduler_.requeue(job.id, unix_now());
+    in_scheduler_.insert(job.id);
+    if (!held) fmt::print(stderr, "gpupoold: job {}: {}\n", job.id, held.error().message);
+    schedule_sample(std::chrono::milliseconds(50));
+    return;
+  }
+  job.state = JobState::Running;
+  job.gpus = decision.gpus;
+  job.gpu_uuids.clear();
+  for (unsigned index : decision.gpus) job.gpu_uuids.push_back(machine_.gpus.at(index).uuid);
+  job.start_time = unix_now();
+  job.end_time.reset();
+  job.exit_code.reset();
+  job.signal.reset();
+  job.reason.clear();
+  if (job.spec.kind == JobKind::Batch) {
+    start_batch(job, std::move(**held));
+  } else {
+    start_interactive(job, std::move(**held));
+  }
+}
+
+void Daemon::Impl::start_batch(Job& job, HeldLeases held) {
+  job.attempts += 1;
+  job.pid.reset();
+  save(job);  // "running, attempt N" is on disk before the attempt can begin
+  SupervisedAttempt attempt;
+  attempt.id = job.id;
+  attempt.attempt = job.attempts;
+  attempt.uid = job.owner.uid;
+  attempt.gid = job.owner.gid;
+  attempt.groups = job.owner.groups;
+  attempt.argv = job.spec.argv;
+  attempt.environment = with_overrides(
+      job.spec.environment, gpu_environment(machine_, job.gpus, std::to_string(job.id), job.spec.slice_mib));
+  attempt.cwd = job.spec.cwd;
+  attempt.umask = job.spec.umask;
+  fill_log_paths(job);
+  attempt.stdout_path = job.stdout_path;
+  attempt.stderr_path = job.stderr_path;
+  attempt.time_limit_s = job.spec.time_limit_s;
+  attempt.kill_grace_s = settings_.config.kill_grace_s;
+  attempt.record_path = record_path(job);
+  auto pid = start_supervisor(attempt, settings_.supervisor_program, held.descriptors());
+  if (!pid) {
+    held.release();
+    complete(job.id, Outcome{std::nullopt, std::nullopt, "could not start: " + pid.error().message, false});
+    return;
+  }
+  held.set_holder_pid(*pid);
+  held.hand_over();
+  job.pid = *pid;
+  job.pid_start_ticks = host_.process_start_ticks(static_cast<uint32_t>(*pid));
+  save(job);
+  watch(job.id, *pid);
+}
+
+void Daemon::Impl::start_interactive(Job& job, HeldLeases held) {
+  auto session = lease_sessions_.find(job.id);
+  if (session == lease_sessions_.end()) {
+    held.release();
+    complete(job.id, Outcome{std::nullopt, std::nullopt, "its client disconnected", true});
+    return;
+  }
+  std::vector<int> copies;
+  for (int fd : held.descriptors()) copies.push_back(fcntl(fd, F_DUPFD_CLOEXEC, 3));
+  proto::LeaseGranted granted{job.id, job.gpus, job.gpu_uuids, job.spec.slice_mib,
+                              static_cast<unsigned>(copies.size())};
+  session->second->granted = true;
+  send(session->second, granted, std::move(copies));
+  held.hand_over();
+  save(job);
+  // The client's exit (or its message) ends the job; its pid is watched for after a restart.
+}
+
+void Daemon::Impl::watch(JobNumber id, pid_t pid) {
+  int fd = pidfd_open(pid);
+  if (fd < 0) {
+    asio::post(io_, [this, id] { on_exit(id); });  // already gone
+    return;
+  }
+  auto watcher = std::make_unique<asio::posix::stream_descriptor>(io_, fd);
+  watcher->async_wait(asio::posix::stream_descriptor::wait_read, [this, id](const asio::error_code& error) {
+    if (error == asio::error::operation_aborted) return;
+    on_exit(id);
+  });
+  watchers_[id] = std::move(watcher);
+}
+
+void Daemon::Impl::on_exit(JobNumber id) {
+  watchers_.erase(id);
+  auto it = active_.find(id);
+  if (it == active_.end() || it->second.state != JobState::Running) return;
+  Job& job = it->second;
+  if (job.spec.kind == JobKind::Interactive) {
+    if (lease_sessions_.count(id) > 0) return;  // the connection reports for it
+    complete(id, Outcome{std::nullopt, std::nullopt, "exit status unknown: the daemon restarted while it ran", false});
+    dispatch();
+    return;
+  }
+  if (job.pid) {
+    int status = 0;
+    waitpid(*job.pid, &status, WNOHANG);  // reap our own child; an adopted one is init's
+  }
+  Outcome outcome;
+  auto record = read_attempt_record(record_path(job));
+  if (!record) {
+    outcome.reason = record.error().message;
+  } else if (record->progress == AttemptProgress::Exited) {
+    outcome.exit_code = record->exit_code;
+    outcome.signal = record->signal;
+    outcome.reason = record->reason;
+    outcome.cancelled = record->reason == "cancelled";
+  } else if (record->progress == AttemptProgress::Lost) {
+    outcome.reason = "its supervisor was killed while it ran; its processes may still be running";
+  } else {
+    // The supervisor ended before starting the job (e.g. the daemon was killed before handing
+    // it the attempt): the job never ran, so it goes back to the queue as it was.
+    (void)scheduler_.finish(id, unix_now());
+    unlink(record_path(job).c_str());
+    job.attempts -= 1;
+    job.state = JobState::Queued;
+    job.gpus.clear();
+    job.gpu_uuids.clear();
+    job.start_time.reset();
+    job.pid.reset();
+    save(job);
+    enqueue(id);
+    dispatch();
+    return;
+  }
+  complete(id, outcome);
+  dispatch();
+}
+
+void Daemon::Impl::complete(JobNumber id, const Outcome& outcome) {
+  auto it = active_.find(id);
+  if (it == active_.end()) return;
+  Job& job = it->second;
+  (void)scheduler_.finish(id, unix_now());
+  watchers_.erase(id);
+  job.exit_code = outcome.exit_code;
+  job.signal = outcome.signal;
+  job.end_time = unix_now();
+  bool cancelled = outcome.cancelled || cancel_requested_.erase(id) > 0;
+  if (cancelled) {
+    // Keep "cancelled by USER" (set when the cancel was asked) over the supervisor's "cancelled".
+    bool said_who = job.reason.rfind("cancelled by", 0) == 0;
+    finalize(job, JobState::Cancelled, said_who || outcome.reason.empty() ? job.reason : outcome.reason);
+    return;
+  }
+  if (outcome.exit_code == 0) {
+    finalize(job, JobState::Done, outcome.reason);
+    return;
+  }
+  if (!outcome.exit_code && job.spec.kind == JobKind::Interactive) {
+    finalize(job, JobState::Done, outcome.reason);  // ran; how it ended was not reported
+    return;
+  }
+  std::string why = !outcome.reason.empty() ? outcome.reason
+                    : outcome.signal      ? fmt::format("killed by signal {}", *outcome.signal)
+                                          : fmt::format("exit code {}", outcome.exit_code.value_or(-1));
+  if (job.spec.kind == JobKind::Batch && job.attempts <= job.spec.retries) {
+    job.state = JobState::Queued;
+    job.reason = fmt::format("retry {} of {} after: {}", job.attempts, job.spec.retries, why);
+    job.pid.reset();
+    save(job);
+    enqueue(id);
+    return;
+  }
+  finalize(job, JobState::Failed, why);
+}
+
+void Daemon::Impl::finalize(Job& job, JobState state, std::string reason) {
+  JobNumber id = job.id;
+  if (in_scheduler_.erase(id) > 0) (void)scheduler_.remove(id);
+  job.state = state;
+  job.reason = std::move(reason);
+  if (!job.end_time) job.end_time = unix_now();
+  job.pid.reset();
+  save(job);
+  Job finished = std::move(job);
+  active_.erase(id);
+  if (auto session = lease_sessions_.find(id); session != lease_sessions_.end()) {
+    // A `gpupool run` still waiting: tell it, and let it go.
+    SessionPtr client = session->second;
+    lease_sessions_.erase(session);
+    client->lease_job.reset();
+    if (!client->granted) send(client, proto::ErrorResponse{fmt::format("job {} {}: {}", id, to_string(state),
+                                                                       finished.reason)});
+  }
+  job_finished(finished);
+  auto dependents = dependents_.extract(id);
+  if (!dependents.empty()) {
+    for (JobNumber dependent : dependents.mapped()) {
+      if (active_.count(dependent) > 0) enqueue(dependent);
+    }
+  }
+}
+
+// Answers the `wait`s that were waiting for this job last.
+void Daemon::Impl::job_finished(const Job& job) {
+  auto waiting = waiters_.extract(job.id);
+  if (waiting.empty()) return;
+  for (auto& weak : waiting.mapped()) {
+    SessionPtr session = weak.lock();
+    if (!session || session->waiting_for.erase(job.id) == 0) continue;
+    if (session->waiting_for.empty()) answer_wait(session);
+  }
+}
+
+void Daemon::Impl::answer_wait(const SessionPtr& session) {
+  proto::JobsResponse response;
+  for (JobNumber id : session->wait_ids) {
+    auto job = find_job(id);
+    if (!job || !*job) return send(session, proto::ErrorResponse{fmt::format("job {} has disappeared", id)});
+    Job found = std::move(**job);
+    found.spec.environment.clear();
+    response.jobs.push_back(for_client(std::move(found), *session));
+  }
+  send(session, response);
+}
+
+std::optional<std::string> Daemon::Impl::cancel(Job& job, const std::string& by) {
+  switch (job.state) {
+    case JobState::Queued:
+    case JobState::Held:
+      finalize(job, JobState::Cancelled, fmt::format("cancelled by {}", by));
+      return std::nullopt;
+    case JobState::Running:
+      cancel_requested_.insert(job.id);
+      if (job.spec.kind == JobKind::Interactive) {
+        // `gpupool run` passes SIGTERM on to the program in the user's terminal.
+        if (job.pid && kill(*job.pid, SIGTERM) != 0) return fmt::format("cannot signal the client: {}", std::strerror(errno));
+      } else if (job.pid) {
+        if (auto sent = cancel_supervised(*job.pid); !sent) return sent.error().message;
+      }
+      job.reason = fmt::format("cancelled by {}", by);
+      return std::nullopt;
+    default:
+      return fmt::format("job {} has already {}", job.id, to_string(job.state));
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Sampling: what stands on the GPUs apart from the daemon's own jobs
+
+void Daemon::Impl::schedule_sample(std::chrono::milliseconds delay) {
+  auto due = std::chrono::steady_clock::now() + delay;
+  if (sample_timer_.expiry() > std::chrono::steady_clock::now() && sample_timer_.expiry() <= due) return;
+  sample_timer_.expires_at(due);
+  sample_timer_.async_wait([this](const asio::error_code& error) {
+    if (error) return;
+    sample();
+    schedule_sample(std::chrono::milliseconds(static_cast<int64_t>(settings_.config.sample_interval_s * 1000)));
+  });
+}
+
+void Daemon::Impl::sample() {
+  auto machine = backend_->discover(DiscoveryScope{.links = false, .processes = true});
+  if (!machine) {
+    fmt::print(stderr, "gpupoold: cannot read the GPUs: {}\n", machine.error().message);
+    return;
+  }
+  auto survey = survey_pool(*machine, leases_, host_, busy_memory_threshold_mib());
+  if (!survey) {
+    fmt::print(stderr, "gpupoold: cannot read the leases: {}\n", survey.error().message);
+    return;
+  }
+  // Leases of the daemon's own running jobs are the scheduler's business, not outside use.
+  std::vector<GpuAvailability> outside = std::move(*survey);
+  outside.resize(machine_.gpus.size());
+  for (const auto& [id, job] : active_) {
+    if (job.state != JobState::Running) continue;
+    for (unsigned index : job.gpus) {
+      if (index >= outside.size()) continue;
+      GpuAvailability& a = outside[index];
+      if (job.spec.slice_mib) {
+        a.shared_mib -= std::min(a.shared_mib, *job.spec.slice_mib);
+      } else {
+        a.exclusive_held = false;
+      }
+    }
+  }
+  if (auto set = scheduler_.set_outside_use(outside); !set) {
+    fmt::print(stderr, "gpupoold: {}\n", set.error().message);
+  }
+  dispatch();
+}
+
+// ---------------------------------------------------------------------------------------------
+
+Daemon::Daemon(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Daemon::~Daemon() = default;
+
+Result<std::unique_ptr<Daemon>> Daemon::create(DaemonSettings settings) {
+  // The database holds every job's environment: nothing the daemon creates is for others to
+  // read unless it says so (the socket, the directories and the logs get their modes set).
+  umask(077);
+  TRY(ensure_directory(settings.state_dir, 0755));
+  TRY(ensure_directory(settings.state_dir + "/logs", 0755));
+  TRY(ensure_directory(settings.state_dir + "/attempts", 0700));
+  std::string database = settings.state_dir + "/gpupool.db";
+  TRY_ASSIGN(JobStore store, JobStore::open(database));
+  for (const char* suffix : {"", "-wal", "-shm"}) chmod((database + suffix).c_str(), 0600);
+  TRY_ASSIGN(LeaseDirectory leases, LeaseDirectory::open(settings.runtime_dir));
+  TRY_ASSIGN(auto backend, open_gpu_backend());
+  TRY_ASSIGN(Machine machine, backend->discover(DiscoveryScope{.links = true, .processes = false}));
+  TRY_ASSIGN(Scheduler scheduler, Scheduler::create(machine, settings.config.scheduler));
+  auto impl = std::make_unique<Impl>(std::move(settings), std::move(store), std::move(leases), std::move(backend),
+                                     std::move(machine), std::move(scheduler));
+  TRY(impl->open_socket());
+  TRY(impl->recover());
+  return std::unique_ptr<Daemon>(new Daemon(std::move(impl)));
+}
+
+Result<void> Daemon::run() { return impl_->run(); }
+
+}  // namespace gpupool
+
+namespace gpupool {
+
+int daemon_main(int argc, char** argv) {
+  // The supervisor of one job attempt: gpupoold re-executed by itself (see supervisor.h).
+  if (argc == 2 && std::string_view(argv[1]) == "supervise") return supervise_main();
+
+  CLI::App app{"gpupoold: the GPU job queue of a shared machine"};
+  app.set_version_flag("--version", std::string("gpupoold ") + GPUPOOL_VERSION);
+  std::string config_path;
+  std::string state_dir = default_state_dir();
+  std::string runtime_dir = LeaseDirectory::default_path();
+  app.add_option("--config", config_path,
+                 fmt::format("Configuration file (default: $GPUPOOL_CONFIG, else {})", kDefaultConfigPath));
+  app.add_option("--state-dir", state_dir, "Jobs database and logs (default: $GPUPOOL_STATE_DIR, else "
+                                           "/var/lib/gpupool for root, ~/.local/state/gpupool for others)");
+  app.add_option("--runtime-dir", runtime_dir,
+                 "Lease directory holding the socket (default: $GPUPOOL_RUNTIME_DIR, else /run/gpupool or "
+                 "/tmp/gpupool)");
+  app.footer("Set GPUPOOL_SIM=NAME (e.g. hgx-h200) to serve a simulated machine instead of the real GPUs.");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  bool named = !config_path.empty();
+  if (!named) {
+    const char* env = std::getenv("GPUPOOL_CONFIG");
+    named = env != nullptr && *env != '\0';
+    config_path = named ? env : kDefaultConfigPath;
+  }
+  auto config = load_config(config_path, named);
+  if (!config) {
+    fmt::print(stderr, "gpupoold: {}\n", config.error().message);
+    return 1;
+  }
+  char self[PATH_MAX] = {};
+  ssize_t length = readlink("/proc/self/exe", self, sizeof(self) - 1);
+  if (length <= 0) {
+    fmt::print(stderr, "gpupoold: cannot find its own program: {}\n", std::strerror(errno));
+    return 1;
+  }
+  DaemonSettings settings{runtime_dir, state_dir, std::string(self, static_cast<size_t>(length)), std::move(*config)};
+  auto daemon = Daemon::create(std::move(settings));
+  if (!daemon) {
+    fmt::print(stderr, "gpupoold: {}\n", daemon.error().message);
+    return 1;
+  }
+  if (auto served = (*daemon)->run(); !served) {
+    fmt::print(stderr, "gpupoold: {}\n", served.error().message);
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace gpupool

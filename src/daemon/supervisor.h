@@ -1,0 +1,97 @@
+// Running one attempt of a batch job so that it outlives the daemon.
+//
+// The daemon does not run jobs itself: for each attempt it starts a supervisor (gpupoold
+// re-executed as `gpupoold supervise`), which leaves the daemon's session, starts the job as
+// its owner in a process group of its own, enforces the time limit and cancellation
+// (SIGTERM to the group, a grace period, SIGKILL), and writes how the attempt ended into the
+// attempt's record file. Killing the daemon (even with SIGKILL) therefore stops no job, and a
+// restarted daemon learns everything from the record file:
+//
+//   record file  STATE_DIR/attempts/<id>.<attempt>, root-owned, JSON lines:
+//     {"event":"supervising","supervisor_pid":P,"time":T}      written by the daemon right after
+//                                                              the fork, before the supervisor has
+//                                                              its attempt, so always first
+//     {"event":"started","job_pid":P,"pgid":P,"time":T}        fsync'd before the job execs
+//     {"event":"exited","exit_code":C|null,"signal":S|null,"reason":R,"time":T}
+//   exit_code is null when the job never got to exec (its directory, identity or logs failed:
+//   reason "could not start: ..."); a command not found is 127, one not runnable 126.
+//   An OFD write lock on the record file is taken by the daemon before it forks and is held,
+//   through the inherited descriptor, by the supervisor until it has written "exited". So:
+//     locked                      → the supervisor lives: adopt it
+//     unlocked, "exited"          → the attempt ended: record it
+//     unlocked, "started" only    → the supervisor died under the job: failed ("supervisor lost")
+//     unlocked, no "started"      → the job never ran: safe to start it again
+//     no file                     → the job never ran
+//
+// The job's process never gets the record file's descriptor (close-on-exec), so it cannot
+// forge its own outcome. It does inherit the lease descriptors, so its GPUs stay held for as
+// long as it (or anything it left running) lives, even when the supervisor is killed.
+#pragma once
+
+#include <sys/types.h>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/job.h"
+#include "core/result.h"
+
+namespace gpupool {
+
+// Everything the supervisor needs, passed to it as JSON on a pipe.
+struct SupervisedAttempt {
+  JobNumber id = 0;
+  unsigned attempt = 1;
+  uid_t uid = 0;
+  gid_t gid = 0;
+  std::vector<gid_t> groups;
+  std::vector<std::string> argv;         // argv[0] looked up on the job environment's PATH
+  std::vector<std::string> environment;  // complete: the daemon has added CUDA_VISIBLE_DEVICES etc.
+  std::string cwd;
+  mode_t umask = 022;
+  std::string stdout_path;  // appended to (attempts share one log), created 0600 owned by uid
+  std::string stderr_path;
+  std::optional<double> time_limit_s;
+  double kill_grace_s = 10;
+  std::string record_path;
+};
+
+// Daemon side. Creates the record file (O_EXCL: an existing one is refused), locks it, and starts
+// `supervisor_program supervise` with the lease descriptors and the record descriptor
+// inherited, then writes "supervising"; returns the supervisor's pid (a child of the caller until
+// it is reaped). Safe in a threaded daemon. On failure neither a record nor a process is left.
+Result<pid_t> start_supervisor(const SupervisedAttempt& attempt, const std::string& supervisor_program,
+                               const std::vector<int>& lease_descriptors);
+
+// Supervisor side: the body of `gpupoold supervise`; reads the attempt from stdin.
+// Returns the supervisor's exit status (0 once the outcome is recorded).
+int supervise_main();
+
+// Asks the supervisor to cancel: it sends SIGTERM to the job's group, waits the grace period,
+// then SIGKILL, and records reason "cancelled".
+Result<void> cancel_supervised(pid_t supervisor_pid);
+
+enum class AttemptProgress {
+  NeverStarted,  // no file, or no "started": the job may be started again
+  Running,       // the record is locked: the supervisor lives
+  Exited,        // "exited" recorded
+  Lost,          // started, but the supervisor died before recording the end
+};
+
+struct AttemptRecord {
+  AttemptProgress progress = AttemptProgress::NeverStarted;
+  std::optional<pid_t> supervisor_pid;
+  std::optional<pid_t> job_pid;
+  std::optional<double> start_time;
+  std::optional<double> end_time;
+  std::optional<int> exit_code;  // shell's view: status or 128 + signal
+  std::optional<int> signal;
+  std::string reason;            // "", "time limit", "cancelled", "could not start: ...", ...
+};
+
+// Reads (and checks the lock of) an attempt's record file. A torn last line (the writer was
+// killed mid-write) is ignored.
+Result<AttemptRecord> read_attempt_record(const std::string& record_path);
+
+}  // namespace gpupool

@@ -1,0 +1,37 @@
+#include "os/host_files.h"
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include <gtest/gtest.h>
+
+namespace gpupool {
+namespace {
+
+TEST(HostFilesTest, ReadsParentAndStartTimeFromProcStat) {
+  char pattern[] = "/tmp/gpupool-host-files-test-XXXXXX";
+  std::string root = mkdtemp(pattern);
+  std::filesystem::create_directories(root + "/proc/42");
+  // A command name with spaces and parentheses, as a process may choose.
+  std::ofstream(root + "/proc/42/stat")
+      << "42 (a) b (c) S 7 42 42 0 -1 4194560 100 0 0 0 5 6 0 0 20 0 1 0 123456789 1000 10 "
+         "18446744073709551615 1 1 0 0 0 0 0 0 0 0 0 17 3 0 0 0 0 0\n";
+  HostFiles host(root);
+  EXPECT_EQ(host.parent_pid(42), 7u);
+  EXPECT_EQ(host.process_start_ticks(42), 123456789u);
+  EXPECT_EQ(host.process_start_ticks(43), std::nullopt);
+  std::filesystem::remove_all(root);
+}
+
+TEST(HostFilesTest, AProcessKeepsItsStartTime) {
+  HostFiles host;
+  auto ours = host.process_start_ticks(static_cast<uint32_t>(getpid()));
+  ASSERT_TRUE(ours.has_value());
+  EXPECT_EQ(host.process_start_ticks(static_cast<uint32_t>(getpid())), ours);
+  EXPECT_LE(host.process_start_ticks(1).value_or(0), *ours);
+}
+
+}  // namespace
+}  // namespace gpupool

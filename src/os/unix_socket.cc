@@ -1,0 +1,122 @@
+#include "os/unix_socket.h"
+
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+namespace gpupool {
+namespace {
+
+constexpr size_t kMaxDescriptors = 64;
+
+Result<sockaddr_un> socket_address(const std::string& path) {
+  sockaddr_un address{};
+  address.sun_family = AF_UNIX;
+  if (path.size() >= sizeof(address.sun_path)) return fail("socket path too long: {}", path);
+  std::memcpy(address.sun_path, path.c_str(), path.size() + 1);
+  return address;
+}
+
+}  // namespace
+
+Result<PeerCredentials> peer_credentials(int socket_fd) {
+  ucred credentials{};
+  socklen_t size = sizeof(credentials);
+  if (getsockopt(socket_fd, SOL_SOCKET, SO_PEERCRED, &credentials, &size) != 0) {
+    return fail("cannot read the peer's credentials: {}", std::strerror(errno));
+  }
+  return PeerCredentials{credentials.pid, credentials.uid, credentials.gid};
+}
+
+Result<int> connect_unix_socket(const std::string& path) {
+  TRY_ASSIGN(sockaddr_un address, socket_address(path));
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return fail("cannot create a socket: {}", std::strerror(errno));
+  if (connect(fd, reinterpret_cast<const sockaddr*>(&address), sizeof(address)) != 0) {
+    int error = errno;
+    ::close(fd);
+    return fail("cannot connect to {}: {}", path, std::strerror(error));
+  }
+  return fd;
+}
+
+Result<void> send_line(int socket_fd, const std::string& line, const std::vector<int>& descriptors) {
+  if (descriptors.size() > kMaxDescriptors) return fail("too many descriptors to send ({})", descriptors.size());
+  std::string data = line + '\n';
+  size_t sent = 0;
+  bool attach = !descriptors.empty();
+  while (sent < data.size()) {
+    iovec io{data.data() + sent, data.size() - sent};
+    msghdr message{};
+    message.msg_iov = &io;
+    message.msg_iovlen = 1;
+    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kMaxDescriptors)];
+    if (attach) {
+      size_t bytes = sizeof(int) * descriptors.size();
+      message.msg_control = control;
+      message.msg_controllen = CMSG_SPACE(bytes);
+      cmsghdr* header = CMSG_FIRSTHDR(&message);
+      header->cmsg_level = SOL_SOCKET;
+      header->cmsg_type = SCM_RIGHTS;
+      header->cmsg_len = CMSG_LEN(bytes);
+      std::memcpy(CMSG_DATA(header), descriptors.data(), bytes);
+    }
+    ssize_t n = sendmsg(socket_fd, &message, MSG_NOSIGNAL);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return fail("cannot send to the socket: {}", std::strerror(errno));
+    }
+    attach = false;  // the descriptors went with the first byte
+    sent += static_cast<size_t>(n);
+  }
+  return {};
+}
+
+LineReader::~LineReader() {
+  for (int fd : descriptors_) ::close(fd);
+}
+
+Result<std::optional<ReceivedLine>> LineReader::read_line() {
+  for (;;) {
+    if (size_t end = buffer_.find('\n'); end != std::string::npos) {
+      if (end > max_bytes_) return fail("message longer than {} bytes", max_bytes_);
+      ReceivedLine received{buffer_.substr(0, end), std::move(descriptors_)};
+      buffer_.erase(0, end + 1);
+      descriptors_.clear();
+      return std::optional<ReceivedLine>(std::move(received));
+    }
+    if (buffer_.size() > max_bytes_) return fail("message longer than {} bytes", max_bytes_);
+    char data[65536];
+    iovec io{data, sizeof(data)};
+    msghdr message{};
+    message.msg_iov = &io;
+    message.msg_iovlen = 1;
+    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kMaxDescriptors)];
+    message.msg_control = control;
+    message.msg_controllen = sizeof(control);
+    ssize_t n = recvmsg(fd_, &message, MSG_CMSG_CLOEXEC);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return fail("cannot read from the socket: {}", std::strerror(errno));
+    }
+    for (cmsghdr* header = CMSG_FIRSTHDR(&message); header != nullptr; header = CMSG_NXTHDR(&message, header)) {
+      if (header->cmsg_level != SOL_SOCKET || header->cmsg_type != SCM_RIGHTS) continue;
+      size_t count = (header->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+      for (size_t i = 0; i < count; ++i) {
+        int fd = -1;
+        std::memcpy(&fd, CMSG_DATA(header) + i * sizeof(int), sizeof(int));
+        descriptors_.push_back(fd);
+      }
+    }
+    if (n == 0) {
+      if (!buffer_.empty()) return fail("the connection closed in the middle of a message");
+      return std::optional<ReceivedLine>();
+    }
+    buffer_.append(data, static_cast<size_t>(n));
+  }
+}
+
+}  // namespace gpupool

@@ -1,0 +1,53 @@
+// Unix stream sockets carrying newline-delimited messages, optionally with descriptors
+// attached (SCM_RIGHTS), and the peer's credentials (SO_PEERCRED). Used by the daemon and by
+// its clients; blocking, for the client side and for the daemon's short replies.
+#pragma once
+
+#include <sys/types.h>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/result.h"
+
+namespace gpupool {
+
+struct PeerCredentials {
+  pid_t pid = 0;
+  uid_t uid = 0;
+  gid_t gid = 0;
+};
+
+Result<PeerCredentials> peer_credentials(int socket_fd);
+
+// Connects to the socket at `path`; the error says why ("no daemon listening on …").
+Result<int> connect_unix_socket(const std::string& path);
+
+// Sends `line` plus '\n', with `descriptors` attached to its first byte.
+Result<void> send_line(int socket_fd, const std::string& line, const std::vector<int>& descriptors = {});
+
+struct ReceivedLine {
+  std::string line;              // without the '\n'
+  std::vector<int> descriptors;  // received with it (the caller owns them)
+};
+
+// Reads one line at a time from a blocking socket, keeping what follows it for the next call
+// and collecting descriptors that arrive on the way. Lines longer than `max_bytes` are an error.
+class LineReader {
+ public:
+  LineReader(int socket_fd, size_t max_bytes) : fd_(socket_fd), max_bytes_(max_bytes) {}
+  LineReader(const LineReader&) = delete;
+  LineReader& operator=(const LineReader&) = delete;
+  ~LineReader();  // closes descriptors received but not yet handed out
+  // nullopt: the peer closed the connection (cleanly, between lines).
+  Result<std::optional<ReceivedLine>> read_line();
+
+ private:
+  int fd_;
+  size_t max_bytes_;
+  std::string buffer_;
+  std::vector<int> descriptors_;
+};
+
+}  // namespace gpupool

@@ -1,0 +1,93 @@
+#include "os/unix_socket.h"
+
+#include <fcntl.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+namespace gpupool {
+namespace {
+
+struct SocketPair {
+  SocketPair() { EXPECT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds), 0); }
+  ~SocketPair() {
+    for (int fd : fds) {
+      if (fd >= 0) ::close(fd);
+    }
+  }
+  int fds[2] = {-1, -1};
+};
+
+TEST(UnixSocket, LinesArriveOneAtATimeWhateverTheChunking) {
+  SocketPair pair;
+  ASSERT_TRUE(send_line(pair.fds[0], "first").ok());
+  ASSERT_TRUE(send_line(pair.fds[0], "second").ok());
+  ::close(pair.fds[0]);
+  pair.fds[0] = -1;
+  LineReader reader(pair.fds[1], 1024);
+  auto first = reader.read_line();
+  ASSERT_TRUE(first.ok() && first->has_value());
+  EXPECT_EQ((*first)->line, "first");
+  auto second = reader.read_line();
+  ASSERT_TRUE(second.ok() && second->has_value());
+  EXPECT_EQ((*second)->line, "second");
+  auto end = reader.read_line();
+  ASSERT_TRUE(end.ok());
+  EXPECT_FALSE(end->has_value());
+}
+
+TEST(UnixSocket, DescriptorsTravelWithTheirLine) {
+  SocketPair pair;
+  int pipe_fds[2];
+  ASSERT_EQ(pipe2(pipe_fds, O_CLOEXEC), 0);
+  ASSERT_TRUE(send_line(pair.fds[0], "with a descriptor", {pipe_fds[1]}).ok());
+  ::close(pipe_fds[1]);
+  LineReader reader(pair.fds[1], 1024);
+  auto received = reader.read_line();
+  ASSERT_TRUE(received.ok() && received->has_value());
+  ASSERT_EQ((*received)->descriptors.size(), 1u);
+  int fd = (*received)->descriptors[0];
+  EXPECT_NE(fcntl(fd, F_GETFD) & FD_CLOEXEC, 0);  // received close-on-exec
+  ASSERT_EQ(write(fd, "x", 1), 1);  // the same pipe: what we write arrives at the other end
+  char c = 0;
+  ASSERT_EQ(read(pipe_fds[0], &c, 1), 1);
+  EXPECT_EQ(c, 'x');
+  ::close(fd);
+  ::close(pipe_fds[0]);
+}
+
+TEST(UnixSocket, OverlongLineIsAnError) {
+  SocketPair pair;
+  ASSERT_TRUE(send_line(pair.fds[0], std::string(5000, 'a')).ok());
+  LineReader reader(pair.fds[1], 1000);
+  auto received = reader.read_line();
+  ASSERT_FALSE(received.ok());
+  EXPECT_NE(received.error().message.find("longer than 1000 bytes"), std::string::npos);
+}
+
+TEST(UnixSocket, ConnectionClosedMidLineIsAnError) {
+  SocketPair pair;
+  ASSERT_EQ(write(pair.fds[0], "partial", 7), 7);
+  ::close(pair.fds[0]);
+  pair.fds[0] = -1;
+  LineReader reader(pair.fds[1], 1000);
+  EXPECT_FALSE(reader.read_line().ok());
+}
+
+TEST(UnixSocket, PeerCredentialsAreOurs) {
+  SocketPair pair;
+  auto peer = peer_credentials(pair.fds[1]);
+  ASSERT_TRUE(peer.ok());
+  EXPECT_EQ(peer->pid, getpid());
+  EXPECT_EQ(peer->uid, getuid());
+}
+
+TEST(UnixSocket, ConnectingWhereNobodyListensSaysWhere) {
+  auto fd = connect_unix_socket("/nonexistent/gpupoold.sock");
+  ASSERT_FALSE(fd.ok());
+  EXPECT_NE(fd.error().message.find("/nonexistent/gpupoold.sock"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace gpupool

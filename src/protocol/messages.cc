@@ -1,0 +1,608 @@
+#include "protocol/messages.h"
+
+#include <array>
+#include <cmath>
+#include <limits>
+#include <type_traits>
+#include <utility>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "core/quote.h"
+
+namespace gpupool::protocol {
+namespace {
+
+using nlohmann::json;
+
+// Limits of what a message may ask for (docs/protocol.md).
+constexpr size_t kMaxListEntries = 100'000;
+constexpr unsigned kMaxGpus = 1024;  // gpu_count; GPU indices are below it
+constexpr int kMaxPriority = 1000;
+constexpr unsigned kMaxRetries = 100;
+constexpr mode_t kMaxUmask = 0777;
+constexpr int kMaxExitCode = 255;
+constexpr int kMaxSignal = 64;             // SIGRTMAX on Linux
+constexpr unsigned kMaxDescriptors = 253;  // SCM_MAX_FD: the most one sendmsg can carry
+constexpr size_t kMaxDetailBytes = 200;    // of a JSON syntax error in an error line
+
+// --- reading ---
+
+// Names a field in error lines: 'gpu_count', or one entry of a list field, 'ids[2]'.
+struct Field {
+  explicit Field(const char* field_key) : key(field_key) {}
+  Field(const char* field_key, size_t entry) : key(field_key), index(entry) {}
+  const char* key;
+  std::optional<size_t> index;
+};
+
+std::string quoted(const Field& field) {
+  return field.index ? fmt::format("'{}[{}]'", field.key, *field.index) : fmt::format("'{}'", field.key);
+}
+
+// A field's value; nullptr when it is absent or null, which both mean "not given".
+const json* find(const json& object, const char* key) {
+  auto it = object.find(key);
+  return it == object.end() || it->is_null() ? nullptr : &*it;
+}
+
+Result<std::string> as_text(const json& value, const Field& field) {
+  if (!value.is_string()) return fail("{} must be a string", quoted(field));
+  const auto& text = value.get_ref<const std::string&>();
+  if (text.find('\0') != std::string::npos) return fail("{} must not contain a NUL character", quoted(field));
+  return text;
+}
+
+Result<std::string> as_absolute_path(const json& value, const Field& field) {
+  TRY_ASSIGN(std::string path, as_text(value, field));
+  if (!path.starts_with('/')) return fail("{} must be an absolute path", quoted(field));
+  return path;
+}
+
+Result<std::string> as_assignment(const json& value, const Field& field) {
+  TRY_ASSIGN(std::string entry, as_text(value, field));
+  if (entry.find('=') == std::string::npos) return fail("{} must have the form NAME=value", quoted(field));
+  return entry;
+}
+
+Result<bool> as_flag(const json& value, const Field& field) {
+  if (!value.is_boolean()) return fail("{} must be true or false", quoted(field));
+  return value.get<bool>();
+}
+
+template <typename T>
+Result<T> as_whole(const json& value, const Field& field, T min, T max) {
+  static_assert(std::is_integral_v<T>);
+  auto in_range = [&](auto number) {
+    return std::cmp_greater_equal(number, min) && std::cmp_less_equal(number, max);
+  };
+  if (value.is_number_unsigned()) {
+    auto number = value.get<uint64_t>();
+    if (in_range(number)) return static_cast<T>(number);
+  } else if (value.is_number_integer()) {
+    auto number = value.get<int64_t>();
+    if (in_range(number)) return static_cast<T>(number);
+  }
+  if (max == std::numeric_limits<T>::max())
+    return fail("{} must be a whole number of at least {}", quoted(field), min);
+  return fail("{} must be a whole number from {} to {}", quoted(field), min, max);
+}
+
+// A converter for as_whole with its range bound, to pass where a converter is expected.
+template <typename T>
+auto whole(T min, T max) {
+  return [=](const json& value, const Field& field) { return as_whole<T>(value, field, min, max); };
+}
+template <typename T>
+auto whole_from(T min) {
+  return whole<T>(min, std::numeric_limits<T>::max());
+}
+const auto job_number = whole_from<JobNumber>(1);
+const auto gpu_index = whole<unsigned>(0, kMaxGpus - 1);
+
+Result<double> as_seconds(const json& value, const Field& field) {
+  if (value.is_number() && std::isfinite(value.get<double>()) && value.get<double>() > 0)
+    return value.get<double>();
+  return fail("{} must be a positive number of seconds", quoted(field));
+}
+
+Result<double> as_time(const json& value, const Field& field) {
+  if (value.is_number() && std::isfinite(value.get<double>()) && value.get<double>() >= 0)
+    return value.get<double>();
+  return fail("{} must be a time in Unix seconds (a number of at least 0)", quoted(field));
+}
+
+// Enums travel as their to_string names.
+template <typename Enum, size_t N>
+Result<Enum> as_name_of(const json& value, const Field& field, const std::array<Enum, N>& choices) {
+  if (value.is_string()) {
+    for (Enum choice : choices) {
+      if (value.get_ref<const std::string&>() == to_string(choice)) return choice;
+    }
+  }
+  std::string names;
+  for (size_t i = 0; i < N; ++i)
+    names += fmt::format("{}{}", i == 0 ? "" : i + 1 == N ? " or " : ", ", to_string(choices[i]));
+  return fail("{} must be {}", quoted(field), names);
+}
+
+Result<JobState> as_state(const json& value, const Field& field) {
+  return as_name_of(value, field,
+                    std::array{JobState::Queued, JobState::Held, JobState::Running, JobState::Done,
+                               JobState::Failed, JobState::Cancelled});
+}
+
+Result<JobKind> as_kind(const json& value, const Field& field) {
+  return as_name_of(value, field, std::array{JobKind::Batch, JobKind::Interactive});
+}
+
+template <typename Convert>
+using Converted = std::remove_cvref_t<
+    decltype(std::declval<Convert>()(std::declval<const json&>(), std::declval<const Field&>()).value())>;
+
+// A converter of a list whose entries `convert` reads.
+template <typename Convert>
+auto list_of(Convert convert) {
+  return [convert](const json& value, const Field& field) -> Result<std::vector<Converted<Convert>>> {
+    if (!value.is_array()) return fail("{} must be a list", quoted(field));
+    if (value.size() > kMaxListEntries) {
+      return fail("{} must have at most {} entries", quoted(field), kMaxListEntries);
+    }
+    std::vector<Converted<Convert>> entries;
+    entries.reserve(value.size());
+    for (size_t i = 0; i < value.size(); ++i) {
+      TRY_ASSIGN(auto entry, convert(value[i], Field(field.key, i)));
+      entries.push_back(std::move(entry));
+    }
+    return entries;
+  };
+}
+
+template <typename Convert>
+auto required(const json& object, const char* key, Convert convert) -> Result<Converted<Convert>> {
+  const json* value = find(object, key);
+  if (value == nullptr) return fail("'{}' is missing", key);
+  return convert(*value, Field(key));
+}
+
+// Absent or null gives `fallback`.
+template <typename T, typename Convert>
+Result<T> defaulted(const json& object, const char* key, T fallback, Convert convert) {
+  const json* value = find(object, key);
+  if (value == nullptr) return fallback;
+  TRY_ASSIGN(T converted, convert(*value, Field(key)));
+  return converted;
+}
+
+// Absent or null gives nullopt.
+template <typename Convert>
+auto maybe(const json& object, const char* key, Convert convert)
+    -> Result<std::optional<Converted<Convert>>> {
+  return defaulted(object, key, std::optional<Converted<Convert>>(), convert);
+}
+
+Result<const json*> require_object(const json& value, const Field& field) {
+  if (!value.is_object()) return fail("{} must be an object", quoted(field));
+  return &value;
+}
+
+// --- writing ---
+
+template <typename T>
+json or_null(const std::optional<T>& value) {
+  return value ? json(*value) : json(nullptr);
+}
+
+// One line: JSON escapes every control character, so the line holds no newline. Strings that
+// are not UTF-8 (an environment in Latin-1) have their bad bytes replaced by U+FFFD rather
+// than making the encoder fail.
+std::string line_of(const json& message) {
+  return message.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+// --- job specs and jobs ---
+
+void add_spec_fields(const JobSpec& spec, json& object) {
+  object["name"] = spec.name;
+  object["command"] = spec.argv;
+  if (!spec.environment.empty()) object["environment"] = spec.environment;
+  object["cwd"] = spec.cwd;
+  object["umask"] = spec.umask;
+  object["gpu_count"] = spec.gpu_count;
+  object["mem_mib"] = or_null(spec.slice_mib);
+  object["priority"] = spec.priority;
+  object["after"] = spec.after;
+  object["retries"] = spec.retries;
+  object["time_limit_s"] = or_null(spec.time_limit_s);
+  object["kind"] = to_string(spec.kind);
+}
+
+json spec_to_json(const JobSpec& spec) {
+  json object = json::object();
+  add_spec_fields(spec, object);
+  return object;
+}
+
+Result<JobSpec> spec_from_json(const json& object, JobKind default_kind) {
+  JobSpec spec;
+  TRY_ASSIGN(spec.name, defaulted(object, "name", std::string(), as_text));
+  TRY_ASSIGN(spec.argv, defaulted(object, "command", std::vector<std::string>(), list_of(as_text)));
+  TRY_ASSIGN(spec.environment,
+             defaulted(object, "environment", std::vector<std::string>(), list_of(as_assignment)));
+  TRY_ASSIGN(spec.cwd, required(object, "cwd", as_absolute_path));
+  TRY_ASSIGN(spec.umask, defaulted(object, "umask", JobSpec().umask, whole<mode_t>(0, kMaxUmask)));
+  TRY_ASSIGN(spec.gpu_count, defaulted(object, "gpu_count", 1u, whole<unsigned>(1, kMaxGpus)));
+  TRY_ASSIGN(spec.slice_mib, maybe(object, "mem_mib", whole_from<uint64_t>(1)));
+  TRY_ASSIGN(spec.priority, defaulted(object, "priority", 0, whole<int>(-kMaxPriority, kMaxPriority)));
+  TRY_ASSIGN(spec.after, defaulted(object, "after", std::vector<JobNumber>(), list_of(job_number)));
+  TRY_ASSIGN(spec.retries, defaulted(object, "retries", 0u, whole<unsigned>(0, kMaxRetries)));
+  TRY_ASSIGN(spec.time_limit_s, maybe(object, "time_limit_s", as_seconds));
+  TRY_ASSIGN(spec.kind, defaulted(object, "kind", default_kind, as_kind));
+  if (spec.kind == JobKind::Batch && spec.argv.empty())
+    return fail("'command' must not be empty for a batch job");
+  return spec;
+}
+
+// The spec of a submit (batch) or lease (interactive) request.
+auto spec_of_kind(JobKind kind) {
+  return [kind](const json& value, const Field& field) -> Result<JobSpec> {
+    TRY(require_object(value, field));
+    TRY_ASSIGN(JobKind given, defaulted(value, "kind", kind, as_kind));
+    if (given != kind) return fail("'kind' must be {} in this request", to_string(kind));
+    return spec_from_json(value, kind);
+  };
+}
+
+Result<Job> as_job(const json& value, const Field& field) {
+  TRY(require_object(value, field));
+  return job_from_json(value);
+}
+
+// --- hello ---
+
+json hello_json(const Hello& hello) {
+  return {
+      {"hello", "gpupool"}, {"protocol", hello.protocol}, {"software", hello.software}, {"user", hello.user}};
+}
+
+Result<Hello> hello_from_json(const json& object) {
+  TRY_ASSIGN(std::string greeting, required(object, "hello", as_text));
+  if (greeting != "gpupool") return fail("'hello' must be \"gpupool\"");
+  Hello hello;
+  TRY_ASSIGN(hello.protocol, required(object, "protocol", whole_from<int>(1)));
+  TRY_ASSIGN(hello.software, defaulted(object, "software", std::string(), as_text));
+  TRY_ASSIGN(hello.user, defaulted(object, "user", std::string(), as_text));
+  return hello;
+}
+
+// --- requests ---
+
+constexpr std::array<std::pair<JobAction, const char*>, 3> kJobActions = {
+    {{JobAction::Cancel, "cancel"}, {JobAction::Hold, "hold"}, {JobAction::Release, "release"}}};
+constexpr std::array<std::pair<AdminAction, const char*>, 2> kAdminActions = {
+    {{AdminAction::Drain, "drain"}, {AdminAction::Resume, "resume"}}};
+
+template <typename Action, size_t N>
+const char* name_of(Action action, const std::array<std::pair<Action, const char*>, N>& names) {
+  for (const auto& [value, name] : names) {
+    if (value == action) return name;
+  }
+  return "unknown";
+}
+
+json request_json(const SubmitRequest& request) {
+  return {{"op", "submit"}, {"job", spec_to_json(request.spec)}};
+}
+json request_json(const JobsRequest& request) {
+  return {{"op", "jobs"},
+          {"all", request.all},
+          {"user", or_null(request.user)},
+          {"state", request.state ? json(to_string(*request.state)) : json(nullptr)}};
+}
+json request_json(const ShowRequest& request) { return {{"op", "show"}, {"id", request.id}}; }
+json request_json(const JobActionRequest& request) {
+  return {{"op", name_of(request.action, kJobActions)}, {"ids", request.ids}};
+}
+json request_json(const WaitRequest& request) { return {{"op", "wait"}, {"ids", request.ids}}; }
+json request_json(const LogsRequest& request) { return {{"op", "logs"}, {"id", request.id}}; }
+json request_json(const AdminRequest& request) { return {{"op", name_of(request.action, kAdminActions)}}; }
+json request_json(const StatusRequest&) { return {{"op", "status"}}; }
+json request_json(const LeaseRequest& request) {
+  return {{"op", "lease"},
+          {"job", spec_to_json(request.spec)},
+          {"allowed", request.allowed},
+          {"excluded", request.excluded}};
+}
+json request_json(const FinishedRequest& request) {
+  return {{"op", "finished"}, {"exit_code", request.exit_code}, {"signal", or_null(request.signal)}};
+}
+
+// At least one job: an empty list is a client's mistake, not a request for nothing.
+Result<std::vector<JobNumber>> as_job_numbers(const json& value, const Field& field) {
+  TRY_ASSIGN(std::vector<JobNumber> ids, list_of(job_number)(value, field));
+  if (ids.empty()) return fail("{} must name at least one job", quoted(field));
+  return ids;
+}
+
+Result<Request> request_from_json(const json& object) {
+  TRY_ASSIGN(std::string op, required(object, "op", as_text));
+  if (op == "submit") {
+    TRY_ASSIGN(JobSpec spec, required(object, "job", spec_of_kind(JobKind::Batch)));
+    return Request(SubmitRequest{std::move(spec)});
+  }
+  if (op == "jobs") {
+    JobsRequest request;
+    TRY_ASSIGN(request.all, defaulted(object, "all", false, as_flag));
+    TRY_ASSIGN(request.user, maybe(object, "user", as_text));
+    TRY_ASSIGN(request.state, maybe(object, "state", as_state));
+    return Request(request);
+  }
+  if (op == "show" || op == "logs") {
+    TRY_ASSIGN(JobNumber id, required(object, "id", job_number));
+    return op == "show" ? Request(ShowRequest{id}) : Request(LogsRequest{id});
+  }
+  for (const auto& [action, name] : kJobActions) {
+    if (op != name) continue;
+    TRY_ASSIGN(std::vector<JobNumber> ids, required(object, "ids", as_job_numbers));
+    return Request(JobActionRequest{action, std::move(ids)});
+  }
+  if (op == "wait") {
+    TRY_ASSIGN(std::vector<JobNumber> ids, required(object, "ids", as_job_numbers));
+    return Request(WaitRequest{std::move(ids)});
+  }
+  for (const auto& [action, name] : kAdminActions) {
+    if (op == name) return Request(AdminRequest{action});
+  }
+  if (op == "status") return Request(StatusRequest{});
+  if (op == "lease") {
+    LeaseRequest request;
+    TRY_ASSIGN(request.spec, required(object, "job", spec_of_kind(JobKind::Interactive)));
+    TRY_ASSIGN(request.allowed, defaulted(object, "allowed", std::vector<unsigned>(), list_of(gpu_index)));
+    TRY_ASSIGN(request.excluded, defaulted(object, "excluded", std::vector<unsigned>(), list_of(gpu_index)));
+    return Request(std::move(request));
+  }
+  if (op == "finished") {
+    FinishedRequest request;
+    TRY_ASSIGN(request.exit_code, required(object, "exit_code", whole<int>(0, kMaxExitCode)));
+    TRY_ASSIGN(request.signal, maybe(object, "signal", whole<int>(1, kMaxSignal)));
+    return Request(request);
+  }
+  return fail("unknown op {}", quote(op));
+}
+
+// --- responses ---
+
+json outcome_json(const ActionOutcome& outcome) {
+  json object = {{"id", outcome.id}};
+  if (outcome.error) object["error"] = *outcome.error;
+  if (outcome.state) object["state"] = to_string(*outcome.state);
+  return object;
+}
+
+json response_json(const ErrorResponse& response) { return {{"ok", false}, {"error", response.message}}; }
+json response_json(const SubmitResponse& response) { return {{"ok", true}, {"id", response.id}}; }
+json response_json(const JobsResponse& response) {
+  json jobs = json::array();
+  for (const Job& job : response.jobs) jobs.push_back(job_to_json(job));
+  return {{"ok", true}, {"jobs", std::move(jobs)}};
+}
+json response_json(const JobActionResponse& response) {
+  json outcomes = json::array();
+  for (const ActionOutcome& outcome : response.outcomes) outcomes.push_back(outcome_json(outcome));
+  return {{"ok", true}, {"outcomes", std::move(outcomes)}};
+}
+json response_json(const StatusResponse& response) {
+  return {{"ok", true},
+          {"status",
+           {{"software", response.software},
+            {"pid", response.pid},
+            {"drained", response.drained},
+            {"machine", response.machine},
+            {"gpus", response.gpus},
+            {"queued", response.queued},
+            {"held", response.held},
+            {"running", response.running}}}};
+}
+json response_json(const LeaseQueued& response) {
+  return {{"ok", true}, {"event", "queued"}, {"id", response.id}, {"reason", response.reason}};
+}
+json response_json(const LeaseGranted& response) {
+  return {{"ok", true},
+          {"event", "granted"},
+          {"id", response.id},
+          {"gpus", response.gpus},
+          {"uuids", response.uuids},
+          {"mem_mib", or_null(response.slice_mib)},
+          {"descriptors", response.descriptors}};
+}
+json response_json(const Ack&) { return {{"ok", true}}; }
+
+Result<ActionOutcome> as_outcome(const json& value, const Field& field) {
+  TRY(require_object(value, field));
+  ActionOutcome outcome;
+  TRY_ASSIGN(outcome.id, required(value, "id", job_number));
+  TRY_ASSIGN(outcome.error, maybe(value, "error", as_text));
+  TRY_ASSIGN(outcome.state, maybe(value, "state", as_state));
+  return outcome;
+}
+
+Result<StatusResponse> as_status(const json& value, const Field& field) {
+  TRY(require_object(value, field));
+  StatusResponse status;
+  const auto count = whole_from<unsigned>(0);
+  TRY_ASSIGN(status.software, defaulted(value, "software", std::string(), as_text));
+  TRY_ASSIGN(status.pid, defaulted(value, "pid", int64_t{0}, whole_from<int64_t>(0)));
+  TRY_ASSIGN(status.drained, defaulted(value, "drained", false, as_flag));
+  TRY_ASSIGN(status.machine, defaulted(value, "machine", std::string(), as_text));
+  TRY_ASSIGN(status.gpus, defaulted(value, "gpus", 0u, count));
+  TRY_ASSIGN(status.queued, defaulted(value, "queued", 0u, count));
+  TRY_ASSIGN(status.held, defaulted(value, "held", 0u, count));
+  TRY_ASSIGN(status.running, defaulted(value, "running", 0u, count));
+  return status;
+}
+
+Result<Response> lease_event_from_json(const json& object, const std::string& event) {
+  if (event == "queued") {
+    LeaseQueued queued;
+    TRY_ASSIGN(queued.id, required(object, "id", job_number));
+    TRY_ASSIGN(queued.reason, defaulted(object, "reason", std::string(), as_text));
+    return Response(std::move(queued));
+  }
+  if (event == "granted") {
+    LeaseGranted granted;
+    TRY_ASSIGN(granted.id, required(object, "id", job_number));
+    TRY_ASSIGN(granted.gpus, required(object, "gpus", list_of(gpu_index)));
+    if (granted.gpus.empty()) return fail("'gpus' must name at least one GPU");
+    TRY_ASSIGN(granted.uuids, defaulted(object, "uuids", std::vector<std::string>(), list_of(as_text)));
+    if (granted.uuids.size() != granted.gpus.size()) return fail("'uuids' must have one entry per GPU");
+    TRY_ASSIGN(granted.slice_mib, maybe(object, "mem_mib", whole_from<uint64_t>(1)));
+    TRY_ASSIGN(granted.descriptors,
+               defaulted(object, "descriptors", 0u, whole<unsigned>(0, kMaxDescriptors)));
+    return Response(std::move(granted));
+  }
+  return fail("unknown event {}", quote(event));
+}
+
+// A successful response's type is told by which field it has, checked in this order.
+Result<Response> response_from_json(const json& object) {
+  TRY_ASSIGN(bool ok, required(object, "ok", as_flag));
+  if (!ok) {
+    TRY_ASSIGN(std::string message, required(object, "error", as_text));
+    if (message.empty()) return fail("'error' must not be empty");
+    return Response(ErrorResponse{std::move(message)});
+  }
+  if (find(object, "event") != nullptr) {
+    TRY_ASSIGN(std::string event, required(object, "event", as_text));
+    return lease_event_from_json(object, event);
+  }
+  if (find(object, "outcomes") != nullptr) {
+    TRY_ASSIGN(std::vector<ActionOutcome> outcomes, required(object, "outcomes", list_of(as_outcome)));
+    return Response(JobActionResponse{std::move(outcomes)});
+  }
+  if (find(object, "jobs") != nullptr) {
+    TRY_ASSIGN(std::vector<Job> jobs, required(object, "jobs", list_of(as_job)));
+    return Response(JobsResponse{std::move(jobs)});
+  }
+  if (find(object, "status") != nullptr) {
+    TRY_ASSIGN(StatusResponse status, required(object, "status", as_status));
+    return Response(std::move(status));
+  }
+  if (find(object, "id") != nullptr) {
+    TRY_ASSIGN(JobNumber id, required(object, "id", job_number));
+    return Response(SubmitResponse{id});
+  }
+  return Response(Ack{});
+}
+
+// --- lines ---
+
+// The one JSON object of a line; an error otherwise. nlohmann reports syntax errors by
+// exception only: they are caught here, at the edge of the library.
+Result<json> object_of_line(std::string_view line) {
+  if (line.size() > kMaxMessageBytes) {
+    return fail("the message has {} bytes, more than the limit of {}", line.size(), kMaxMessageBytes);
+  }
+  json value;
+  try {
+    value = json::parse(line);
+  } catch (const json::exception& error) {  // a syntax error, or a number beyond a double's range
+    std::string_view what = error.what();   // "[json.exception.parse_error.101] parse error at ..."
+    size_t tag_end = what.find("] ");
+    // The detail quotes the offending token, which may be most of the line.
+    return fail(
+        "not JSON ({})",
+        printable(tag_end == std::string_view::npos ? what : what.substr(tag_end + 2), kMaxDetailBytes));
+  }
+  if (!value.is_object()) return fail("not a JSON object");
+  return value;
+}
+
+// Parses a line with `from_json`, prefixing any error with what was being read.
+template <typename T>
+Result<T> parse_line(std::string_view line, const char* what, Result<T> (*from_json)(const json&)) {
+  auto object = object_of_line(line);
+  if (!object) return fail("bad {}: {}", what, object.error().message);
+  auto message = from_json(*object);
+  if (!message) return fail("bad {}: {}", what, message.error().message);
+  return message;
+}
+
+}  // namespace
+
+std::string encode(const Hello& hello) { return line_of(hello_json(hello)); }
+
+Result<Hello> parse_hello(std::string_view line) {
+  auto hello = parse_line(line, "hello", hello_from_json);
+  if (!hello) {
+    // A daemon that will not serve the client answers its hello with an error line: the
+    // client shows that message as it is.
+    auto refusal = parse_response(line);
+    if (refusal && std::holds_alternative<ErrorResponse>(*refusal)) {
+      return Error{std::get<ErrorResponse>(std::move(*refusal)).message};
+    }
+  }
+  return hello;
+}
+
+std::string encode(const Request& request) {
+  return line_of(std::visit([](const auto& alternative) { return request_json(alternative); }, request));
+}
+
+Result<Request> parse_request(std::string_view line) {
+  return parse_line(line, "request", request_from_json);
+}
+
+std::string encode(const Response& response) {
+  return line_of(std::visit([](const auto& alternative) { return response_json(alternative); }, response));
+}
+
+Result<Response> parse_response(std::string_view line) {
+  return parse_line(line, "response", response_from_json);
+}
+
+nlohmann::json job_to_json(const Job& job) {
+  json object = {{"id", job.id},
+                 {"state", to_string(job.state)},
+                 {"reason", job.reason},
+                 {"user", job.owner.user},
+                 {"uid", job.owner.uid},
+                 {"gpus", job.gpus},
+                 {"gpu_uuids", job.gpu_uuids},
+                 {"attempts", job.attempts},
+                 {"exit_code", or_null(job.exit_code)},
+                 {"signal", or_null(job.signal)},
+                 {"submit_time", job.submit_time},
+                 {"start_time", or_null(job.start_time)},
+                 {"end_time", or_null(job.end_time)},
+                 {"pid", or_null(job.pid)},
+                 {"stdout", job.stdout_path},
+                 {"stderr", job.stderr_path}};
+  add_spec_fields(job.spec, object);
+  return object;
+}
+
+Result<Job> job_from_json(const nlohmann::json& object) {
+  if (!object.is_object()) return fail("a job must be a JSON object");
+  Job job;
+  TRY_ASSIGN(job.id, required(object, "id", job_number));
+  TRY_ASSIGN(job.spec, spec_from_json(object, JobKind::Batch));
+  TRY_ASSIGN(job.state, required(object, "state", as_state));
+  TRY_ASSIGN(job.reason, defaulted(object, "reason", std::string(), as_text));
+  TRY_ASSIGN(job.owner.user, defaulted(object, "user", std::string(), as_text));
+  TRY_ASSIGN(job.owner.uid, defaulted(object, "uid", uid_t{0}, whole_from<uid_t>(0)));
+  TRY_ASSIGN(job.gpus, defaulted(object, "gpus", std::vector<unsigned>(), list_of(gpu_index)));
+  TRY_ASSIGN(job.gpu_uuids, defaulted(object, "gpu_uuids", std::vector<std::string>(), list_of(as_text)));
+  TRY_ASSIGN(job.attempts, defaulted(object, "attempts", 0u, whole_from<unsigned>(0)));
+  TRY_ASSIGN(job.exit_code, maybe(object, "exit_code", whole<int>(0, kMaxExitCode)));
+  TRY_ASSIGN(job.signal, maybe(object, "signal", whole<int>(1, kMaxSignal)));
+  TRY_ASSIGN(job.submit_time, defaulted(object, "submit_time", 0.0, as_time));
+  TRY_ASSIGN(job.start_time, maybe(object, "start_time", as_time));
+  TRY_ASSIGN(job.end_time, maybe(object, "end_time", as_time));
+  TRY_ASSIGN(job.pid, maybe(object, "pid", whole_from<pid_t>(1)));
+  TRY_ASSIGN(job.stdout_path, defaulted(object, "stdout", std::string(), as_text));
+  TRY_ASSIGN(job.stderr_path, defaulted(object, "stderr", std::string(), as_text));
+  return job;
+}
+
+}  // namespace gpupool::protocol

@@ -1,0 +1,139 @@
+// The daemon's protocol: the messages a client and gpupoold exchange over the unix socket, and
+// their encoding. Pure (no I/O): the daemon, the CLI and the tests all use these types, so
+// the CLI never reaches into the daemon's internals. docs/protocol.md is the specification.
+//
+// Wire format: one JSON object per line ('\n'-terminated, at most kMaxMessageBytes). The
+// client opens with a Hello, the daemon answers with its own Hello (or an error and closes
+// when it cannot speak the client's version); then requests and responses alternate. A
+// Lease request is answered by LeaseQueued (zero or more times, when the reason for waiting
+// changes) and then LeaseGranted, which carries the lock descriptors (SCM_RIGHTS); the
+// client then reports Finished on the same connection.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "core/job.h"
+#include "core/result.h"
+
+namespace gpupool::protocol {
+
+inline constexpr int kVersion = 1;
+inline constexpr size_t kMaxMessageBytes = 1 << 20;
+
+// Where the daemon listens: gpupoold.sock in the runtime (lease) directory.
+inline std::string socket_path(const std::string& runtime_dir) { return runtime_dir + "/gpupoold.sock"; }
+
+// --- both directions ---
+struct Hello {
+  int protocol = kVersion;
+  std::string software;  // "gpupool 0.2.0" / "gpupoold 0.2.0"
+  std::string user;      // daemon → client: who the daemon takes the client to be
+};
+
+// --- requests (client → daemon) ---
+struct SubmitRequest {
+  JobSpec spec;
+};
+struct JobsRequest {
+  bool all = false;  // include finished jobs (default: queued, held, running)
+  std::optional<std::string> user;
+  std::optional<JobState> state;
+};
+struct ShowRequest {
+  JobNumber id = 0;
+};
+enum class JobAction { Cancel, Hold, Release };
+struct JobActionRequest {
+  JobAction action = JobAction::Cancel;
+  std::vector<JobNumber> ids;
+};
+struct WaitRequest {  // answered when every job has finished
+  std::vector<JobNumber> ids;
+};
+struct LogsRequest {
+  JobNumber id = 0;
+};
+enum class AdminAction { Drain, Resume };
+struct AdminRequest {
+  AdminAction action = AdminAction::Drain;
+};
+struct StatusRequest {};
+struct LeaseRequest {  // `gpupool run` / `launch`: queue, then hand the lease to the client
+  JobSpec spec;                     // kind Interactive; argv is shown, not run by the daemon
+  std::vector<unsigned> allowed;    // nvidia-smi indices; empty: any
+  std::vector<unsigned> excluded;
+};
+struct FinishedRequest {  // after LeaseGranted: the program has exited
+  int exit_code = 0;
+  std::optional<int> signal;
+};
+using Request = std::variant<SubmitRequest, JobsRequest, ShowRequest, JobActionRequest, WaitRequest,
+                             LogsRequest, AdminRequest, StatusRequest, LeaseRequest, FinishedRequest>;
+
+// --- responses (daemon → client) ---
+struct ErrorResponse {
+  std::string message;  // one line, shown to the user as is
+};
+struct SubmitResponse {
+  JobNumber id = 0;
+};
+struct JobsResponse {  // jobs, show (one job), wait, logs (the job, with its log paths)
+  std::vector<Job> jobs;
+};
+struct ActionOutcome {
+  JobNumber id = 0;
+  std::optional<std::string> error;  // nullopt: done
+  std::optional<JobState> state;     // the job's state afterwards
+};
+struct JobActionResponse {
+  std::vector<ActionOutcome> outcomes;  // one per requested id, in order
+};
+struct StatusResponse {
+  std::string software;
+  int64_t pid = 0;
+  bool drained = false;
+  std::string machine;  // fixture name or host name
+  unsigned gpus = 0;
+  unsigned queued = 0, held = 0, running = 0;
+};
+struct LeaseQueued {
+  JobNumber id = 0;
+  std::string reason;  // "waiting for 2 GPUs: ..." as describe_wait says it
+};
+struct LeaseGranted {  // sent with the lock descriptors attached
+  JobNumber id = 0;
+  std::vector<unsigned> gpus;  // nvidia-smi indices, placement order
+  std::vector<std::string> uuids;
+  std::optional<uint64_t> slice_mib;
+  unsigned descriptors = 0;    // how many descriptors ride along with this message
+};
+struct Ack {};
+using Response = std::variant<ErrorResponse, SubmitResponse, JobsResponse, JobActionResponse,
+                              StatusResponse, LeaseQueued, LeaseGranted, Ack>;
+
+// Encodings: one line of JSON without the trailing newline. Parsing checks every field's
+// type and range; any problem is one Error naming the field ("bad request: 'gpu_count' must
+// be a whole number from 1 to 1024").
+std::string encode(const Hello& hello);
+Result<Hello> parse_hello(std::string_view line);
+std::string encode(const Request& request);
+Result<Request> parse_request(std::string_view line);
+std::string encode(const Response& response);
+Result<Response> parse_response(std::string_view line);
+
+// The JSON of one job, as `gpupool show --json` prints it (also used inside responses):
+// id, name, state, reason, kind, user, uid, gpu_count, mem_mib, gpus, gpu_uuids, priority,
+// after, retries, attempts, time_limit_s, command, cwd, umask, exit_code, signal, submit_time,
+// start_time, end_time, pid, stdout, stderr; plus environment when it is non-empty. The owner's
+// gid and groups and pid_start_ticks stay in the daemon.
+nlohmann::json job_to_json(const Job& job);
+Result<Job> job_from_json(const nlohmann::json& json);
+
+}  // namespace gpupool::protocol

@@ -1,0 +1,697 @@
+#include "protocol/messages.h"
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <limits>
+#include <set>
+#include <tuple>
+#include <type_traits>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+#include <rapidcheck/gtest.h>
+
+namespace gpupool::protocol {
+namespace {
+
+JobSpec full_spec() {
+  JobSpec spec;
+  spec.name = "train";
+  spec.argv = {"python", "train.py", "--epochs=3"};
+  spec.environment = {"HOME=/home/alice", "PATH=/usr/bin:/bin"};
+  spec.cwd = "/home/alice/proj";
+  spec.umask = 027;
+  spec.gpu_count = 2;
+  spec.slice_mib = 20480;
+  spec.priority = -5;
+  spec.after = {3, 4};
+  spec.retries = 2;
+  spec.time_limit_s = 7200;
+  return spec;
+}
+
+Job full_job() {
+  Job job;
+  job.id = 7;
+  job.spec = full_spec();
+  job.owner.uid = 1000;
+  job.owner.user = "alice";
+  job.state = JobState::Failed;
+  job.reason = "exited with status 1";
+  job.attempts = 3;
+  job.submit_time = 1712345678.25;
+  job.start_time = 1712345680.5;
+  job.end_time = 1712349280;
+  job.gpus = {2, 3};
+  job.gpu_uuids = {"GPU-aaaa", "GPU-bbbb"};
+  job.exit_code = 1;
+  job.pid = 4242;
+  job.stdout_path = "/var/lib/gpupool/logs/7.out";
+  job.stderr_path = "/var/lib/gpupool/logs/7.err";
+  return job;
+}
+
+// Encodes a message, parses the line and encodes the result again: both lines must agree and
+// the parse must give the same type. Returns what was parsed.
+template <typename T>
+T through_the_wire(const T& message) {
+  constexpr bool kIsRequest = std::is_constructible_v<Request, T>;
+  using Message = std::conditional_t<kIsRequest, Request, Response>;
+  const std::string line = encode(Message(message));
+  Result<Message> parsed = [&] {
+    if constexpr (kIsRequest) {
+      return parse_request(line);
+    } else {
+      return parse_response(line);
+    }
+  }();
+  if (!parsed) {
+    ADD_FAILURE() << parsed.error().message << "\n  in " << line;
+    return T{};
+  }
+  EXPECT_EQ(encode(*parsed), line);
+  if (!std::holds_alternative<T>(*parsed)) {
+    ADD_FAILURE() << "parsed as another message: " << line;
+    return T{};
+  }
+  return std::get<T>(*parsed);
+}
+
+template <typename T>
+T parsed_request(std::string_view line) {
+  auto request = parse_request(line);
+  if (!request) {
+    ADD_FAILURE() << request.error().message << "\n  in " << line;
+    return T{};
+  }
+  if (!std::holds_alternative<T>(*request)) {
+    ADD_FAILURE() << "parsed as another request: " << line;
+    return T{};
+  }
+  return std::get<T>(*request);
+}
+
+template <typename T>
+T parsed_response(std::string_view line) {
+  auto response = parse_response(line);
+  if (!response) {
+    ADD_FAILURE() << response.error().message << "\n  in " << line;
+    return T{};
+  }
+  if (!std::holds_alternative<T>(*response)) {
+    ADD_FAILURE() << "parsed as another response: " << line;
+    return T{};
+  }
+  return std::get<T>(*response);
+}
+
+// Every field that job JSON carries (gid, groups and pid_start_ticks stay in the daemon).
+auto carried_fields(const Job& job) {
+  const JobSpec& spec = job.spec;
+  return std::tie(job.id, spec.name, spec.argv, spec.environment, spec.cwd, spec.umask, spec.gpu_count,
+                  spec.slice_mib, spec.priority, spec.after, spec.retries, spec.time_limit_s, spec.kind,
+                  job.owner.uid, job.owner.user, job.state, job.reason, job.attempts, job.submit_time,
+                  job.start_time, job.end_time, job.gpus, job.gpu_uuids, job.exit_code, job.signal, job.pid,
+                  job.stdout_path, job.stderr_path);
+}
+
+void expect_same_spec(const JobSpec& actual, const JobSpec& expected) {
+  EXPECT_EQ(actual.name, expected.name);
+  EXPECT_EQ(actual.argv, expected.argv);
+  EXPECT_EQ(actual.environment, expected.environment);
+  EXPECT_EQ(actual.cwd, expected.cwd);
+  EXPECT_EQ(actual.umask, expected.umask);
+  EXPECT_EQ(actual.gpu_count, expected.gpu_count);
+  EXPECT_EQ(actual.slice_mib, expected.slice_mib);
+  EXPECT_EQ(actual.priority, expected.priority);
+  EXPECT_EQ(actual.after, expected.after);
+  EXPECT_EQ(actual.retries, expected.retries);
+  EXPECT_EQ(actual.time_limit_s, expected.time_limit_s);
+  EXPECT_EQ(actual.kind, expected.kind);
+}
+
+// --- hello ---
+
+TEST(ProtocolHelloTest, HasTheDocumentedShapeAndRoundTrips) {
+  Hello hello{kVersion, "gpupool 0.1.0", ""};
+  const std::string line = encode(hello);
+  EXPECT_EQ(line, R"({"hello":"gpupool","protocol":1,"software":"gpupool 0.1.0","user":""})");
+  auto parsed = parse_hello(line);
+  ASSERT_TRUE(parsed.ok()) << parsed.error().message;
+  EXPECT_EQ(parsed->protocol, 1);
+  EXPECT_EQ(parsed->software, "gpupool 0.1.0");
+  EXPECT_EQ(parsed->user, "");
+
+  auto daemon = parse_hello(encode(Hello{kVersion, "gpupoold 0.1.0", "alice"}));
+  ASSERT_TRUE(daemon.ok()) << daemon.error().message;
+  EXPECT_EQ(daemon->software, "gpupoold 0.1.0");
+  EXPECT_EQ(daemon->user, "alice");
+}
+
+TEST(ProtocolHelloTest, OnlyTheGreetingAndVersionAreRequired) {
+  auto hello = parse_hello(R"({"hello":"gpupool","protocol":1,"future":{"x":1}})");
+  ASSERT_TRUE(hello.ok()) << hello.error().message;
+  EXPECT_EQ(hello->software, "");
+  EXPECT_EQ(hello->user, "");
+}
+
+TEST(ProtocolHelloTest, AnyVersionParsesSoThatTheDaemonCanNameIt) {
+  auto hello = parse_hello(R"({"hello":"gpupool","protocol":7,"software":"gpupool 9.0"})");
+  ASSERT_TRUE(hello.ok()) << hello.error().message;
+  EXPECT_EQ(hello->protocol, 7);
+}
+
+TEST(ProtocolHelloTest, ARefusalIsTheDaemonsMessage) {
+  auto hello = parse_hello(encode(Response(ErrorResponse{"gpupoold speaks protocol 1, not 2"})));
+  ASSERT_FALSE(hello.ok());
+  EXPECT_EQ(hello.error().message, "gpupoold speaks protocol 1, not 2");
+}
+
+TEST(ProtocolHelloTest, BadHellos) {
+  const std::pair<std::string, std::string> cases[] = {
+      {R"({"protocol":1})", "bad hello: 'hello' is missing"},
+      {R"({"hello":"other","protocol":1})", "bad hello: 'hello' must be \"gpupool\""},
+      {R"({"hello":"gpupool"})", "bad hello: 'protocol' is missing"},
+      {R"({"hello":"gpupool","protocol":0})", "bad hello: 'protocol' must be a whole number of at least 1"},
+      {R"({"hello":"gpupool","protocol":"1"})", "bad hello: 'protocol' must be a whole number of at least 1"},
+      {R"({"hello":"gpupool","protocol":1,"user":7})", "bad hello: 'user' must be a string"},
+      {R"({"ok":true})", "bad hello: 'hello' is missing"},
+      {"[]", "bad hello: not a JSON object"},
+  };
+  for (const auto& [line, message] : cases) {
+    auto hello = parse_hello(line);
+    ASSERT_FALSE(hello.ok()) << line;
+    EXPECT_EQ(hello.error().message, message) << line;
+  }
+}
+
+// --- requests ---
+
+TEST(ProtocolRequestTest, SubmitWithEveryField) {
+  const std::string line = encode(Request(SubmitRequest{full_spec()}));
+  EXPECT_EQ(line,
+            R"({"job":{"after":[3,4],"command":["python","train.py","--epochs=3"],"cwd":"/home/alice/proj",)"
+            R"("environment":["HOME=/home/alice","PATH=/usr/bin:/bin"],"gpu_count":2,"kind":"batch",)"
+            R"("mem_mib":20480,"name":"train","priority":-5,"retries":2,"time_limit_s":7200.0,"umask":23},)"
+            R"("op":"submit"})");
+  expect_same_spec(through_the_wire(SubmitRequest{full_spec()}).spec, full_spec());
+}
+
+TEST(ProtocolRequestTest, MinimalSubmitTakesTheDefaults) {
+  auto submit = parsed_request<SubmitRequest>(R"({"op":"submit","job":{"command":["true"],"cwd":"/"}})");
+  JobSpec expected;
+  expected.argv = {"true"};
+  expected.cwd = "/";
+  expect_same_spec(submit.spec, expected);
+  EXPECT_EQ(submit.spec.umask, 022u);
+  EXPECT_EQ(submit.spec.kind, JobKind::Batch);
+  expect_same_spec(through_the_wire(SubmitRequest{expected}).spec, expected);
+}
+
+TEST(ProtocolRequestTest, Jobs) {
+  EXPECT_EQ(encode(Request(JobsRequest{true, "alice", JobState::Running})),
+            R"({"all":true,"op":"jobs","state":"running","user":"alice"})");
+  auto full = through_the_wire(JobsRequest{true, "alice", JobState::Running});
+  EXPECT_TRUE(full.all);
+  EXPECT_EQ(full.user, "alice");
+  EXPECT_EQ(full.state, JobState::Running);
+
+  EXPECT_EQ(encode(Request(JobsRequest{})), R"({"all":false,"op":"jobs","state":null,"user":null})");
+  auto minimal = parsed_request<JobsRequest>(R"({"op":"jobs"})");
+  EXPECT_FALSE(minimal.all);
+  EXPECT_FALSE(minimal.user);
+  EXPECT_FALSE(minimal.state);
+  through_the_wire(JobsRequest{});
+}
+
+TEST(ProtocolRequestTest, ShowAndLogs) {
+  EXPECT_EQ(encode(Request(ShowRequest{12})), R"({"id":12,"op":"show"})");
+  EXPECT_EQ(through_the_wire(ShowRequest{12}).id, 12u);
+  EXPECT_EQ(encode(Request(LogsRequest{13})), R"({"id":13,"op":"logs"})");
+  EXPECT_EQ(through_the_wire(LogsRequest{13}).id, 13u);
+}
+
+TEST(ProtocolRequestTest, CancelHoldRelease) {
+  EXPECT_EQ(encode(Request(JobActionRequest{JobAction::Cancel, {3, 4}})), R"({"ids":[3,4],"op":"cancel"})");
+  for (JobAction action : {JobAction::Cancel, JobAction::Hold, JobAction::Release}) {
+    auto parsed = through_the_wire(JobActionRequest{action, {3, 18446744073709551615u}});
+    EXPECT_EQ(parsed.action, action);
+    EXPECT_EQ(parsed.ids, (std::vector<JobNumber>{3, 18446744073709551615u}));
+  }
+  EXPECT_EQ(parsed_request<JobActionRequest>(R"({"op":"hold","ids":[5]})").action, JobAction::Hold);
+  EXPECT_EQ(parsed_request<JobActionRequest>(R"({"op":"release","ids":[5]})").action, JobAction::Release);
+}
+
+TEST(ProtocolRequestTest, Wait) {
+  EXPECT_EQ(encode(Request(WaitRequest{{9}})), R"({"ids":[9],"op":"wait"})");
+  EXPECT_EQ(through_the_wire(WaitRequest{{9, 10}}).ids, (std::vector<JobNumber>{9, 10}));
+}
+
+TEST(ProtocolRequestTest, DrainResumeStatus) {
+  EXPECT_EQ(encode(Request(AdminRequest{AdminAction::Drain})), R"({"op":"drain"})");
+  EXPECT_EQ(encode(Request(AdminRequest{AdminAction::Resume})), R"({"op":"resume"})");
+  EXPECT_EQ(through_the_wire(AdminRequest{AdminAction::Drain}).action, AdminAction::Drain);
+  EXPECT_EQ(through_the_wire(AdminRequest{AdminAction::Resume}).action, AdminAction::Resume);
+  EXPECT_EQ(encode(Request(StatusRequest{})), R"({"op":"status"})");
+  through_the_wire(StatusRequest{});
+}
+
+TEST(ProtocolRequestTest, Lease) {
+  LeaseRequest lease;
+  lease.spec = full_spec();
+  lease.spec.kind = JobKind::Interactive;
+  lease.allowed = {0, 1, 2};
+  lease.excluded = {7};
+  const LeaseRequest parsed = through_the_wire(lease);
+  expect_same_spec(parsed.spec, lease.spec);
+  EXPECT_EQ(parsed.allowed, lease.allowed);
+  EXPECT_EQ(parsed.excluded, lease.excluded);
+
+  // The command of an interactive job is only shown, so it may be empty.
+  auto minimal = parsed_request<LeaseRequest>(R"({"op":"lease","job":{"cwd":"/tmp"}})");
+  EXPECT_EQ(minimal.spec.kind, JobKind::Interactive);
+  EXPECT_TRUE(minimal.spec.argv.empty());
+  EXPECT_TRUE(minimal.allowed.empty());
+  EXPECT_TRUE(minimal.excluded.empty());
+  through_the_wire(minimal);
+}
+
+TEST(ProtocolRequestTest, Finished) {
+  EXPECT_EQ(encode(Request(FinishedRequest{0, std::nullopt})),
+            R"({"exit_code":0,"op":"finished","signal":null})");
+  auto killed = through_the_wire(FinishedRequest{137, 9});
+  EXPECT_EQ(killed.exit_code, 137);
+  EXPECT_EQ(killed.signal, 9);
+  auto minimal = parsed_request<FinishedRequest>(R"({"op":"finished","exit_code":3})");
+  EXPECT_EQ(minimal.exit_code, 3);
+  EXPECT_FALSE(minimal.signal);
+}
+
+TEST(ProtocolRequestTest, UnknownFieldsAreIgnored) {
+  auto submit = parsed_request<SubmitRequest>(
+      R"({"op":"submit","since":2,"job":{"command":["x"],"cwd":"/","gpu_model":"H200","id":99}})");
+  EXPECT_EQ(submit.spec.argv, std::vector<std::string>{"x"});
+  parsed_request<StatusRequest>(R"({"op":"status","verbose":true})");
+}
+
+TEST(ProtocolRequestTest, NullIsTheSameAsAbsent) {
+  auto submit = parsed_request<SubmitRequest>(
+      R"({"op":"submit","job":{"command":["x"],"cwd":"/","name":null,"umask":null,"gpu_count":null,)"
+      R"("mem_mib":null,"environment":null,"after":null,"time_limit_s":null,"kind":null}})");
+  JobSpec expected;
+  expected.argv = {"x"};
+  expected.cwd = "/";
+  expect_same_spec(submit.spec, expected);
+}
+
+TEST(ProtocolRequestTest, EveryValidationErrorNamesTheField) {
+  const std::string submit = R"({"op":"submit","job":{"command":["x"],"cwd":"/",)";
+  const std::string lease = R"({"op":"lease","job":{"cwd":"/",)";
+  const std::pair<std::string, std::string> cases[] = {
+      {"[1]", "not a JSON object"},
+      {submit + R"("time_limit_s":1e400}})", "not JSON (number overflow parsing '1e400')"},
+      {"{}", "'op' is missing"},
+      {R"({"op":3})", "'op' must be a string"},
+      {R"({"op":"frobnicate"})", "unknown op 'frobnicate'"},
+      {R"({"op":"two\nlines"})", "unknown op 'two\\nlines'"},
+      {R"({"op":"submit"})", "'job' is missing"},
+      {R"({"op":"submit","job":[]})", "'job' must be an object"},
+      {R"({"op":"submit","job":{"command":["x"]}})", "'cwd' is missing"},
+      {submit + R"("gpu_count":0}})", "'gpu_count' must be a whole number from 1 to 1024"},
+      {submit + R"("gpu_count":1025}})", "'gpu_count' must be a whole number from 1 to 1024"},
+      {submit + R"("gpu_count":1.5}})", "'gpu_count' must be a whole number from 1 to 1024"},
+      {submit + R"("gpu_count":"2"}})", "'gpu_count' must be a whole number from 1 to 1024"},
+      {submit + R"("gpu_count":-1}})", "'gpu_count' must be a whole number from 1 to 1024"},
+      {submit + R"("retries":101}})", "'retries' must be a whole number from 0 to 100"},
+      {submit + R"("time_limit_s":0}})", "'time_limit_s' must be a positive number of seconds"},
+      {submit + R"("time_limit_s":-60}})", "'time_limit_s' must be a positive number of seconds"},
+      {submit + R"("time_limit_s":"1h"}})", "'time_limit_s' must be a positive number of seconds"},
+      {submit + R"("priority":1001}})", "'priority' must be a whole number from -1000 to 1000"},
+      {submit + R"("priority":-1001}})", "'priority' must be a whole number from -1000 to 1000"},
+      {submit + R"("umask":512}})", "'umask' must be a whole number from 0 to 511"},
+      {submit + R"("mem_mib":0}})", "'mem_mib' must be a whole number of at least 1"},
+      {submit + R"("after":[1,0]}})", "'after[1]' must be a whole number of at least 1"},
+      {submit + R"("after":5}})", "'after' must be a list"},
+      {submit + R"("name":"a\u0000b"}})", "'name' must not contain a NUL character"},
+      {submit + R"("name":["a"]}})", "'name' must be a string"},
+      {submit + R"("environment":["HOME=/x","PATH"]}})", "'environment[1]' must have the form NAME=value"},
+      {submit + R"("kind":"interactive"}})", "'kind' must be batch in this request"},
+      {submit + R"("kind":"daemon"}})", "'kind' must be batch or interactive"},
+      {R"({"op":"submit","job":{"command":[],"cwd":"/"}})", "'command' must not be empty for a batch job"},
+      {R"({"op":"submit","job":{"cwd":"/"}})", "'command' must not be empty for a batch job"},
+      {R"({"op":"submit","job":{"command":["x",3],"cwd":"/"}})", "'command[1]' must be a string"},
+      {R"({"op":"submit","job":{"command":["x"],"cwd":"home/alice"}})", "'cwd' must be an absolute path"},
+      {R"({"op":"submit","job":{"command":["x"],"cwd":""}})", "'cwd' must be an absolute path"},
+      {lease + R"("kind":"batch"}})", "'kind' must be interactive in this request"},
+      {lease + R"("gpu_count":2000}})", "'gpu_count' must be a whole number from 1 to 1024"},
+      {lease + R"("kind":"interactive"},"allowed":[1024]})",
+       "'allowed[0]' must be a whole number from 0 to 1023"},
+      {lease + R"("kind":"interactive"},"excluded":[-1]})",
+       "'excluded[0]' must be a whole number from 0 to 1023"},
+      {R"({"op":"jobs","all":"yes"})", "'all' must be true or false"},
+      {R"({"op":"jobs","user":7})", "'user' must be a string"},
+      {R"({"op":"jobs","state":"sleeping"})",
+       "'state' must be queued, held, running, done, failed or cancelled"},
+      {R"({"op":"show"})", "'id' is missing"},
+      {R"({"op":"show","id":0})", "'id' must be a whole number of at least 1"},
+      {R"({"op":"logs","id":-3})", "'id' must be a whole number of at least 1"},
+      {R"({"op":"logs","id":18446744073709551616})", "'id' must be a whole number of at least 1"},
+      {R"({"op":"cancel"})", "'ids' is missing"},
+      {R"({"op":"cancel","ids":[]})", "'ids' must name at least one job"},
+      {R"({"op":"hold","ids":"3"})", "'ids' must be a list"},
+      {R"({"op":"release","ids":[3,0]})", "'ids[1]' must be a whole number of at least 1"},
+      {R"({"op":"wait","ids":[]})", "'ids' must name at least one job"},
+      {R"({"op":"finished"})", "'exit_code' is missing"},
+      {R"({"op":"finished","exit_code":256})", "'exit_code' must be a whole number from 0 to 255"},
+      {R"({"op":"finished","exit_code":-1})", "'exit_code' must be a whole number from 0 to 255"},
+      {R"({"op":"finished","exit_code":0,"signal":0})", "'signal' must be a whole number from 1 to 64"},
+      {R"({"op":"finished","exit_code":0,"signal":65})", "'signal' must be a whole number from 1 to 64"},
+  };
+  for (const auto& [line, message] : cases) {
+    auto request = parse_request(line);
+    ASSERT_FALSE(request.ok()) << line;
+    EXPECT_EQ(request.error().message, "bad request: " + message) << line;
+  }
+}
+
+TEST(ProtocolRequestTest, MalformedJsonIsOneLine) {
+  for (const char* line : {R"({"op":)", "", "op=status", R"({"op":"status"} {})", "{\"op\":\"st\nx\"}"}) {
+    auto request = parse_request(line);
+    ASSERT_FALSE(request.ok()) << line;
+    EXPECT_TRUE(request.error().message.starts_with("bad request: not JSON (parse error at "))
+        << request.error().message;
+    EXPECT_TRUE(request.error().message.ends_with(")")) << request.error().message;
+    EXPECT_EQ(request.error().message.find('\n'), std::string::npos) << request.error().message;
+  }
+}
+
+TEST(ProtocolRequestTest, ASyntaxErrorInALongTokenKeepsTheErrorShort) {
+  auto request = parse_request(R"({"op":")" + std::string(5000, 'x') + "\x01\"}");
+  ASSERT_FALSE(request.ok());
+  EXPECT_TRUE(request.error().message.starts_with("bad request: not JSON (parse error at "))
+      << request.error().message;
+  EXPECT_LT(request.error().message.size(), 300u) << request.error().message;
+}
+
+TEST(ProtocolRequestTest, ListsAndLinesHaveLimits) {
+  std::string many = R"({"op":"submit","job":{"command":["x"],"cwd":"/","environment":[)";
+  for (size_t i = 0; i <= 100'000; ++i) many += i == 0 ? R"("A=1")" : R"(,"A=1")";
+  many += "]}}";
+  ASSERT_LE(many.size(), kMaxMessageBytes);
+  auto request = parse_request(many);
+  ASSERT_FALSE(request.ok());
+  EXPECT_EQ(request.error().message, "bad request: 'environment' must have at most 100000 entries");
+
+  std::string huge = R"({"op":"status","pad":")" + std::string(kMaxMessageBytes, 'x') + R"("})";
+  auto oversized = parse_request(huge);
+  ASSERT_FALSE(oversized.ok());
+  EXPECT_EQ(
+      oversized.error().message,
+      fmt::format("bad request: the message has {} bytes, more than the limit of 1048576", huge.size()));
+}
+
+TEST(ProtocolRequestTest, StringsThatAreNotUtf8AreRepairedNotFatal) {
+  JobSpec spec;
+  spec.argv = {"echo", "caf\xe9"};  // Latin-1
+  spec.cwd = "/";
+  auto parsed = parse_request(encode(Request(SubmitRequest{spec})));
+  ASSERT_TRUE(parsed.ok()) << parsed.error().message;
+  EXPECT_EQ(std::get<SubmitRequest>(*parsed).spec.argv[1], "caf\xef\xbf\xbd");  // U+FFFD
+}
+
+// --- responses ---
+
+TEST(ProtocolResponseTest, Error) {
+  EXPECT_EQ(encode(Response(ErrorResponse{"no such job: 5"})), R"({"error":"no such job: 5","ok":false})");
+  EXPECT_EQ(through_the_wire(ErrorResponse{"no such job: 5"}).message, "no such job: 5");
+}
+
+TEST(ProtocolResponseTest, Submit) {
+  EXPECT_EQ(encode(Response(SubmitResponse{42})), R"({"id":42,"ok":true})");
+  EXPECT_EQ(through_the_wire(SubmitResponse{42}).id, 42u);
+}
+
+TEST(ProtocolResponseTest, JobsWithFullAndMinimalJobs) {
+  Job minimal;
+  minimal.id = 1;
+  minimal.spec.argv = {"true"};
+  minimal.spec.cwd = "/";
+  auto parsed = through_the_wire(JobsResponse{{full_job(), minimal}});
+  ASSERT_EQ(parsed.jobs.size(), 2u);
+  EXPECT_TRUE(carried_fields(parsed.jobs[0]) == carried_fields(full_job()));
+  EXPECT_TRUE(carried_fields(parsed.jobs[1]) == carried_fields(minimal));
+  EXPECT_EQ(through_the_wire(JobsResponse{}).jobs.size(), 0u);
+  EXPECT_EQ(encode(Response(JobsResponse{})), R"({"jobs":[],"ok":true})");
+
+  auto sparse = parsed_response<JobsResponse>(
+      R"({"ok":true,"jobs":[{"id":3,"state":"queued","command":["x"],"cwd":"/"}]})");
+  ASSERT_EQ(sparse.jobs.size(), 1u);
+  EXPECT_EQ(sparse.jobs[0].id, 3u);
+  EXPECT_EQ(sparse.jobs[0].spec.gpu_count, 1u);
+  EXPECT_FALSE(sparse.jobs[0].start_time);
+  EXPECT_EQ(sparse.jobs[0].owner.user, "");
+}
+
+TEST(ProtocolResponseTest, ActionOutcomes) {
+  JobActionResponse response{{{3, std::nullopt, JobState::Cancelled}, {4, "no such job", std::nullopt}}};
+  EXPECT_EQ(encode(Response(response)),
+            R"({"ok":true,"outcomes":[{"id":3,"state":"cancelled"},{"error":"no such job","id":4}]})");
+  auto parsed = through_the_wire(response);
+  ASSERT_EQ(parsed.outcomes.size(), 2u);
+  EXPECT_EQ(parsed.outcomes[0].id, 3u);
+  EXPECT_FALSE(parsed.outcomes[0].error);
+  EXPECT_EQ(parsed.outcomes[0].state, JobState::Cancelled);
+  EXPECT_EQ(parsed.outcomes[1].error, "no such job");
+  EXPECT_FALSE(parsed.outcomes[1].state);
+  through_the_wire(JobActionResponse{{{5, "already finished", JobState::Done}}});
+}
+
+TEST(ProtocolResponseTest, Status) {
+  StatusResponse status{"gpupoold 0.1.0", 812, true, "hgx-h200", 8, 3, 1, 2};
+  EXPECT_EQ(encode(Response(status)),
+            R"({"ok":true,"status":{"drained":true,"gpus":8,"held":1,"machine":"hgx-h200","pid":812,)"
+            R"("queued":3,"running":2,"software":"gpupoold 0.1.0"}})");
+  auto parsed = through_the_wire(status);
+  EXPECT_EQ(parsed.software, "gpupoold 0.1.0");
+  EXPECT_EQ(parsed.pid, 812);
+  EXPECT_TRUE(parsed.drained);
+  EXPECT_EQ(parsed.machine, "hgx-h200");
+  EXPECT_EQ(parsed.gpus, 8u);
+  EXPECT_EQ(parsed.queued, 3u);
+  EXPECT_EQ(parsed.held, 1u);
+  EXPECT_EQ(parsed.running, 2u);
+  auto minimal = parsed_response<StatusResponse>(R"({"ok":true,"status":{}})");
+  EXPECT_FALSE(minimal.drained);
+  EXPECT_EQ(minimal.gpus, 0u);
+}
+
+TEST(ProtocolResponseTest, LeaseEvents) {
+  EXPECT_EQ(encode(Response(LeaseQueued{11, "waiting for 2 GPUs"})),
+            R"({"event":"queued","id":11,"ok":true,"reason":"waiting for 2 GPUs"})");
+  auto queued = through_the_wire(LeaseQueued{11, "waiting for 2 GPUs"});
+  EXPECT_EQ(queued.id, 11u);
+  EXPECT_EQ(queued.reason, "waiting for 2 GPUs");
+
+  LeaseGranted granted{11, {2, 3}, {"GPU-aaaa", "GPU-bbbb"}, std::nullopt, 2};
+  EXPECT_EQ(encode(Response(granted)),
+            R"({"descriptors":2,"event":"granted","gpus":[2,3],"id":11,"mem_mib":null,"ok":true,)"
+            R"("uuids":["GPU-aaaa","GPU-bbbb"]})");
+  auto parsed = through_the_wire(granted);
+  EXPECT_EQ(parsed.gpus, granted.gpus);
+  EXPECT_EQ(parsed.uuids, granted.uuids);
+  EXPECT_FALSE(parsed.slice_mib);
+  EXPECT_EQ(parsed.descriptors, 2u);
+  EXPECT_EQ(through_the_wire(LeaseGranted{1, {0}, {"GPU-x"}, 10240, 1}).slice_mib, 10240u);
+
+  auto minimal =
+      parsed_response<LeaseGranted>(R"({"ok":true,"event":"granted","id":4,"gpus":[5],"uuids":["u"]})");
+  EXPECT_EQ(minimal.descriptors, 0u);
+  EXPECT_EQ(parsed_response<LeaseQueued>(R"({"ok":true,"event":"queued","id":4})").reason, "");
+}
+
+TEST(ProtocolResponseTest, Ack) {
+  EXPECT_EQ(encode(Response(Ack{})), R"({"ok":true})");
+  through_the_wire(Ack{});
+  parsed_response<Ack>(R"({"ok":true,"note":"from a newer daemon"})");
+}
+
+TEST(ProtocolResponseTest, EveryValidationErrorNamesTheField) {
+  const std::pair<std::string, std::string> cases[] = {
+      {"{}", "'ok' is missing"},
+      {R"({"ok":"yes"})", "'ok' must be true or false"},
+      {R"({"ok":false})", "'error' is missing"},
+      {R"({"ok":false,"error":""})", "'error' must not be empty"},
+      {R"({"ok":true,"id":0})", "'id' must be a whole number of at least 1"},
+      {R"({"ok":true,"event":"exploded","id":1})", "unknown event 'exploded'"},
+      {R"({"ok":true,"event":"queued"})", "'id' is missing"},
+      {R"({"ok":true,"event":"granted","id":1})", "'gpus' is missing"},
+      {R"({"ok":true,"event":"granted","id":1,"gpus":[]})", "'gpus' must name at least one GPU"},
+      {R"({"ok":true,"event":"granted","id":1,"gpus":[0,1],"uuids":["a"]})",
+       "'uuids' must have one entry per GPU"},
+      {R"({"ok":true,"event":"granted","id":1,"gpus":[0],"uuids":["a"],"descriptors":254})",
+       "'descriptors' must be a whole number from 0 to 253"},
+      {R"({"ok":true,"event":"granted","id":1,"gpus":[0],"uuids":["a"],"mem_mib":0})",
+       "'mem_mib' must be a whole number of at least 1"},
+      {R"({"ok":true,"outcomes":[{"state":"done"}]})", "'id' is missing"},
+      {R"({"ok":true,"outcomes":[{"id":1,"error":5}]})", "'error' must be a string"},
+      {R"({"ok":true,"outcomes":[3]})", "'outcomes[0]' must be an object"},
+      {R"({"ok":true,"status":[]})", "'status' must be an object"},
+      {R"({"ok":true,"status":{"queued":-1}})", "'queued' must be a whole number of at least 0"},
+      {R"({"ok":true,"jobs":{}})", "'jobs' must be a list"},
+      {R"({"ok":true,"jobs":[3]})", "'jobs[0]' must be an object"},
+      {R"({"ok":true,"jobs":[{"id":1,"command":["x"],"cwd":"/"}]})", "'state' is missing"},
+      {R"({"ok":true,"jobs":[{"id":1,"state":"done","command":["x"],"cwd":"/","submit_time":-1}]})",
+       "'submit_time' must be a time in Unix seconds (a number of at least 0)"},
+      {R"({"ok":true,"jobs":[{"id":1,"state":"done","command":["x"],"cwd":"/","pid":0}]})",
+       "'pid' must be a whole number of at least 1"},
+      {R"({"ok":true,"jobs":[{"id":1,"state":"done","command":["x"],"cwd":"/","uid":-1}]})",
+       "'uid' must be a whole number of at least 0"},
+      {R"({"ok":true,"jobs":[{"id":1,"state":"done","command":["x"],"cwd":"/","gpus":[1024]}]})",
+       "'gpus[0]' must be a whole number from 0 to 1023"},
+  };
+  for (const auto& [line, message] : cases) {
+    auto response = parse_response(line);
+    ASSERT_FALSE(response.ok()) << line;
+    EXPECT_EQ(response.error().message, "bad response: " + message) << line;
+  }
+}
+
+// --- job JSON ---
+
+TEST(ProtocolJobJsonTest, HasTheDocumentedFields) {
+  const nlohmann::json object = job_to_json(full_job());
+  std::set<std::string> keys;
+  for (const auto& [key, value] : object.items()) keys.insert(key);
+  const std::set<std::string> documented = {
+      "id",          "name",         "state",    "reason",    "kind",     "user",      "uid",
+      "gpu_count",   "mem_mib",      "gpus",     "gpu_uuids", "priority", "after",     "retries",
+      "attempts",    "time_limit_s", "command",  "cwd",       "umask",    "exit_code", "signal",
+      "submit_time", "start_time",   "end_time", "pid",       "stdout",   "stderr",    "environment"};
+  EXPECT_EQ(keys, documented);
+
+  Job without_environment = full_job();
+  without_environment.spec.environment.clear();
+  EXPECT_FALSE(job_to_json(without_environment).contains("environment"));
+  EXPECT_TRUE(job_to_json(without_environment)["start_time"].is_number());
+  EXPECT_TRUE(job_to_json(Job{})["start_time"].is_null());
+}
+
+TEST(ProtocolJobJsonTest, AJobMustBeAnObject) {
+  auto job = job_from_json(nlohmann::json::array());
+  ASSERT_FALSE(job.ok());
+  EXPECT_EQ(job.error().message, "a job must be a JSON object");
+}
+
+// Every JSON line in the specification is a valid message (or job) of its kind.
+TEST(ProtocolDocumentationTest, EveryExampleParses) {
+  std::ifstream in(GPUPOOL_TEST_DATA_DIR "/../../docs/protocol.md");
+  ASSERT_TRUE(in);
+  std::string line;
+  bool in_json = false;
+  size_t examples = 0;
+  while (std::getline(in, line)) {
+    const std::string text = line.substr(std::min(line.find_first_not_of(' '), line.size()));
+    if (text.starts_with("```")) {
+      in_json = text == "```json";
+      continue;
+    }
+    if (!in_json) continue;
+    ++examples;
+    if (text.find(R"("hello":)") != std::string::npos) {
+      auto hello = parse_hello(text);
+      EXPECT_TRUE(hello.ok()) << hello.error().message << "\n  in " << text;
+    } else if (text.find(R"("op":)") != std::string::npos) {
+      auto request = parse_request(text);
+      EXPECT_TRUE(request.ok()) << request.error().message << "\n  in " << text;
+    } else if (text.find(R"("ok":)") != std::string::npos) {
+      auto response = parse_response(text);
+      EXPECT_TRUE(response.ok()) << response.error().message << "\n  in " << text;
+    } else {
+      auto job = job_from_json(nlohmann::json::parse(text));
+      EXPECT_TRUE(job.ok()) << job.error().message << "\n  in " << text;
+    }
+  }
+  EXPECT_GE(examples, 20u);
+}
+
+// Strings of ASCII, escapes and multi-byte UTF-8, never NUL.
+rc::Gen<std::string> text() {
+  return rc::gen::map(
+      rc::gen::container<std::vector<std::string>>(rc::gen::element<std::string>(
+          "a", "Z", "7", " ", "=", "/", "\"", "\\", "\n", "\t", "\x01", "\x7f", "é", "日本", "🙂")),
+      [](const std::vector<std::string>& pieces) {
+        std::string joined;
+        for (const auto& piece : pieces) joined += piece;
+        return joined;
+      });
+}
+
+rc::Gen<double> seconds(double minimum) {
+  return rc::gen::suchThat(rc::gen::arbitrary<double>(), [minimum](double value) {
+    return std::isfinite(value) && (minimum > 0 ? value > 0 : value >= 0);
+  });
+}
+
+template <typename T>
+std::optional<T> sometimes(rc::Gen<T> generator) {
+  if (!*rc::gen::arbitrary<bool>()) return std::nullopt;
+  return *generator;
+}
+
+Job random_job() {
+  using namespace rc;
+  Job job;
+  job.id = *gen::inRange<JobNumber>(1, std::numeric_limits<JobNumber>::max());
+  JobSpec& spec = job.spec;
+  spec.name = *text();
+  spec.kind = *gen::element(JobKind::Batch, JobKind::Interactive);
+  spec.argv = *gen::container<std::vector<std::string>>(text());
+  if (spec.kind == JobKind::Batch && spec.argv.empty()) spec.argv.push_back(*text());
+  spec.environment = *gen::container<std::vector<std::string>>(
+      gen::map(gen::pair(text(), text()), [](const auto& pair) { return pair.first + "=" + pair.second; }));
+  spec.cwd = "/" + *text();
+  spec.umask = *gen::inRange<mode_t>(0, 0777 + 1);
+  spec.gpu_count = *gen::inRange(1u, 1025u);
+  spec.slice_mib = sometimes(gen::inRange<uint64_t>(1, std::numeric_limits<uint64_t>::max()));
+  spec.priority = *gen::inRange(-1000, 1001);
+  spec.after = *gen::container<std::vector<JobNumber>>(gen::inRange<JobNumber>(1, 1'000'000));
+  spec.retries = *gen::inRange(0u, 101u);
+  spec.time_limit_s = sometimes(seconds(1));
+  job.owner.uid = *gen::arbitrary<uid_t>();
+  job.owner.user = *text();
+  job.state = *gen::element(JobState::Queued, JobState::Held, JobState::Running, JobState::Done,
+                            JobState::Failed, JobState::Cancelled);
+  job.reason = *text();
+  job.attempts = *gen::arbitrary<unsigned>();
+  job.submit_time = *seconds(0);
+  job.start_time = sometimes(seconds(0));
+  job.end_time = sometimes(seconds(0));
+  job.gpus = *gen::container<std::vector<unsigned>>(gen::inRange(0u, 1024u));
+  job.gpu_uuids = *gen::container<std::vector<std::string>>(text());
+  job.exit_code = sometimes(gen::inRange(0, 256));
+  job.signal = sometimes(gen::inRange(1, 65));
+  job.pid = sometimes(gen::inRange<pid_t>(1, std::numeric_limits<pid_t>::max()));
+  job.stdout_path = *text();
+  job.stderr_path = *text();
+  return job;
+}
+
+RC_GTEST_PROP(ProtocolJobJsonProperty, RandomJobsRoundTripExactly, ()) {
+  const Job job = random_job();
+  auto back = job_from_json(job_to_json(job));
+  RC_ASSERT(back.ok());
+  RC_ASSERT(carried_fields(*back) == carried_fields(job));
+}
+
+RC_GTEST_PROP(ProtocolJobJsonProperty, RandomJobsRoundTripThroughTheWire, ()) {
+  const Job job = random_job();
+  auto response = parse_response(encode(Response(JobsResponse{{job}})));
+  RC_ASSERT(response.ok());
+  const auto& jobs = std::get<JobsResponse>(*response).jobs;
+  RC_ASSERT(jobs.size() == 1u);
+  RC_ASSERT(carried_fields(jobs[0]) == carried_fields(job));
+}
+
+}  // namespace
+}  // namespace gpupool::protocol
