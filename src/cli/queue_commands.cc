@@ -151,7 +151,7 @@ struct SubmitOptions {
   std::string memory;
   std::string name;
   int priority = 0;
-  std::vector<std::string> after;
+  std::string after;
   unsigned retries = 0;
   std::string time_limit;
   bool hold = false;
@@ -176,7 +176,9 @@ Result<int> submit(const SubmitOptions& options) {
     spec.slice_mib = slice;
   }
   spec.priority = options.priority;
-  TRY_ASSIGN(spec.after, parse_ids(options.after));
+  if (!options.after.empty()) {
+    TRY_ASSIGN(spec.after, parse_ids({options.after}));
+  }
   spec.retries = options.retries;
   if (!options.time_limit.empty()) {
     TRY_ASSIGN(auto limit, parse_duration(options.time_limit));
@@ -360,6 +362,7 @@ void add_queue_commands(CLI::App& app, int& exit_code) {
     cmd->add_option("--mem", options->memory, "Share the GPUs: this much of each one's memory (e.g. 20G)");
     cmd->add_option("--name", options->name, "The job's name (default: the command's)");
     cmd->add_option("--priority", options->priority, "Higher runs first; above 0 needs an administrator");
+    // One string (not a list option), so `--after 3 -- cmd` cannot swallow the command.
     cmd->add_option("--after", options->after, "Start only after these jobs are done (ids, comma-separated)");
     cmd->add_option("--retries", options->retries, "Run again after a failure, up to this many times");
     cmd->add_option("--time", options->time_limit, "Time limit (e.g. 30m, 2h): SIGTERM, then SIGKILL");

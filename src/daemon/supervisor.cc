@@ -632,11 +632,9 @@ int supervise_main() {
   if (fcntl(kRecordFd, F_SETFD, FD_CLOEXEC) != 0) return 2;
   auto text = read_all(STDIN_FILENO);
   auto attempt = text ? parse_attempt(*text) : Result<SupervisedAttempt>(fail("cannot read the attempt"));
-  if (!attempt) {
-    json exited = {{"event", "exited"}, {"exit_code", nullptr}, {"signal", nullptr},
-                   {"reason", "could not start: " + attempt.error().message}, {"time", unix_time()}};
-    return append_event(kRecordFd, exited, true) ? 0 : 2;
-  }
+  // No attempt to run (the daemon died before handing it over): record nothing, so the record
+  // says the job never started and the daemon queues it again.
+  if (!attempt) return 3;
   // The job's stdin is /dev/null; the daemon's socket goes.
   int null = ::open("/dev/null", O_RDONLY);
   if (null < 0 || dup2(null, STDIN_FILENO) < 0) return 2;
