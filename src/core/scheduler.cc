@@ -455,7 +455,7 @@ class Scheduler::Pass {
   };
   const Room& room() const {
     if (room_) return *room_;
-    Room& room = room_.emplace();
+    Room& room = room_.emplace(Room{});
     for (const Gpu& gpu : s_.machine_.gpus) {
       const GpuAvailability& state = s_.availability_[gpu.index];
       bool whole = whole_gpu_free(state);
