@@ -14,9 +14,13 @@ fresh state directory and lease directory under --work-dir, serving GPUPOOL_SIM=
   dispatch    job B's first instruction minus job A's last, for consecutive jobs on one GPU,
               with the queue never empty. "busy": all 8 GPUs churn through short jobs.
               "one GPU": a 7-GPU job holds the rest, so each dispatch is alone in the daemon.
-              The attempt records (STATE_DIR/attempts) split each gap into its steps.
+              The attempt records (STATE_DIR/attempts) and the daemon's start and end times
+              split each gap into its steps. "idle machine": from `gpupool submit`'s start to
+              its job's first instruction, one job at a time.
   throughput  --jobs jobs of `true`, each submitted by its own `gpupool submit` process, from
-              --submitters threads in parallel; from the first submit to the last job's end.
+              --submitters threads in parallel; from the first submit to the last job's end;
+              then the same over one connection (no client processes), and the CPU time per
+              job of the clients, the daemon, and the supervisors with their jobs.
   memory      --history finished jobs in the database (a real finished row, copied with new
               ids), then the daemon's VmRSS and VmHWM after start, `jobs` and `jobs --all`.
 
@@ -198,6 +202,10 @@ class Daemon:
         self.process = None
 
     def client(self):
+        if self.process.poll() is not None:
+            with open(os.path.join(self.dir, "gpupoold.log")) as f:
+                tail = f.read()[-2000:]
+            raise RuntimeError(f"gpupoold exited with {self.process.returncode}; its log ends:\n{tail}")
         return Client(self.socket)
 
     def memory_mb(self):
@@ -221,13 +229,13 @@ class Daemon:
                 "gpu_count": gpu_count, "kind": "batch", "umask": 0o22}
 
     def gpupool(self, *args):
-        """Runs the CLI; returns (seconds until its first line of output, that line, the process)."""
+        """Runs the CLI; returns (seconds from its start until its first line of output, that line)."""
         started = time.perf_counter()
         process = subprocess.Popen([self.bench.gpupool, *args], env=self.env, stdout=subprocess.PIPE,
                                    stderr=subprocess.PIPE, cwd=self.bench.work_dir)
         line = process.stdout.readline()
         elapsed = time.perf_counter() - started
-        rest, errors = process.communicate()
+        _, errors = process.communicate()
         if process.returncode != 0:
             raise RuntimeError(f"gpupool {' '.join(args)} exited {process.returncode}: {errors.decode().strip()}")
         return elapsed, line.decode().strip()

@@ -416,9 +416,10 @@ class Scheduler::Pass {
     if (!s_.chain_before_) s_.chain_before_ = s_.arrivals_;
     const QueuedJob* next = nullptr;
     Key best;
+    size_t examined = 0;  // bounded like a pass's walk
     for (const Group& group : s_.groups_) {
       for (const auto& [arrival, queued] : group.jobs) {
-        if (arrival >= *s_.chain_before_) break;
+        if (arrival >= *s_.chain_before_ || ++examined > s_.config_.backfill_depth) break;
         if (queued.request.slice_mib || queued.request.gpus < width || s_.over_quota(queued)) continue;
         Key key = order_key(queued);
         if (!next || key < best) std::tie(next, best) = std::pair{&queued, key};

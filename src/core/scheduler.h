@@ -50,7 +50,7 @@ struct SchedulerConfig {
   double fair_share_half_life_s = 24 * 3600;
   // A job that has waited this long is past fair share: it goes ahead of the jobs that have not
   // (within its priority), in arrival order, so that a heavy user's jobs wait a bounded time.
-  double overdue_after_s = 24 * 3600;
+  double overdue_after_s = 6 * 3600;
   // A running job without a time limit is expected to run this long, or twice as long as it
   // has run so far when that is more: only reservations use the estimate.
   double default_runtime_s = 3600;

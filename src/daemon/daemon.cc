@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <grp.h>
+#include <poll.h>
 #include <pwd.h>
 #include <signal.h>
 #include <sys/file.h>
@@ -93,6 +94,19 @@ Result<void> ensure_directory(const std::string& path, mode_t mode) {
 }
 
 int pidfd_open(pid_t pid) { return static_cast<int>(syscall(SYS_pidfd_open, pid, 0)); }
+
+// A pidfd polls readable once its process has ended.
+bool pidfd_ended(int pidfd) {
+  pollfd ready{pidfd, POLLIN, 0};
+  int n = 0;
+  do {
+    n = poll(&ready, 1, 0);
+  } while (n < 0 && errno == EINTR);
+  return n != 0;  // an error counts as ended: on_exit then reads the attempt's record
+}
+
+// Asio opens its sockets inheritable; a supervisor must not carry the daemon's sockets.
+void keep_from_children(int fd) { fcntl(fd, F_SETFD, FD_CLOEXEC); }
 
 JobRequest scheduler_request(const Job& job) {
   return JobRequest{job.id, job.owner.user, job.spec.gpu_count, job.spec.slice_mib, job.spec.priority,
@@ -191,6 +205,7 @@ class Daemon::Impl {
   void start_batch(Job& job, HeldLeases held);
   void start_interactive(Job& job, HeldLeases held);
   void watch(JobNumber id, pid_t pid);
+  void await_exit(JobNumber id);
   void on_exit(JobNumber id);
   void complete(JobNumber id, const Outcome& outcome);
   void finalize(Job& job, JobState state, std::string reason);
@@ -260,6 +275,7 @@ Result<void> Daemon::Impl::open_socket() {
   if (!error) acceptor_.bind(stream_protocol::endpoint(socket_path_), error);
   if (!error) acceptor_.listen(asio::socket_base::max_listen_connections, error);
   if (error) return fail("cannot listen on {}: {}", socket_path_, error.message());
+  keep_from_children(acceptor_.native_handle());
   // A system daemon serves everyone (identity comes from the kernel, not the socket's mode);
   // a personal daemon only its own user.
   if (chmod(socket_path_.c_str(), geteuid() == 0 ? 0666 : 0600) != 0) {
@@ -353,6 +369,7 @@ void Daemon::Impl::accept() {
       if (error != asio::error::operation_aborted) accept();
       return;
     }
+    keep_from_children(socket.native_handle());
     auto session = std::make_shared<Session>(std::move(socket));
     auto peer = peer_credentials(session->socket.native_handle());
     if (peer) {
@@ -883,12 +900,23 @@ void Daemon::Impl::watch(JobNumber id, pid_t pid) {
     asio::post(io_, [this, id] { on_exit(id); });  // already gone
     return;
   }
-  auto watcher = std::make_unique<asio::posix::stream_descriptor>(io_, fd);
-  watcher->async_wait(asio::posix::stream_descriptor::wait_read, [this, id](const asio::error_code& error) {
+  watchers_[id] = std::make_unique<asio::posix::stream_descriptor>(io_, fd);
+  await_exit(id);
+}
+
+void Daemon::Impl::await_exit(JobNumber id) {
+  watchers_.at(id)->async_wait(asio::posix::stream_descriptor::wait_read, [this, id](const asio::error_code& error) {
     if (error == asio::error::operation_aborted) return;
+    // A wake-up alone does not prove the exit: epoll can hand this watcher the event of a socket
+    // closed while a just-forked child still held a copy of it (Asio reuses its per-descriptor
+    // state), so the pidfd itself is asked.
+    auto watcher = watchers_.find(id);
+    if (watcher != watchers_.end() && !pidfd_ended(watcher->second->native_handle())) {
+      await_exit(id);
+      return;
+    }
     on_exit(id);
   });
-  watchers_[id] = std::move(watcher);
 }
 
 void Daemon::Impl::on_exit(JobNumber id) {
@@ -917,6 +945,9 @@ void Daemon::Impl::on_exit(JobNumber id) {
     outcome.cancelled = record->reason == "cancelled";
   } else if (record->progress == AttemptProgress::Lost) {
     outcome.reason = "its supervisor was killed while it ran; its processes may still be running";
+  } else if (record->progress == AttemptProgress::Running && record->supervisor_pid) {
+    watch(id, *record->supervisor_pid);  // it still holds its record's lock: it has not ended
+    return;
   } else {
     // The supervisor ended before starting the job (e.g. the daemon was killed before handing
     // it the attempt): the job never ran, so it goes back to the queue as it was.

@@ -1,6 +1,9 @@
 """gpupoold's queue end to end: submit, jobs, show, logs, wait, cancel, hold, drain, dependencies,
 retries, time limits, placement, and `gpupool run`/`launch` through the queue, on a simulated
-8-GPU machine (docs/daemon.md, docs/protocol.md)."""
+8-GPU machine (docs/daemon.md, docs/protocol.md).
+
+The gpupool commands under test run as processes; the tests watch the queue through the protocol
+(Daemon.request), since each gpupool process costs about a second in the ASan build."""
 import grp
 import json
 import os
@@ -29,6 +32,14 @@ def sh(script):
     return ["--", "sh", "-c", script]
 
 
+def one_line(proc):
+    return len(proc.stderr.strip().splitlines()) == 1
+
+
+def ids(jobs):
+    return [job["id"] for job in jobs]
+
+
 class QueueTest(unittest.TestCase):
     def test_a_job_runs_in_the_submitters_world(self):
         with Daemon() as d:
@@ -53,34 +64,32 @@ class QueueTest(unittest.TestCase):
             uuids = d.gpu_uuids()
             self.assertEqual(out["cvd"].split(","), [uuids[g] for g in gpus])
             self.assertEqual(d.gp("logs", "--stderr", str(job), check=True).stdout, "to stderr\n")
-            shown = d.show(job)
-            self.assertEqual(shown["state"], "done")
-            self.assertEqual(shown["exit_code"], 0)
+            shown = d.gp_json("show", "--json", str(job))
+            self.assertEqual(shown, d.show(job), "show --json prints the job as the protocol has it")
+            self.assertEqual((shown["state"], shown["exit_code"], shown["attempts"]), ("done", 0, 1))
             self.assertEqual(sorted(shown["gpus"]), sorted(gpus))
             self.assertEqual(shown["gpu_uuids"], [uuids[g] for g in shown["gpus"]])
             self.assertEqual(shown["cwd"], d.path("project"))
             self.assertEqual(shown["umask"], 0o027)
             self.assertEqual(shown["command"], ["sh", "-c", script])
             self.assertIn("E2E_SECRET=s3 cr=t", shown["environment"], "the owner sees the environment")
-            self.assertEqual(shown["attempts"], 1)
             self.assertEqual(d.leases(), [])
 
     def test_jobs_lists_and_filters(self):
         with Daemon() as d:
             done = d.submit("--name", "ok", "--", "true")
-            failed = d.submit(*sh("exit 3"))
-            d.wait(done, failed)
-            running = d.submit("-g", "8", "--", "sleep", "60")
-            held = d.submit("--", "true")
+            failed = d.enqueue(["sh", "-c", "exit 3"])
+            d.finish(done, failed)
+            running = d.enqueue(["sleep", "60"], gpus=8)
+            held = d.enqueue(["true"])
             d.wait_state(running, "running")
-            d.gp("hold", str(held), check=True)
+            d.request({"op": "hold", "ids": [held]})
             table = d.gp("jobs", check=True).stdout.splitlines()
             self.assertIn("ID", table[0])
             self.assertEqual(sorted(int(line.split()[0]) for line in table[1:]), [running, held])
-            listed = d.jobs()
-            self.assertEqual([j["id"] for j in listed], [running, held], "unfinished ones, oldest first")
-            everything = d.all_jobs()
-            self.assertEqual([j["id"] for j in everything], [done, failed, running, held])
+            self.assertEqual(ids(d.gp_json("jobs", "--json")), [running, held], "unfinished, oldest first")
+            everything = d.gp_json("jobs", "--all", "--json")
+            self.assertEqual(ids(everything), [done, failed, running, held])
             for job in everything:
                 self.assertLessEqual(JOB_FIELDS, set(job), job)
                 self.assertEqual(job["user"], ME)
@@ -88,8 +97,7 @@ class QueueTest(unittest.TestCase):
             by_id = {j["id"]: j for j in everything}
             self.assertEqual([by_id[i]["state"] for i in (done, failed, running, held)],
                              ["done", "failed", "running", "held"])
-            self.assertEqual(by_id[done]["exit_code"], 0)
-            self.assertEqual(by_id[done]["name"], "ok")
+            self.assertEqual((by_id[done]["exit_code"], by_id[done]["name"]), (0, "ok"))
             self.assertEqual(by_id[failed]["exit_code"], 3)
             self.assertIsNone(by_id[running]["exit_code"])
             self.assertIsNone(by_id[running]["end_time"])
@@ -101,46 +109,50 @@ class QueueTest(unittest.TestCase):
                 self.assertLessEqual(job["submit_time"], job["start_time"])
                 self.assertLessEqual(job["start_time"], job["end_time"])
                 self.assertLessEqual(job["end_time"], now + 1)
-            for state, expected in (("failed", [failed]), ("done", [done]), ("running", [running]),
-                                    ("held", [held]), ("queued", []), ("cancelled", [])):
-                self.assertEqual([j["id"] for j in d.jobs("--state", state)], expected, state)
-            self.assertEqual(len(d.jobs("--all", "--user", ME)), 4)
-            self.assertEqual(d.jobs("--all", "--user", "nobody"), [])
+            for args, expected in ((["--state", "failed"], [failed]), (["-s", "held"], [held]),
+                                   (["--state", "queued"], []), (["-a", "-u", "nobody"], []),
+                                   (["--all", "--user", ME], [done, failed, running, held])):
+                self.assertEqual(ids(d.gp_json("jobs", "--json", *args)), expected, args)
+            for state, expected in (("done", [done]), ("running", [running]), ("cancelled", [])):
+                self.assertEqual(ids(d.jobs(state=state)), expected, state)
             bad_state = d.gp("jobs", "--state", "sleeping")
             self.assertNotEqual(bad_state.returncode, 0)
-            self.assertEqual(len(bad_state.stderr.strip().splitlines()), 1, bad_state.stderr)
+            self.assertTrue(one_line(bad_state), bad_state.stderr)
 
     def test_exit_codes_decide_the_state_and_wait_reports_the_worst(self):
         with Daemon() as d:
             ok = d.submit("--", "true")
-            three = d.submit(*sh("exit 3"))
-            five = d.submit(*sh("exit 5"))
-            killed = d.submit(*sh("kill -KILL $$"))
-            missing = d.submit("--", "/no/such/program")
+            three, five, killed = (d.enqueue(["sh", "-c", script])
+                                   for script in ("exit 3", "exit 5", "kill -KILL $$"))
+            missing = d.enqueue(["/no/such/program"])
+            d.finish(ok, three, five, killed, missing)
             self.assertEqual(d.wait(ok).returncode, 0)
-            self.assertEqual(d.wait(ok, three).returncode, 3)
             waited = d.wait(ok, three, five)
             self.assertEqual(waited.returncode, 5)
             self.assertIn(f"job {five} failed", waited.stderr)
-            self.assertEqual(d.wait("-q", ok, three).stderr, "")
+            quiet = d.wait("-q", ok, three)
+            self.assertEqual((quiet.returncode, quiet.stderr), (3, ""))
             self.assertEqual(d.wait(killed).returncode, 137)
-            self.assertNotEqual(d.wait(missing).returncode, 0)
             jobs = {job["id"]: job for job in d.all_jobs()}
             for job, code in ((three, 3), (five, 5), (killed, 137)):
                 self.assertEqual((jobs[job]["state"], jobs[job]["exit_code"]), ("failed", code), jobs[job])
             self.assertEqual(jobs[killed]["signal"], 9)
             self.assertEqual(jobs[missing]["state"], "failed")
+            self.assertNotEqual(jobs[missing]["exit_code"], 0)
             self.assertEqual(jobs[ok]["reason"], "")
             self.assertEqual(jobs[three]["reason"], "exit code 3")
 
     def test_cancel_queued_and_running_jobs(self):
         with Daemon() as d:
-            politely = d.submit("-g", "4", *sh(f"trap 'echo got TERM > {d.path('term')}; exit 0' TERM; "
-                                                f"echo started; while :; do sleep 0.1; done"))
-            stubborn = d.submit("-g", "4", *sh("trap '' TERM; echo started; while :; do sleep 0.1; done"))
-            queued = d.submit("--", "true")
+            politely = d.enqueue(["sh", "-c", f"trap 'echo got TERM > {d.path('term')}; exit 0' TERM; "
+                                              f"echo started; while :; do sleep 0.1; done"], gpus=4)
+            stubborn = d.enqueue(["sh", "-c", "trap '' TERM; echo started; while :; do sleep 0.1; done"],
+                                 gpus=4)
+            queued = d.enqueue(["true"])
             for job in (politely, stubborn):
-                wait_until(lambda: d.gp("logs", str(job)).stdout, what=f"job {job} setting its trap")
+                log = d.wait_state(job, "running")["stdout"]
+                wait_until(lambda: os.path.getsize(log) if os.path.exists(log) else 0,
+                           what=f"job {job} setting its trap")
             self.assertEqual(d.job_state(queued), "queued")
             cancelled = d.gp("cancel", str(queued))
             self.assertEqual(cancelled.returncode, 0, cancelled.stderr)
@@ -151,14 +163,14 @@ class QueueTest(unittest.TestCase):
             self.assertEqual(d.wait(queued).returncode, 1)
 
             self.assertEqual(d.gp("cancel", str(politely)).returncode, 0)
-            shown = d.wait_state(politely, "cancelled", "failed", "done")
+            shown = d.finish(politely)[0]
             self.assertEqual(shown["state"], "cancelled")
             self.assertEqual(read(d.path("term")), "got TERM\n")
             politely_reason = shown["reason"]
 
             asked = time.time()
-            self.assertEqual(d.gp("cancel", str(stubborn)).returncode, 0)
-            shown = d.wait_state(stubborn, "cancelled", "failed", "done")
+            d.request({"op": "cancel", "ids": [stubborn]})
+            shown = d.finish(stubborn)[0]
             self.assertEqual(shown["state"], "cancelled")
             self.assertEqual(shown["signal"], 9, "SIGKILL after the grace period")
             self.assertGreaterEqual(shown["end_time"] - asked, 0.4, "kill_grace_s is 0.5")
@@ -167,18 +179,18 @@ class QueueTest(unittest.TestCase):
             again = d.gp("cancel", str(stubborn))
             self.assertNotEqual(again.returncode, 0)
             self.assertIn("already", again.stderr)
-            wait_until(lambda: d.leases() == [], what="the cancelled jobs' leases being released")
+            wait_until(lambda: d.held_gpus() == [], what="the cancelled jobs' leases being released")
             self.assertEqual(politely_reason, f"cancelled by {ME}", "it says who cancelled a running job")
 
     def test_time_limits(self):
         with Daemon() as d:
             sleeper = d.submit("--time", "1s", "--", "sleep", "60")
-            stubborn = d.submit("--time", "1s", *sh("trap '' TERM; while :; do sleep 0.1; done"))
+            stubborn = d.enqueue(["sh", "-c", "trap '' TERM; while :; do sleep 0.1; done"], time_limit_s=1.0)
             quick = d.submit("--time", "1m", "--", "true")
-            self.assertEqual(d.wait(quick).returncode, 0)
+            jobs = {job["id"]: job for job in d.finish(sleeper, stubborn, quick)}
+            self.assertEqual((jobs[quick]["state"], jobs[quick]["time_limit_s"]), ("done", 60.0))
             for job, signal_number in ((sleeper, 15), (stubborn, 9)):
-                self.assertNotEqual(d.wait(job).returncode, 0)
-                shown = d.show(job)
+                shown = jobs[job]
                 self.assertEqual(shown["state"], "failed", shown)
                 self.assertIn("time limit", shown["reason"])
                 self.assertEqual(shown["time_limit_s"], 1.0)
@@ -186,18 +198,18 @@ class QueueTest(unittest.TestCase):
                 ran = shown["end_time"] - shown["start_time"]
                 self.assertGreaterEqual(ran, 0.9)
                 self.assertLess(ran, 15)
-            shown = d.show(stubborn)
+            shown = jobs[stubborn]
             self.assertGreaterEqual(shown["end_time"] - shown["start_time"], 1.4, "limit + kill_grace_s")
 
     @unittest.skip("known bug, open: over-quota submissions are stored and failed instead of refused; queued jobs show no reason")
     def test_configured_limits_and_quotas(self):
         config = 'default_time_limit = "1s"\nmax_time_limit = "1m"\n[scheduler]\nquota_gpus = 2\n'
         with Daemon(config=config) as d:
-            unlimited = d.submit("--", "sleep", "60")
-            first, second = (d.submit("--time", "30s", *sh(until_exists(d.path("go")))) for _ in range(2))
-            over_quota = d.submit("--time", "30s", "--", "true")
-            self.assertNotEqual(d.wait(unlimited).returncode, 0)
-            shown = d.show(unlimited)
+            unlimited = d.enqueue(["sleep", "60"])
+            first, second = (d.enqueue(["sh", "-c", until_exists(d.path("go"))], time_limit_s=30)
+                             for _ in range(2))
+            over_quota = d.enqueue(["true"], time_limit_s=30)
+            shown = d.finish(unlimited)[0]
             self.assertEqual((shown["state"], shown["time_limit_s"]), ("failed", 1.0), "default_time_limit")
             self.assertIn("time limit", shown["reason"])
             d.wait_state(first, "running")
@@ -208,7 +220,7 @@ class QueueTest(unittest.TestCase):
             with self.subTest("a queued job says why it waits"):
                 self.assertNotEqual(shown["reason"], "")
             d.touch("go")
-            self.assertEqual(d.wait(first, second, over_quota).returncode, 0)
+            self.assertEqual([job["state"] for job in d.finish(first, second, over_quota)], ["done"] * 3)
 
             before = len(d.all_jobs())
             for args in (["--time", "2m"], ["-g", "3"]):
@@ -216,34 +228,34 @@ class QueueTest(unittest.TestCase):
                     proc = d.gp("submit", *args, "--", "true")
                     self.assertNotEqual(proc.returncode, 0, "refused at submission")
                     self.assertEqual(proc.stdout, "")
-                    self.assertEqual(len(proc.stderr.strip().splitlines()), 1, proc.stderr)
+                    self.assertTrue(one_line(proc), proc.stderr)
             self.assertEqual(len(d.all_jobs()), before, "a refused submission stored a job")
 
     def test_dependencies(self):
         with Daemon() as d:
             records = d.path("records")
-            first = d.submit(*sh(job_record_script(records, until_exists(d.path("go")))))
+            first = d.enqueue(["sh", "-c", job_record_script(records, until_exists(d.path("go")))])
             second = d.submit("--after", str(first), *sh(job_record_script(records, "true")))
             both = d.submit("--after", f"{first},{second}", *sh(job_record_script(records, "true")))
             d.wait_state(first, "running")
             time.sleep(0.6)  # three sampling intervals, with 7 GPUs free
             waiting = d.show(second)
             self.assertEqual(waiting["state"], "queued")
+            self.assertEqual(waiting["after"], [first])
             self.assertIn(f"job {first}", waiting["reason"])
             self.assertEqual(d.job_state(both), "queued")
             d.touch("go")
-            self.assertEqual(d.wait(first, second, both).returncode, 0)
-            a, b, c = (d.show(j) for j in (first, second, both))
+            a, b, c = d.finish(first, second, both)
+            self.assertEqual([a["state"], b["state"], c["state"]], ["done"] * 3)
             self.assertGreaterEqual(b["start_time"], a["end_time"])
             self.assertGreaterEqual(c["start_time"], b["end_time"])
             runs = read_records(records)
             self.assertGreaterEqual(runs[str(second)][0], runs[str(first)][1], "B started before A ended")
             self.assertGreaterEqual(runs[str(both)][0], runs[str(second)][1])
 
-            broken = d.submit(*sh("exit 4"))
+            broken = d.enqueue(["sh", "-c", "exit 4"])
             dependent = d.submit("--after", str(broken), *sh(f"touch {d.path('ran')}"))
-            self.assertNotEqual(d.wait(dependent).returncode, 0)
-            shown = d.show(dependent)
+            shown = d.finish(dependent)[0]
             self.assertEqual(shown["state"], "failed")
             self.assertIn(f"job {broken}", shown["reason"])
             self.assertIn("failed", shown["reason"])
@@ -252,14 +264,14 @@ class QueueTest(unittest.TestCase):
             # After a job that has already failed: refused or failed at once, never run.
             late = d.gp("submit", "--after", str(broken), *sh(f"touch {d.path('ran')}"))
             if late.returncode == 0:
-                self.assertEqual(d.wait_state(int(late.stdout), "failed", "done")["state"], "failed")
+                self.assertEqual(d.finish(int(late.stdout))[0]["state"], "failed")
             self.assertFalse(os.path.exists(d.path("ran")))
 
-            cancelled = d.submit("--", "sleep", "60")
-            after_cancelled = d.submit("--after", str(cancelled), "--", "true")
+            cancelled = d.enqueue(["sleep", "60"])
+            after_cancelled = d.enqueue(["true"], after=[cancelled])
             d.wait_state(cancelled, "running")
-            d.gp("cancel", str(cancelled), check=True)
-            shown = d.wait_state(after_cancelled, "failed", "done", "cancelled")
+            d.request({"op": "cancel", "ids": [cancelled]})
+            shown = d.finish(after_cancelled)[0]
             self.assertEqual(shown["state"], "failed")
             self.assertIn("cancelled", shown["reason"])
 
@@ -270,65 +282,63 @@ class QueueTest(unittest.TestCase):
                           f'echo "attempt $n"; [ $n -ge {succeed_at} ]')
             lucky = d.submit("--retries", "2", *flaky(d.path("lucky"), 3))
             unlucky = d.submit("--retries", "1", *flaky(d.path("unlucky"), 3))
-            self.assertEqual(d.wait(lucky).returncode, 0)
-            shown = d.show(lucky)
+            shown = d.finish(lucky)[0]
             self.assertEqual((shown["state"], shown["attempts"], shown["exit_code"]), ("done", 3, 0))
             self.assertEqual(read(d.path("lucky")), "3\n")
             self.assertEqual(d.gp("logs", str(lucky)).stdout, "attempt 1\nattempt 2\nattempt 3\n",
                              "attempts append to one log")
-            self.assertEqual(d.wait(unlucky).returncode, 1)
-            shown = d.show(unlucky)
+            shown = d.finish(unlucky)[0]
             self.assertEqual((shown["state"], shown["attempts"], shown["exit_code"]), ("failed", 2, 1))
             self.assertEqual(read(d.path("unlucky")), "2\n")
 
     @unittest.skip("known bug, open: a 1-GPU job submitted behind a running 8-GPU job sometimes runs before it can be held")
     def test_hold_and_release(self):
         with Daemon() as d:
-            blocker = d.submit("-g", "8", *sh(until_exists(d.path("go"))))
-            queued = d.submit(*sh(f"touch {d.path('queued-ran')}"))
+            blocker = d.enqueue(["sh", "-c", until_exists(d.path("go"))], gpus=8)
+            queued = d.enqueue(["touch", d.path("queued-ran")])
             d.wait_state(blocker, "running")
             self.assertEqual(d.gp("hold", str(queued)).returncode, 0)
             shown = d.show(queued)
             self.assertEqual(shown["state"], "held")
             self.assertIn(f"held by {ME}", shown["reason"])
-            self.assertEqual([j["id"] for j in d.jobs("--state", "held")], [queued])
             refused = d.gp("hold", str(blocker))
             self.assertNotEqual(refused.returncode, 0)
-            self.assertEqual(len(refused.stderr.strip().splitlines()), 1, refused.stderr)
+            self.assertTrue(one_line(refused), refused.stderr)
             not_held = d.gp("release", str(blocker))
             self.assertNotEqual(not_held.returncode, 0)
             self.assertIn("not held", not_held.stderr)
             d.touch("go")
-            self.assertEqual(d.wait(blocker).returncode, 0)
+            d.finish(blocker)
             time.sleep(0.6)  # three sampling intervals: a held job stays put on free GPUs
             self.assertEqual(d.job_state(queued), "held")
             self.assertFalse(os.path.exists(d.path("queued-ran")))
             self.assertEqual(d.gp("release", str(queued)).returncode, 0)
-            self.assertEqual(d.wait(queued).returncode, 0)
+            self.assertEqual(d.finish(queued)[0]["state"], "done")
             self.assertTrue(os.path.exists(d.path("queued-ran")))
 
             # submit --hold: held from the start, even with every GPU free.
-            held = d.submit("--hold", *sh(f"touch {d.path('held-ran')}"))
+            held = d.submit("--hold", "--", "touch", d.path("held-ran"))
             time.sleep(0.6)
             self.assertEqual(d.job_state(held), "held")
             self.assertFalse(os.path.exists(d.path("held-ran")), "a job submitted with --hold ran")
-            self.assertEqual(d.gp("release", str(held)).returncode, 0)
-            self.assertEqual(d.wait(held).returncode, 0)
+            d.request({"op": "release", "ids": [held]})
+            self.assertEqual(d.finish(held)[0]["state"], "done")
             self.assertTrue(os.path.exists(d.path("held-ran")))
 
     def test_drain_and_resume(self):
         # Root may drain; anyone else needs to be in admin_group.
         admins = "" if os.geteuid() == 0 else f'admin_group = "{grp.getgrgid(os.getegid()).gr_name}"\n'
         with Daemon(config=admins) as d:
-            running = d.submit(*sh(until_exists(d.path("go"))))
+            running = d.enqueue(["sh", "-c", until_exists(d.path("go"))])
             d.wait_state(running, "running")
             self.assertEqual(d.gp("drain").returncode, 0)
-            waiting = d.submit("--", "true")
+            self.assertTrue(d.status()["drained"])
+            waiting = d.enqueue(["true"])
             time.sleep(0.6)  # three sampling intervals
             self.assertEqual(d.job_state(waiting), "queued", "a drained daemon starts nothing")
             self.assertEqual(d.job_state(running), "running", "running jobs go on")
             d.touch("go")
-            self.assertEqual(d.wait(running).returncode, 0)
+            d.finish(running)
             self.assertEqual(d.job_state(waiting), "queued")
             # Draining is remembered across a restart.
             self.assertEqual(d.stop(), 0)
@@ -336,12 +346,12 @@ class QueueTest(unittest.TestCase):
             time.sleep(0.6)
             self.assertEqual(d.job_state(waiting), "queued")
             self.assertEqual(d.gp("resume").returncode, 0)
-            self.assertEqual(d.wait(waiting).returncode, 0)
+            self.assertEqual(d.finish(waiting)[0]["state"], "done")
 
     def test_logs_follow_streams_while_the_job_runs(self):
         with Daemon() as d:
-            job = d.submit(*sh(f"echo one; {until_exists(d.path('go'))}; echo two; "
-                               "sleep 0.3; echo three"))
+            job = d.enqueue(["sh", "-c", f"echo one; {until_exists(d.path('go'))}; echo two; sleep 0.3; "
+                                         "echo three"])
             d.wait_state(job, "running")
             follow = d.background("logs", "-f", str(job), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
             try:
@@ -358,15 +368,16 @@ class QueueTest(unittest.TestCase):
                     follow.kill()
                 follow.wait()
                 follow.stderr.close()
-            self.assertEqual(d.show(job)["state"], "done")
+            self.assertEqual(d.job_state(job), "done")
             # On a finished job it prints the log and returns at once.
             self.assertEqual(d.gp("logs", "-f", str(job), timeout=30).stdout, "one\ntwo\nthree\n")
 
     def test_twelve_one_gpu_jobs_on_eight_gpus(self):
         with Daemon() as d:
             records = d.path("records")
-            jobs = [d.submit(*sh(job_record_script(records, "sleep 0.7"))) for _ in range(12)]
-            self.assertEqual(d.wait(*jobs, timeout=120).returncode, 0)
+            jobs = [d.submit(*sh(job_record_script(records, "sleep 0.7"))) for _ in range(2)]
+            jobs += [d.enqueue(["sh", "-c", job_record_script(records, "sleep 0.7")]) for _ in range(10)]
+            self.assertEqual([job["state"] for job in d.finish(*jobs)], ["done"] * 12)
             runs = read_records(records)
             self.assertEqual(sorted(runs), sorted(str(j) for j in jobs))
             clashes, most = overlaps(runs)
@@ -375,12 +386,12 @@ class QueueTest(unittest.TestCase):
             for shown in d.all_jobs():
                 self.assertEqual(len(shown["gpus"]), 1)
                 self.assertEqual(shown["gpus"], runs[str(shown["id"])][2], "the job saw its GPUs")
-            self.assertEqual(d.leases(), [])
+            self.assertEqual(d.held_gpus(), [])
 
     def test_a_multi_gpu_job_gets_distinct_gpus(self):
         with Daemon() as d:
             job = d.submit("-g", "4", "--", sys.executable, "-c", PRINT_ENV)
-            self.assertEqual(d.wait(job).returncode, 0)
+            d.finish(job)
             env = json.loads(d.gp("logs", str(job), check=True).stdout)
             gpus = [int(g) for g in env["GPUPOOL_GPUS"].split(",")]
             self.assertEqual(len(set(gpus)), 4)
@@ -392,24 +403,21 @@ class QueueTest(unittest.TestCase):
 
     def test_memory_slices_share_a_gpu(self):
         with Daemon() as d:
-            records = d.path("records")
-            slices = [d.submit("--mem", "20G", *sh(job_record_script(records, until_exists(d.path("go")))))
+            slices = [d.submit("--mem", "20G", *sh(f"echo $GPUPOOL_MEM_MIB; {until_exists(d.path('go'))}"))
                       for _ in range(2)]
-            for job in slices:
-                d.wait_state(job, "running")
-            shown = [d.show(job) for job in slices]
+            shown = [d.wait_state(job, "running") for job in slices]
             self.assertEqual(shown[0]["gpus"], shown[1]["gpus"], "slices are packed onto one GPU")
             self.assertEqual(shown[0]["mem_mib"], 20480)
             leases = d.leases()
             self.assertEqual(len(leases), 2)
             self.assertEqual({lease["mem_mib"] for lease in leases}, {20480})
             d.touch("go")
-            self.assertEqual(d.wait(*slices).returncode, 0)
+            self.assertEqual([job["state"] for job in d.finish(*slices)], ["done"] * 2)
+            self.assertEqual(read(shown[0]["stdout"]), "20480\n")
 
     def test_bad_requests_are_refused_with_one_line_and_store_nothing(self):
         with Daemon() as d:
-            d.wait(d.submit("--", "true"))
-            before = len(d.all_jobs())
+            d.finish(d.enqueue(["true"]))
             for args in (["--time", "xyz"], ["--time", "0"], ["-g", "0"], ["-g", "9"], ["--after", "99999"],
                          ["--after", "abc"], ["--after", "0"], ["--after", "1,x"], ["--mem", "20X"],
                          ["--mem", "200G"], ["--retries", "-1"], ["-g", "two"]):
@@ -417,15 +425,15 @@ class QueueTest(unittest.TestCase):
                     proc = d.gp("submit", *args, "--", "true")
                     self.assertNotEqual(proc.returncode, 0)
                     self.assertEqual(proc.stdout, "")
-                    self.assertEqual(len(proc.stderr.strip().splitlines()), 1, proc.stderr)
+                    self.assertTrue(one_line(proc), proc.stderr)
             for args in (["show", "abc"], ["show", "99999"], ["cancel", "1x"], ["cancel", "99999"],
                          ["hold", "0"], ["release", "-5"], ["wait", "abc"], ["wait", "99999"], ["logs", "x1"],
                          ["logs", "99999"]):
                 with self.subTest(args=args):
                     proc = d.gp(*args)
                     self.assertNotEqual(proc.returncode, 0)
-                    self.assertEqual(len(proc.stderr.strip().splitlines()), 1, proc.stderr)
-            self.assertEqual(len(d.all_jobs()), before, "a refused request stored a job")
+                    self.assertTrue(one_line(proc), proc.stderr)
+            self.assertEqual(len(d.all_jobs()), 1, "a refused request stored a job")
             missing = d.gp("submit", "--", "true", env={"GPUPOOL_RUNTIME_DIR": d.path("nowhere")})
             self.assertNotEqual(missing.returncode, 0)
             self.assertIn("no gpupoold is running", missing.stderr)
@@ -451,10 +459,10 @@ class QueueTest(unittest.TestCase):
             self.assertEqual((failed_job["state"], failed_job["exit_code"]), ("failed", 3))
             self.assertEqual((launch_job["state"], launch_job["exit_code"], len(launch_job["gpus"])),
                              ("done", 0, 2))
-            self.assertEqual(d.leases(), [])
+            self.assertEqual(d.held_gpus(), [])
             no_logs = d.gp("logs", str(run_job["id"]))
             self.assertNotEqual(no_logs.returncode, 0)
-            self.assertEqual(len(no_logs.stderr.strip().splitlines()), 1)
+            self.assertTrue(one_line(no_logs), no_logs.stderr)
             # Without a daemon, run and launch take the GPUs themselves, as before.
             self.assertEqual(d.stop(), 0)
             alone = d.gp("run", "-g", "2", "--", sys.executable, "-c", PRINT_ENV)
@@ -463,20 +471,20 @@ class QueueTest(unittest.TestCase):
             self.assertTrue(json.loads(alone.stdout)["GPUPOOL_JOB"].startswith("run-"))
             self.assertEqual(d.gp("launch", "-q", "-g", "2", "--", "true").returncode, 0)
             self.assertEqual(d.gp("run", "--", "sh", "-c", "exit 3").returncode, 3)
-            self.assertEqual(d.leases(), [])
+            self.assertEqual(d.held_gpus(), [])
             d.start()
             self.assertEqual(len(d.all_jobs()), 3, "nothing went through the stopped daemon")
 
     def test_run_waits_behind_busy_gpus(self):
         with Daemon() as d:
-            short = d.submit(*sh(until_exists(d.path("go"))))
-            longer = [d.submit("--", "sleep", "60") for _ in range(7)]
-            wait_until(lambda: len(d.jobs("--state", "running")) == 8, what="8 jobs running")
+            short = d.enqueue(["sh", "-c", until_exists(d.path("go"))])
+            longer = [d.enqueue(["sleep", "60"]) for _ in range(7)]
+            wait_until(lambda: len(d.jobs(state="running")) == 8, what="8 jobs running")
             run = d.background("run", "--", sys.executable, "-c", PRINT_ENV, stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE)
             try:
-                queued = wait_until(lambda: d.jobs("--state", "queued"), what="the run's job queued")
-                self.assertEqual(queued[0]["kind"], "interactive")
+                queued = wait_until(lambda: d.jobs(state="queued"), what="the run's job queued")[0]
+                self.assertEqual(queued["kind"], "interactive")
                 time.sleep(0.5)
                 self.assertIsNone(run.poll(), "gpupool run started while all GPUs were busy")
                 short_gpus = d.show(short)["gpus"]
@@ -489,17 +497,18 @@ class QueueTest(unittest.TestCase):
             self.assertEqual(run.returncode, 0, err)
             self.assertIn("queued", err)
             self.assertEqual([int(g) for g in json.loads(out)["GPUPOOL_GPUS"].split(",")], short_gpus)
-            self.assertEqual(d.show(queued[0]["id"])["state"], "done")
+            self.assertEqual(d.job_state(queued["id"]), "done")
+            self.assertEqual([d.job_state(job) for job in longer], ["running"] * 7)
 
     def test_cancelling_a_waiting_run_tells_its_client(self):
         with Daemon() as d:
-            blocker = d.submit("-g", "8", "--", "sleep", "60")
+            blocker = d.enqueue(["sleep", "60"], gpus=8)
             d.wait_state(blocker, "running")
             run = d.background("run", "--", "touch", d.path("ran"), stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE)
             try:
-                queued = wait_until(lambda: d.jobs("--state", "queued"), what="the run's job queued")
-                self.assertEqual(d.gp("cancel", str(queued[0]["id"])).returncode, 0)
+                queued = wait_until(lambda: d.jobs(state="queued"), what="the run's job queued")[0]["id"]
+                self.assertEqual(d.gp("cancel", str(queued)).returncode, 0)
                 _, err = run.communicate(timeout=30)
             finally:
                 if run.poll() is None:
@@ -508,43 +517,45 @@ class QueueTest(unittest.TestCase):
             self.assertNotEqual(run.returncode, 0)
             self.assertIn("cancelled", err)
             self.assertFalse(os.path.exists(d.path("ran")))
-            self.assertEqual(d.show(queued[0]["id"])["state"], "cancelled")
+            self.assertEqual(d.job_state(queued), "cancelled")
 
     def test_interactive_jobs_cancelled_or_abandoned(self):
         with Daemon() as d:
             # Cancelling a running `gpupool run` sends SIGTERM through the client to its program.
-            run = d.background("run", "-q", "--", "sleep", "60", stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE)
-            job = wait_until(lambda: d.jobs("--state", "running"), what="the run's job running")[0]["id"]
-            self.assertEqual(d.gp("cancel", str(job)).returncode, 0)
+            run = d.background("run", "-q", "--", "sh", "-c", f"touch {d.path('started')}; exec sleep 60",
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            job = wait_until(lambda: d.jobs(state="running"), what="the run's job running")[0]["id"]
+            wait_until(lambda: os.path.exists(d.path("started")), what="the program starting")
+            d.request({"op": "cancel", "ids": [job]})
             run.communicate(timeout=30)
             self.assertEqual(run.returncode, 143)
             shown = d.show(job)
             self.assertEqual((shown["state"], shown["reason"]), ("cancelled", f"cancelled by {ME}"))
 
             # A client killed while its program runs: the program keeps its GPUs until it ends.
-            run = d.background("run", "-q", "-g", "8", "--", "sh", "-c",
-                               f"{until_exists(d.path('go'))}; touch {d.path('ended')}")
-            job = wait_until(lambda: d.jobs("--state", "running"), what="the run's job running")[0]["id"]
+            program = f"touch {d.path('orphan')}; {until_exists(d.path('go'))}; touch {d.path('ended')}"
+            run = d.background("run", "-q", "-g", "8", "--", "sh", "-c", program)
+            job = wait_until(lambda: d.jobs(state="running"), what="the run's job running")[0]["id"]
+            wait_until(lambda: os.path.exists(d.path("orphan")), what="the program starting")
             run.kill()
             run.wait()
             wait_until(lambda: d.job_state(job) != "running", what="the job ending with its client")
-            self.assertEqual(len(d.leases()), 8)
-            batch = d.submit("--", "true")
+            self.assertEqual(len(d.held_gpus()), 8)
+            batch = d.enqueue(["true"])
             time.sleep(0.6)  # three sampling intervals
             self.assertEqual(d.job_state(batch), "queued", "a GPU of the orphaned program was given away")
             d.touch("go")
-            self.assertEqual(d.wait(batch).returncode, 0)
+            self.assertEqual(d.finish(batch)[0]["state"], "done")
             self.assertTrue(os.path.exists(d.path("ended")))
 
             # A client killed while it waits gives up its place.
-            blocker = d.submit("-g", "8", "--", "sleep", "60")
+            blocker = d.enqueue(["sleep", "60"], gpus=8)
             d.wait_state(blocker, "running")
             run = d.background("run", "-q", "--", "touch", d.path("ran"))
-            job = wait_until(lambda: d.jobs("--state", "queued"), what="the run's job queued")[0]["id"]
+            job = wait_until(lambda: d.jobs(state="queued"), what="the run's job queued")[0]["id"]
             run.kill()
             run.wait()
-            self.assertEqual(d.wait_state(job, "cancelled", "failed", "done")["state"], "cancelled")
+            self.assertEqual(d.finish(job)[0]["state"], "cancelled")
             self.assertFalse(os.path.exists(d.path("ran")))
 
 

@@ -81,7 +81,7 @@ class UsersTest(unittest.TestCase):
             self.assertNotIn(0, [int(g) for g in groups.split()])
             self.assertEqual(mask, "0027")
             self.assertEqual(os.stat(d.path(self.alice, "made")).st_uid, entry.pw_uid)
-            shown = d.show(job, user=self.alice)
+            shown = d.gp_json("show", "--json", str(job), user=self.alice)
             self.assertEqual((shown["user"], shown["uid"]), (self.alice, entry.pw_uid))
             for log in (shown["stdout"], shown["stderr"]):
                 st = os.stat(log)
@@ -116,10 +116,11 @@ class UsersTest(unittest.TestCase):
             own = d.gp("logs", str(running), user=self.alice, cwd=home, check=True)
             self.assertEqual(own.stdout, "private\n")
 
-            as_bob = d.show(running, user=self.bob, cwd=bob_home)
+            as_bob = d.gp_json("show", "--json", str(running), user=self.bob, cwd=bob_home)
             self.assertNotIn("environment", as_bob)
-            self.assertIn("E2E_SECRET=alice-token", d.show(running, user=self.alice, cwd=home)["environment"])
-            listed = d.jobs(user=self.bob, cwd=bob_home)
+            as_alice = d.gp_json("show", "--json", str(running), user=self.alice, cwd=home)
+            self.assertIn("E2E_SECRET=alice-token", as_alice["environment"])
+            listed = d.gp_json("jobs", "--json", user=self.bob, cwd=bob_home)
             self.assertEqual([j["id"] for j in listed], [running, held], "anyone may read the queue")
             self.assertEqual({j["user"] for j in listed}, {self.alice})
             self.assertTrue(all("environment" not in j for j in listed))
@@ -142,7 +143,8 @@ class UsersTest(unittest.TestCase):
             job = d.submit(*sh("echo bob-output; sleep 60"), user=self.bob, cwd=bob_home,
                            env={"E2E_SECRET": "b"})
             d.wait_state(job, "running")
-            self.assertIn("E2E_SECRET=b", d.show(job, user=self.carol, cwd=carol_home)["environment"])
+            as_carol = d.gp_json("show", "--json", str(job), user=self.carol, cwd=carol_home)
+            self.assertIn("E2E_SECRET=b", as_carol["environment"])
             cancelled = d.gp("cancel", str(job), user=self.carol, cwd=carol_home)
             self.assertEqual(cancelled.returncode, 0, cancelled.stderr)
             shown = d.wait_state(job, "cancelled", "failed", "done")
@@ -151,8 +153,8 @@ class UsersTest(unittest.TestCase):
             self.assertEqual(d.gp("drain", user=self.carol, cwd=carol_home).returncode, 0)
             self.assertEqual(d.gp("resume", user=self.carol, cwd=carol_home).returncode, 0)
             urgent = d.submit("--priority", "5", "--", "true", user=self.carol, cwd=carol_home)
-            self.assertEqual(d.wait(urgent).returncode, 0)
-            self.assertEqual(d.show(urgent)["priority"], 5)
+            shown = d.finish(urgent)[0]
+            self.assertEqual((shown["state"], shown["priority"]), ("done", 5))
             logs = d.gp("logs", str(job), user=self.carol, cwd=carol_home)
             self.assertEqual((logs.returncode, logs.stdout), (0, "bob-output\n"), logs.stderr)
 
@@ -160,7 +162,7 @@ class UsersTest(unittest.TestCase):
         with self.daemon() as d:
             job = d.submit("--", "true", user=self.alice, cwd=d.path(self.alice),
                            env={"E2E_SECRET": "alice-token"})
-            self.assertEqual(d.wait(job).returncode, 0)
+            self.assertEqual(d.finish(job)[0]["state"], "done")
 
             def check(path, mode, uid=0, kind=None):
                 st = os.lstat(path)
@@ -194,7 +196,7 @@ class UsersTest(unittest.TestCase):
             st = os.lstat(d.socket)
             self.assertEqual((stat.S_IMODE(st.st_mode), st.st_uid), (0o600, alice))
             job = d.submit(*sh("id -u"))
-            self.assertEqual(d.wait(job).returncode, 0)
+            self.assertEqual(d.finish(job)[0]["state"], "done")
             self.assertEqual(d.gp("logs", str(job), check=True).stdout, f"{alice}\n")
             self.assertEqual(d.show(job)["user"], self.alice)
             # Bob's client does not trust a socket that is neither root's nor his.
