@@ -23,12 +23,15 @@ int run(int argc, char** argv) {
   add_list_command(app, exit_code);
   add_topo_command(app, exit_code);
   add_resolve_command(app, exit_code);
+  add_doctor_command(app, exit_code);
   add_map_command(app, exit_code);
   add_docker_args_command(app, exit_code);
   add_run_command(app, exit_code);
   add_launch_command(app, exit_code);
   add_leases_command(app, exit_code);
+  add_top_command(app, exit_code);
   add_queue_commands(app, exit_code);
+  add_report_command(app, exit_code);
   add_sim_command(app, exit_code);
   try {
     app.parse(argc, argv);

@@ -11,13 +11,16 @@ namespace gpupool::cli {
 void add_list_command(CLI::App& app, int& exit_code);
 void add_topo_command(CLI::App& app, int& exit_code);
 void add_resolve_command(CLI::App& app, int& exit_code);
+void add_doctor_command(CLI::App& app, int& exit_code);
 void add_map_command(CLI::App& app, int& exit_code);
 void add_docker_args_command(CLI::App& app, int& exit_code);
 void add_run_command(CLI::App& app, int& exit_code);
 void add_launch_command(CLI::App& app, int& exit_code);
 void add_leases_command(CLI::App& app, int& exit_code);
+void add_top_command(CLI::App& app, int& exit_code);
 void add_sim_command(CLI::App& app, int& exit_code);
 void add_queue_commands(CLI::App& app, int& exit_code);
+void add_report_command(CLI::App& app, int& exit_code);
 
 // Prints "gpupool: MESSAGE" on stderr and returns the error exit code.
 int report(const Error& error);

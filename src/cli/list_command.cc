@@ -1,4 +1,10 @@
 // gpupool list: one line per GPU and one per process on it, for 80 columns.
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <thread>
+
 #include <fmt/format.h>
 
 #include "cli/commands.h"
@@ -56,26 +62,52 @@ void print_table(const Machine& machine, const std::string& source) {
   }
 }
 
+struct ListOptions {
+  bool json = false;
+  bool watch = false;
+  double interval_s = 1.0;
+};
+
+Result<void> print_once(GpuBackend& backend, const ListOptions& options) {
+  TRY_ASSIGN(Machine machine, backend.discover(DiscoveryScope{.links = false, .processes = true}));
+  if (options.json) {
+    nlohmann::json out = nlohmann::json::array();
+    for (const Gpu& gpu : machine.gpus) out.push_back(to_json(gpu));
+    // Watching, one array per line (JSON Lines), so a log of samples stays easy to parse.
+    fmt::print("{}\n", out.dump(options.watch ? -1 : 2));
+  } else {
+    print_table(machine, backend.description());
+  }
+  return {};
+}
+
+Result<int> list_gpus(const ListOptions& options) {
+  if (options.interval_s < 0.1) return fail("--interval must be at least 0.1 s, not {}", options.interval_s);
+  TRY_ASSIGN(auto backend, open_gpu_backend());
+  if (!options.watch) {
+    TRY(print_once(*backend, options));
+    return 0;
+  }
+  // Like watch(1): the screen is cleared before each table on a terminal; piped, the tables
+  // follow each other. It runs until interrupted.
+  const bool clear = !options.json && isatty(STDOUT_FILENO);
+  for (;;) {
+    if (clear) fmt::print("\x1b[H\x1b[2J");
+    TRY(print_once(*backend, options));
+    std::fflush(stdout);
+    std::this_thread::sleep_for(std::chrono::duration<double>(options.interval_s));
+  }
+}
+
 }  // namespace
 
 void add_list_command(CLI::App& app, int& exit_code) {
   auto* cmd = app.add_subcommand("list", "List the GPUs, their state and the processes on them");
-  auto json = std::make_shared<bool>(false);
-  cmd->add_flag("--json", *json, "Print a JSON array, one object per GPU");
-  cmd->callback([&exit_code, json] {
-    run_command(exit_code, [&]() -> Result<int> {
-      TRY_ASSIGN(auto backend, open_gpu_backend());
-      TRY_ASSIGN(Machine machine, backend->discover(DiscoveryScope{.links = false, .processes = true}));
-      if (*json) {
-        nlohmann::json out = nlohmann::json::array();
-        for (const Gpu& gpu : machine.gpus) out.push_back(to_json(gpu));
-        fmt::print("{}\n", out.dump(2));
-      } else {
-        print_table(machine, backend->description());
-      }
-      return 0;
-    });
-  });
+  auto options = std::make_shared<ListOptions>();
+  cmd->add_flag("--json", options->json, "Print a JSON array, one object per GPU");
+  cmd->add_flag("--watch", options->watch, "Print again every --interval seconds until interrupted");
+  cmd->add_option("-n,--interval", options->interval_s, "Seconds between tables with --watch (default 1)");
+  cmd->callback([&exit_code, options] { run_command(exit_code, [&] { return list_gpus(*options); }); });
 }
 
 }  // namespace gpupool::cli

@@ -21,6 +21,7 @@
 #include "cli/daemon_client.h"
 #include "cli/lease_options.h"
 #include "core/allocation.h"
+#include "core/job_text.h"
 #include "core/text.h"
 
 extern char** environ;
@@ -57,32 +58,6 @@ std::string clock_time(std::optional<double> unix_seconds) {
   return text;
 }
 
-std::string duration_text(double seconds) {
-  auto s = static_cast<int64_t>(seconds);
-  if (s >= 86400) return fmt::format("{}d{:02}h", s / 86400, s % 86400 / 3600);
-  return fmt::format("{}:{:02}:{:02}", s / 3600, s % 3600 / 60, s % 60);
-}
-
-std::string request_text(const Job& job) {
-  if (job.spec.slice_mib) return fmt::format("{}x{}M", job.spec.gpu_count, *job.spec.slice_mib);
-  return fmt::format("{}", job.spec.gpu_count);
-}
-
-// "0-3,6": runs of consecutive indices shortened, as Slurm prints node lists.
-std::string gpus_text(const Job& job) {
-  if (job.gpus.empty()) return "-";
-  std::vector<unsigned> sorted = job.gpus;
-  std::sort(sorted.begin(), sorted.end());
-  std::vector<std::string> runs;
-  for (size_t i = 0; i < sorted.size();) {
-    size_t j = i;
-    while (j + 1 < sorted.size() && sorted[j + 1] == sorted[j] + 1) ++j;
-    runs.push_back(j == i ? fmt::format("{}", sorted[i]) : fmt::format("{}-{}", sorted[i], sorted[j]));
-    i = j + 1;
-  }
-  return fmt::format("{}", fmt::join(runs, ","));
-}
-
 std::string elapsed_text(const Job& job) {
   if (!job.start_time) return "-";
   double end = job.end_time.value_or(static_cast<double>(std::time(nullptr)));
@@ -102,7 +77,7 @@ void print_jobs_table(const std::vector<Job>& jobs) {
     std::string name = display_name(job);
     if (name.size() > 20) name = name.substr(0, 19) + "~";
     fmt::print("{:>6}  {:<14} {:<10} {:<20} {:>7} {:<7} {:<11} {:>9}  {}\n", job.id, state_text(job), job.owner.user,
-               name, request_text(job), gpus_text(job), clock_time(job.submit_time), elapsed_text(job), job.reason);
+               name, request_text(job), gpu_list_text(job.gpus), clock_time(job.submit_time), elapsed_text(job), job.reason);
   }
 }
 
@@ -118,7 +93,7 @@ void print_job_details(const Job& job) {
   line("request", job.spec.slice_mib ? fmt::format("{} GPU(s), {} MiB each (shared)", job.spec.gpu_count,
                                                    *job.spec.slice_mib)
                                      : fmt::format("{} whole GPU(s)", job.spec.gpu_count));
-  line("gpus", gpus_text(job));
+  line("gpus", gpu_list_text(job.gpus));
   if (job.spec.priority != 0) line("priority", std::to_string(job.spec.priority));
   if (!job.spec.after.empty()) line("after", fmt::format("{}", fmt::join(job.spec.after, ",")));
   if (job.spec.retries > 0) line("retries", fmt::format("{} (attempts so far: {})", job.spec.retries, job.attempts));
@@ -324,6 +299,22 @@ Result<void> follow_log(int fd, const std::string& path, JobNumber id) {
   return result;
 }
 
+// A queued job, or one whose supervisor is just starting, has no log yet: waits until the log
+// exists (looked for every 100 ms) or the job has ended without one (-1).
+Result<int> open_once_created(const std::string& path, JobNumber id) {
+  TRY_ASSIGN(DaemonClient waiter, DaemonClient::connect(runtime_directory()));
+  TRY(waiter.send(proto::WaitRequest{{id}}));
+  for (;;) {
+    pollfd ended = {waiter.descriptor(), POLLIN, 0};
+    int ready = poll(&ended, 1, 100);
+    if (ready < 0 && errno != EINTR) return fail("cannot wait for the log: {}", std::strerror(errno));
+    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) return fd;
+    if (errno != ENOENT) return fail("cannot open {}: {}", path, std::strerror(errno));
+    if (ready > 0) return -1;
+  }
+}
+
 Result<int> show_logs(const std::string& id_text, bool follow, bool errors) {
   TRY_ASSIGN(std::vector<JobNumber> ids, parse_ids({id_text}));
   TRY_ASSIGN(DaemonClient client, DaemonClient::connect(runtime_directory()));
@@ -332,9 +323,10 @@ Result<int> show_logs(const std::string& id_text, bool follow, bool errors) {
   const Job& job = jobs.front();
   const std::string& path = errors ? job.stderr_path : job.stdout_path;
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0 && errno == ENOENT && !follow) return 0;  // not started yet: nothing written
   if (fd < 0 && errno == ENOENT) {
-    return fail("job {} has not started yet, so {} does not exist; try again once it runs", job.id, path);
+    if (!follow || is_finished(job.state)) return 0;  // never started: nothing written
+    TRY_ASSIGN(fd, open_once_created(path, job.id));
+    if (fd < 0) return 0;
   }
   if (fd < 0) return fail("cannot open {}: {}", path, std::strerror(errno));
   Result<void> shown = follow && !is_finished(job.state) ? follow_log(fd, path, job.id) : copy_new_bytes(fd);

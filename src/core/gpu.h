@@ -39,6 +39,9 @@ struct Gpu {
   std::optional<unsigned> utilization_gpu;
   std::optional<unsigned> utilization_memory;
   std::optional<unsigned> temperature_c;
+  // Current clocks in MHz, as nvidia-smi's "Clocks" section shows them.
+  std::optional<unsigned> sm_clock_mhz;
+  std::optional<unsigned> memory_clock_mhz;
   std::optional<double> power_w;
   std::optional<double> power_limit_w;
   std::optional<bool> persistence_mode;
@@ -46,6 +49,13 @@ struct Gpu {
   std::optional<bool> mig_enabled;
   std::optional<uint64_t> ecc_corrected_volatile;
   std::optional<uint64_t> ecc_uncorrected_volatile;
+  // Memory repairs: pages retired after ECC errors (before Ampere), rows remapped (Ampere on).
+  // A pending repair takes effect at the next GPU reset or driver load; a failed remap needs service.
+  std::optional<unsigned> retired_pages;
+  std::optional<bool> retired_pages_pending;
+  std::optional<unsigned> remapped_rows;
+  std::optional<bool> row_remapping_pending;
+  std::optional<bool> row_remapping_failed;
   std::optional<int> numa_node;
   std::optional<std::string> cpu_affinity;  // CPU list, as in /sys: "0-15,32-47"
   std::optional<int> compute_capability_major;

@@ -51,6 +51,8 @@ nlohmann::json to_json(const Gpu& gpu) {
           {"utilization_gpu", optional_json(gpu.utilization_gpu)},
           {"utilization_memory", optional_json(gpu.utilization_memory)},
           {"temperature_c", optional_json(gpu.temperature_c)},
+          {"sm_clock_mhz", optional_json(gpu.sm_clock_mhz)},
+          {"memory_clock_mhz", optional_json(gpu.memory_clock_mhz)},
           {"power_w", watts_json(gpu.power_w)},
           {"power_limit_w", watts_json(gpu.power_limit_w)},
           {"persistence_mode", optional_json(gpu.persistence_mode)},

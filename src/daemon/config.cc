@@ -115,6 +115,30 @@ const Key kDaemonKeys[] = {
      }},
 };
 
+const Key kMonitorKeys[] = {
+    {"http",
+     [](const toml::node& node, std::string_view key, DaemonConfig& config) -> Result<void> {
+       TRY_ASSIGN(std::string address, text_of(node, key));
+       if (address == "off") {
+         config.http.reset();
+         return {};
+       }
+       if (!split_http_address(address)) return fail("{} must be HOST:PORT (e.g. \"127.0.0.1:9400\") or \"off\"", quote(key));
+       config.http = std::move(address);
+       return {};
+     }},
+    {"history",
+     [](const toml::node& node, std::string_view key, DaemonConfig& config) -> Result<void> {
+       TRY_ASSIGN(config.history_s, duration_of(node, key));
+       return {};
+     }},
+    {"idle_flag_after",
+     [](const toml::node& node, std::string_view key, DaemonConfig& config) -> Result<void> {
+       TRY_ASSIGN(config.idle_flag_after_s, duration_of(node, key));
+       return {};
+     }},
+};
+
 const Key kSchedulerKeys[] = {
     {"policy",
      [](const toml::node& node, std::string_view key, DaemonConfig& config) -> Result<void> {
@@ -161,15 +185,16 @@ class ConfigReader {
   Result<DaemonConfig> read(const toml::table& document) {
     for (const auto& [key, node] : document) {
       const toml::table* table = node.as_table();
-      if (key == "daemon" || key == "scheduler" || key == "quotas") {
+      if (key == "daemon" || key == "scheduler" || key == "quotas" || key == "monitor") {
         if (table == nullptr) return at(key, fail("{} must be a table ([{}])", quote(key.str()), key.str()));
         if (key == "daemon") TRY(read_keys(*table, "daemon", kDaemonKeys));
+        if (key == "monitor") TRY(read_keys(*table, "monitor", kMonitorKeys));
         if (key == "scheduler") TRY(read_keys(*table, "scheduler", kSchedulerKeys));
         if (key == "quotas") TRY(read_quotas(*table));
       } else if (table != nullptr) {
-        return at(key, fail("unknown table {} (known: daemon, scheduler, quotas)", quote(key.str())));
+        return at(key, fail("unknown table {} (known: daemon, scheduler, quotas, monitor)", quote(key.str())));
       } else {
-        return at(key, fail("unknown key {} outside a table (known tables: daemon, scheduler, quotas)",
+        return at(key, fail("unknown key {} outside a table (known tables: daemon, scheduler, quotas, monitor)",
                             quote(key.str())));
       }
     }
@@ -217,6 +242,18 @@ class ConfigReader {
 };
 
 }  // namespace
+
+std::optional<std::pair<std::string, int>> split_http_address(std::string_view address) {
+  size_t colon = address.rfind(':');
+  if (colon == std::string_view::npos || colon == 0) return std::nullopt;
+  std::string_view port_text = address.substr(colon + 1);
+  int port = 0;
+  auto [end, error] = std::from_chars(port_text.data(), port_text.data() + port_text.size(), port);
+  if (error != std::errc() || end != port_text.data() + port_text.size() || port < 0 || port > 65535) {
+    return std::nullopt;
+  }
+  return std::pair<std::string, int>(std::string(address.substr(0, colon)), port);
+}
 
 Result<DaemonConfig> parse_config(std::string_view text, const std::string& source) {
   toml::table document;

@@ -7,11 +7,19 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include "core/result.h"
 #include "core/scheduler.h"
 
 namespace gpupool {
+
+// dcgm-exporter's port, so that scrape configurations written for it find gpupoold.
+inline constexpr const char* kDefaultHttpAddress = "127.0.0.1:9400";
+
+// "HOST:PORT" (IPv4 address or name, port 0 to 65535; 0: any free port) split in two; nullopt when
+// malformed.
+std::optional<std::pair<std::string, int>> split_http_address(std::string_view address);
 
 struct DaemonConfig {
   // [daemon]
@@ -23,6 +31,10 @@ struct DaemonConfig {
   // [scheduler]: policy, fair_share_half_life_h, default_runtime_h, backfill_depth, quota_gpus;
   // [quotas]: user = GPUs, into scheduler.user_quota_gpus
   SchedulerConfig scheduler;
+  // [monitor] (docs/monitoring.md)
+  std::optional<std::string> http = std::string(kDefaultHttpAddress);  // HOST:PORT; nullopt: no HTTP
+  double history_s = 3600;          // how far back the samples go (charts, /api/history)
+  double idle_flag_after_s = 1800;  // a job at about 0 % utilisation this long is flagged idle
 };
 
 inline constexpr const char* kDefaultConfigPath = "/etc/gpupool/gpupool.toml";

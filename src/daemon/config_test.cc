@@ -167,12 +167,12 @@ TEST(ConfigTest, UnknownKeysAndTablesAreErrorsNotIgnored) {
       "gpupool.toml:2: unknown key 'admin' in [daemon] (known: admin_group, sample_interval_s, kill_grace_s, "
       "default_time_limit, max_time_limit)");
   EXPECT_EQ(error_of("[daemon]\n\n[schedular]\npolicy = \"fifo\"\n"),
-            "gpupool.toml:3: unknown table 'schedular' (known: daemon, scheduler, quotas)");
+            "gpupool.toml:3: unknown table 'schedular' (known: daemon, scheduler, quotas, monitor)");
   EXPECT_EQ(error_of("policy = \"fifo\"\n"),
-            "gpupool.toml:1: unknown key 'policy' outside a table (known tables: daemon, scheduler, quotas)");
+            "gpupool.toml:1: unknown key 'policy' outside a table (known tables: daemon, scheduler, quotas, monitor)");
   EXPECT_EQ(
       error_of("\"two\\nlines\" = 1\n"),
-      "gpupool.toml:1: unknown key 'two\\nlines' outside a table (known tables: daemon, scheduler, quotas)");
+      "gpupool.toml:1: unknown key 'two\\nlines' outside a table (known tables: daemon, scheduler, quotas, monitor)");
   EXPECT_EQ(error_of("[scheduler.extra]\nx = 1\n"),
             "gpupool.toml:1: unknown key 'extra' in [scheduler] (known: policy, quota_gpus, "
             "fair_share_half_life_h, default_runtime_h, backfill_depth)");

@@ -29,6 +29,8 @@
 #include "core/scheduler.h"
 #include "core/text.h"
 #include "daemon/job_store.h"
+#include "daemon/http_server.h"
+#include "daemon/monitor.h"
 #include "daemon/supervisor.h"
 #include "gpu/gpu_backend.h"
 #include "lease/gpu_pool.h"
@@ -144,10 +146,10 @@ class Daemon::Impl {
         machine_(std::move(machine)),
         scheduler_(std::move(scheduler)),
         acceptor_(io_),
-        sample_timer_(io_),
         signals_(io_, SIGTERM, SIGINT) {}
 
   Result<void> open_socket();
+  Result<void> open_monitor(UsageStore usage);
   Result<void> recover();
   Result<void> run();
 
@@ -192,6 +194,7 @@ class Daemon::Impl {
   void handle(const SessionPtr& s, const proto::StatusRequest& r);
   void handle(const SessionPtr& s, const proto::LeaseRequest& r);
   void handle(const SessionPtr& s, const proto::FinishedRequest& r);
+  void handle(const SessionPtr& s, const proto::ReportRequest& r);
   void commit_submissions();
 
   // jobs
@@ -216,9 +219,10 @@ class Daemon::Impl {
   std::string record_path(const Job& job) const;
   void fill_log_paths(Job& job) const;
 
-  // sampling
+  // sampling and monitoring (the monitor's thread reads NVML; docs/monitoring.md)
   void schedule_sample(std::chrono::milliseconds delay);
-  void sample();
+  void on_sample(const Machine& machine);
+  void publish();
 
   DaemonSettings settings_;
   JobStore store_;
@@ -229,7 +233,6 @@ class Daemon::Impl {
   HostFiles host_;
   asio::io_context io_;
   stream_protocol::acceptor acceptor_;
-  asio::steady_timer sample_timer_;
   asio::signal_set signals_;
   std::optional<gid_t> admin_gid_;
   bool drained_ = false;
@@ -244,6 +247,10 @@ class Daemon::Impl {
   std::unordered_map<JobNumber, std::unique_ptr<asio::posix::stream_descriptor>> watchers_;
   std::unordered_map<JobNumber, SessionPtr> lease_sessions_;
   std::map<JobNumber, std::vector<std::weak_ptr<Session>>> waiters_;
+  bool publish_pending_ = false;
+  // Last, so they stop first: the HTTP threads read the monitor, whose thread posts to io_.
+  std::unique_ptr<Monitor> monitor_;
+  std::unique_ptr<HttpServer> http_;
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -349,11 +356,14 @@ Result<void> Daemon::Impl::run() {
     if (!error) io_.stop();
   });
   accept();
-  schedule_sample(std::chrono::milliseconds(0));
+  monitor_->start();
   dispatch();
   fmt::print(stderr, "gpupoold: serving {} GPUs on {} (state in {})\n", machine_.gpus.size(), socket_path_,
              settings_.state_dir);
   io_.run();
+  http_.reset();
+  monitor_->stop();
+  monitor_->save_usage();
   acceptor_.close();
   unlink(socket_path_.c_str());
   fmt::print(stderr, "gpupoold: stopped; {} running jobs keep running\n", scheduler_.running());
@@ -806,8 +816,13 @@ void Daemon::Impl::enqueue(JobNumber id) {
 }
 
 void Daemon::Impl::dispatch() {
+  publish();
   if (drained_) return;
-  for (const JobStart& start_decision : scheduler_.schedule(unix_now())) start(start_decision);
+  for (const JobStart& start_decision : scheduler_.schedule(unix_now())) {
+    auto began = std::chrono::steady_clock::now();
+    start(start_decision);
+    monitor_->observe_dispatch(std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count());
+  }
 }
 
 void Daemon::Impl::start(const JobStart& decision) {
@@ -1080,28 +1095,58 @@ std::optional<std::string> Daemon::Impl::cancel(Job& job, const std::string& by)
 // ---------------------------------------------------------------------------------------------
 // Sampling: what stands on the GPUs apart from the daemon's own jobs
 
-void Daemon::Impl::schedule_sample(std::chrono::milliseconds delay) {
-  auto due = std::chrono::steady_clock::now() + delay;
-  if (sample_timer_.expiry() > std::chrono::steady_clock::now() && sample_timer_.expiry() <= due) return;
-  sample_timer_.expires_at(due);
-  sample_timer_.async_wait([this](const asio::error_code& error) {
-    if (error) return;
-    sample();
-    schedule_sample(std::chrono::milliseconds(static_cast<int64_t>(settings_.config.sample_interval_s * 1000)));
+Result<void> Daemon::Impl::open_monitor(UsageStore usage) {
+  char host[256] = {};
+  gethostname(host, sizeof(host) - 1);
+  MonitorSettings settings{settings_.config.sample_interval_s, settings_.config.history_s,
+                           settings_.config.idle_flag_after_s, host};
+  monitor_ = std::make_unique<Monitor>(settings, machine_, *backend_, std::move(usage), [this](Machine machine) {
+    asio::post(io_, [this, machine = std::move(machine)] { on_sample(machine); });
+  });
+  if (settings_.config.http) {
+    // Monitoring is not worth refusing jobs over: without its address the daemon serves on.
+    auto http = HttpServer::start(*settings_.config.http, *monitor_);
+    if (http) {
+      http_ = std::move(*http);
+      fmt::print(stderr, "gpupoold: HTTP on http://{}/ (/metrics, /api/gpus, /api/jobs, /api/history)\n",
+                 http_->address());
+    } else {
+      fmt::print(stderr, "gpupoold: {}; serving without HTTP\n", http.error().message);
+    }
+  }
+  return {};
+}
+
+void Daemon::Impl::schedule_sample(std::chrono::milliseconds delay) { monitor_->sample_within(delay); }
+
+// Hands the monitor the queue as it stands once the current event is handled: one copy per
+// burst of events, not one per event.
+void Daemon::Impl::publish() {
+  if (publish_pending_) return;
+  publish_pending_ = true;
+  asio::post(io_, [this] {
+    publish_pending_ = false;
+    QueueView view;
+    view.drained = drained_;
+    for (const auto& [id, job] : active_) view.jobs.push_back(queue_entry(job));
+    monitor_->publish(std::move(view));
   });
 }
 
-void Daemon::Impl::sample() {
-  auto machine = backend_->discover(DiscoveryScope{.links = false, .processes = true});
-  if (!machine) {
-    fmt::print(stderr, "gpupoold: cannot read the GPUs: {}\n", machine.error().message);
-    return;
-  }
-  auto survey = survey_pool(*machine, leases_, host_, busy_memory_threshold_mib());
+void Daemon::Impl::handle(const SessionPtr& s, const proto::ReportRequest& r) {
+  auto report = monitor_->report(r.since);
+  if (!report) return send(s, proto::ErrorResponse{report.error().message});
+  send(s, std::move(*report));
+}
+
+// A reading from the monitor's thread, posted to the loop.
+void Daemon::Impl::on_sample(const Machine& machine) {
+  auto survey = survey_pool(machine, leases_, host_, busy_memory_threshold_mib());
   if (!survey) {
     fmt::print(stderr, "gpupoold: cannot read the leases: {}\n", survey.error().message);
     return;
   }
+  monitor_->set_pool(*survey);
   // Leases of the daemon's own running jobs are the scheduler's business, not outside use.
   std::vector<GpuAvailability> outside = std::move(*survey);
   outside.resize(machine_.gpus.size());
@@ -1137,6 +1182,7 @@ Result<std::unique_ptr<Daemon>> Daemon::create(DaemonSettings settings) {
   TRY(ensure_directory(settings.state_dir + "/attempts", 0700));
   std::string database = settings.state_dir + "/gpupool.db";
   TRY_ASSIGN(JobStore store, JobStore::open(database));
+  TRY_ASSIGN(UsageStore usage, UsageStore::open(database));
   for (const char* suffix : {"", "-wal", "-shm"}) chmod((database + suffix).c_str(), 0600);
   TRY_ASSIGN(LeaseDirectory leases, LeaseDirectory::open(settings.runtime_dir));
   TRY_ASSIGN(auto backend, open_gpu_backend());
@@ -1145,6 +1191,7 @@ Result<std::unique_ptr<Daemon>> Daemon::create(DaemonSettings settings) {
   auto impl = std::make_unique<Impl>(std::move(settings), std::move(store), std::move(leases), std::move(backend),
                                      std::move(machine), std::move(scheduler));
   TRY(impl->open_socket());
+  TRY(impl->open_monitor(std::move(usage)));
   TRY(impl->recover());
   return std::unique_ptr<Daemon>(new Daemon(std::move(impl)));
 }
@@ -1171,11 +1218,20 @@ int daemon_main(int argc, char** argv) {
   app.add_option("--runtime-dir", runtime_dir,
                  "Lease directory holding the socket (default: $GPUPOOL_RUNTIME_DIR, else /run/gpupool or "
                  "/tmp/gpupool)");
+  std::optional<std::string> http;
+  app.add_option("--http", http,
+                 fmt::format("Serve /metrics, /api and the dashboard on HOST:PORT, or \"off\" (default: the "
+                             "configuration's [monitor] http, else {})",
+                             kDefaultHttpAddress));
   app.footer("Set GPUPOOL_SIM=NAME (e.g. hgx-h200) to serve a simulated machine instead of the real GPUs.");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
+  }
+  if (http && *http != "off" && !split_http_address(*http)) {
+    fmt::print(stderr, "gpupoold: --http {}: expected HOST:PORT or off\n", *http);
+    return 2;
   }
   bool named = !config_path.empty();
   if (!named) {
@@ -1188,6 +1244,7 @@ int daemon_main(int argc, char** argv) {
     fmt::print(stderr, "gpupoold: {}\n", config.error().message);
     return 1;
   }
+  if (http) config->http = *http == "off" ? std::nullopt : http;
   char self[PATH_MAX] = {};
   ssize_t length = readlink("/proc/self/exe", self, sizeof(self) - 1);
   if (length <= 0) {

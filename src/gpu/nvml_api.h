@@ -16,7 +16,9 @@ using nvmlEnableState_t = int;
 using nvmlComputeMode_t = int;
 using nvmlGpuTopologyLevel_t = int;
 using nvmlTemperatureSensors_t = int;
+using nvmlClockType_t = int;
 using nvmlMemoryErrorType_t = int;
+using nvmlPageRetirementCause_t = int;
 using nvmlEccCounterType_t = int;
 using nvmlIntNvLinkDeviceType_t = int;
 using nvmlAffinityScope_t = unsigned int;
@@ -58,10 +60,14 @@ constexpr nvmlGpuTopologyLevel_t NVML_TOPOLOGY_NODE = 40;
 constexpr nvmlGpuTopologyLevel_t NVML_TOPOLOGY_SYSTEM = 50;
 
 constexpr nvmlTemperatureSensors_t NVML_TEMPERATURE_GPU = 0;
+constexpr nvmlClockType_t NVML_CLOCK_SM = 1;
+constexpr nvmlClockType_t NVML_CLOCK_MEM = 2;
 constexpr nvmlAffinityScope_t NVML_AFFINITY_SCOPE_NODE = 0;  // NUMA node (memory affinity)
 constexpr nvmlAffinityScope_t NVML_AFFINITY_SCOPE_SOCKET = 1;
 constexpr nvmlMemoryErrorType_t NVML_MEMORY_ERROR_TYPE_CORRECTED = 0;
 constexpr nvmlMemoryErrorType_t NVML_MEMORY_ERROR_TYPE_UNCORRECTED = 1;
+constexpr nvmlPageRetirementCause_t NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS = 0;
+constexpr nvmlPageRetirementCause_t NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR = 1;
 constexpr nvmlEccCounterType_t NVML_VOLATILE_ECC = 0;
 
 constexpr nvmlIntNvLinkDeviceType_t NVML_NVLINK_DEVICE_TYPE_GPU = 0x00;
@@ -134,11 +140,16 @@ using DeviceGetMemoryInfoFn = nvmlReturn_t (*)(nvmlDevice_t, nvmlMemory_t*);
 using DeviceGetMemoryInfoV2Fn = nvmlReturn_t (*)(nvmlDevice_t, nvmlMemory_v2_t*);
 using DeviceGetUtilizationRatesFn = nvmlReturn_t (*)(nvmlDevice_t, nvmlUtilization_t*);
 using DeviceGetTemperatureFn = nvmlReturn_t (*)(nvmlDevice_t, nvmlTemperatureSensors_t, unsigned int*);
+using DeviceGetClockInfoFn = nvmlReturn_t (*)(nvmlDevice_t, nvmlClockType_t, unsigned int*);  // MHz
 using DeviceGetEnableStateFn = nvmlReturn_t (*)(nvmlDevice_t, nvmlEnableState_t*);
 using DeviceGetComputeModeFn = nvmlReturn_t (*)(nvmlDevice_t, nvmlComputeMode_t*);
 using DeviceGetMigModeFn = nvmlReturn_t (*)(nvmlDevice_t, unsigned int*, unsigned int*);
 using DeviceGetTotalEccErrorsFn = nvmlReturn_t (*)(nvmlDevice_t, nvmlMemoryErrorType_t,
                                                    nvmlEccCounterType_t, unsigned long long*);
+using DeviceGetRetiredPagesFn = nvmlReturn_t (*)(nvmlDevice_t, nvmlPageRetirementCause_t, unsigned int*,
+                                                 unsigned long long*);
+using DeviceGetRemappedRowsFn = nvmlReturn_t (*)(nvmlDevice_t, unsigned int*, unsigned int*, unsigned int*,
+                                                 unsigned int*);
 using DeviceGetCpuAffinityFn = nvmlReturn_t (*)(nvmlDevice_t, unsigned int, unsigned long*);
 using DeviceGetMemoryAffinityFn = nvmlReturn_t (*)(nvmlDevice_t, unsigned int, unsigned long*,
                                                    nvmlAffinityScope_t);

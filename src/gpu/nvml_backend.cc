@@ -132,6 +132,8 @@ class NvmlBackend final : public GpuBackend {
     }
     unsigned value = 0;
     if (call_ok(api.device_get_temperature, handle, NVML_TEMPERATURE_GPU, &value)) gpu.temperature_c = value;
+    if (call_ok(api.device_get_clock_info, handle, NVML_CLOCK_SM, &value)) gpu.sm_clock_mhz = value;
+    if (call_ok(api.device_get_clock_info, handle, NVML_CLOCK_MEM, &value)) gpu.memory_clock_mhz = value;
     if (call_ok(api.device_get_power_usage, handle, &value)) gpu.power_w = value / 1000.0;
     if (call_ok(api.device_get_enforced_power_limit, handle, &value)) gpu.power_limit_w = value / 1000.0;
     nvmlEnableState_t state = 0;
@@ -149,6 +151,7 @@ class NvmlBackend final : public GpuBackend {
     if (call_ok(api.device_get_total_ecc_errors, handle, NVML_MEMORY_ERROR_TYPE_UNCORRECTED, NVML_VOLATILE_ECC, &errors)) {
       gpu.ecc_uncorrected_volatile = errors;
     }
+    read_memory_repairs(handle, gpu);
     int major = 0, minor = 0;
     if (call_ok(api.device_get_cuda_compute_capability, handle, &major, &minor)) {
       gpu.compute_capability_major = major;
@@ -177,6 +180,34 @@ class NvmlBackend final : public GpuBackend {
       gpu.memory_total_mib = v1.total / kMiB;
       gpu.memory_used_mib = v1.used / kMiB;
       gpu.memory_free_mib = v1.free / kMiB;
+    }
+  }
+
+  // Retired pages (both causes) and remapped rows; each stays n/a where the GPU or driver lacks it.
+  void read_memory_repairs(nvmlDevice_t handle, Gpu& gpu) const {
+    const NvmlEntryPoints& api = lib_->api();
+    if (api.device_get_retired_pages != nullptr) {
+      unsigned total = 0;
+      bool known = true;
+      for (nvmlPageRetirementCause_t cause : {NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS,
+                                              NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR}) {
+        // A zero-sized buffer asks for the count only (INSUFFICIENT_SIZE when there are pages).
+        unsigned count = 0;
+        nvmlReturn_t rc = api.device_get_retired_pages(handle, cause, &count, nullptr);
+        known = known && (rc == NVML_SUCCESS || rc == NVML_ERROR_INSUFFICIENT_SIZE);
+        total += count;
+      }
+      if (known) gpu.retired_pages = total;
+    }
+    nvmlEnableState_t pending = 0;
+    if (call_ok(api.device_get_retired_pages_pending_status, handle, &pending)) {
+      gpu.retired_pages_pending = pending == NVML_FEATURE_ENABLED;
+    }
+    unsigned correctable = 0, uncorrectable = 0, remap_pending = 0, failed = 0;
+    if (call_ok(api.device_get_remapped_rows, handle, &correctable, &uncorrectable, &remap_pending, &failed)) {
+      gpu.remapped_rows = correctable + uncorrectable;
+      gpu.row_remapping_pending = remap_pending != 0;
+      gpu.row_remapping_failed = failed != 0;
     }
   }
 

@@ -55,12 +55,16 @@ Result<std::unique_ptr<NvmlLibrary>> NvmlLibrary::open(const std::vector<std::st
     lib->bind(a.device_get_memory_info, {"nvmlDeviceGetMemoryInfo"});
     lib->bind(a.device_get_utilization_rates, {"nvmlDeviceGetUtilizationRates"});
     lib->bind(a.device_get_temperature, {"nvmlDeviceGetTemperature"});
+    lib->bind(a.device_get_clock_info, {"nvmlDeviceGetClockInfo"});
     lib->bind(a.device_get_power_usage, {"nvmlDeviceGetPowerUsage"});
     lib->bind(a.device_get_enforced_power_limit, {"nvmlDeviceGetEnforcedPowerLimit"});
     lib->bind(a.device_get_persistence_mode, {"nvmlDeviceGetPersistenceMode"});
     lib->bind(a.device_get_compute_mode, {"nvmlDeviceGetComputeMode"});
     lib->bind(a.device_get_mig_mode, {"nvmlDeviceGetMigMode"});
     lib->bind(a.device_get_total_ecc_errors, {"nvmlDeviceGetTotalEccErrors"});
+    lib->bind(a.device_get_retired_pages, {"nvmlDeviceGetRetiredPages"});
+    lib->bind(a.device_get_retired_pages_pending_status, {"nvmlDeviceGetRetiredPagesPendingStatus"});
+    lib->bind(a.device_get_remapped_rows, {"nvmlDeviceGetRemappedRows"});
     lib->bind(a.device_get_memory_affinity, {"nvmlDeviceGetMemoryAffinity"});
     lib->bind(a.device_get_cpu_affinity, {"nvmlDeviceGetCpuAffinity"});
     lib->bind(a.device_get_cuda_compute_capability, {"nvmlDeviceGetCudaComputeCapability"});

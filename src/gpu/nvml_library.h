@@ -29,12 +29,16 @@ struct NvmlEntryPoints {
   nvml::DeviceGetMemoryInfoFn device_get_memory_info = nullptr;
   nvml::DeviceGetUtilizationRatesFn device_get_utilization_rates = nullptr;
   nvml::DeviceGetTemperatureFn device_get_temperature = nullptr;
+  nvml::DeviceGetClockInfoFn device_get_clock_info = nullptr;
   nvml::DeviceGetUintFn device_get_power_usage = nullptr;
   nvml::DeviceGetUintFn device_get_enforced_power_limit = nullptr;
   nvml::DeviceGetEnableStateFn device_get_persistence_mode = nullptr;
   nvml::DeviceGetComputeModeFn device_get_compute_mode = nullptr;
   nvml::DeviceGetMigModeFn device_get_mig_mode = nullptr;
   nvml::DeviceGetTotalEccErrorsFn device_get_total_ecc_errors = nullptr;
+  nvml::DeviceGetRetiredPagesFn device_get_retired_pages = nullptr;
+  nvml::DeviceGetEnableStateFn device_get_retired_pages_pending_status = nullptr;
+  nvml::DeviceGetRemappedRowsFn device_get_remapped_rows = nullptr;
   nvml::DeviceGetMemoryAffinityFn device_get_memory_affinity = nullptr;
   nvml::DeviceGetCpuAffinityFn device_get_cpu_affinity = nullptr;
   nvml::DeviceGetCudaComputeCapabilityFn device_get_cuda_compute_capability = nullptr;

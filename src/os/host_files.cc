@@ -1,6 +1,7 @@
 #include "os/host_files.h"
 
 #include <pwd.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -156,6 +157,22 @@ std::optional<std::string> HostFiles::read(const std::string& absolute) const {
 bool HostFiles::exists(const std::string& absolute) const {
   std::error_code ec;
   return std::filesystem::exists(path(absolute), ec);
+}
+
+std::optional<unsigned> HostFiles::permissions(const std::string& absolute) const {
+  struct stat info {};
+  if (::stat(path(absolute).c_str(), &info) != 0) return std::nullopt;
+  return static_cast<unsigned>(info.st_mode) & 07777U;
+}
+
+std::vector<std::string> HostFiles::list_directory(const std::string& absolute) const {
+  std::error_code ec;
+  std::vector<std::string> names;
+  for (const auto& entry : std::filesystem::directory_iterator(path(absolute), ec)) {
+    names.push_back(entry.path().filename().string());
+  }
+  std::sort(names.begin(), names.end());
+  return names;
 }
 
 HostFiles host_files_from_environment() {

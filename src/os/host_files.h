@@ -6,6 +6,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace gpupool {
 
@@ -37,6 +38,11 @@ class HostFiles {
   // Any file under the root, e.g. "/proc/1/cgroup"; nullopt when it cannot be read.
   std::optional<std::string> read(const std::string& absolute) const;
   bool exists(const std::string& absolute) const;
+  // A file's permission bits (st_mode & 07777); nullopt when it does not exist. Device nodes in a
+  // fake tree are plain files, so the file type is not looked at.
+  std::optional<unsigned> permissions(const std::string& absolute) const;
+  // The names in a directory, sorted; empty when it cannot be read.
+  std::vector<std::string> list_directory(const std::string& absolute) const;
 
   const std::string& root() const { return root_; }
 

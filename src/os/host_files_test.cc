@@ -33,5 +33,20 @@ TEST(HostFilesTest, AProcessKeepsItsStartTime) {
   EXPECT_LE(host.process_start_ticks(1).value_or(0), *ours);
 }
 
+TEST(HostFilesTest, ReadsPermissionsAndListsDirectoriesUnderTheRoot) {
+  char pattern[] = "/tmp/gpupool-host-files-test-XXXXXX";
+  std::string root = mkdtemp(pattern);
+  std::filesystem::create_directories(root + "/dev");
+  std::ofstream(root + "/dev/nvidiactl") << "";
+  std::ofstream(root + "/dev/nvidia0") << "";
+  std::filesystem::permissions(root + "/dev/nvidia0", std::filesystem::perms(0660));
+  HostFiles host(root);
+  EXPECT_EQ(host.permissions("/dev/nvidia0"), 0660u);
+  EXPECT_EQ(host.permissions("/dev/nvidia1"), std::nullopt);
+  EXPECT_EQ(host.list_directory("/dev"), (std::vector<std::string>{"nvidia0", "nvidiactl"}));
+  EXPECT_TRUE(host.list_directory("/nowhere").empty());
+  std::filesystem::remove_all(root);
+}
+
 }  // namespace
 }  // namespace gpupool

@@ -317,6 +317,7 @@ json request_json(const LeaseRequest& request) {
 json request_json(const FinishedRequest& request) {
   return {{"op", "finished"}, {"exit_code", request.exit_code}, {"signal", or_null(request.signal)}};
 }
+json request_json(const ReportRequest& request) { return {{"op", "report"}, {"since", or_null(request.since)}}; }
 
 // At least one job: an empty list is a client's mistake, not a request for nothing.
 Result<std::vector<JobNumber>> as_job_numbers(const json& value, const Field& field) {
@@ -368,6 +369,11 @@ Result<Request> request_from_json(const json& object) {
     TRY_ASSIGN(request.signal, maybe(object, "signal", whole<int>(1, kMaxSignal)));
     return Request(request);
   }
+  if (op == "report") {
+    ReportRequest request;
+    TRY_ASSIGN(request.since, maybe(object, "since", as_time));
+    return Request(request);
+  }
   return fail("unknown op {}", quote(op));
 }
 
@@ -417,6 +423,74 @@ json response_json(const LeaseGranted& response) {
           {"descriptors", response.descriptors}};
 }
 json response_json(const Ack&) { return {{"ok", true}}; }
+json response_json(const ReportResponse& response) {
+  json users = json::array();
+  for (const UserUsageLine& line : response.users) {
+    users.push_back({{"user", line.user},
+                     {"jobs", line.jobs},
+                     {"gpu_hours", line.gpu_hours},
+                     {"mean_utilization", or_null(line.mean_utilization)}});
+  }
+  json jobs = json::array();
+  for (const JobUsageLine& line : response.jobs) {
+    jobs.push_back({{"id", line.id},
+                    {"user", line.user},
+                    {"name", line.name},
+                    {"gpu_hours", line.gpu_hours},
+                    {"mean_utilization", or_null(line.mean_utilization)},
+                    {"first_time", line.first_time},
+                    {"last_time", line.last_time},
+                    {"running", line.running},
+                    {"idle", line.idle}});
+  }
+  return {{"ok", true},
+          {"report", {{"since", or_null(response.since)}, {"users", std::move(users)}, {"jobs", std::move(jobs)}}}};
+}
+
+Result<double> as_hours(const json& value, const Field& field) {
+  if (value.is_number() && std::isfinite(value.get<double>()) && value.get<double>() >= 0)
+    return value.get<double>();
+  return fail("{} must be a number of hours of at least 0", quoted(field));
+}
+
+Result<double> as_percent(const json& value, const Field& field) {
+  if (value.is_number() && value.get<double>() >= 0 && value.get<double>() <= 100) return value.get<double>();
+  return fail("{} must be a percentage from 0 to 100", quoted(field));
+}
+
+Result<UserUsageLine> as_user_usage(const json& value, const Field& field) {
+  TRY(require_object(value, field));
+  UserUsageLine line;
+  TRY_ASSIGN(line.user, required(value, "user", as_text));
+  TRY_ASSIGN(line.jobs, defaulted(value, "jobs", 0u, whole_from<unsigned>(0)));
+  TRY_ASSIGN(line.gpu_hours, required(value, "gpu_hours", as_hours));
+  TRY_ASSIGN(line.mean_utilization, maybe(value, "mean_utilization", as_percent));
+  return line;
+}
+
+Result<JobUsageLine> as_job_usage(const json& value, const Field& field) {
+  TRY(require_object(value, field));
+  JobUsageLine line;
+  TRY_ASSIGN(line.id, required(value, "id", job_number));
+  TRY_ASSIGN(line.user, required(value, "user", as_text));
+  TRY_ASSIGN(line.name, defaulted(value, "name", std::string(), as_text));
+  TRY_ASSIGN(line.gpu_hours, required(value, "gpu_hours", as_hours));
+  TRY_ASSIGN(line.mean_utilization, maybe(value, "mean_utilization", as_percent));
+  TRY_ASSIGN(line.first_time, defaulted(value, "first_time", 0.0, as_time));
+  TRY_ASSIGN(line.last_time, defaulted(value, "last_time", 0.0, as_time));
+  TRY_ASSIGN(line.running, defaulted(value, "running", false, as_flag));
+  TRY_ASSIGN(line.idle, defaulted(value, "idle", false, as_flag));
+  return line;
+}
+
+Result<ReportResponse> as_report(const json& value, const Field& field) {
+  TRY(require_object(value, field));
+  ReportResponse report;
+  TRY_ASSIGN(report.since, maybe(value, "since", as_time));
+  TRY_ASSIGN(report.users, defaulted(value, "users", std::vector<UserUsageLine>(), list_of(as_user_usage)));
+  TRY_ASSIGN(report.jobs, defaulted(value, "jobs", std::vector<JobUsageLine>(), list_of(as_job_usage)));
+  return report;
+}
 
 Result<ActionOutcome> as_outcome(const json& value, const Field& field) {
   TRY(require_object(value, field));
@@ -487,6 +561,10 @@ Result<Response> response_from_json(const json& object) {
   if (find(object, "status") != nullptr) {
     TRY_ASSIGN(StatusResponse status, required(object, "status", as_status));
     return Response(std::move(status));
+  }
+  if (find(object, "report") != nullptr) {
+    TRY_ASSIGN(ReportResponse report, required(object, "report", as_report));
+    return Response(std::move(report));
   }
   if (find(object, "id") != nullptr) {
     TRY_ASSIGN(JobNumber id, required(object, "id", job_number));

@@ -74,8 +74,12 @@ struct FinishedRequest {  // after LeaseGranted: the program has exited
   int exit_code = 0;
   std::optional<int> signal;
 };
+struct ReportRequest {  // `gpupool report`: GPU time of the jobs that held GPUs since a time
+  std::optional<double> since;  // Unix seconds; nullopt: since the beginning
+};
 using Request = std::variant<SubmitRequest, JobsRequest, ShowRequest, JobActionRequest, WaitRequest,
-                             LogsRequest, AdminRequest, StatusRequest, LeaseRequest, FinishedRequest>;
+                             LogsRequest, AdminRequest, StatusRequest, LeaseRequest, FinishedRequest,
+                             ReportRequest>;
 
 // --- responses (daemon → client) ---
 struct ErrorResponse {
@@ -115,8 +119,29 @@ struct LeaseGranted {  // sent with the lock descriptors attached
   unsigned descriptors = 0;    // how many descriptors ride along with this message
 };
 struct Ack {};
+struct JobUsageLine {  // one job's accounting
+  JobNumber id = 0;
+  std::string user;
+  std::string name;
+  double gpu_hours = 0;                     // a slice counts its share of the GPU
+  std::optional<double> mean_utilization;   // percent; nullopt when the GPUs never said
+  double first_time = 0, last_time = 0;     // Unix seconds: first and latest sample accounted
+  bool running = false;
+  bool idle = false;                        // running and flagged idle (idle_flag_after)
+};
+struct UserUsageLine {
+  std::string user;
+  unsigned jobs = 0;
+  double gpu_hours = 0;
+  std::optional<double> mean_utilization;
+};
+struct ReportResponse {
+  std::optional<double> since;
+  std::vector<UserUsageLine> users;  // by GPU-hours, most first
+  std::vector<JobUsageLine> jobs;    // in id order
+};
 using Response = std::variant<ErrorResponse, SubmitResponse, JobsResponse, JobActionResponse,
-                              StatusResponse, LeaseQueued, LeaseGranted, Ack>;
+                              StatusResponse, LeaseQueued, LeaseGranted, Ack, ReportResponse>;
 
 // Encodings: one line of JSON without the trailing newline. Parsing checks every field's
 // type and range; any problem is one Error naming the field ("bad request: 'gpu_count' must

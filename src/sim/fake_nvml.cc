@@ -515,6 +515,20 @@ GPUPOOL_NVML_EXPORT nvmlReturn_t nvmlDeviceGetTemperature(nvmlDevice_t device,
   });
 }
 
+GPUPOOL_NVML_EXPORT nvmlReturn_t nvmlDeviceGetClockInfo(nvmlDevice_t device, nvmlClockType_t type,
+                                                        unsigned int* mhz) {
+  return simulator().device(device, Needs::Health, [&](const Query& query) {
+    switch (type) {
+      case NVML_CLOCK_SM:
+        return report(query.gpu.sm_clock_mhz, mhz);
+      case NVML_CLOCK_MEM:
+        return report(query.gpu.memory_clock_mhz, mhz);
+      default:  // graphics and video clocks: fixtures do not model them
+        return mhz == nullptr ? NVML_ERROR_INVALID_ARGUMENT : NVML_ERROR_NOT_SUPPORTED;
+    }
+  });
+}
+
 GPUPOOL_NVML_EXPORT nvmlReturn_t nvmlDeviceGetPowerUsage(nvmlDevice_t device,
                                                          unsigned int* milliwatt) {
   return simulator().device(device, Needs::Health, [&](const Query& query) {
@@ -562,6 +576,35 @@ GPUPOOL_NVML_EXPORT nvmlReturn_t nvmlDeviceGetTotalEccErrors(nvmlDevice_t device
       default:
         return NVML_ERROR_INVALID_ARGUMENT;
     }
+  });
+}
+
+GPUPOOL_NVML_EXPORT nvmlReturn_t nvmlDeviceGetRetiredPages(nvmlDevice_t device,
+                                                           nvmlPageRetirementCause_t cause,
+                                                           unsigned int* count,
+                                                           unsigned long long* addresses) {
+  return simulator().device(device, Needs::Health, [&](const Query& query) {
+    if (count == nullptr || (cause != NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS &&
+                             cause != NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR)) {
+      return NVML_ERROR_INVALID_ARGUMENT;
+    }
+    if (!query.gpu.retired_pages) return NVML_ERROR_NOT_SUPPORTED;
+    // A fixture's retired pages all count as retired for double-bit errors.
+    unsigned pages = cause == NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR ? *query.gpu.retired_pages : 0;
+    unsigned room = *count;
+    *count = pages;
+    if (room < pages) return NVML_ERROR_INSUFFICIENT_SIZE;
+    if (pages > 0 && addresses == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+    for (unsigned i = 0; i < pages; ++i) addresses[i] = (i + 1) * 0x1000ULL;  // made-up page addresses
+    return NVML_SUCCESS;
+  });
+}
+
+GPUPOOL_NVML_EXPORT nvmlReturn_t nvmlDeviceGetRetiredPagesPendingStatus(nvmlDevice_t device,
+                                                                        nvmlEnableState_t* pending) {
+  return simulator().device(device, Needs::Health, [&](const Query& query) {
+    if (!query.gpu.retired_pages) return report(std::optional<nvmlEnableState_t>(), pending);
+    return report(gpupool::sim::enable_state(query.gpu.retired_pages_pending), pending);
   });
 }
 
@@ -746,6 +789,23 @@ GPUPOOL_NVML_EXPORT nvmlReturn_t nvmlDeviceGetNvLinkRemoteDeviceType(
   return gpupool::sim::nvlink(device, link, [&](const Fixture&, const LinkEnd* end) {
     if (end == nullptr) return NVML_ERROR_NOT_SUPPORTED;
     *type = end->peer ? NVML_NVLINK_DEVICE_TYPE_GPU : NVML_NVLINK_DEVICE_TYPE_SWITCH;
+    return NVML_SUCCESS;
+  });
+}
+
+GPUPOOL_NVML_EXPORT nvmlReturn_t nvmlDeviceGetRemappedRows(nvmlDevice_t device, unsigned int* correctable,
+                                                           unsigned int* uncorrectable, unsigned int* pending,
+                                                           unsigned int* failed) {
+  return simulator().device(device, Needs::Health, [&](const Query& query) {
+    if (correctable == nullptr || uncorrectable == nullptr || pending == nullptr || failed == nullptr) {
+      return NVML_ERROR_INVALID_ARGUMENT;
+    }
+    // A fixture's remapped rows all count as remapped for uncorrectable errors.
+    nvmlReturn_t result = report(query.gpu.remapped_rows, uncorrectable);
+    if (result != NVML_SUCCESS) return result;
+    *correctable = 0;
+    *pending = query.gpu.row_remapping_pending ? 1 : 0;
+    *failed = query.gpu.row_remapping_failed ? 1 : 0;
     return NVML_SUCCESS;
   });
 }

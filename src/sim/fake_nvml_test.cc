@@ -264,10 +264,11 @@ TEST_F(FixtureNvml, LegacyGenerationLacksTheNewerEntryPoints) {
         "nvmlDeviceGetMemoryAffinity",
         "nvmlSystemGetCudaDriverVersion_v2", "nvmlDeviceGetMigMode",
         "nvmlDeviceGetNvLinkRemotePciInfo_v2", "nvmlDeviceGetNvLinkRemoteDeviceType",
-        "nvmlDeviceGetNumGpuCores"}) {
+        "nvmlDeviceGetNumGpuCores", "nvmlDeviceGetRemappedRows"}) {
     EXPECT_FALSE(legacy.has(name)) << name;
   }
   EXPECT_TRUE(legacy.has("nvmlDeviceGetPciInfo_v2"));
+  EXPECT_TRUE(legacy.has("nvmlDeviceGetClockInfo"));
   ASSERT_EQ(legacy.init(), NVML_SUCCESS);
   unsigned count = 0;
   nvmlProcessInfo_v1_t records[1] = {};
@@ -310,6 +311,70 @@ void write_overlay(const std::string& path, const std::string& text) {
   std::string temporary = path + ".new";
   std::ofstream(temporary) << text;
   std::filesystem::rename(temporary, path);
+}
+
+TEST_F(FixtureNvml, MemoryRepairsAreOptional) {
+  std::string overlay = ::testing::TempDir() + "gpupool-fake-nvml-repairs.json";
+  write_overlay(overlay, R"({"gpus": {"0": {"retired_pages": 3, "retired_pages_pending": true},
+                                      "1": {"remapped_rows": 2, "row_remapping_failed": true}}})");
+  setenv("GPUPOOL_SIM_STATE", overlay.c_str(), 1);
+  use(kFixtureDir + "/hgx-h200.json");
+
+  SimulatedNvml nvml("current");
+  ASSERT_EQ(nvml.init(), NVML_SUCCESS);
+  auto retired = nvml.get<nvml::DeviceGetRetiredPagesFn>("nvmlDeviceGetRetiredPages");
+  unsigned count = 0;
+  EXPECT_EQ(retired(nvml.device(0), NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR, &count, nullptr),
+            NVML_ERROR_INSUFFICIENT_SIZE);
+  EXPECT_EQ(count, 3u);
+  unsigned long long addresses[4] = {};
+  count = 4;
+  EXPECT_EQ(retired(nvml.device(0), NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR, &count, addresses),
+            NVML_SUCCESS);
+  EXPECT_EQ(count, 3u);
+  EXPECT_NE(addresses[2], 0u);
+  count = 0;
+  EXPECT_EQ(retired(nvml.device(2), NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR, &count, nullptr),
+            NVML_ERROR_NOT_SUPPORTED);
+  nvmlEnableState_t pending = 0;
+  EXPECT_EQ(nvml.get<nvml::DeviceGetEnableStateFn>("nvmlDeviceGetRetiredPagesPendingStatus")(nvml.device(0), &pending),
+            NVML_SUCCESS);
+  EXPECT_EQ(pending, NVML_FEATURE_ENABLED);
+  unsigned correctable = 9, uncorrectable = 0, remap_pending = 9, failed = 0;
+  auto remapped = nvml.get<nvml::DeviceGetRemappedRowsFn>("nvmlDeviceGetRemappedRows");
+  EXPECT_EQ(remapped(nvml.device(1), &correctable, &uncorrectable, &remap_pending, &failed), NVML_SUCCESS);
+  EXPECT_EQ(correctable + uncorrectable, 2u);
+  EXPECT_EQ(remap_pending, 0u);
+  EXPECT_EQ(failed, 1u);
+  // Absent from the fixture: NOT_SUPPORTED, which the backend shows as n/a (tests/e2e/test_doctor.py).
+  EXPECT_EQ(remapped(nvml.device(0), &correctable, &uncorrectable, &remap_pending, &failed),
+            NVML_ERROR_NOT_SUPPORTED);
+  EXPECT_EQ(nvml.shutdown(), NVML_SUCCESS);
+  std::filesystem::remove(overlay);
+}
+
+TEST_F(FixtureNvml, ClocksAnswerSmAndMemoryOnly) {
+  use(kFixtureDir + "/dgx-a100.json");
+  SimulatedNvml nvml("current");
+  ASSERT_EQ(nvml.init(), NVML_SUCCESS);
+  auto clock = nvml.get<nvml::DeviceGetClockInfoFn>("nvmlDeviceGetClockInfo");
+  unsigned mhz = 0;
+  ASSERT_EQ(clock(nvml.device(0), NVML_CLOCK_SM, &mhz), NVML_SUCCESS);
+  EXPECT_EQ(mhz, 1410u);  // busy
+  ASSERT_EQ(clock(nvml.device(2), NVML_CLOCK_SM, &mhz), NVML_SUCCESS);
+  EXPECT_EQ(mhz, 210u);  // idle
+  ASSERT_EQ(clock(nvml.device(0), NVML_CLOCK_MEM, &mhz), NVML_SUCCESS);
+  EXPECT_EQ(mhz, 1593u);
+  constexpr nvmlClockType_t kGraphicsClock = 0;  // NVML_CLOCK_GRAPHICS: not modelled
+  EXPECT_EQ(clock(nvml.device(0), kGraphicsClock, &mhz), NVML_ERROR_NOT_SUPPORTED);
+  EXPECT_EQ(clock(nvml.device(0), NVML_CLOCK_SM, nullptr), NVML_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(nvml.shutdown(), NVML_SUCCESS);
+
+  use(kFixtureDir + "/mixed-workstation.json");  // no clock readings: n/a, never 0
+  ASSERT_EQ(nvml.init(), NVML_SUCCESS);
+  EXPECT_EQ(clock(nvml.device(0), NVML_CLOCK_SM, &mhz), NVML_ERROR_NOT_SUPPORTED);
+  EXPECT_EQ(clock(nvml.device(1), NVML_CLOCK_MEM, &mhz), NVML_ERROR_NOT_SUPPORTED);
+  EXPECT_EQ(nvml.shutdown(), NVML_SUCCESS);
 }
 
 TEST_F(FixtureNvml, LiveOverlayIsReadWhenItChanges) {

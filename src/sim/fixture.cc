@@ -308,6 +308,8 @@ Result<FixtureGpu> parse_gpu(ObjectReader& reader, unsigned index,
     if (value && *value > 100) return fail("{}: {} is not a percentage", reader.where(key), *value);
   }
   TRY_ASSIGN(gpu.temperature_c, reader.required_nullable<unsigned>("temperature_c"));
+  TRY_ASSIGN(gpu.sm_clock_mhz, reader.optional_nullable<unsigned>("sm_clock_mhz", std::nullopt));
+  TRY_ASSIGN(gpu.memory_clock_mhz, reader.optional_nullable<unsigned>("memory_clock_mhz", std::nullopt));
   TRY_ASSIGN(gpu.power_w, reader.required_nullable<double>("power_w"));
   TRY_ASSIGN(gpu.power_limit_w, reader.required_nullable<double>("power_limit_w"));
   TRY_ASSIGN(gpu.persistence_mode, reader.required_nullable<bool>("persistence_mode"));
@@ -324,6 +326,11 @@ Result<FixtureGpu> parse_gpu(ObjectReader& reader, unsigned index,
              reader.optional_nullable<uint64_t>("ecc_corrected_volatile", 0));
   TRY_ASSIGN(gpu.ecc_uncorrected_volatile,
              reader.optional_nullable<uint64_t>("ecc_uncorrected_volatile", 0));
+  TRY_ASSIGN(gpu.retired_pages, reader.optional_nullable<unsigned>("retired_pages", std::nullopt));
+  TRY_ASSIGN(gpu.retired_pages_pending, reader.optional<bool>("retired_pages_pending", false));
+  TRY_ASSIGN(gpu.remapped_rows, reader.optional_nullable<unsigned>("remapped_rows", std::nullopt));
+  TRY_ASSIGN(gpu.row_remapping_pending, reader.optional<bool>("row_remapping_pending", false));
+  TRY_ASSIGN(gpu.row_remapping_failed, reader.optional<bool>("row_remapping_failed", false));
   TRY_ASSIGN(auto capability, reader.required_nullable<std::string>("compute_capability"));
   if (capability) {
     TRY_ASSIGN(gpu.compute_capability,
@@ -614,6 +621,8 @@ Gpu gpu_from_fixture(const FixtureGpu& source, unsigned index, bool legacy) {
   gpu.utilization_gpu = source.utilization_gpu;
   gpu.utilization_memory = source.utilization_memory;
   gpu.temperature_c = source.temperature_c;
+  gpu.sm_clock_mhz = source.sm_clock_mhz;  // an old call: the legacy generation answers it too
+  gpu.memory_clock_mhz = source.memory_clock_mhz;
   gpu.power_w = source.power_w;
   gpu.power_limit_w = source.power_limit_w;
   gpu.persistence_mode = source.persistence_mode;
@@ -621,6 +630,15 @@ Gpu gpu_from_fixture(const FixtureGpu& source, unsigned index, bool legacy) {
   if (!legacy) gpu.mig_enabled = source.mig_enabled;
   gpu.ecc_corrected_volatile = source.ecc_corrected_volatile;
   gpu.ecc_uncorrected_volatile = source.ecc_uncorrected_volatile;
+  if (source.retired_pages) {
+    gpu.retired_pages = source.retired_pages;
+    gpu.retired_pages_pending = source.retired_pages_pending;
+  }
+  if (!legacy && source.remapped_rows) {  // row remapping came with Ampere's drivers
+    gpu.remapped_rows = source.remapped_rows;
+    gpu.row_remapping_pending = source.row_remapping_pending;
+    gpu.row_remapping_failed = source.row_remapping_failed;
+  }
   if (!legacy) gpu.numa_node = source.numa_node;
   gpu.cpu_affinity = source.cpu_affinity;
   if (source.compute_capability) {

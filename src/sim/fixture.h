@@ -55,6 +55,8 @@ struct FixtureGpu {
   std::optional<unsigned> utilization_gpu;  // null together with utilization_memory
   std::optional<unsigned> utilization_memory;
   std::optional<unsigned> temperature_c;
+  std::optional<unsigned> sm_clock_mhz;  // null: no clock readings (the default)
+  std::optional<unsigned> memory_clock_mhz;
   std::optional<double> power_w;
   std::optional<double> power_limit_w;
   std::optional<bool> persistence_mode;
@@ -62,6 +64,11 @@ struct FixtureGpu {
   std::optional<bool> mig_enabled;
   std::optional<uint64_t> ecc_corrected_volatile;
   std::optional<uint64_t> ecc_uncorrected_volatile;
+  std::optional<unsigned> retired_pages;  // null: no page retirement (the default)
+  bool retired_pages_pending = false;
+  std::optional<unsigned> remapped_rows;  // null: no row remapping (the default)
+  bool row_remapping_pending = false;
+  bool row_remapping_failed = false;
   std::optional<int> numa_node;             // what NVML reports; pcie.numa_node is the topology
   std::optional<std::string> cpu_affinity;  // canonical CPU list ("0-19,40-59")
   std::optional<ComputeCapability> compute_capability;

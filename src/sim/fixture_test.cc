@@ -107,6 +107,52 @@ TEST(FixtureParse, NullMeansNotSupported) {
                gpu.compute_capability || gpu.cuda_cores);
 }
 
+TEST(FixtureParse, MemoryRepairsDefaultToNotSupported) {
+  json document = minimal_fixture();
+  document["gpus"][1]["retired_pages"] = 4;
+  document["gpus"][1]["retired_pages_pending"] = true;
+  document["gpus"][1]["remapped_rows"] = 1;
+  document["gpus"][1]["row_remapping_failed"] = true;
+  auto fixture = parse_fixture(document.dump(), "t.json");
+  ASSERT_TRUE(fixture.ok()) << fixture.error().message;
+  EXPECT_FALSE(fixture->gpus[0].retired_pages || fixture->gpus[0].remapped_rows);
+  Machine machine = machine_from_fixture(*fixture);
+  EXPECT_FALSE(machine.gpus[0].retired_pages || machine.gpus[0].retired_pages_pending ||
+               machine.gpus[0].remapped_rows || machine.gpus[0].row_remapping_failed);
+  EXPECT_EQ(machine.gpus[1].retired_pages, 4u);
+  EXPECT_EQ(machine.gpus[1].retired_pages_pending, true);
+  EXPECT_EQ(machine.gpus[1].remapped_rows, 1u);
+  EXPECT_EQ(machine.gpus[1].row_remapping_pending, false);
+  EXPECT_EQ(machine.gpus[1].row_remapping_failed, true);
+  EXPECT_EQ(parse_error([&] {
+              json d = minimal_fixture();
+              d["gpus"][0]["remapped_rows"] = "two";
+              return d;
+            }()),
+            "fixture t.json: gpus[0].remapped_rows: expected a number");
+}
+
+TEST(FixtureParse, ClocksDefaultToNotSupported) {
+  json document = minimal_fixture();
+  document["gpus"][1]["sm_clock_mhz"] = 1410;
+  document["gpus"][1]["memory_clock_mhz"] = 1215;
+  auto fixture = parse_fixture(document.dump(), "t.json");
+  ASSERT_TRUE(fixture.ok()) << fixture.error().message;
+  EXPECT_FALSE(fixture->gpus[0].sm_clock_mhz || fixture->gpus[0].memory_clock_mhz);
+  Machine machine = machine_from_fixture(*fixture);
+  EXPECT_FALSE(machine.gpus[0].sm_clock_mhz || machine.gpus[0].memory_clock_mhz);
+  EXPECT_EQ(machine.gpus[1].sm_clock_mhz, 1410u);
+  EXPECT_EQ(machine.gpus[1].memory_clock_mhz, 1215u);
+  document["gpus"][1]["sm_clock_mhz"] = nullptr;
+  fixture = parse_fixture(document.dump(), "t.json");
+  ASSERT_TRUE(fixture.ok()) << fixture.error().message;
+  EXPECT_FALSE(fixture->gpus[1].sm_clock_mhz.has_value());
+  EXPECT_EQ(parse_error([](json& d) { d["gpus"][0]["sm_clock_mhz"] = -1; }),
+            "fixture t.json: gpus[0].sm_clock_mhz: expected a non-negative integer");
+  EXPECT_EQ(parse_error([](json& d) { d["gpus"][0]["memory_clock_mhz"] = "3201 MHz"; }),
+            "fixture t.json: gpus[0].memory_clock_mhz: expected a number");
+}
+
 TEST(FixtureParse, CpuListsAreNormalised) {
   json document = minimal_fixture();
   document["numa_cpus"]["0"] = "3,0-2,4";
@@ -357,6 +403,8 @@ TEST(FixtureShipped, H200MatchesTheRealMachine) {
   EXPECT_EQ(gpu.ecc_uncorrected_volatile, 0u);
   EXPECT_EQ(gpu.power_limit_w, 700.0);
   EXPECT_EQ(gpu.temperature_c, 34u);
+  EXPECT_EQ(gpu.sm_clock_mhz, 345u);  // idle
+  EXPECT_EQ(gpu.memory_clock_mhz, 3201u);
   EXPECT_FALSE(gpu.numa_node.has_value());
   EXPECT_EQ(gpu.cpu_affinity, "0-15");
   EXPECT_EQ(gpu.compute_capability_major, 9);
@@ -527,6 +575,8 @@ TEST(FixtureMachine, LegacyLibraryCannotTellNewerFields) {
   ASSERT_EQ(gpu.processes.size(), 1u);
   EXPECT_FALSE(gpu.processes[0].used_memory_mib.has_value());
   EXPECT_FALSE(machine.gpus[1].temperature_c.has_value());
+  EXPECT_EQ(gpu.sm_clock_mhz, 405u);  // an old call: legacy drivers answer it
+  EXPECT_FALSE(machine.gpus[1].sm_clock_mhz.has_value());
 }
 
 TEST(FixtureOverlay, ReplacesTheNamedValues) {

@@ -165,10 +165,13 @@ class Daemon:
     one temporary root. Use as a context manager: on exit it cancels what is left, stops the
     daemon and checks that nothing leaked (no process left behind, no lease held).
     The daemon runs as root, or as `user` (a personal daemon, which owns the whole root then);
-    mode is that of the root and work directories (0755 to let other users in)."""
+    mode is that of the root and work directories (0755 to let other users in).
+    http is gpupoold's --http: off unless a test asks (many daemons run at once); "127.0.0.1:0"
+    takes any free port, which self.http_address() reads from the daemon's log."""
 
-    def __init__(self, sim="hgx-h200", config="", mode=0o700, user=None):
+    def __init__(self, sim="hgx-h200", config="", mode=0o700, user=None, http="off", env=None):
         self.user = user
+        self.http = http
         self.root = tempfile.mkdtemp(prefix="gpupool-e2e-")
         os.chmod(self.root, mode)
         self.runtime_dir = os.path.join(self.root, "run")
@@ -183,7 +186,7 @@ class Daemon:
         self.log = os.path.join(self.root, "gpupoold.log")
         self.socket = os.path.join(self.runtime_dir, "gpupoold.sock")
         self.env = clean_env(GPUPOOL_SIM=sim, GPUPOOL_RUNTIME_DIR=self.runtime_dir,
-                             GPUPOOL_STATE_DIR=self.state_dir, GPUPOOL_CONFIG=self.config)
+                             GPUPOOL_STATE_DIR=self.state_dir, GPUPOOL_CONFIG=self.config, **(env or {}))
         self.proc = None
         if user:
             entry = pwd.getpwnam(user)
@@ -221,7 +224,7 @@ class Daemon:
 
     def start(self, timeout=30):
         """Starts gpupoold and waits until it answers on its socket."""
-        self.proc = self.popen()
+        self.proc = self.popen("--http", self.http)
 
         def serving():
             if self.proc.poll() is not None:
@@ -232,6 +235,14 @@ class Daemon:
             return status is not None and status.get("pid") == self.proc.pid
         wait_until(serving, timeout, what="gpupoold answering on its socket")
         return self.proc
+
+    def http_address(self, starts=1):
+        """HOST:PORT of the daemon's HTTP server, from the line it logs when it listens; `starts`
+        is the how-manieth start of the daemon (a restarted one logs a new address)."""
+        def logged():
+            addresses = re.findall(r"HTTP on http://([^/]+)/", self.log_text())
+            return len(addresses) >= starts and addresses[starts - 1]
+        return wait_until(logged, 10, what="gpupoold's HTTP address in its log")
 
     def request(self, message, timeout=60):
         """Sends one request to the daemon over its socket as docs/protocol.md says, as this process's

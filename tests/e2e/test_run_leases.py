@@ -9,7 +9,7 @@ import tempfile
 import time
 import unittest
 
-from harness import GPUPOOL, clean_env, main
+from harness import GPUPOOL, clean_env, main, until_exists
 
 PRINT_ENV = ("import json, os; print(json.dumps({k: v for k, v in os.environ.items() "
              "if k.startswith(('CUDA_', 'GPUPOOL_'))}))")
@@ -87,14 +87,23 @@ class RunTest(unittest.TestCase):
             proc.wait()
 
     def test_a_second_exclusive_run_waits_for_the_first(self):
-        first = subprocess.Popen([GPUPOOL, "run", "-q", "-g", "8", "--", "sleep", "1.5"], env=self.env)
+        # Jobs end when the test says (a file appears), not after a sleep: under ASan on a loaded
+        # machine one `gpupool leases` can take longer than a short job lives.
+        go = os.path.join(self.runtime, "go")
+        first = subprocess.Popen([GPUPOOL, "run", "-q", "-g", "8", "--", "sh", "-c", until_exists(go)], env=self.env)
         self.wait_for(lambda: len(self.leases()) == 8)
-        start = time.monotonic()
-        second = self.gp("run", "-g", "1", "--", "true")
-        self.assertEqual(second.returncode, 0, second.stderr)
-        self.assertGreater(time.monotonic() - start, 0.5)
-        self.assertIn("waiting for 1 GPU: 8 busy", second.stderr)
-        first.wait()
+        with tempfile.TemporaryFile("w+") as stderr:
+            second = subprocess.Popen([GPUPOOL, "run", "-g", "1", "--", "true"], env=self.env, stderr=stderr, text=True)
+
+            def said(text):
+                stderr.seek(0)
+                return text in stderr.read()
+            self.wait_for(lambda: said("waiting for 1 GPU: 8 busy"))
+            self.assertIsNone(second.poll())
+            open(go, "w").close()
+            self.assertEqual(second.wait(timeout=60), 0)
+            self.assertEqual(first.wait(timeout=60), 0)
+            self.assertTrue(said("has GPU"))
 
     def test_wait_timeout_gives_up_with_one_reason(self):
         first = subprocess.Popen([GPUPOOL, "run", "-q", "-g", "8", "--", "sleep", "5"], env=self.env)
@@ -161,17 +170,19 @@ class RunTest(unittest.TestCase):
                 self.assertEqual(len(proc.stderr.strip().splitlines()), 1, proc.stderr)
 
     def test_a_killed_client_leaves_the_lease_with_its_job(self):
-        marker = os.path.join(self.runtime, "done")
-        client = subprocess.Popen([GPUPOOL, "run", "-q", "--", "sh", "-c", f"sleep 1; touch {marker}"], env=self.env)
+        go, marker = os.path.join(self.runtime, "go"), os.path.join(self.runtime, "done")
+        client = subprocess.Popen([GPUPOOL, "run", "-q", "--", "sh", "-c", f"{until_exists(go)}; touch {marker}"],
+                                  env=self.env)
         self.wait_for(lambda: len(self.leases()) == 1)
         client.kill()
         client.wait()
         # The job still runs and still holds its GPU; it is released when the job ends.
         self.assertEqual(len(self.leases()), 1)
+        open(go, "w").close()
         self.wait_for(lambda: os.path.exists(marker))
         self.wait_for(lambda: self.leases() == [])
 
-    def wait_for(self, condition, timeout=20):
+    def wait_for(self, condition, timeout=60):
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if condition():

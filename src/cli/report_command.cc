@@ -1,0 +1,121 @@
+#include "cli/report_command.h"
+
+#include <charconv>
+#include <chrono>
+#include <cmath>
+#include <ctime>
+#include <memory>
+#include <string>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "cli/app.h"
+#include "cli/commands.h"
+#include "cli/daemon_client.h"
+#include "protocol/messages.h"
+
+namespace gpupool::cli {
+namespace {
+
+namespace proto = protocol;
+
+struct ReportOptions {
+  std::string since;
+  bool json = false;
+};
+
+std::optional<double> duration_seconds(std::string_view text) {
+  double value = 0;
+  auto [unit_start, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (error != std::errc() || value < 0 || unit_start == text.data() + text.size()) return std::nullopt;
+  constexpr std::pair<std::string_view, double> kUnits[] = {{"s", 1}, {"m", 60}, {"h", 3600}, {"d", 86400}, {"w", 604800}};
+  for (const auto& [unit, seconds] : kUnits) {
+    if (std::string_view(unit_start) == unit) return value * seconds;
+  }
+  return std::nullopt;
+}
+
+std::optional<double> local_date(const std::string& text) {
+  for (const char* format : {"%Y-%m-%d %H:%M:%S", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M", "%Y-%m-%dT%H:%M", "%Y-%m-%d"}) {
+    tm fields{};
+    const char* end = strptime(text.c_str(), format, &fields);
+    if (end == nullptr || *end != '\0') continue;
+    fields.tm_isdst = -1;  // as the local rules say for that day
+    time_t seconds = mktime(&fields);
+    if (seconds == -1) return std::nullopt;
+    return static_cast<double>(seconds);
+  }
+  return std::nullopt;
+}
+
+std::string percent_text(const std::optional<double>& percent) {
+  return percent ? fmt::format("{:.0f} %", *percent) : "n/a";
+}
+
+std::string time_text(double unix_seconds) {
+  time_t t = static_cast<time_t>(unix_seconds);
+  tm local{};
+  localtime_r(&t, &local);
+  char text[32];
+  strftime(text, sizeof(text), "%Y-%m-%d %H:%M", &local);
+  return text;
+}
+
+Result<int> print_report(const ReportOptions& options) {
+  proto::ReportRequest request;
+  if (!options.since.empty()) {
+    double now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+    TRY_ASSIGN(request.since, parse_since(options.since, now));
+  }
+  TRY_ASSIGN(DaemonClient client, DaemonClient::connect(runtime_directory()));
+  TRY_ASSIGN(proto::Response response, client.request(request));
+  TRY_ASSIGN(proto::ReportResponse report, expect<proto::ReportResponse>(std::move(response)));
+  if (options.json) {
+    // The daemon's own encoding of the report, without the envelope.
+    auto envelope = nlohmann::json::parse(proto::encode(proto::Response(report)));
+    fmt::print("{}\n", envelope["report"].dump(2));
+    return kExitOk;
+  }
+  fmt::print("GPU time {}\n\n", report.since ? "since " + time_text(*report.since) : "since accounting began");
+  if (report.users.empty()) {
+    fmt::print("No job held a GPU in that time.\n");
+    return kExitOk;
+  }
+  fmt::print("{:<16} {:>6} {:>10} {:>10}\n", "USER", "JOBS", "GPU-HOURS", "MEAN UTIL");
+  for (const proto::UserUsageLine& user : report.users) {
+    fmt::print("{:<16} {:>6} {:>10.2f} {:>10}\n", user.user, user.jobs, user.gpu_hours, percent_text(user.mean_utilization));
+  }
+  fmt::print("\n{:>6}  {:<16} {:<20} {:>10} {:>10}  {:<16}  {}\n", "ID", "USER", "NAME", "GPU-HOURS", "MEAN UTIL",
+             "LAST SAMPLE", "NOTE");
+  for (const proto::JobUsageLine& job : report.jobs) {
+    std::string name = job.name.size() > 20 ? job.name.substr(0, 19) + "~" : job.name;
+    std::string note = job.idle ? "running, IDLE" : job.running ? "running" : "";
+    fmt::print("{:>6}  {:<16} {:<20} {:>10.3f} {:>10}  {:<16}  {}\n", job.id, job.user, name, job.gpu_hours,
+               percent_text(job.mean_utilization), time_text(job.last_time), note);
+  }
+  return kExitOk;
+}
+
+}  // namespace
+
+Result<double> parse_since(std::string_view text, double now) {
+  if (auto seconds = duration_seconds(text)) return now - *seconds;
+  if (auto date = local_date(std::string(text))) return *date;
+  return fail("invalid --since '{}': expected a duration (30m, 12h, 7d, 2w) or a date (2026-12-01, "
+              "\"2026-12-01 08:00\")",
+              text);
+}
+
+void add_report_command(CLI::App& app, int& exit_code) {
+  auto* cmd = app.add_subcommand("report", "GPU-hours and mean utilisation per user and per job (from gpupoold)");
+  auto options = std::make_shared<ReportOptions>();
+  cmd->add_option("--since", options->since,
+                  "Only jobs that held GPUs since then: a duration back from now (7d, 12h) or a date (2026-12-01)");
+  cmd->add_flag("--json", options->json, "Print JSON");
+  cmd->footer("A job counts whole when any of its time falls after --since. A slice of a GPU counts its\n"
+              "share of the GPU's memory. Running jobs flagged idle (idle_flag_after) are marked IDLE.");
+  cmd->callback([&exit_code, options] { run_command(exit_code, [&] { return print_report(*options); }); });
+}
+
+}  // namespace gpupool::cli
