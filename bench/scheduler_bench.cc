@@ -3,6 +3,7 @@
 #include <benchmark/benchmark.h>
 
 #include <deque>
+#include <optional>
 #include <random>
 
 #include "core/scheduler.h"
@@ -84,13 +85,18 @@ BENCHMARK_CAPTURE(BM_SteadyPass, backfill, Policy::Backfill)->Unit(benchmark::kM
 BENCHMARK_CAPTURE(BM_SteadyPass, fifo, Policy::Fifo)->Unit(benchmark::kMicrosecond);
 
 // The first pass on an idle machine: fills all 64 GPUs from the queue.
+// The first pass on an idle machine. Building the 10,000-job queue and freeing it afterwards
+// (about 1 ms, more than the pass) happen with the timer paused.
 void BM_FillIdleMachine(benchmark::State& state) {
   for (auto _ : state) {
     state.PauseTiming();
     Workload workload;
-    Scheduler scheduler = queued_scheduler(Policy::Gpupool, workload);
+    std::optional<Scheduler> scheduler = queued_scheduler(Policy::Gpupool, workload);
     state.ResumeTiming();
-    benchmark::DoNotOptimize(scheduler.schedule(0));
+    benchmark::DoNotOptimize(scheduler->schedule(0));
+    state.PauseTiming();
+    scheduler.reset();
+    state.ResumeTiming();
   }
 }
 BENCHMARK(BM_FillIdleMachine)->Unit(benchmark::kMicrosecond);

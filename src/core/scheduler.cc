@@ -1,6 +1,7 @@
 #include "core/scheduler.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cmath>
@@ -274,6 +275,23 @@ Result<void> Scheduler::set_outside_use(const std::vector<GpuAvailability>& outs
     state.holders = from.holders;
   }
   return {};
+}
+
+std::string Scheduler::waiting_reason(JobId id) const {
+  auto where = queued_.find(id);
+  if (where == queued_.end()) return "";
+  const QueuedJob& job = groups_[where->second.first].jobs.at(where->second.second);
+  const UserState& user = users_[job.user];
+  if (over_quota(job)) {
+    return fmt::format("over quota: {} holds {:g} of {:g} GPUs", user.name, user.held, user.quota.value_or(0));
+  }
+  if (reservation_ && reservation_->id == id) {
+    return fmt::format("next in line: GPU {} reserved for it", fmt::join(reservation_->gpus, ","));
+  }
+  GpuRequest request{job.request.gpus, job.request.slice_mib, {}, {}};
+  auto fits = choose_gpus(machine_, availability_, request);
+  if (fits && !*fits) return describe_wait(machine_, availability_, request);
+  return "behind jobs that go first (priority, fair share, the reservation)";
 }
 
 double Scheduler::held_gpus(const std::string& user) const {

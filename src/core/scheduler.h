@@ -117,6 +117,10 @@ class Scheduler {
   // as `external_busy` / `external_mib` / `holders`, and `usable` false where either says so.
   const std::vector<GpuAvailability>& availability() const { return availability_; }
   const std::optional<Reservation>& reservation() const { return reservation_; }
+  // Why a queued job has not started, as of the last pass (empty when it is not queued): over
+  // its user's quota, next in line with GPUs reserved, waiting for busy GPUs (and who holds
+  // them), or behind jobs that go first.
+  std::string waiting_reason(JobId id) const;
   // GPUs the user holds now (slices as fractions, as for quotas).
   double held_gpus(const std::string& user) const;
   // The user's decayed GPU-seconds, as of the last call.

@@ -146,6 +146,27 @@ TEST(SchedulerTest, AQuotaHoldsJobsBackWithoutBlockingOthers) {
   EXPECT_EQ(ids(s.schedule(50)), std::vector<JobId>{2});
 }
 
+TEST(SchedulerTest, AQueuedJobSaysWhyItWaits) {
+  Scheduler s = make_scheduler(4, Policy::Gpupool, 3.0);
+  ASSERT_TRUE(s.submit(job(1, 2, 100, "a"), 0).ok());
+  ASSERT_TRUE(s.submit(job(2, 2, 100, "a"), 0).ok());  // would put a over its quota of 3
+  ASSERT_TRUE(s.submit(job(3, 2, 100, "b"), 0).ok());
+  ASSERT_TRUE(s.submit(job(4, 2, std::nullopt, "c"), 0).ok());  // no room: the next in line
+  ASSERT_TRUE(s.submit(job(5, 2, std::nullopt, "d"), 0).ok());  // no room either
+  EXPECT_EQ(ids(s.schedule(0)), (std::vector<JobId>{1, 3}));
+  EXPECT_EQ(s.waiting_reason(1), "");  // running
+  EXPECT_EQ(s.waiting_reason(99), "");  // unknown
+  EXPECT_EQ(s.waiting_reason(2), "over quota: a holds 2 of 3 GPUs");
+  ASSERT_TRUE(s.reservation());
+  EXPECT_EQ(s.waiting_reason(s.reservation()->id).rfind("next in line: GPU ", 0), 0u);
+  JobId other = s.reservation()->id == 4 ? 5 : 4;
+  EXPECT_EQ(s.waiting_reason(other).rfind("waiting for 2 GPUs: 4 busy", 0), 0u) << s.waiting_reason(other);
+  // Room, but a job that goes first keeps it: a reservation on an idle machine.
+  ASSERT_TRUE(s.finish(1, 10).ok());
+  ASSERT_TRUE(s.finish(3, 10).ok());
+  EXPECT_EQ(s.waiting_reason(other), "behind jobs that go first (priority, fair share, the reservation)");
+}
+
 TEST(SchedulerTest, JobsThatCanNeverRunAreRefused) {
   Scheduler s = make_scheduler(2, Policy::Gpupool, 1.5);
   EXPECT_EQ(s.submit(job(1, 3), 0).error().message, "asks for 3 GPUs, the machine has 2");

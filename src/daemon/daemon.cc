@@ -596,11 +596,7 @@ void Daemon::Impl::handle(const SessionPtr& s, const proto::LeaseRequest& r) {
   dispatch();
   Job& queued = active_[job.id];
   if (queued.state == JobState::Queued || queued.state == JobState::Held) {
-    std::string reason = queued.reason;
-    if (reason.empty()) {
-      GpuRequest request{queued.spec.gpu_count, queued.spec.slice_mib, {}, {}};
-      reason = describe_wait(machine_, scheduler_.availability(), request);
-    }
+    std::string reason = queued.reason.empty() ? scheduler_.waiting_reason(job.id) : queued.reason;
     send(s, proto::LeaseQueued{job.id, reason});
   }
 }
@@ -767,6 +763,7 @@ Job Daemon::Impl::for_client(Job job, const Session& session) const {
   // Another user's environment may hold their secrets.
   if (!may_act_on(session, job)) job.spec.environment.clear();
   fill_log_paths(job);
+  if (job.state == JobState::Queued && job.reason.empty()) job.reason = scheduler_.waiting_reason(job.id);
   return job;
 }
 
@@ -1128,7 +1125,11 @@ void Daemon::Impl::publish() {
     publish_pending_ = false;
     QueueView view;
     view.drained = drained_;
-    for (const auto& [id, job] : active_) view.jobs.push_back(queue_entry(job));
+    for (const auto& [id, job] : active_) {
+      QueueEntry entry = queue_entry(job);
+      if (entry.state == JobState::Queued && entry.reason.empty()) entry.reason = scheduler_.waiting_reason(id);
+      view.jobs.push_back(std::move(entry));
+    }
     monitor_->publish(std::move(view));
   });
 }
@@ -1181,6 +1182,8 @@ Result<std::unique_ptr<Daemon>> Daemon::create(DaemonSettings settings) {
   TRY(ensure_directory(settings.state_dir + "/logs", 0755));
   TRY(ensure_directory(settings.state_dir + "/attempts", 0700));
   std::string database = settings.state_dir + "/gpupool.db";
+  // The job store first: it refuses a database with tables it does not know, and would take
+  // a new file holding only the accounting's table for someone else's.
   TRY_ASSIGN(JobStore store, JobStore::open(database));
   TRY_ASSIGN(UsageStore usage, UsageStore::open(database));
   for (const char* suffix : {"", "-wal", "-shm"}) chmod((database + suffix).c_str(), 0600);

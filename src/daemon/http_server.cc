@@ -15,7 +15,11 @@
 namespace gpupool {
 namespace {
 
-constexpr size_t kWorkerThreads = 2;  // a scrape and a browser at once; the answers take microseconds
+// A browser keeps its connections open between polls, each holding a thread until it closes:
+// enough threads that open dashboards never make a scrape wait.
+constexpr size_t kWorkerThreads = 8;
+// Prometheus and the dashboard reuse one connection for every request.
+constexpr size_t kKeepAliveRequests = 10000;
 constexpr double kDefaultHistorySeconds = 3600;
 
 }  // namespace
@@ -28,6 +32,9 @@ class HttpServer::Impl {
     auto parts = split_http_address(address);
     if (!parts) return fail("--http {}: expected HOST:PORT", address);
     server_.new_task_queue = [] { return new httplib::ThreadPool(kWorkerThreads); };
+    // Without it a reply on a reused connection waits ~40 ms for the client's delayed ACK.
+    server_.set_tcp_nodelay(true);
+    server_.set_keep_alive_max_count(kKeepAliveRequests);
     // The daemon forks supervisors: no socket of this server may reach them.
     server_.set_socket_options([](socket_t fd) {
       fcntl(fd, F_SETFD, FD_CLOEXEC);

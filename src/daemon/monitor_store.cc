@@ -111,10 +111,16 @@ Result<void> UsageStore::add(const std::vector<StoredUsage>& additions) {
   return {};
 }
 
-Result<std::vector<StoredUsage>> UsageStore::query(const std::string& where, double parameter) const {
+Result<std::vector<StoredUsage>> UsageStore::query(const std::string& where,
+                                                   std::variant<JobNumber, double> parameter) const {
   TRY_ASSIGN(Statement select,
              prepare(db_, fmt::format("SELECT {} FROM job_usage WHERE {} ORDER BY job_id", kColumns, where)));
-  sqlite3_bind_double(select.get(), 1, parameter);
+  // Job numbers bind as integers: as doubles, numbers above 2^53 would match a neighbour's row.
+  if (const JobNumber* id = std::get_if<JobNumber>(&parameter)) {
+    sqlite3_bind_int64(select.get(), 1, static_cast<sqlite3_int64>(*id));
+  } else {
+    sqlite3_bind_double(select.get(), 1, std::get<double>(parameter));
+  }
   std::vector<StoredUsage> rows;
   int rc = SQLITE_ROW;
   while ((rc = sqlite3_step(select.get())) == SQLITE_ROW) {
@@ -135,7 +141,7 @@ Result<std::vector<StoredUsage>> UsageStore::query(const std::string& where, dou
 }
 
 Result<std::optional<StoredUsage>> UsageStore::job(JobNumber id) const {
-  TRY_ASSIGN(auto rows, query("job_id = CAST(? AS INTEGER)", static_cast<double>(id)));
+  TRY_ASSIGN(auto rows, query("job_id = ?", id));
   if (rows.empty()) return std::optional<StoredUsage>();
   return std::optional<StoredUsage>(std::move(rows.front()));
 }

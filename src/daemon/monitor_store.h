@@ -8,6 +8,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "core/job.h"
@@ -36,7 +37,7 @@ class UsageStore {
   UsageStore& operator=(const UsageStore&) = delete;
   ~UsageStore();
 
-  // Adds each job's usage to its row, in one transaction; `time` is when it was measured.
+  // Adds each job's usage to its row (created when missing), in one transaction.
   Result<void> add(const std::vector<StoredUsage>& additions);
   Result<std::optional<StoredUsage>> job(JobNumber id) const;
   // Jobs that held GPUs at or after `since`, in id order.
@@ -46,7 +47,7 @@ class UsageStore {
 
  private:
   explicit UsageStore(sqlite3* db) : db_(db) {}
-  Result<std::vector<StoredUsage>> query(const std::string& where, double parameter) const;
+  Result<std::vector<StoredUsage>> query(const std::string& where, std::variant<JobNumber, double> parameter) const;
   sqlite3* db_ = nullptr;
 };
 

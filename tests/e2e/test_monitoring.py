@@ -185,6 +185,7 @@ class MonitoringTest(unittest.TestCase):
             rendered = browser.wait_for("document.body.dataset.chartsRendered === '8'", what="eight charts")
             self.assertTrue(rendered)
             browser.wait_for(f"!!document.querySelector('#queue tr[data-job=\"{job}\"]')", what="the running job")
+            held_text = ",".join(str(g) for g in sorted(d.show(job)["gpus"]))
             holder = browser.evaluate(f"[...document.querySelectorAll('.card')].filter(c => "
                                       f"c.querySelector('.holder').textContent.startsWith('job {job} trainer')).length")
             self.assertEqual(holder, 2)
@@ -193,6 +194,10 @@ class MonitoringTest(unittest.TestCase):
                                    what="the job submitted while the page is open")
             self.assertIn("waits-for-all", row)
             self.assertIn("queued", row)
+            # Why it waits: GPU 0 is used outside gpupool (the overlay), two by the running job.
+            why = f"waiting for 8 GPUs: 3 busy (GPU 0: 40960 MiB used by processes not visible here; GPU {held_text}"
+            self.assertIn(why, row)
+            self.assertTrue(d.show(later)["reason"].startswith(why), d.show(later)["reason"])
             # The chart of GPU 0 holds the overlay's 73 %.
             points = browser.wait_for("Chart.getChart(document.querySelector('.card[data-gpu=\"0\"] canvas'))"
                                       ".data.datasets[0].data.map(p => p.y)", what="GPU 0's points")
