@@ -58,8 +58,16 @@ connection = http.client.HTTPConnection(address, timeout=10)
 
 
 def get(path):
-    connection.request("GET", path)
-    response = connection.getresponse()
+    global connection
+    try:
+        connection.request("GET", path)
+        response = connection.getresponse()
+    except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError):
+        # The server closes a connection idle past its keep-alive timeout (5 s): open another.
+        connection.close()
+        connection = http.client.HTTPConnection(address, timeout=10)
+        connection.request("GET", path)
+        response = connection.getresponse()
     return response.read().decode()
 
 
@@ -125,6 +133,7 @@ check((by_id.get(idle, {}).get("mean_utilization") or 0) < 5, "report: the idle 
 
 # /metrics latency (keep-alive) and the daemon's CPU while it samples with nothing else going on.
 times = []
+get("/metrics")  # a fresh connection after the idle wait
 for _ in range(2000):
     began = time.perf_counter()
     get("/metrics")
