@@ -39,10 +39,14 @@ Result<std::chrono::milliseconds> parse_duration(const std::string& text) {
     seconds *= 60;
   } else if (unit == "h") {
     seconds *= 3600;
+  } else if (unit == "d") {
+    seconds *= 86400;
+  } else if (unit == "w") {
+    seconds *= 7 * 86400;
   } else if (unit == "ms") {
     seconds /= 1000;
   } else if (!unit.empty() && unit != "s") {
-    return fail("invalid duration '{}': unknown unit '{}' (use ms, s, m or h)", text, unit);
+    return fail("invalid duration '{}': unknown unit '{}' (use ms, s, m, h, d or w)", text, unit);
   }
   return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
 }

@@ -1,6 +1,5 @@
 #include "cli/report_command.h"
 
-#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <ctime>
@@ -13,6 +12,7 @@
 #include "cli/app.h"
 #include "cli/commands.h"
 #include "cli/daemon_client.h"
+#include "cli/lease_options.h"
 #include "protocol/messages.h"
 
 namespace gpupool::cli {
@@ -24,17 +24,6 @@ struct ReportOptions {
   std::string since;
   bool json = false;
 };
-
-std::optional<double> duration_seconds(std::string_view text) {
-  double value = 0;
-  auto [unit_start, error] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (error != std::errc() || value < 0 || unit_start == text.data() + text.size()) return std::nullopt;
-  constexpr std::pair<std::string_view, double> kUnits[] = {{"s", 1}, {"m", 60}, {"h", 3600}, {"d", 86400}, {"w", 604800}};
-  for (const auto& [unit, seconds] : kUnits) {
-    if (std::string_view(unit_start) == unit) return value * seconds;
-  }
-  return std::nullopt;
-}
 
 std::optional<double> local_date(const std::string& text) {
   for (const char* format : {"%Y-%m-%d %H:%M:%S", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M", "%Y-%m-%dT%H:%M", "%Y-%m-%d"}) {
@@ -100,7 +89,7 @@ Result<int> print_report(const ReportOptions& options) {
 }  // namespace
 
 Result<double> parse_since(std::string_view text, double now) {
-  if (auto seconds = duration_seconds(text)) return now - *seconds;
+  if (auto back = parse_duration(std::string(text))) return now - std::chrono::duration<double>(*back).count();
   if (auto date = local_date(std::string(text))) return *date;
   return fail("invalid --since '{}': expected a duration (30m, 12h, 7d, 2w) or a date (2026-12-01, "
               "\"2026-12-01 08:00\")",
