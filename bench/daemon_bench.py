@@ -22,7 +22,8 @@ fresh state directory and lease directory under --work-dir, serving GPUPOOL_SIM=
               then the same over one connection (no client processes), and the CPU time per
               job of the clients, the daemon, and the supervisors with their jobs.
   memory      --history finished jobs in the database (a real finished row, copied with new
-              ids), then the daemon's VmRSS and VmHWM after start, `jobs` and `jobs --all`.
+              ids), then the daemon's VmRSS and VmHWM after start, `jobs`, `jobs --all` (and
+              --json, timed) and paging through every job over one connection, three times.
 
 Prints a table and writes every figure to OUT.json. With --check, exits 1 when a target is
 missed (submit has no target). Stdlib only; a C compiler (cc) makes the timestamping job
@@ -253,7 +254,7 @@ class Daemon:
 
     def all_jobs(self):
         with self.client() as client:
-            return client.request({"op": "jobs", "all": True})["jobs"]
+            return page_through(client)[0]
 
     def __enter__(self):
         return self
@@ -368,11 +369,11 @@ def dispatch_gaps(daemon, stamp_file):
             by_gpu.setdefault(gpu, []).append((float(start), float(end), int(job)))
     daemon_view = {job["id"]: job for job in daemon.all_jobs()}
     steps = ["A's last instruction -> its supervisor's 'exited' time",
-             "-> daemon has read A's record (A.end_time: fdatasync, exit, pidfd wake-up)",
+             "-> daemon has read A's record (A.end_time: supervisor's exit, pidfd wake-up)",
              "-> daemon decides B (B.start_time: A's 'done' committed, scheduler pass)",
-             "-> daemon has forked B's supervisor ('supervising': leases, 'running' committed, fork)",
-             "-> B's supervisor is ready ('started': exec of gpupoold supervise, job forked)",
-             "-> B's first instruction (fdatasync of 'started', exec of the job)"]
+             "-> daemon hands B to a standby supervisor ('supervising': leases, 'running' committed)",
+             "-> B's supervisor is ready ('started': attempt received, job forked and set up)",
+             "-> B's first instruction (exec of the job)"]
     parts = {"gap": [], **{step: [] for step in steps}, "daemon's view: B.start_time - A.end_time": []}
     for runs in by_gpu.values():
         runs.sort()
@@ -520,6 +521,22 @@ def bench_throughput(bench, count, submitters):
     return result
 
 
+def page_through(client):
+    """Every job, page after page over one connection: (the jobs, pages, bytes of the largest answer)."""
+    jobs, pages, largest, after = [], 0, 0, 0
+    while True:
+        message = json.dumps({"op": "jobs", "all": True, "after_id": after}).encode() + b"\n"
+        client.sock.sendall(message)
+        line = client.read_line()
+        page = json.loads(line)
+        jobs += page["jobs"]
+        pages += 1
+        largest = max(largest, len(line))
+        if not page.get("more") or not page["jobs"]:
+            return jobs, pages, largest
+        after = page["jobs"][-1]["id"]
+
+
 def copy_history(database, history):
     """Adds `history` copies of a finished job the daemon wrote, with new ids, as the daemon would store them."""
     db = sqlite3.connect(database)
@@ -567,18 +584,23 @@ def bench_memory(bench, history):
 
         elapsed, _ = daemon.gpupool("jobs")
         result["after gpupool jobs"] = dict(daemon.memory_mb(), ms=round(elapsed * 1000, 1))
-        proc = subprocess.run([bench.gpupool, "jobs", "--all"], env=daemon.env, capture_output=True, text=True)
-        result["gpupool jobs --all"] = {"exit": proc.returncode, "lines": proc.stdout.count("\n"),
-                                        "stderr": proc.stderr.strip()[:200]}
-        result["after gpupool jobs --all"] = daemon.memory_mb()
+        for args in (["jobs", "--all"], ["jobs", "--all", "--json"]):
+            started = time.perf_counter()
+            proc = subprocess.run([bench.gpupool, *args], env=daemon.env, capture_output=True, text=True)
+            elapsed = time.perf_counter() - started
+            listed = len(json.loads(proc.stdout)) if "--json" in args and proc.returncode == 0 else None
+            result[f"gpupool {' '.join(args)}"] = {
+                "exit": proc.returncode, "lines": proc.stdout.count("\n"), "jobs": listed,
+                "seconds": round(elapsed, 2), "stderr": proc.stderr.strip()[:200]}
+            result[f"after gpupool {' '.join(args)}"] = daemon.memory_mb()
         for attempt in (1, 2, 3):
             with daemon.client() as client:
                 started = time.perf_counter()
-                client.sock.sendall(b'{"all":true,"op":"jobs"}\n')
-                answer = client.read_line()
+                jobs, pages, largest = page_through(client)
                 elapsed = time.perf_counter() - started
             result[f"after jobs --all over one connection, #{attempt}"] = dict(
-                daemon.memory_mb(), ms=round(elapsed * 1000, 1), answer_MB=round(len(answer) / 2**20, 1))
+                daemon.memory_mb(), ms=round(elapsed * 1000, 1), jobs=len(jobs), pages=pages,
+                largest_answer_KB=round(largest / 2**10, 1))
         result["peak_mb"] = daemon.memory_mb()["VmHWM"]
     return result
 

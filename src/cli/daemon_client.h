@@ -36,6 +36,8 @@ class DaemonClient {
   // send + receive, for the one-answer requests.
   Result<protocol::Response> request(const protocol::Request& request);
   int descriptor() const { return fd_; }
+  // receive() has a message without reading the socket (poll the descriptor only when not).
+  bool has_message() const { return reader_->has_line(); }
 
  private:
   explicit DaemonClient(int fd);

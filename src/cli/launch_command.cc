@@ -114,6 +114,7 @@ Result<int> launch_job(LaunchOptions options) {
                fmt::join(unbound_gpus, ","));
   }
 
+  TRY(start_unless_cancelled(leased));
   // Every rank holds the leases, so they outlive gpupool if it is killed.
   TRY(leased.acquired.leases.make_inheritable());
   GroupOptions group;

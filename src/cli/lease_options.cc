@@ -1,10 +1,15 @@
 #include "cli/lease_options.h"
 
 #include <poll.h>
+#include <signal.h>
+#include <sys/signalfd.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <climits>
+#include <cstring>
+#include <memory>
 
 #include <cstdlib>
 #include <ctime>
@@ -74,21 +79,52 @@ Result<LeasedGpus> lease_from_daemon(DaemonClient client, GpuBackend& backend, c
   request.spec.cwd = getcwd(cwd, sizeof(cwd)) != nullptr ? cwd : "/";
   request.allowed = acquire.request.allowed;
   request.excluded = acquire.request.excluded;
+  // `gpupool cancel` of a running job sends SIGTERM to this client: held back from before the
+  // request, so that it cannot kill us between the grant and the start of the program; taken
+  // here while waiting, and by start_unless_cancelled() or the program's signal forwarding after.
+  sigset_t term;
+  sigemptyset(&term);
+  sigaddset(&term, SIGTERM);
+  sigprocmask(SIG_BLOCK, &term, nullptr);
+  int term_fd = signalfd(-1, &term, SFD_CLOEXEC | SFD_NONBLOCK);
+  if (term_fd < 0) return fail("cannot watch for SIGTERM: {}", std::strerror(errno));
+  std::unique_ptr<int, void (*)(int*)> closes_term(&term_fd, [](int* fd) { ::close(*fd); });
   TRY(client.send(request));
   auto deadline = acquire.timeout ? std::optional(std::chrono::steady_clock::now() + *acquire.timeout) : std::nullopt;
+  std::optional<JobNumber> id;
+  bool terminated = false;  // then only what the daemon has sent already is read
+  auto cancelled = [&] {
+    return id ? fail("job {} cancelled before it started", *id) : fail("got SIGTERM before the job started");
+  };
   for (;;) {
-    if (deadline) {
-      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(*deadline - std::chrono::steady_clock::now());
-      pollfd ready{client.descriptor(), POLLIN, 0};
-      int n = poll(&ready, 1, static_cast<int>(std::max<int64_t>(0, left.count())));
-      if (n == 0) {
+    if (!client.has_message()) {
+      int timeout = -1;
+      if (terminated) {
+        timeout = 0;
+      } else if (deadline) {
+        auto left = std::chrono::duration_cast<std::chrono::milliseconds>(*deadline - std::chrono::steady_clock::now());
+        timeout = static_cast<int>(std::max<int64_t>(0, left.count()));
+      }
+      pollfd ready[2] = {{client.descriptor(), POLLIN, 0}, {term_fd, POLLIN, 0}};
+      int n = poll(ready, 2, timeout);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) return fail("cannot wait for gpupoold: {}", std::strerror(errno));
+      if ((ready[1].revents & POLLIN) != 0) {
+        signalfd_siginfo info{};
+        (void)!read(term_fd, &info, sizeof info);
+        terminated = true;
+        continue;
+      }
+      if (ready[0].revents == 0) {
+        if (terminated) return cancelled();
         // Closing the connection takes the request out of the queue.
         return fail("gave up waiting after {}", *options.wait);
       }
     }
     TRY_ASSIGN(ReceivedResponse received, client.receive());
     if (auto* queued = std::get_if<protocol::LeaseQueued>(&received.response)) {
-      if (acquire.on_wait) acquire.on_wait(fmt::format("job {} queued: {}", queued->id, queued->reason));
+      id = queued->id;
+      if (acquire.on_wait && !terminated) acquire.on_wait(fmt::format("job {} queued: {}", queued->id, queued->reason));
       continue;
     }
     auto* granted = std::get_if<protocol::LeaseGranted>(&received.response);
@@ -97,13 +133,19 @@ Result<LeasedGpus> lease_from_daemon(DaemonClient client, GpuBackend& backend, c
       return fail("gpupoold sent an unexpected answer: {}", protocol::encode(received.response));
     }
     HeldLeases leases = HeldLeases::from_descriptors(std::move(received.descriptors));
+    if (terminated) {
+      id = granted->id;
+      leases.release();
+      (void)client.request(protocol::FinishedRequest{128 + SIGTERM, SIGTERM});
+      return cancelled();
+    }
     if (leases.descriptors().size() != granted->descriptors) {
       return fail("gpupoold granted {} leases but {} arrived", granted->descriptors, leases.descriptors().size());
     }
     TRY_ASSIGN(Machine machine, backend.discover(DiscoveryScope{.links = false, .processes = false}));
     std::string job = options.name.empty() ? std::to_string(granted->id) : options.name;
     LeasedGpus leased{Acquired{std::move(leases), granted->gpus, std::move(machine)}, granted->gpus, job,
-                      granted->slice_mib, std::make_shared<DaemonClient>(std::move(client))};
+                      granted->slice_mib, std::make_shared<DaemonClient>(std::move(client)), granted->id};
     return leased;
   }
 }
@@ -148,6 +190,18 @@ Result<LeasedGpus> lease_gpus(const LeaseRequestOptions& options, const std::vec
   leased.gpus = leased.acquired.gpus;
   if (!options.quiet) announce(leased);
   return leased;
+}
+
+Result<void> start_unless_cancelled(LeasedGpus& leased) {
+  if (!leased.daemon) return {};
+  sigset_t term;
+  sigemptyset(&term);
+  sigaddset(&term, SIGTERM);
+  timespec now{0, 0};
+  if (sigtimedwait(&term, nullptr, &now) != SIGTERM) return {};
+  leased.acquired.leases.release();
+  report_finished(leased, 128 + SIGTERM);
+  return fail("job {} cancelled before it started", leased.id);
 }
 
 void report_finished(LeasedGpus& leased, int exit_code) {

@@ -30,14 +30,21 @@ struct LeasedGpus {
   std::vector<unsigned> gpus;  // nvidia-smi indices, placement order
   std::string job;
   std::optional<uint64_t> slice_mib;
-  // Set when gpupoold granted the lease: the connection to report the end on.
+  // Set when gpupoold granted the lease: the connection to report the end on, and the job.
   std::shared_ptr<DaemonClient> daemon;
+  JobNumber id = 0;
 };
 
 // Acquires (waiting as the options say, reporting the wait on stderr): through gpupoold's
 // queue when a daemon is running, so interactive and batch jobs share one fair queue, else
 // directly from the lease directory. `command` is what the queue shows for the job.
 Result<LeasedGpus> lease_gpus(const LeaseRequestOptions& options, const std::vector<std::string>& command);
+
+// Through gpupoold, SIGTERM (`gpupool cancel`) is held back from the lease request on: call
+// this just before starting the program. When one came, the lease is released, the daemon told,
+// and the error is "job N cancelled before it started"; one that comes later stays pending for
+// the program's signal forwarding to pass on.
+Result<void> start_unless_cancelled(LeasedGpus& leased);
 
 // Tells gpupoold how the job ended (nothing to do without a daemon).
 void report_finished(LeasedGpus& leased, int exit_code);

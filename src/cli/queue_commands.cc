@@ -1,9 +1,7 @@
 // The queue commands: submit, jobs, show, cancel, hold, release, wait, logs, drain, resume.
 // Each is one request to gpupoold (src/protocol/messages.h) and a way to print the answer.
 #include <poll.h>
-#include <sys/inotify.h>
 #include <sys/stat.h>
-#include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -70,15 +68,28 @@ std::string state_text(const Job& job) {
   return state;
 }
 
-void print_jobs_table(const std::vector<Job>& jobs) {
+void print_jobs_header() {
   fmt::print("{:>6}  {:<14} {:<10} {:<20} {:>7} {:<7} {:<11} {:>9}  {}\n", "ID", "STATE", "USER", "NAME", "REQ",
              "GPUS", "SUBMITTED", "ELAPSED", "REASON");
-  for (const Job& job : jobs) {
-    std::string name = display_name(job);
-    if (name.size() > 20) name = name.substr(0, 19) + "~";
-    fmt::print("{:>6}  {:<14} {:<10} {:<20} {:>7} {:<7} {:<11} {:>9}  {}\n", job.id, state_text(job), job.owner.user,
-               name, request_text(job), gpu_list_text(job.gpus), clock_time(job.submit_time), elapsed_text(job), job.reason);
+}
+
+void print_jobs_row(const Job& job) {
+  std::string name = display_name(job);
+  if (name.size() > 20) name = name.substr(0, 19) + "~";
+  fmt::print("{:>6}  {:<14} {:<10} {:<20} {:>7} {:<7} {:<11} {:>9}  {}\n", job.id, state_text(job), job.owner.user,
+             name, request_text(job), gpu_list_text(job.gpus), clock_time(job.submit_time), elapsed_text(job), job.reason);
+}
+
+// One job as an entry of a JSON array printed with an indent of 2: what the whole array's
+// dump(2) would show for it. Strings hold no raw newline (JSON escapes it), so every newline
+// starts a line of the object.
+std::string json_array_entry(const Job& job) {
+  std::string entry = "  ";
+  for (char c : proto::job_to_json(job).dump(2)) {
+    entry += c;
+    if (c == '\n') entry += "  ";
   }
+  return entry;
 }
 
 void print_job_details(const Job& job) {
@@ -107,12 +118,6 @@ void print_job_details(const Job& job) {
   if (!job.stderr_path.empty()) line("stderr", job.stderr_path);
 }
 
-nlohmann::json jobs_json(const std::vector<Job>& jobs) {
-  nlohmann::json out = nlohmann::json::array();
-  for (const Job& job : jobs) out.push_back(proto::job_to_json(job));
-  return out;
-}
-
 Result<std::vector<Job>> jobs_answer(DaemonClient& client, const proto::Request& request) {
   TRY_ASSIGN(proto::Response response, client.request(request));
   TRY_ASSIGN(proto::JobsResponse jobs, expect<proto::JobsResponse>(std::move(response)));
@@ -135,6 +140,7 @@ struct SubmitOptions {
 
 Result<int> submit(const SubmitOptions& options) {
   proto::SubmitRequest request;
+  request.hold = options.hold;
   JobSpec& spec = request.spec;
   spec.name = options.name;
   spec.argv = options.command;
@@ -163,10 +169,6 @@ Result<int> submit(const SubmitOptions& options) {
   TRY_ASSIGN(DaemonClient client, DaemonClient::connect(runtime_directory()));
   TRY_ASSIGN(proto::Response response, client.request(request));
   TRY_ASSIGN(proto::SubmitResponse submitted, expect<proto::SubmitResponse>(std::move(response)));
-  if (options.hold) {
-    TRY_ASSIGN(proto::Response held, client.request(proto::JobActionRequest{proto::JobAction::Hold, {submitted.id}}));
-    (void)held;
-  }
   fmt::print("{}\n", submitted.id);
   return 0;
 }
@@ -180,6 +182,8 @@ struct JobsOptions {
   bool json = false;
 };
 
+// Page after page, each printed as it comes: a long history fits neither one message nor,
+// at 100,000 jobs, comfortably in memory. The output is what one answer would have given.
 Result<int> list_jobs(const JobsOptions& options) {
   proto::JobsRequest request;
   request.all = options.all;
@@ -189,12 +193,23 @@ Result<int> list_jobs(const JobsOptions& options) {
     request.state = state;
   }
   TRY_ASSIGN(DaemonClient client, DaemonClient::connect(runtime_directory()));
-  TRY_ASSIGN(std::vector<Job> jobs, jobs_answer(client, request));
-  if (options.json) {
-    fmt::print("{}\n", jobs_json(jobs).dump(2));
-  } else {
-    print_jobs_table(jobs);
+  size_t printed = 0;
+  for (bool first_page = true;; first_page = false) {
+    TRY_ASSIGN(proto::Response response, client.request(request));
+    TRY_ASSIGN(proto::JobsResponse page, expect<proto::JobsResponse>(std::move(response)));
+    if (first_page && !options.json) print_jobs_header();
+    for (const Job& job : page.jobs) {
+      if (options.json) {
+        fmt::print("{}\n{}", printed == 0 ? "[" : ",", json_array_entry(job));
+      } else {
+        print_jobs_row(job);
+      }
+      ++printed;
+    }
+    if (!page.more || page.jobs.empty()) break;
+    request.after_id = page.jobs.back().id;
   }
+  if (options.json) fmt::print("{}\n", printed == 0 ? "[]" : "\n]");
   return 0;
 }
 
@@ -241,10 +256,20 @@ int wait_exit_code(const std::vector<Job>& jobs) {
   return worst;
 }
 
+// A wait is answered with its jobs, all in one message: many ids are waited for a batch at a
+// time (all of them must end anyway), each answer well within the message limit.
+constexpr size_t kWaitBatch = proto::kMaxJobsPage / 2;
+
 Result<int> wait_for_jobs(const std::vector<std::string>& id_texts, bool quiet) {
   TRY_ASSIGN(std::vector<JobNumber> ids, parse_ids(id_texts));
   TRY_ASSIGN(DaemonClient client, DaemonClient::connect(runtime_directory()));
-  TRY_ASSIGN(std::vector<Job> jobs, jobs_answer(client, proto::WaitRequest{ids}));
+  std::vector<Job> jobs;
+  for (size_t first = 0; first < ids.size(); first += kWaitBatch) {
+    std::vector<JobNumber> batch(ids.begin() + static_cast<std::ptrdiff_t>(first),
+                                 ids.begin() + static_cast<std::ptrdiff_t>(std::min(first + kWaitBatch, ids.size())));
+    TRY_ASSIGN(std::vector<Job> ended, jobs_answer(client, proto::WaitRequest{std::move(batch)}));
+    jobs.insert(jobs.end(), std::make_move_iterator(ended.begin()), std::make_move_iterator(ended.end()));
+  }
   if (!quiet) {
     for (const Job& job : jobs) {
       fmt::print(stderr, "gpupool: job {} {}{}\n", job.id, state_text(job), job.reason.empty() ? "" : ": " + job.reason);
@@ -266,71 +291,74 @@ Result<void> copy_new_bytes(int fd) {
   }
 }
 
-// Follows a log until the job finishes: inotify says when it grows, a `wait` on a second
-// connection says when the job has ended.
-Result<void> follow_log(int fd, const std::string& path, JobNumber id) {
-  TRY_ASSIGN(DaemonClient waiter, DaemonClient::connect(runtime_directory()));
-  TRY(waiter.send(proto::WaitRequest{{id}}));
-  int watch = inotify_init1(IN_CLOEXEC);
-  if (watch < 0 || inotify_add_watch(watch, path.c_str(), IN_MODIFY) < 0) {
-    if (watch >= 0) ::close(watch);
-    return fail("cannot watch {}: {}", path, std::strerror(errno));
+// How often a followed log is looked at for new bytes, and a missing one asked for again.
+constexpr int kLogPollMs = 100;
+
+// A job and, opened by the daemon, one of its logs (-1: not created yet).
+struct OpenedLog {
+  Job job;
+  int fd = -1;
+};
+
+// The daemon opens the log and passes the descriptor: the file is its user's alone, and an
+// administrator may read it through the daemon.
+Result<OpenedLog> request_log(DaemonClient& client, JobNumber id, proto::LogStream stream) {
+  TRY(client.send(proto::LogsRequest{id, stream}));
+  TRY_ASSIGN(ReceivedResponse received, client.receive());
+  auto* answer = std::get_if<proto::JobsResponse>(&received.response);
+  if (answer == nullptr || answer->jobs.size() != 1 || !answer->descriptors ||
+      *answer->descriptors != received.descriptors.size()) {
+    for (int fd : received.descriptors) ::close(fd);
+    if (answer != nullptr && !answer->descriptors) {
+      return fail("this gpupoold is older than this gpupool and does not send logs; restart it");
+    }
+    return fail("the daemon sent an unexpected answer: {}", proto::encode(received.response));
   }
-  Result<void> result;
-  for (;;) {
-    result = copy_new_bytes(fd);
-    if (!result) break;
-    fflush(stdout);
-    pollfd fds[2] = {{watch, POLLIN, 0}, {waiter.descriptor(), POLLIN, 0}};
-    if (poll(fds, 2, -1) < 0 && errno != EINTR) {
-      result = fail("cannot wait for the log: {}", std::strerror(errno));
-      break;
-    }
-    if (fds[0].revents & POLLIN) {
-      char events[4096];
-      (void)!read(watch, events, sizeof(events));
-    }
-    if (fds[1].revents != 0) {
-      result = copy_new_bytes(fd);  // what the job wrote last
-      break;
-    }
-  }
-  ::close(watch);
-  return result;
+  return OpenedLog{std::move(answer->jobs.front()), received.descriptors.empty() ? -1 : received.descriptors.front()};
 }
 
-// A queued job, or one whose supervisor is just starting, has no log yet: waits until the log
-// exists (looked for every 100 ms) or the job has ended without one (-1).
-Result<int> open_once_created(const std::string& path, JobNumber id) {
+// Follows a log until the job finishes: looks for new bytes every kLogPollMs (the reader may
+// not be allowed to watch the file itself); a `wait` on a second connection says when the job
+// has ended.
+Result<void> follow_log(int fd, JobNumber id) {
+  TRY_ASSIGN(DaemonClient waiter, DaemonClient::connect(runtime_directory()));
+  TRY(waiter.send(proto::WaitRequest{{id}}));
+  for (;;) {
+    TRY(copy_new_bytes(fd));
+    fflush(stdout);
+    pollfd ended = {waiter.descriptor(), POLLIN, 0};
+    int ready = poll(&ended, 1, kLogPollMs);
+    if (ready < 0 && errno != EINTR) return fail("cannot wait for the log: {}", std::strerror(errno));
+    if (ready > 0) return copy_new_bytes(fd);  // what the job wrote last
+  }
+}
+
+// A queued job, or one whose supervisor is just starting, has no log yet: asks again every
+// kLogPollMs until the log exists or the job has ended without one (fd -1).
+Result<OpenedLog> open_once_created(DaemonClient& client, JobNumber id, proto::LogStream stream) {
   TRY_ASSIGN(DaemonClient waiter, DaemonClient::connect(runtime_directory()));
   TRY(waiter.send(proto::WaitRequest{{id}}));
   for (;;) {
     pollfd ended = {waiter.descriptor(), POLLIN, 0};
-    int ready = poll(&ended, 1, 100);
+    int ready = poll(&ended, 1, kLogPollMs);
     if (ready < 0 && errno != EINTR) return fail("cannot wait for the log: {}", std::strerror(errno));
-    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd >= 0) return fd;
-    if (errno != ENOENT) return fail("cannot open {}: {}", path, std::strerror(errno));
-    if (ready > 0) return -1;
+    TRY_ASSIGN(OpenedLog log, request_log(client, id, stream));
+    if (log.fd >= 0 || ready > 0) return log;
   }
 }
 
 Result<int> show_logs(const std::string& id_text, bool follow, bool errors) {
   TRY_ASSIGN(std::vector<JobNumber> ids, parse_ids({id_text}));
   TRY_ASSIGN(DaemonClient client, DaemonClient::connect(runtime_directory()));
-  TRY_ASSIGN(std::vector<Job> jobs, jobs_answer(client, proto::LogsRequest{ids.at(0)}));
-  if (jobs.empty()) return fail("no job {}", ids.at(0));
-  const Job& job = jobs.front();
-  const std::string& path = errors ? job.stderr_path : job.stdout_path;
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0 && errno == ENOENT) {
-    if (!follow || is_finished(job.state)) return 0;  // never started: nothing written
-    TRY_ASSIGN(fd, open_once_created(path, job.id));
-    if (fd < 0) return 0;
+  proto::LogStream stream = errors ? proto::LogStream::Stderr : proto::LogStream::Stdout;
+  TRY_ASSIGN(OpenedLog log, request_log(client, ids.at(0), stream));
+  if (log.fd < 0) {
+    if (!follow || is_finished(log.job.state)) return 0;  // never started: nothing written
+    TRY_ASSIGN(log, open_once_created(client, log.job.id, stream));
+    if (log.fd < 0) return 0;
   }
-  if (fd < 0) return fail("cannot open {}: {}", path, std::strerror(errno));
-  Result<void> shown = follow && !is_finished(job.state) ? follow_log(fd, path, job.id) : copy_new_bytes(fd);
-  ::close(fd);
+  Result<void> shown = follow && !is_finished(log.job.state) ? follow_log(log.fd, log.job.id) : copy_new_bytes(log.fd);
+  ::close(log.fd);
   TRY(shown);
   return 0;
 }

@@ -23,6 +23,7 @@ Result<int> run_job(const RunOptions& options) {
   ChildSpec spec;
   spec.argv = options.command;
   spec.environment = environment_with(job_environment(leased, leased.gpus));
+  TRY(start_unless_cancelled(leased));
   TRY(leased.acquired.leases.make_inheritable());
   TRY_ASSIGN(pid_t child, spawn_child(spec));
   leased.acquired.leases.set_holder_pid(child);

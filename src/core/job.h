@@ -50,6 +50,10 @@ struct JobSpec {
   unsigned retries = 0;                   // runs again after a failure, up to this many times
   std::optional<double> time_limit_s;     // SIGTERM, a grace period, SIGKILL when exceeded
   JobKind kind = JobKind::Batch;
+  // Interactive jobs only (a lease request's --gpus / --exclude, nvidia-smi indices): not
+  // stored, since such a job does not outlive its client's connection.
+  std::vector<unsigned> allowed_gpus = {};
+  std::vector<unsigned> excluded_gpus = {};
 };
 
 // Who submitted it, from SO_PEERCRED and the process's groups.

@@ -32,6 +32,16 @@ const char* to_string(Policy policy) {
 
 namespace {
 
+// Whether the job may run on `gpu`, as its allowed and excluded GPUs say.
+bool may_use(const JobRequest& job, unsigned gpu) {
+  if (!job.allowed.empty() && std::find(job.allowed.begin(), job.allowed.end(), gpu) == job.allowed.end()) {
+    return false;
+  }
+  return std::find(job.excluded.begin(), job.excluded.end(), gpu) == job.excluded.end();
+}
+
+bool restricted(const JobRequest& job) { return !job.allowed.empty() || !job.excluded.empty(); }
+
 double limit_or_never(const JobRequest& job) {
   return job.time_limit_s.value_or(std::numeric_limits<double>::infinity());
 }
@@ -141,10 +151,29 @@ bool Scheduler::over_quota(const QueuedJob& job) const {
   return quota && users_[job.user].held + job.weight > *quota + 1e-9;
 }
 
-Result<void> Scheduler::submit(const JobRequest& request, double now) {
+Result<void> Scheduler::admissible(const JobRequest& request) const {
   if (request.gpus == 0) return fail("asks for no GPU");
   if (request.gpus > machine_.gpus.size()) {
     return fail("asks for {} GPUs, the machine has {}", request.gpus, machine_.gpus.size());
+  }
+  for (const std::vector<unsigned>* listed : {&request.allowed, &request.excluded}) {
+    for (unsigned gpu : *listed) {
+      if (gpu >= machine_.gpus.size()) {
+        return fail("names GPU {}, which does not exist: the machine has GPUs 0 to {}", gpu, machine_.gpus.size() - 1);
+      }
+    }
+  }
+  if (restricted(request)) {
+    std::vector<unsigned> usable;
+    for (const Gpu& gpu : machine_.gpus) {
+      bool large_enough = !request.slice_mib || gpu.memory_total_mib.value_or(0) >= *request.slice_mib;
+      if (may_use(request, gpu.index) && large_enough) usable.push_back(gpu.index);
+    }
+    if (usable.size() < request.gpus) {
+      return fail("asks for {} GPU{}{} but may use only {}{}", request.gpus, request.gpus == 1 ? "" : "s",
+                  request.slice_mib ? fmt::format(" with {} MiB", *request.slice_mib) : "", usable.size(),
+                  usable.empty() ? "" : fmt::format(" (GPU {})", fmt::join(usable, ",")));
+    }
   }
   if (request.slice_mib) {
     size_t large_enough = static_cast<size_t>(
@@ -163,11 +192,16 @@ Result<void> Scheduler::submit(const JobRequest& request, double now) {
     return fail("asks for {:.2f} GPUs, above the quota of {:.2f} {}", weight, *quota,
                 own ? "for " + request.user : std::string("per user"));
   }
+  return {};
+}
+
+Result<void> Scheduler::submit(const JobRequest& request, double now) {
+  TRY(admissible(request));
   if (queued_.contains(request.id) || running_.contains(request.id)) {
     return fail("job {} is already submitted", request.id);
   }
   account_usage(now);
-  enqueue(QueuedJob{request, arrivals_++, now, user_index(request.user), weight});
+  enqueue(QueuedJob{request, arrivals_++, now, user_index(request.user), weight_of(request)});
   return {};
 }
 
@@ -288,7 +322,7 @@ std::string Scheduler::waiting_reason(JobId id) const {
   if (reservation_ && reservation_->id == id) {
     return fmt::format("next in line: GPU {} reserved for it", fmt::join(reservation_->gpus, ","));
   }
-  GpuRequest request{job.request.gpus, job.request.slice_mib, {}, {}};
+  GpuRequest request{job.request.gpus, job.request.slice_mib, job.request.allowed, job.request.excluded};
   auto fits = choose_gpus(machine_, availability_, request);
   if (fits && !*fits) return describe_wait(machine_, availability_, request);
   return "behind jobs that go first (priority, fair share, the reservation)";
@@ -302,6 +336,31 @@ double Scheduler::held_gpus(const std::string& user) const {
 double Scheduler::fair_share_usage(const std::string& user) const {
   auto entry = user_by_name_.find(user);
   return entry == user_by_name_.end() ? 0 : users_[entry->second].usage;
+}
+
+FairShareUsage Scheduler::export_fair_share(double now) {
+  account_usage(now);
+  FairShareUsage saved{last_accounted_s_, {}};
+  for (const UserState& user : users_) {
+    if (user.usage > 0) saved.usage[user.name] = user.usage;
+  }
+  return saved;
+}
+
+Result<void> Scheduler::import_fair_share(const FairShareUsage& saved, double now) {
+  if (!std::isfinite(saved.as_of_s)) return fail("the fair-share usage has no valid time");
+  for (const auto& [user, usage] : saved.usage) {
+    if (!std::isfinite(usage) || usage < 0) return fail("the fair-share usage of {} is not a valid number", user);
+  }
+  account_usage(now);
+  double decay = std::exp2(-std::max(0.0, last_accounted_s_ - saved.as_of_s) / config_.fair_share_half_life_s);
+  for (UserState& user : users_) user.usage = 0;
+  for (const auto& [user, usage] : saved.usage) users_[user_index(user)].usage = usage * decay;
+  for (const auto& [id, job] : running_) {
+    double ran_since = last_accounted_s_ - std::max(job.start_s, saved.as_of_s);
+    if (ran_since > 0) users_[job.user].usage += job.weight * accrued_per_gpu(ran_since);
+  }
+  return {};
 }
 
 void Scheduler::start(const QueuedJob& job, std::vector<unsigned> gpus, double now) {
@@ -509,7 +568,7 @@ class Scheduler::Pass {
     unsigned needed = job.gpus + (job.slice_mib ? 0 : unplaced_gpus_);
     unsigned suitable = 0;
     for (const Gpu& gpu : s_.machine_.gpus) {
-      if (!excluded.empty() && excluded[gpu.index]) continue;
+      if ((!excluded.empty() && excluded[gpu.index]) || !may_use(job, gpu.index)) continue;
       const GpuAvailability& on = state[gpu.index];
       if (job.slice_mib ? slice_room(gpu, on) >= *job.slice_mib : whole_gpu_free(on)) {
         if (++suitable == needed) return true;
@@ -523,7 +582,7 @@ class Scheduler::Pass {
   // a wide job then still finds a whole NVSwitch island free, which is both the better place
   // and far the cheaper search than among the leftovers of narrower jobs.
   bool defers_placement(const JobRequest& job) const {
-    return s_.config_.policy == Policy::Gpupool && !reservation_ && !job.slice_mib;
+    return s_.config_.policy == Policy::Gpupool && !reservation_ && !job.slice_mib && !restricted(job);
   }
 
   void place_unplaced() {
@@ -552,6 +611,7 @@ class Scheduler::Pass {
     if (s_.config_.policy != Policy::Gpupool) {
       std::vector<unsigned> gpus;
       for (const Gpu& gpu : s_.machine_.gpus) {
+        if ((!excluded.empty() && excluded[gpu.index]) || !may_use(job, gpu.index)) continue;
         const GpuAvailability& on = state[gpu.index];
         if (job.slice_mib ? slice_room(gpu, on) >= *job.slice_mib : whole_gpu_free(on)) {
           gpus.push_back(gpu.index);
@@ -560,7 +620,7 @@ class Scheduler::Pass {
       }
       return gpus;
     }
-    GpuRequest request{job.gpus, job.slice_mib, {}, {}};
+    GpuRequest request{job.gpus, job.slice_mib, job.allowed, job.excluded};
     for (unsigned gpu = 0; gpu < excluded.size(); ++gpu) {
       if (excluded[gpu]) request.excluded.push_back(gpu);
     }
@@ -583,6 +643,9 @@ class Scheduler::Pass {
       if (std::optional<std::vector<unsigned>> gpus = place_in(s_.availability_, request, fresh)) return gpus;
       place_unplaced();
     }
+    // A whole-GPU job kept to some GPUs is placed at once; those promised to the deferred jobs
+    // are placed first, so that it cannot take one of theirs.
+    if (!request.slice_mib && !unplaced_.empty()) place_unplaced();
     bool ends_in_time =
         reservation && request.time_limit_s && now_ + *request.time_limit_s <= reservation->start_s;
     bool anywhere = !reservation || ends_in_time || reservation->id == request.id;

@@ -38,6 +38,15 @@ struct JobRequest {
   std::optional<uint64_t> slice_mib;   // nullopt: whole GPUs; else this much memory on each
   int priority = 0;                    // higher first (gpupool policy)
   std::optional<double> time_limit_s;  // the job is ended when it runs longer (by the caller)
+  std::vector<unsigned> allowed = {};  // only these GPUs (nvidia-smi indices); empty: any
+  std::vector<unsigned> excluded = {}; // never these
+};
+
+// The users' decayed GPU-seconds as of `as_of_s`: what outlives a daemon restart, so that a
+// heavy user does not go back to the front of the queue.
+struct FairShareUsage {
+  double as_of_s = 0;
+  std::map<std::string, double> usage;
 };
 
 struct SchedulerConfig {
@@ -79,10 +88,12 @@ class Scheduler {
   // The machine's GPUs must be indexed 0..n-1 in order, with links filled (Machine::links).
   static Result<Scheduler> create(Machine machine, SchedulerConfig config);
 
-  // Queues a job at `now`. An error when it could never run here (more GPUs than the machine
-  // has, a slice larger than its GPUs, over the user's quota: "asks for 9 GPUs, the machine
-  // has 8") or its id is already known.
+  // Queues a job at `now`. An error when it is not admissible() or its id is already known.
   Result<void> submit(const JobRequest& request, double now);
+  // An error when the job could never run here: more GPUs than the machine has ("asks for 9
+  // GPUs, the machine has 8"), a slice larger than its GPUs, more than its user's quota, or
+  // fewer GPUs allowed (and not excluded) than it asks for. The daemon asks before storing it.
+  Result<void> admissible(const JobRequest& request) const;
   // A running job has ended at `now` (exited, or killed at its time limit): its GPUs are free.
   Result<void> finish(JobId id, double now);
   // Starts what the policy allows at `now`; the jobs returned are running from then on.
@@ -125,6 +136,13 @@ class Scheduler {
   double held_gpus(const std::string& user) const;
   // The user's decayed GPU-seconds, as of the last call.
   double fair_share_usage(const std::string& user) const;
+  // Every user's decayed GPU-seconds as of `now` (accounted up to then).
+  FairShareUsage export_fair_share(double now);
+  // Takes up usage exported before a restart, after the running jobs have been adopted and
+  // before the first pass: it decays over the time since it was exported, and the adopted jobs
+  // add what they ran since then (what they ran before, it holds already). Replaces every
+  // user's usage. An error when `saved` has a negative or non-finite value.
+  Result<void> import_fair_share(const FairShareUsage& saved, double now);
 
  private:
   struct UserState {

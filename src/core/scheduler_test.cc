@@ -4,6 +4,7 @@
 #include <rapidcheck/gtest.h>
 
 #include <algorithm>
+#include <limits>
 #include <map>
 #include <set>
 
@@ -711,6 +712,144 @@ RC_GTEST_PROP(SchedulerProperties, NoOvercommitNoQuotaBreachEveryJobRuns, ()) {
     }
     for (const auto& [user, gpus] : held) RC_ASSERT(!s.quota || gpus <= *s.quota + 1e-9);
   }
+}
+
+JobRequest kept_to(JobRequest request, std::vector<unsigned> allowed, std::vector<unsigned> excluded = {}) {
+  request.allowed = std::move(allowed);
+  request.excluded = std::move(excluded);
+  return request;
+}
+
+TEST(SchedulerTest, AllowedAndExcludedGpusHoldForEveryPolicy) {
+  for (Policy policy : {Policy::Fifo, Policy::Backfill, Policy::Gpupool}) {
+    Scheduler s = make_scheduler(4, policy);
+    ASSERT_TRUE(s.submit(kept_to(job(1, 1), {3}), 0).ok());
+    ASSERT_TRUE(s.submit(kept_to(job(2, 2), {}, {0}), 0).ok());
+    ASSERT_TRUE(s.submit(job(3, 1), 0).ok());
+    std::map<JobId, std::vector<unsigned>> placed;
+    for (JobStart& start : s.schedule(0)) {
+      std::sort(start.gpus.begin(), start.gpus.end());
+      placed[start.id] = start.gpus;
+    }
+    EXPECT_EQ(placed[1], std::vector<unsigned>{3}) << to_string(policy);
+    EXPECT_EQ(placed[2], (std::vector<unsigned>{1, 2})) << to_string(policy);
+    EXPECT_EQ(placed[3], std::vector<unsigned>{0}) << to_string(policy);
+  }
+}
+
+TEST(SchedulerTest, AJobKeptToBusyGpusWaitsForThemAndReservesThem) {
+  Scheduler s = make_scheduler(4, Policy::Gpupool);
+  ASSERT_TRUE(s.submit(kept_to(job(1, 1, 100), {3}), 0).ok());
+  ASSERT_EQ(ids(s.schedule(0)), std::vector<JobId>{1});
+  ASSERT_TRUE(s.submit(kept_to(job(2, 1), {3}), 1).ok());
+  ASSERT_TRUE(s.submit(job(3, 1), 2).ok());  // no limit: it may run anywhere but GPU 3
+  std::vector<JobStart> starts = s.schedule(2);
+  ASSERT_EQ(ids(starts), std::vector<JobId>{3});
+  EXPECT_NE(starts[0].gpus, std::vector<unsigned>{3});
+  ASSERT_TRUE(s.reservation());
+  EXPECT_EQ(s.reservation()->id, 2u);
+  EXPECT_EQ(s.reservation()->gpus, std::vector<unsigned>{3});
+  EXPECT_EQ(s.waiting_reason(2), "next in line: GPU 3 reserved for it");
+  // Kept to GPU 3 and not first in line: the wait names that GPU alone.
+  ASSERT_TRUE(s.submit(kept_to(job(4, 1), {3}), 3).ok());
+  EXPECT_TRUE(s.schedule(3).empty());
+  EXPECT_EQ(s.waiting_reason(4), "waiting for 1 GPU: 1 busy (GPU 3: in use)");
+  ASSERT_TRUE(s.finish(1, 50).ok());
+  EXPECT_EQ(ids(s.schedule(50)), std::vector<JobId>{2});
+}
+
+TEST(SchedulerTest, BackfillKeepsToAJobsGpus) {
+  Scheduler s = make_scheduler(4, Policy::Gpupool);
+  ASSERT_TRUE(s.submit(job(1, 2, 100), 0).ok());
+  s.schedule(0);
+  ASSERT_TRUE(s.submit(job(2, 4), 1).ok());  // reserves all four at t=100
+  ASSERT_TRUE(s.submit(kept_to(job(3, 1, 500), {}, {0, 1}), 2).ok());  // too long for the gap
+  ASSERT_TRUE(s.submit(kept_to(job(4, 1, 50), {}, {0, 1}), 3).ok());
+  std::vector<JobStart> starts = s.schedule(3);
+  ASSERT_EQ(ids(starts), std::vector<JobId>{4});
+  EXPECT_TRUE(starts[0].gpus == std::vector<unsigned>{2} || starts[0].gpus == std::vector<unsigned>{3});
+}
+
+TEST(SchedulerTest, GpuSetsThatCanNeverServeTheJobAreRefused) {
+  Scheduler s = make_scheduler(4, Policy::Gpupool);
+  EXPECT_EQ(s.admissible(kept_to(job(1, 2), {1})).error().message, "asks for 2 GPUs but may use only 1 (GPU 1)");
+  EXPECT_EQ(s.submit(kept_to(job(2, 1), {}, {0, 1, 2, 3}), 0).error().message,
+            "asks for 1 GPU but may use only 0");
+  EXPECT_EQ(s.admissible(kept_to(job(3, 1), {7})).error().message,
+            "names GPU 7, which does not exist: the machine has GPUs 0 to 3");
+  EXPECT_EQ(s.admissible(kept_to(job(4, 4), {0, 1, 2, 3}, {2})).error().message,
+            "asks for 4 GPUs but may use only 3 (GPU 0,1,3)");
+  EXPECT_TRUE(s.admissible(kept_to(job(5, 3), {0, 1, 2, 3}, {2})).ok());
+  EXPECT_EQ(s.admissible(kept_to(JobRequest{6, "u", 1, 90000, 0, std::nullopt}, {0})).error().message,
+            "asks for 1 GPU with 90000 MiB but may use only 0");
+  EXPECT_EQ(s.queued(), 0u);
+}
+
+TEST(SchedulerTest, AdmissibleRefusesWhatTheQuotaCanNeverAllow) {
+  SchedulerConfig config;
+  config.quota_gpus = 2;
+  config.user_quota_gpus["big"] = 4;
+  Scheduler s = *Scheduler::create(make_machine(8), config);
+  EXPECT_EQ(s.admissible(job(1, 3, std::nullopt, "small")).error().message,
+            "asks for 3.00 GPUs, above the quota of 2.00 per user");
+  EXPECT_TRUE(s.admissible(job(2, 4, std::nullopt, "big")).ok());
+  // A slice counts as its share of the largest GPU: three halves are 1.5 GPUs.
+  EXPECT_TRUE(s.admissible(JobRequest{3, "small", 3, kGpuMib / 2, 0, std::nullopt}).ok());
+  EXPECT_EQ(s.admissible(JobRequest{4, "small", 5, kGpuMib / 2, 0, std::nullopt}).error().message,
+            "asks for 2.50 GPUs, above the quota of 2.00 per user");
+}
+
+// "heavy" ran one GPU from 0 to 1000.
+Scheduler after_heavy_use() {
+  Scheduler s = make_scheduler(1, Policy::Gpupool);
+  EXPECT_TRUE(s.submit(job(1, 1, std::nullopt, "heavy"), 0).ok());
+  s.schedule(0);
+  EXPECT_TRUE(s.finish(1, 1000).ok());
+  return s;
+}
+
+TEST(SchedulerTest, FairShareUsageDecaysOverTheTimeTheDaemonWasDown) {
+  Scheduler before = after_heavy_use();
+  FairShareUsage saved = before.export_fair_share(1000);
+  EXPECT_EQ(saved.as_of_s, 1000);
+  ASSERT_EQ(saved.usage.size(), 1u);
+  EXPECT_NEAR(saved.usage["heavy"], before.fair_share_usage("heavy"), 1e-9);
+  EXPECT_GT(saved.usage["heavy"], 990);
+
+  Scheduler after = make_scheduler(1, Policy::Gpupool);
+  ASSERT_TRUE(after.import_fair_share(saved, 1000 + 24 * 3600).ok());  // one half-life later
+  EXPECT_NEAR(after.fair_share_usage("heavy"), saved.usage["heavy"] / 2, 1e-6);
+  // The order still reflects it: "light" goes first although "heavy" came first.
+  ASSERT_TRUE(after.submit(job(2, 1, 10, "heavy"), 1000 + 24 * 3600).ok());
+  ASSERT_TRUE(after.submit(job(3, 1, 10, "light"), 1000 + 24 * 3600).ok());
+  EXPECT_EQ(ids(after.schedule(1000 + 24 * 3600)), std::vector<JobId>{3});
+}
+
+TEST(SchedulerTest, AJobThatRanThroughARestartCountsOnce) {
+  // Without a restart: "heavy" runs from 0, and is looked at at 800.
+  Scheduler continuous = make_scheduler(2, Policy::Gpupool);
+  ASSERT_TRUE(continuous.submit(job(1, 1, std::nullopt, "heavy"), 0).ok());
+  continuous.schedule(0);
+  double expected = continuous.export_fair_share(800).usage["heavy"];
+  // With one: the usage saved at 500, the job adopted at 800.
+  Scheduler before = make_scheduler(2, Policy::Gpupool);
+  ASSERT_TRUE(before.submit(job(1, 1, std::nullopt, "heavy"), 0).ok());
+  before.schedule(0);
+  FairShareUsage saved = before.export_fair_share(500);
+  Scheduler after = make_scheduler(2, Policy::Gpupool);
+  ASSERT_TRUE(after.adopt(job(1, 1, std::nullopt, "heavy"), {0}, 0).ok());
+  ASSERT_TRUE(after.import_fair_share(saved, 800).ok());
+  EXPECT_NEAR(after.fair_share_usage("heavy"), expected, 1e-6);
+  EXPECT_GT(expected, 790);
+}
+
+TEST(SchedulerTest, ImportedFairShareReplacesAndIsChecked) {
+  Scheduler s = after_heavy_use();
+  EXPECT_FALSE(s.import_fair_share(FairShareUsage{1000, {{"x", -1}}}, 1000).ok());
+  EXPECT_FALSE(s.import_fair_share(FairShareUsage{std::numeric_limits<double>::quiet_NaN(), {}}, 1000).ok());
+  ASSERT_TRUE(s.import_fair_share(FairShareUsage{1000, {{"light", 5}}}, 1000).ok());
+  EXPECT_EQ(s.fair_share_usage("heavy"), 0);
+  EXPECT_EQ(s.fair_share_usage("light"), 5);
 }
 
 }  // namespace

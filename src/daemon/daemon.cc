@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <grp.h>
+#include <malloc.h>
 #include <poll.h>
 #include <pwd.h>
 #include <signal.h>
@@ -24,6 +25,7 @@
 #include <asio.hpp>
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "core/allocation.h"
 #include "core/scheduler.h"
@@ -107,12 +109,43 @@ bool pidfd_ended(int pidfd) {
   return n != 0;  // an error counts as ended: on_exit then reads the attempt's record
 }
 
+// The scheduler's decayed usage per user, in the settings table as JSON: {"as_of": unix
+// seconds, "usage": {"alice": GPU-seconds, ...}}.
+constexpr const char* kFairShareSetting = "fair_share_usage";
+constexpr auto kFairShareSaveEvery = std::chrono::seconds(60);
+
+std::string encode_fair_share(const FairShareUsage& saved) {
+  return nlohmann::json{{"as_of", saved.as_of_s}, {"usage", saved.usage}}.dump();
+}
+
+Result<FairShareUsage> decode_fair_share(const std::string& text) {
+  nlohmann::json json = nlohmann::json::parse(text, nullptr, false);
+  auto as_of = json.is_object() ? json.find("as_of") : json.end();
+  auto usage = json.is_object() ? json.find("usage") : json.end();
+  if (as_of == json.end() || !as_of->is_number() || usage == json.end() || !usage->is_object()) {
+    return fail("expected {{\"as_of\": seconds, \"usage\": {{user: GPU-seconds}}}}");
+  }
+  FairShareUsage saved{as_of->get<double>(), {}};
+  for (const auto& [user, value] : usage->items()) {
+    if (!value.is_number()) return fail("the usage of {} is not a number", user);
+    saved.usage[user] = value.get<double>();
+  }
+  return saved;
+}
+
 // Asio opens its sockets inheritable; a supervisor must not carry the daemon's sockets.
 void keep_from_children(int fd) { fcntl(fd, F_SETFD, FD_CLOEXEC); }
 
+// Two cover the common case of one job ending and the next starting, and a second start in the
+// same moment; a burst beyond that starts supervisors on demand.
+constexpr size_t kStandbySupervisors = 2;
+
+// How stale the monitor's view of the queue (/api/jobs, the dashboard, top) may be.
+constexpr auto kPublishEvery = std::chrono::milliseconds(100);
+
 JobRequest scheduler_request(const Job& job) {
   return JobRequest{job.id, job.owner.user, job.spec.gpu_count, job.spec.slice_mib, job.spec.priority,
-                    job.spec.time_limit_s};
+                    job.spec.time_limit_s, job.spec.allowed_gpus, job.spec.excluded_gpus};
 }
 
 // How an attempt (batch) or a lease (interactive) ended.
@@ -205,7 +238,9 @@ class Daemon::Impl {
   void enqueue(JobNumber id);
   void dispatch();
   void start(const JobStart& start);
-  void start_batch(Job& job, HeldLeases held);
+  void start_batch(Job& job, HeldLeases held, StandbySupervisor supervisor);
+  Result<StandbySupervisor> take_standby();
+  void replenish_standbys();
   void start_interactive(Job& job, HeldLeases held);
   void watch(JobNumber id, pid_t pid);
   void await_exit(JobNumber id);
@@ -223,6 +258,11 @@ class Daemon::Impl {
   void schedule_sample(std::chrono::milliseconds delay);
   void on_sample(const Machine& machine);
   void publish();
+
+  // Fair share outlives a restart: saved every minute and at shutdown, taken up in recover().
+  void restore_fair_share();
+  void save_fair_share();
+  void save_fair_share_periodically();
 
   DaemonSettings settings_;
   JobStore store_;
@@ -246,8 +286,13 @@ class Daemon::Impl {
   std::map<JobNumber, std::vector<JobNumber>> dependents_;  // job → jobs waiting for it
   std::unordered_map<JobNumber, std::unique_ptr<asio::posix::stream_descriptor>> watchers_;
   std::unordered_map<JobNumber, SessionPtr> lease_sessions_;
+  // Supervisors started ahead of need, so a dispatch does not wait for a process to start.
+  std::vector<StandbySupervisor> standbys_;
+  bool replenish_pending_ = false;
   std::map<JobNumber, std::vector<std::weak_ptr<Session>>> waiters_;
   bool publish_pending_ = false;
+  asio::steady_timer publish_timer_{io_};
+  asio::steady_timer fair_share_timer_{io_};
   // Last, so they stop first: the HTTP threads read the monitor, whose thread posts to io_.
   std::unique_ptr<Monitor> monitor_;
   std::unique_ptr<HttpServer> http_;
@@ -347,7 +392,9 @@ Result<void> Daemon::Impl::recover() {
       on_exit(id);  // Exited or Lost: record it now
     }
   }
+  restore_fair_share();  // after adoption: the adopted jobs add what they ran while it was down
   for (JobNumber id : queued) enqueue(id);
+  save_fair_share_periodically();
   return {};
 }
 
@@ -357,6 +404,7 @@ Result<void> Daemon::Impl::run() {
   });
   accept();
   monitor_->start();
+  replenish_standbys();
   dispatch();
   fmt::print(stderr, "gpupoold: serving {} GPUs on {} (state in {})\n", machine_.gpus.size(), socket_path_,
              settings_.state_dir);
@@ -364,10 +412,39 @@ Result<void> Daemon::Impl::run() {
   http_.reset();
   monitor_->stop();
   monitor_->save_usage();
+  save_fair_share();
   acceptor_.close();
   unlink(socket_path_.c_str());
   fmt::print(stderr, "gpupoold: stopped; {} running jobs keep running\n", scheduler_.running());
   return {};
+}
+
+void Daemon::Impl::restore_fair_share() {
+  auto saved = store_.setting(kFairShareSetting);
+  if (!saved || !*saved) {
+    if (!saved) fmt::print(stderr, "gpupoold: cannot read the saved fair-share usage: {}\n", saved.error().message);
+    return;
+  }
+  auto decoded = decode_fair_share(**saved);
+  Result<void> restored = decoded ? scheduler_.import_fair_share(*decoded, unix_now()) : Result<void>(decoded.error());
+  // Not worth refusing to start over: the queue works without it, only less fairly for a while.
+  if (!restored) fmt::print(stderr, "gpupoold: ignoring the saved fair-share usage: {}\n", restored.error().message);
+}
+
+void Daemon::Impl::save_fair_share() {
+  std::string encoded = encode_fair_share(scheduler_.export_fair_share(unix_now()));
+  if (auto stored = store_.set_setting(kFairShareSetting, encoded); !stored) {
+    fmt::print(stderr, "gpupoold: cannot save the fair-share usage: {}\n", stored.error().message);
+  }
+}
+
+void Daemon::Impl::save_fair_share_periodically() {
+  fair_share_timer_.expires_after(kFairShareSaveEvery);
+  fair_share_timer_.async_wait([this](const asio::error_code& error) {
+    if (error) return;
+    save_fair_share();
+    save_fair_share_periodically();
+  });
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -536,9 +613,11 @@ Result<Job> Daemon::Impl::admit(const SessionPtr& session, const proto::SubmitRe
     return fail("time limit {} s is above this machine's maximum of {} s", *job.spec.time_limit_s,
                 *settings_.config.max_time_limit_s);
   }
-  GpuRequest gpus{job.spec.gpu_count, job.spec.slice_mib, {}, {}};
-  std::vector<GpuAvailability> idle(machine_.gpus.size());
-  TRY(choose_gpus(machine_, idle, gpus));  // an error when it could never run here
+  // Refused now, rather than stored to fail or wait for ever: more GPUs than the machine, the
+  // user's quota or its --gpus/--exclude can ever give it.
+  if (auto admissible = scheduler_.admissible(scheduler_request(job)); !admissible) {
+    return fail("this job {}", admissible.error().message);
+  }
   for (JobNumber after : job.spec.after) {
     TRY_ASSIGN(auto found, find_job(after));
     if (!found) return fail("job {} (in --after) does not exist", after);
@@ -550,6 +629,11 @@ Result<Job> Daemon::Impl::admit(const SessionPtr& session, const proto::SubmitRe
 void Daemon::Impl::handle(const SessionPtr& s, const proto::SubmitRequest& r) {
   auto admitted = admit(s, r, JobKind::Batch);
   if (!admitted) return send(s, proto::ErrorResponse{admitted.error().message});
+  if (r.hold) {
+    // Stored held: no window in which it could start before the hold.
+    admitted->state = JobState::Held;
+    admitted->reason = fmt::format("held by {}", s->owner.user);
+  }
   // Group commit: the submissions that arrive while the loop is busy share one sync to disk.
   pending_submissions_.emplace_back(s, std::move(*admitted));
   if (pending_submissions_.size() == 1) asio::post(io_, [this] { commit_submissions(); });
@@ -578,10 +662,10 @@ void Daemon::Impl::commit_submissions() {
 
 void Daemon::Impl::handle(const SessionPtr& s, const proto::LeaseRequest& r) {
   if (s->lease_job) return send(s, proto::ErrorResponse{"this connection already has a lease request"});
-  if (!r.allowed.empty() || !r.excluded.empty()) {
-    return send(s, proto::ErrorResponse{"--gpus and --exclude are not supported through gpupoold's queue yet"});
-  }
-  auto admitted = admit(s, proto::SubmitRequest{r.spec}, JobKind::Interactive);
+  proto::SubmitRequest submitted{r.spec};
+  submitted.spec.allowed_gpus = r.allowed;
+  submitted.spec.excluded_gpus = r.excluded;
+  auto admitted = admit(s, submitted, JobKind::Interactive);
   if (!admitted) return send(s, proto::ErrorResponse{admitted.error().message});
   Job job = std::move(*admitted);
   job.pid = s->peer.pid;
@@ -611,18 +695,41 @@ void Daemon::Impl::handle(const SessionPtr& s, const proto::FinishedRequest& r) 
 }
 
 void Daemon::Impl::handle(const SessionPtr& s, const proto::JobsRequest& r) {
+  // One page: the client asks for the next after the last job of this one. The store leaves
+  // the environments out (listings stay small; `show` gives the owner everything).
   JobFilter filter;
   filter.include_finished = r.all;
   filter.user = r.user;
   filter.state = r.state;
-  auto jobs = store_.list(filter);
-  if (!jobs) return send(s, proto::ErrorResponse{jobs.error().message});
-  proto::JobsResponse response;
-  for (Job& job : *jobs) {
-    job.spec.environment.clear();  // listings stay small; `show` gives the owner everything
-    response.jobs.push_back(for_client(std::move(job), *s));
+  filter.after_id = r.after_id;
+  filter.limit = size_t{r.limit} + 1;  // the one past the page says whether more remain
+  size_t listed = 0;
+  {
+    auto jobs = store_.list(filter);
+    if (!jobs) return send(s, proto::ErrorResponse{jobs.error().message});
+    listed = jobs->size();
+    proto::JobsResponse response;
+    size_t bytes = 0;
+    for (Job& job : *jobs) {
+      if (response.jobs.size() == r.limit) {
+        response.more = true;
+        break;
+      }
+      Job shown = for_client(std::move(job), *s);
+      bytes += proto::encoded_size(shown);
+      // Long commands could make a full page too long for one message: end it sooner. (64:
+      // room for what the answer holds besides its jobs, `{"jobs":[` and `],"more":true,"ok":true}`.)
+      if (!response.jobs.empty() && bytes > proto::kMaxMessageBytes - 64) {
+        response.more = true;
+        break;
+      }
+      response.jobs.push_back(std::move(shown));
+    }
+    send(s, response);
   }
-  send(s, response);
+  // Give what the page took back to the system, rather than keep the peak of the largest
+  // listing for the daemon's lifetime.
+  if (listed > 100) malloc_trim(0);
 }
 
 void Daemon::Impl::handle(const SessionPtr& s, const proto::ShowRequest& r) {
@@ -643,7 +750,24 @@ void Daemon::Impl::handle(const SessionPtr& s, const proto::LogsRequest& r) {
   if ((*job)->spec.kind != JobKind::Batch) {
     return send(s, proto::ErrorResponse{fmt::format("job {} ran in its user's terminal: it has no logs", r.id)});
   }
-  send(s, proto::JobsResponse{{for_client(std::move(**job), *s)}});
+  Job shown = for_client(std::move(**job), *s);
+  if (!r.open) return send(s, proto::JobsResponse{{std::move(shown)}});
+  // The daemon opens the log for the client, who may not be able to (an administrator reading
+  // another user's, which is theirs alone). The job's user owns the file: O_NOFOLLOW, the type
+  // check and O_NONBLOCK (a FIFO would block the open) keep them from passing off a link to a
+  // file only root may read, or a device, as their log.
+  const std::string& path = *r.open == proto::LogStream::Stderr ? shown.stderr_path : shown.stdout_path;
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY);
+  if (fd < 0 && errno == ENOENT) return send(s, proto::JobsResponse{{std::move(shown)}, false, 0u});
+  if (fd < 0 && errno != ELOOP) {
+    return send(s, proto::ErrorResponse{fmt::format("cannot open {}: {}", path, std::strerror(errno))});
+  }
+  struct stat st {};
+  if (fd < 0 || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {  // ELOOP: a symbolic link
+    if (fd >= 0) ::close(fd);
+    return send(s, proto::ErrorResponse{fmt::format("{} is not a regular file: not reading it", path)});
+  }
+  send(s, proto::JobsResponse{{std::move(shown)}, false, 1u}, {fd});
 }
 
 void Daemon::Impl::handle(const SessionPtr& s, const proto::JobActionRequest& r) {
@@ -734,8 +858,8 @@ void Daemon::Impl::handle(const SessionPtr& s, const proto::StatusRequest&) {
   status.drained = drained_;
   char host[256] = {};
   gethostname(host, sizeof(host) - 1);
-  const char* sim = std::getenv("GPUPOOL_SIM");
-  status.machine = sim != nullptr && *sim != '\0' ? fmt::format("{} (simulated {})", host, sim) : host;
+  std::string simulated = backend_->simulated_machine();
+  status.machine = simulated.empty() ? std::string(host) : fmt::format("{} (simulated {})", host, simulated);
   status.gpus = static_cast<unsigned>(machine_.gpus.size());
   for (const auto& [id, job] : active_) {
     if (job.state == JobState::Queued) ++status.queued;
@@ -826,10 +950,21 @@ void Daemon::Impl::start(const JobStart& decision) {
   in_scheduler_.erase(decision.id);
   Job& job = active_.at(decision.id);
   std::string holder_name = fmt::format("job-{}", job.id);
-  pid_t holder_pid = job.spec.kind == JobKind::Interactive && job.pid ? *job.pid : getpid();
+  // A batch job's leases name its supervisor from the start; a run's, its client.
+  std::optional<StandbySupervisor> supervisor;
+  if (job.spec.kind == JobKind::Batch) {
+    auto standby = take_standby();
+    if (!standby) {
+      complete(job.id, Outcome{std::nullopt, std::nullopt, "could not start: " + standby.error().message, false});
+      return;
+    }
+    supervisor = std::move(*standby);
+  }
+  pid_t holder_pid = supervisor ? supervisor->pid() : job.pid ? *job.pid : getpid();
   LeaseHolder holder{holder_pid, "", holder_name, static_cast<int64_t>(unix_now())};
   auto held = leases_.try_acquire(claims_for(machine_, decision.gpus, job.spec.slice_mib), holder);
   if (!held || !*held) {
+    if (supervisor) standbys_.push_back(std::move(*supervisor));
     // Someone outside the daemon took one of the GPUs since the last sample: look again soon.
     (void)scheduler_.requeue(job.id, unix_now());
     in_scheduler_.insert(job.id);
@@ -846,17 +981,18 @@ void Daemon::Impl::start(const JobStart& decision) {
   job.exit_code.reset();
   job.signal.reset();
   job.reason.clear();
-  if (job.spec.kind == JobKind::Batch) {
-    start_batch(job, std::move(**held));
+  if (supervisor) {
+    start_batch(job, std::move(**held), std::move(*supervisor));
   } else {
     start_interactive(job, std::move(**held));
   }
 }
 
-void Daemon::Impl::start_batch(Job& job, HeldLeases held) {
+void Daemon::Impl::start_batch(Job& job, HeldLeases held, StandbySupervisor supervisor) {
   job.attempts += 1;
-  job.pid.reset();
-  save(job);  // "running, attempt N" is on disk before the attempt can begin
+  job.pid = supervisor.pid();
+  job.pid_start_ticks = host_.process_start_ticks(static_cast<uint32_t>(supervisor.pid()));
+  save(job);  // "running, attempt N, this supervisor" is stored before the attempt can begin
   SupervisedAttempt attempt;
   attempt.id = job.id;
   attempt.attempt = job.attempts;
@@ -874,19 +1010,40 @@ void Daemon::Impl::start_batch(Job& job, HeldLeases held) {
   attempt.time_limit_s = job.spec.time_limit_s;
   attempt.kill_grace_s = settings_.config.kill_grace_s;
   attempt.record_path = record_path(job);
-  auto pid = start_supervisor(attempt, settings_.supervisor_program, held.descriptors());
-  if (!pid) {
+  if (auto handed = supervisor.hand(attempt, held.descriptors()); !handed) {
     held.release();
-    complete(job.id, Outcome{std::nullopt, std::nullopt, "could not start: " + pid.error().message, false});
+    complete(job.id, Outcome{std::nullopt, std::nullopt, "could not start: " + handed.error().message, false});
     return;
   }
-  held.set_holder_pid(*pid);
   held.hand_over();
-  job.pid = *pid;
-  job.pid_start_ticks = host_.process_start_ticks(static_cast<uint32_t>(*pid));
-  save(job);
-  watch(job.id, *pid);
+  watch(job.id, supervisor.pid());
 }
+
+// A standby, or a new supervisor when none is left (a burst of starts).
+Result<StandbySupervisor> Daemon::Impl::take_standby() {
+  if (!replenish_pending_) {
+    replenish_pending_ = true;
+    asio::post(io_, [this] { replenish_standbys(); });  // after the current dispatch, not in it
+  }
+  if (standbys_.empty()) return StandbySupervisor::spawn(settings_.supervisor_program);
+  StandbySupervisor standby = std::move(standbys_.back());
+  standbys_.pop_back();
+  return standby;
+}
+
+void Daemon::Impl::replenish_standbys() {
+  replenish_pending_ = false;
+  while (standbys_.size() < kStandbySupervisors) {
+    auto spawned = StandbySupervisor::spawn(settings_.supervisor_program);
+    if (!spawned) {
+      fmt::print(stderr, "gpupoold: {}\n", spawned.error().message);
+      return;  // the next start tries again, and reports the failure for its job
+    }
+    standbys_.push_back(std::move(*spawned));
+  }
+}
+
+
 
 void Daemon::Impl::start_interactive(Job& job, HeldLeases held) {
   auto session = lease_sessions_.find(job.id);
@@ -1121,7 +1278,11 @@ void Daemon::Impl::schedule_sample(std::chrono::milliseconds delay) { monitor_->
 void Daemon::Impl::publish() {
   if (publish_pending_) return;
   publish_pending_ = true;
-  asio::post(io_, [this] {
+  // At most a few times a second: every queued job's reason is worked out, and a busy queue
+  // dispatches far more often than anyone reads the view.
+  publish_timer_.expires_after(kPublishEvery);
+  publish_timer_.async_wait([this](const asio::error_code& error) {
+    if (error) return;
     publish_pending_ = false;
     QueueView view;
     view.drained = drained_;

@@ -87,6 +87,18 @@ std::string column_names() {
   return names;
 }
 
+// What a SELECT reads for kJobColumns: all of them, or an empty list in place of the
+// environment, which SQLite then neither copies nor hands over.
+std::string selected_columns(bool with_environment) {
+  std::string names;
+  for (const Column& column : kJobColumns) {
+    if (!names.empty()) names += ", ";
+    bool left_out = !with_environment && std::string_view(column.name) == "environment";
+    names += left_out ? "'[]' AS environment" : column.name;
+  }
+  return names;
+}
+
 std::string placeholders() {
   std::string marks = "?";
   for (size_t i = 1; i < kJobColumns.size(); ++i) marks += ", ?";
@@ -98,22 +110,24 @@ constexpr std::array<StateMatch, 3> kStateMatches = {StateMatch::Any, StateMatch
                                                      StateMatch::Unfinished};
 
 // The list statements, one per shape of filter, so that SQLite can pick the right index for
-// each. Parameters in order: the state(s), the user, the limit (-1: none). Newest first, so
-// that LIMIT keeps the newest jobs.
-std::string list_sql(bool by_user, StateMatch states) {
+// each. Parameters in order: the state(s), the user, the id to start after, the limit (-1:
+// none). The indexes keep equal keys in id order, so a page is a range of one index (or of the
+// table): it reads its own rows, not the history before it.
+std::string list_sql(bool by_user, StateMatch states, bool with_environment) {
   std::vector<std::string> conditions;
   if (states == StateMatch::One) conditions.emplace_back("state = ?");
   if (states == StateMatch::Unfinished) conditions.emplace_back("state IN (?, ?, ?)");
   // A user's history may be long, their jobs in one state usually are not: with a state given,
   // the unary + keeps SQLite on the state index rather than the user index.
   if (by_user) conditions.emplace_back(states == StateMatch::Any ? "user = ?" : "+user = ?");
+  conditions.emplace_back("id > ?");
   std::string where;
   for (const std::string& condition : conditions) where += (where.empty() ? " WHERE " : " AND ") + condition;
-  return fmt::format("SELECT id, {} FROM jobs{} ORDER BY id DESC LIMIT ?", column_names(), where);
+  return fmt::format("SELECT id, {} FROM jobs{} ORDER BY id LIMIT ?", selected_columns(with_environment), where);
 }
 
-size_t list_index(bool by_user, StateMatch states) {
-  return (by_user ? kStateMatches.size() : 0) + static_cast<size_t>(states);
+size_t list_index(bool by_user, StateMatch states, bool with_environment) {
+  return ((with_environment ? 2 : 0) + (by_user ? 1 : 0)) * kStateMatches.size() + static_cast<size_t>(states);
 }
 
 std::string database_name(sqlite3* db) {
@@ -427,7 +441,7 @@ Result<void> create_or_check_schema(sqlite3* db) {
 
 struct JobStore::Statements {
   Statement insert, update, get, setting, set_setting;
-  std::array<Statement, 2 * kStateMatches.size()> list;  // at list_index(by_user, states)
+  std::array<Statement, 4 * kStateMatches.size()> list;  // at list_index(by_user, states, with_environment)
 };
 
 JobStore::JobStore(sqlite3* db) : db_(db) {}
@@ -485,9 +499,12 @@ Result<JobStore> JobStore::open(const std::string& path) {
   TRY_ASSIGN(statements->set_setting,
              prepare(db, "INSERT INTO settings (name, value) VALUES (?, ?) "
                          "ON CONFLICT (name) DO UPDATE SET value = excluded.value"));
-  for (bool by_user : {false, true}) {
-    for (StateMatch states : kStateMatches) {
-      TRY_ASSIGN(statements->list[list_index(by_user, states)], prepare(db, list_sql(by_user, states)));
+  for (bool with_environment : {false, true}) {
+    for (bool by_user : {false, true}) {
+      for (StateMatch states : kStateMatches) {
+        TRY_ASSIGN(statements->list[list_index(by_user, states, with_environment)],
+                   prepare(db, list_sql(by_user, states, with_environment)));
+      }
     }
   }
   store.statements_ = std::move(statements);
@@ -549,6 +566,8 @@ Result<std::optional<Job>> JobStore::get(JobNumber id) const {
 }
 
 Result<std::vector<Job>> JobStore::list(const JobFilter& filter) const {
+  // Ids are SQLite row ids, which stop at INT64_MAX; a larger cursor would bind as negative.
+  if (!std::in_range<sqlite3_int64>(filter.after_id)) return std::vector<Job>();
   std::vector<JobState> states;
   StateMatch match = StateMatch::Any;
   if (filter.state) {
@@ -558,10 +577,11 @@ Result<std::vector<Job>> JobStore::list(const JobFilter& filter) const {
     states.assign(kUnfinishedStates.begin(), kUnfinishedStates.end());
     match = StateMatch::Unfinished;
   }
-  StatementUse statement(statements_->list[list_index(filter.user.has_value(), match)]);
+  StatementUse statement(statements_->list[list_index(filter.user.has_value(), match, filter.with_environment)]);
   Binder parameters(statement.get());
   for (JobState state : states) parameters.add(to_string(state));
   if (filter.user) parameters.add(*filter.user);
+  parameters.add(filter.after_id);
   constexpr auto kMaxLimit = static_cast<size_t>(std::numeric_limits<sqlite3_int64>::max());
   parameters.add(filter.limit == 0 ? sqlite3_int64{-1}
                                    : static_cast<sqlite3_int64>(std::min(filter.limit, kMaxLimit)));
@@ -574,11 +594,14 @@ Result<std::vector<Job>> JobStore::list(const JobFilter& filter) const {
     jobs.push_back(std::move(job));
   }
   if (rc != SQLITE_DONE) return database_error(db_, "listing jobs");
-  std::reverse(jobs.begin(), jobs.end());  // read newest first
   return jobs;
 }
 
-Result<std::vector<Job>> JobStore::unfinished() const { return list(JobFilter{}); }
+Result<std::vector<Job>> JobStore::unfinished() const {
+  JobFilter filter;
+  filter.with_environment = true;  // they are to run
+  return list(filter);
+}
 
 Result<std::optional<std::string>> JobStore::setting(const std::string& name) const {
   StatementUse statement(statements_->setting);

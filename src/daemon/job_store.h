@@ -21,7 +21,11 @@ struct JobFilter {
   bool include_finished = false;
   std::optional<std::string> user;
   std::optional<JobState> state;  // when set, overrides include_finished
-  size_t limit = 0;               // 0: no limit; else the newest `limit` jobs
+  size_t limit = 0;               // 0: no limit; else the first `limit` jobs (after `after_id`)
+  JobNumber after_id = 0;         // only jobs with a larger id: where the previous page ended
+  // Listings leave the environment out (empty): it is most of a job's bytes and they do not
+  // show it. The daemon's own reload of its queue needs it.
+  bool with_environment = false;
 };
 
 class JobStore {
@@ -41,7 +45,7 @@ class JobStore {
   // Replaces every field of an existing job (an error if the id is unknown).
   Result<void> update(const Job& job);
   Result<std::optional<Job>> get(JobNumber id) const;
-  // In id order.
+  // In id order; a page costs what its jobs cost, however long the history.
   Result<std::vector<Job>> list(const JobFilter& filter) const;
   // Queued, held and running jobs: what the daemon loads at start.
   Result<std::vector<Job>> unfinished() const;

@@ -97,8 +97,8 @@ constexpr bool kFinishedToo = true;
 constexpr bool kUnfinishedOnly = false;
 
 JobFilter filter(bool include_finished, std::optional<std::string> user = std::nullopt,
-                 std::optional<JobState> state = std::nullopt, size_t limit = 0) {
-  return JobFilter{include_finished, std::move(user), state, limit};
+                 std::optional<JobState> state = std::nullopt, size_t limit = 0, JobNumber after_id = 0) {
+  return JobFilter{include_finished, std::move(user), state, limit, after_id};
 }
 
 std::vector<JobNumber> ids_of(const std::vector<Job>& jobs) {
@@ -124,6 +124,8 @@ class JobStoreTest : public ::testing::Test {
     ASSERT_TRUE(store.ok()) << store.error().message;
     store_.emplace(std::move(*store));
   }
+
+  void insert_two_users_jobs();
 
   JobNumber insert(const Job& job) {
     auto id = store_->insert(job);
@@ -235,13 +237,18 @@ TEST_F(JobStoreTest, ListsUnfinishedJobsByDefault) {
   EXPECT_EQ(listed(filter(kFinishedToo)), (std::vector<JobNumber>{1, 2, 3, 4, 5, 6}));
 }
 
-TEST_F(JobStoreTest, FiltersByUserAndState) {
-  ASSERT_NO_FATAL_FAILURE(open_store());
+// Jobs 1 to 5: ana queued, bob running, ana done, bob done, ana running.
+void JobStoreTest::insert_two_users_jobs() {
   insert(job_of("ana", JobState::Queued));   // 1
   insert(job_of("bob", JobState::Running));  // 2
   insert(job_of("ana", JobState::Done));     // 3
   insert(job_of("bob", JobState::Done));     // 4
   insert(job_of("ana", JobState::Running));  // 5
+}
+
+TEST_F(JobStoreTest, FiltersByUserAndState) {
+  ASSERT_NO_FATAL_FAILURE(open_store());
+  insert_two_users_jobs();
 
   EXPECT_EQ(listed(filter(kUnfinishedOnly, "ana")), (std::vector<JobNumber>{1, 5}));
   EXPECT_EQ(listed(filter(kFinishedToo, "ana")), (std::vector<JobNumber>{1, 3, 5}));
@@ -253,13 +260,67 @@ TEST_F(JobStoreTest, FiltersByUserAndState) {
   EXPECT_EQ(listed(filter(kUnfinishedOnly, "bob", JobState::Done)), (std::vector<JobNumber>{4}));
 }
 
-TEST_F(JobStoreTest, LimitKeepsTheNewestInIdOrder) {
+TEST_F(JobStoreTest, PagesFollowTheCursorInIdOrder) {
   ASSERT_NO_FATAL_FAILURE(open_store());
   for (int i = 0; i < 10; ++i) insert(job_of(i % 2 == 0 ? "ana" : "bob", JobState::Done));
-  EXPECT_EQ(listed(filter(kFinishedToo, {}, {}, 3)), (std::vector<JobNumber>{8, 9, 10}));
-  EXPECT_EQ(listed(filter(kFinishedToo, "ana", {}, 2)), (std::vector<JobNumber>{7, 9}));
+  EXPECT_EQ(listed(filter(kFinishedToo, {}, {}, 3)), (std::vector<JobNumber>{1, 2, 3}));
+  EXPECT_EQ(listed(filter(kFinishedToo, {}, {}, 3, 3)), (std::vector<JobNumber>{4, 5, 6}));
+  EXPECT_EQ(listed(filter(kFinishedToo, {}, {}, 3, 9)), (std::vector<JobNumber>{10}));
+  EXPECT_EQ(listed(filter(kFinishedToo, {}, {}, 3, 10)), std::vector<JobNumber>{});
+  EXPECT_EQ(listed(filter(kFinishedToo, {}, {}, 0, 7)), (std::vector<JobNumber>{8, 9, 10}));
   EXPECT_EQ(listed(filter(kFinishedToo, {}, {}, 100)).size(), 10u);
   EXPECT_EQ(listed(filter(kFinishedToo, {}, {}, std::numeric_limits<size_t>::max())).size(), 10u);
+  // Past the largest id SQLite can give: nothing, not everything.
+  EXPECT_EQ(listed(filter(kFinishedToo, {}, {}, 3, std::numeric_limits<JobNumber>::max())),
+            std::vector<JobNumber>{});
+
+  // Paging through the whole history gives each job once.
+  std::vector<JobNumber> all;
+  for (JobNumber after = 0;;) {
+    std::vector<JobNumber> page = listed(filter(kFinishedToo, {}, {}, 4, after));
+    if (page.empty()) break;
+    all.insert(all.end(), page.begin(), page.end());
+    after = page.back();
+  }
+  EXPECT_EQ(all, (std::vector<JobNumber>{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}));
+}
+
+TEST_F(JobStoreTest, FiltersApplyToEachPage) {
+  ASSERT_NO_FATAL_FAILURE(open_store());
+  insert_two_users_jobs();  // 1 to 5
+  insert(job_of("ana", JobState::Done));     // 6
+  insert(job_of("ana", JobState::Held));     // 7
+
+  EXPECT_EQ(listed(filter(kFinishedToo, "ana", {}, 2)), (std::vector<JobNumber>{1, 3}));
+  EXPECT_EQ(listed(filter(kFinishedToo, "ana", {}, 2, 3)), (std::vector<JobNumber>{5, 6}));
+  EXPECT_EQ(listed(filter(kFinishedToo, "ana", {}, 2, 6)), (std::vector<JobNumber>{7}));
+  EXPECT_EQ(listed(filter(kUnfinishedOnly, {}, {}, 2, 1)), (std::vector<JobNumber>{2, 5}));
+  EXPECT_EQ(listed(filter(kUnfinishedOnly, {}, {}, 2, 5)), (std::vector<JobNumber>{7}));
+  EXPECT_EQ(listed(filter(kUnfinishedOnly, "ana", {}, 1, 1)), (std::vector<JobNumber>{5}));
+  EXPECT_EQ(listed(filter(kFinishedToo, {}, JobState::Done, 1, 3)), (std::vector<JobNumber>{4}));
+  EXPECT_EQ(listed(filter(kFinishedToo, "ana", JobState::Done, 5, 3)), (std::vector<JobNumber>{6}));
+}
+
+TEST_F(JobStoreTest, ListingsLeaveTheEnvironmentUnread) {
+  ASSERT_NO_FATAL_FAILURE(open_store());
+  Job job = full_job();
+  job.state = JobState::Queued;
+  job.id = insert(job);
+  auto listed_jobs = store_->list(filter(kFinishedToo));
+  ASSERT_TRUE(listed_jobs.ok()) << listed_jobs.error().message;
+  ASSERT_EQ(listed_jobs->size(), 1u);
+  EXPECT_TRUE(listed_jobs->front().spec.environment.empty());
+  EXPECT_EQ(listed_jobs->front().spec.argv, job.spec.argv);  // the rest is all there
+  EXPECT_EQ(listed_jobs->front().stderr_path, job.stderr_path);
+  // The daemon's reload of its queue gets everything.
+  expect_same_job(store_->unfinished()->at(0), job);
+
+  // Not read at all: an environment that cannot be decoded does not stop a listing.
+  raw_sql("UPDATE jobs SET environment = 'not JSON'");
+  EXPECT_EQ(listed(filter(kFinishedToo)), (std::vector<JobNumber>{job.id}));
+  EXPECT_EQ(listed(filter(kUnfinishedOnly, "ana", JobState::Queued, 10)), (std::vector<JobNumber>{job.id}));
+  EXPECT_FALSE(store_->unfinished().ok());
+  EXPECT_FALSE(store_->get(job.id).ok());
 }
 
 TEST_F(JobStoreTest, SettingsAreStoredAndReplaced) {
@@ -373,7 +434,7 @@ TEST_F(JobStoreTest, AnUndecodableRowIsAnErrorNamingTheJob) {
       << third.error().message;
   auto all = store_->list(filter(kFinishedToo));
   ASSERT_FALSE(all.ok());
-  EXPECT_NE(all.error().message.find("job 3"), std::string::npos) << all.error().message;
+  EXPECT_NE(all.error().message.find("job 2"), std::string::npos) << all.error().message;  // the first bad one
   EXPECT_TRUE(store_->get(1).ok());
 
   raw_sql("UPDATE jobs SET argv = '[\"a\"]', uid = 'x', state = 'queued' WHERE id = 2");
@@ -425,9 +486,10 @@ TEST_F(JobStoreTest, DISABLED_MeasureAHundredThousandJobs) {
     for (int i = 0; i < 20; ++i) count = store_->list(jobs)->size();
     std::printf("%s: %zu jobs, %.3f ms\n", what, count, ms_since(start) / 20);
   };
-  time_list("newest 50", filter(kFinishedToo, {}, {}, 50));
-  time_list("newest 50 of one user", filter(kFinishedToo, "user3", {}, 50));
-  time_list("newest 50 done", filter(kUnfinishedOnly, {}, JobState::Done, 50));
+  time_list("50 after job 90000", filter(kFinishedToo, {}, {}, 50, 90000));
+  time_list("50 of one user after job 90000", filter(kFinishedToo, "user3", {}, 50, 90000));
+  time_list("50 done after job 90000", filter(kUnfinishedOnly, {}, JobState::Done, 50, 90000));
+  time_list("a page of 1000", filter(kFinishedToo, {}, {}, 1000, 50000));
   time_list("unfinished", filter(kUnfinishedOnly));
   time_list("unfinished of one user", filter(kUnfinishedOnly, "user0"));
   struct rusage usage {};

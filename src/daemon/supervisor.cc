@@ -4,6 +4,7 @@
 #include <grp.h>
 #include <poll.h>
 #include <signal.h>
+#include <spawn.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
@@ -45,6 +46,7 @@ class Descriptor {
 
   int get() const { return fd_; }
   bool valid() const { return fd_ >= 0; }
+  int release() { return std::exchange(fd_, -1); }
   void reset(int fd = -1) {
     if (fd_ >= 0) ::close(fd_);
     fd_ = fd;
@@ -68,14 +70,11 @@ double unix_time() {
 
 // One line in one write() to a file opened O_APPEND, so a reader sees whole lines, and at worst
 // a torn last one when the writer dies mid-write.
-Result<void> append_event(int record_fd, const json& event, bool durable) {
+Result<void> append_event(int record_fd, const json& event) {
   // Reasons may quote paths that are not UTF-8; they are for people, so replacing is fine.
   std::string line = event.dump(-1, ' ', false, json::error_handler_t::replace) + "\n";
   if (::write(record_fd, line.data(), line.size()) != static_cast<ssize_t>(line.size())) {
     return fail("cannot write the attempt record: {}", std::strerror(errno));
-  }
-  if (durable && fdatasync(record_fd) != 0) {
-    return fail("cannot write the attempt record to disk: {}", std::strerror(errno));
   }
   return {};
 }
@@ -107,10 +106,9 @@ sigset_t supervisor_signals() {
   return signals;
 }
 
-// The supervisor's descriptors: 0 the attempt's JSON, 1 and 2 /dev/null, then the record and
-// the leases (which the job inherits from it).
-constexpr int kRecordFd = 3;
-constexpr int kFirstLeaseFd = 4;
+// The most descriptors one attempt carries: its record and one lease per GPU (the kernel's
+// limit for one message is 253).
+constexpr size_t kMaxHandedDescriptors = 253;
 
 std::string attempt_text(const SupervisedAttempt& a) {
   json time_limit = a.time_limit_s ? json(*a.time_limit_s) : json(nullptr);
@@ -154,26 +152,6 @@ Result<SupervisedAttempt> parse_attempt(const std::string& text) {
   } catch (const json::exception& e) {
     return fail("the attempt handed to the supervisor is malformed: {}", e.what());
   }
-}
-
-// In the forked daemon: only async-signal-safe calls from here on (the daemon has threads).
-// Moves `sources[i]` to descriptor `targets[i]` (ascending), closes everything else and execs.
-[[noreturn]] void exec_supervisor(const std::vector<int>& sources, const std::vector<int>& targets,
-                                  std::vector<int>& scratch, char** argv, const sigset_t& blocked) {
-  // First copy every source above all targets, so no dup2 below overwrites a source not yet moved.
-  const int first_free = targets.back() + 1;
-  for (size_t i = 0; i < sources.size(); ++i) {
-    scratch[i] = fcntl(sources[i], F_DUPFD_CLOEXEC, first_free);
-    if (scratch[i] < 0) _exit(127);
-  }
-  for (size_t i = 0; i < sources.size(); ++i) {
-    if (dup2(scratch[i], targets[i]) < 0) _exit(127);  // the copy is inheritable
-  }
-  close_range(static_cast<unsigned>(first_free), UINT_MAX, 0);
-  reset_signal_dispositions();
-  sigprocmask(SIG_SETMASK, &blocked, nullptr);
-  execv(argv[0], argv);
-  _exit(127);
 }
 
 // What the job's child tells the supervisor through a close-on-exec pipe: ready to exec (waiting
@@ -440,7 +418,7 @@ class AttemptSupervisor {
     // Cancelled meanwhile, or dead: the child was signalled and never gets the go.
     if (stop_reason_ || leader_status_) return;
     json started = {{"event", "started"}, {"job_pid", job_}, {"pgid", job_}, {"time", unix_time()}};
-    if (auto written = append_event(record_fd_, started, true); !written) {
+    if (auto written = append_event(record_fd_, started); !written) {
       failure_ = "could not start: " + written.error().message;
       failed_before_exec_ = true;
       stop_now();
@@ -503,7 +481,7 @@ class AttemptSupervisor {
     }
     json exited = {{"event", "exited"}, {"exit_code", exit_code}, {"signal", signal},
                    {"reason", reason}, {"time", unix_time()}};
-    return append_event(record_fd_, exited, true) ? 0 : 1;
+    return append_event(record_fd_, exited) ? 0 : 1;
   }
 
   SupervisedAttempt attempt_;
@@ -542,79 +520,169 @@ std::optional<int> integer_field(const json& event, const char* key) {
 
 }  // namespace
 
-Result<pid_t> start_supervisor(const SupervisedAttempt& attempt, const std::string& supervisor_program,
-                               const std::vector<int>& lease_descriptors) {
+Result<StandbySupervisor> StandbySupervisor::spawn(const std::string& supervisor_program) {
+  // The attempt comes through a socket rather than a pipe: it carries descriptors, and sending on
+  // it cannot raise SIGPIPE here when the supervisor dies early.
+  int sockets[2];
+  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sockets) != 0) {
+    return fail("cannot create a socket pair: {}", std::strerror(errno));
+  }
+  Descriptor ours(sockets[0]), theirs(sockets[1]);
+  if (theirs.get() <= STDERR_FILENO) {  // a daemon started with closed standard descriptors
+    theirs.reset(fcntl(theirs.get(), F_DUPFD_CLOEXEC, STDERR_FILENO + 1));
+    if (!theirs.valid()) return fail("cannot move a descriptor: {}", std::strerror(errno));
+  }
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, theirs.get(), STDIN_FILENO);
+  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, "/dev/null", O_WRONLY, 0);
+  posix_spawn_file_actions_adddup2(&actions, STDOUT_FILENO, STDERR_FILENO);
+  posix_spawn_file_actions_addclosefrom_np(&actions, STDERR_FILENO + 1);
+  // Signals: every disposition back to its default, and the supervisor's own blocked from the
+  // first instant, so a cancel sent as soon as it has an attempt is never lost.
+  posix_spawnattr_t attributes;
+  posix_spawnattr_init(&attributes);
+  sigset_t all = {}, blocked = supervisor_signals();
+  sigfillset(&all);
+  posix_spawnattr_setsigdefault(&attributes, &all);
+  posix_spawnattr_setsigmask(&attributes, &blocked);
+  posix_spawnattr_setflags(&attributes, POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK);
+  std::string program = supervisor_program;
+  std::string mode = "supervise";
+  char* argv[] = {program.data(), mode.data(), nullptr};
+  // posix_spawn shares our memory until the exec instead of copying the page tables: no
+  // copy-on-write faults in the daemon afterwards.
+  pid_t pid = -1;
+  int error = posix_spawn(&pid, program.c_str(), &actions, &attributes, argv, environ);
+  posix_spawn_file_actions_destroy(&actions);
+  posix_spawnattr_destroy(&attributes);
+  if (error != 0) return fail("cannot start {}: {}", supervisor_program, std::strerror(error));
+  return StandbySupervisor(pid, ours.release());
+}
+
+StandbySupervisor::StandbySupervisor(StandbySupervisor&& other) noexcept
+    : pid_(std::exchange(other.pid_, -1)), socket_(std::exchange(other.socket_, -1)) {}
+
+StandbySupervisor& StandbySupervisor::operator=(StandbySupervisor&& other) noexcept {
+  if (this != &other) {
+    end();
+    pid_ = std::exchange(other.pid_, -1);
+    socket_ = std::exchange(other.socket_, -1);
+  }
+  return *this;
+}
+
+StandbySupervisor::~StandbySupervisor() { end(); }
+
+void StandbySupervisor::end() {
+  if (socket_ < 0) return;
+  ::close(socket_);  // it reads the end of the stream and exits at once
+  socket_ = -1;
+  while (waitpid(pid_, nullptr, 0) < 0 && errno == EINTR) {
+  }
+  pid_ = -1;
+}
+
+Result<void> StandbySupervisor::hand(const SupervisedAttempt& attempt, const std::vector<int>& lease_descriptors) {
+  if (socket_ < 0) return fail("this supervisor has been handed an attempt already");
   if (attempt.argv.empty()) return fail("job {} has no command to run", attempt.id);
+  if (lease_descriptors.size() + 1 > kMaxHandedDescriptors) {
+    return fail("job {} holds {} leases, more than one message can carry", attempt.id, lease_descriptors.size());
+  }
   std::string text;
   try {
     text = attempt_text(attempt);
   } catch (const nlohmann::json::exception&) {
     return fail("job {}: its command, environment or paths are not valid UTF-8", attempt.id);
   }
-  Descriptor null(::open("/dev/null", O_RDWR | O_CLOEXEC));
-  if (!null.valid()) return fail("cannot open /dev/null: {}", std::strerror(errno));
-  // The attempt goes through a socket rather than a pipe: sending on it cannot raise SIGPIPE here
-  // when the supervisor dies early.
-  int sockets[2];
-  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sockets) != 0) {
-    return fail("cannot create a socket pair: {}", std::strerror(errno));
-  }
-  Descriptor to_supervisor(sockets[0]), supervisor_stdin(sockets[1]);
-
   Descriptor record(::open(attempt.record_path.c_str(),
                            O_WRONLY | O_APPEND | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
   if (!record.valid()) return fail("cannot create {}: {}", attempt.record_path, std::strerror(errno));
-  // Whatever goes wrong from here on, the record goes too, so the attempt can be started again.
-  auto give_up = [&](pid_t supervisor, const std::string& why) -> Error {
-    if (supervisor > 0) {
-      kill(supervisor, SIGKILL);
-      while (waitpid(supervisor, nullptr, 0) < 0 && errno == EINTR) {
-      }
-    }
+  // Whatever goes wrong from here on, the record goes too, so the attempt can be started again,
+  // and so does the supervisor, which may have part of the attempt.
+  auto give_up = [&](const std::string& why) -> Error {
+    kill(pid_, SIGKILL);
+    end();
     unlink(attempt.record_path.c_str());
-    return fail("cannot start the supervisor of job {}: {}", attempt.id, why);
+    return fail("cannot hand job {} to its supervisor: {}", attempt.id, why);
   };
   struct flock lock {};
   lock.l_type = F_WRLCK;
   lock.l_whence = SEEK_SET;  // l_start 0, l_len 0: the whole file, however long it grows
   if (fcntl(record.get(), F_OFD_SETLK, &lock) != 0) {
-    return give_up(0, fmt::format("cannot lock {}: {}", attempt.record_path, std::strerror(errno)));
+    return give_up(fmt::format("cannot lock {}: {}", attempt.record_path, std::strerror(errno)));
   }
-
-  std::vector<int> sources = {supervisor_stdin.get(), null.get(), null.get(), record.get()};
-  sources.insert(sources.end(), lease_descriptors.begin(), lease_descriptors.end());
-  std::vector<int> targets = {STDIN_FILENO, STDOUT_FILENO, STDERR_FILENO, kRecordFd};
-  for (size_t i = 0; i < lease_descriptors.size(); ++i) {
-    targets.push_back(kFirstLeaseFd + static_cast<int>(i));
+  // Before the supervisor has its attempt, so this line always comes first.
+  json supervising = {{"event", "supervising"}, {"supervisor_pid", pid_}, {"time", unix_time()}};
+  if (auto written = append_event(record.get(), supervising); !written) {
+    return give_up(written.error().message);
   }
-  std::vector<int> scratch(sources.size());
-  std::string program = supervisor_program;
-  std::string mode = "supervise";
-  char* argv[] = {program.data(), mode.data(), nullptr};
-
-  // The child starts with this thread's mask: blocked from the first instant, as the supervisor wants.
-  sigset_t blocked = supervisor_signals(), previous;
-  pthread_sigmask(SIG_BLOCK, &blocked, &previous);
-  pid_t pid = fork();
-  if (pid == 0) exec_supervisor(sources, targets, scratch, argv, blocked);
-  pthread_sigmask(SIG_SETMASK, &previous, nullptr);
-  if (pid < 0) return give_up(0, std::strerror(errno));
-  supervisor_stdin.reset();
-  // Written here because only now is the pid known, and before the supervisor has its attempt,
-  // so this line always comes first. The lock is held already.
-  json supervising = {{"event", "supervising"}, {"supervisor_pid", pid}, {"time", unix_time()}};
-  if (auto written = append_event(record.get(), supervising, false); !written) {
-    return give_up(pid, written.error().message);
-  }
-  for (size_t sent = 0; sent < text.size();) {
-    ssize_t n = send(to_supervisor.get(), text.data() + sent, text.size() - sent, MSG_NOSIGNAL);
+  // The descriptors ride on the first byte: the record first, then the leases.
+  std::vector<int> handed = {record.get()};
+  handed.insert(handed.end(), lease_descriptors.begin(), lease_descriptors.end());
+  std::vector<char> control(CMSG_SPACE(sizeof(int) * handed.size()));
+  iovec first{text.data(), 1};
+  msghdr message{};
+  message.msg_iov = &first;
+  message.msg_iovlen = 1;
+  message.msg_control = control.data();
+  message.msg_controllen = control.size();
+  cmsghdr* rights = CMSG_FIRSTHDR(&message);
+  rights->cmsg_level = SOL_SOCKET;
+  rights->cmsg_type = SCM_RIGHTS;
+  rights->cmsg_len = CMSG_LEN(sizeof(int) * handed.size());
+  std::memcpy(CMSG_DATA(rights), handed.data(), sizeof(int) * handed.size());
+  ssize_t n = 0;
+  do {
+    n = sendmsg(socket_, &message, MSG_NOSIGNAL);
+  } while (n < 0 && errno == EINTR);
+  if (n != 1) return give_up(fmt::format("cannot send it the attempt: {}", std::strerror(errno)));
+  for (size_t sent = 1; sent < text.size();) {
+    n = send(socket_, text.data() + sent, text.size() - sent, MSG_NOSIGNAL);
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return give_up(pid, fmt::format("cannot hand it the attempt: {}", std::strerror(errno)));
+    if (n <= 0) return give_up(fmt::format("cannot send it the attempt: {}", std::strerror(errno)));
     sent += static_cast<size_t>(n);
   }
-  // Our copy of the record goes; the lock stays, held by the supervisor's copy of the same open file.
-  return pid;
+  // The end of the stream ends the attempt's text. Our copy of the record goes; the lock stays,
+  // held by the supervisor's copy of the same open file.
+  ::close(socket_);
+  socket_ = -1;
+  return {};
 }
+
+namespace {
+
+// The first byte of the attempt and the descriptors that come with it: the record, then the
+// leases. Received close-on-exec; the caller decides what the job inherits.
+Result<std::pair<std::string, std::vector<int>>> receive_handed_descriptors(int socket) {
+  char first = 0;
+  iovec data{&first, 1};
+  std::vector<char> control(CMSG_SPACE(sizeof(int) * kMaxHandedDescriptors));
+  msghdr message{};
+  message.msg_iov = &data;
+  message.msg_iovlen = 1;
+  message.msg_control = control.data();
+  message.msg_controllen = control.size();
+  ssize_t n = 0;
+  do {
+    n = recvmsg(socket, &message, MSG_CMSG_CLOEXEC);
+  } while (n < 0 && errno == EINTR);
+  if (n != 1) return fail("no attempt came");
+  std::vector<int> descriptors;
+  for (cmsghdr* c = CMSG_FIRSTHDR(&message); c != nullptr; c = CMSG_NXTHDR(&message, c)) {
+    if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+    size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+    std::vector<int> received(count);
+    std::memcpy(received.data(), CMSG_DATA(c), count * sizeof(int));
+    descriptors.insert(descriptors.end(), received.begin(), received.end());
+  }
+  if (descriptors.empty() || (message.msg_flags & MSG_CTRUNC) != 0) {
+    return fail("the attempt came without its record");
+  }
+  return std::make_pair(std::string(1, first), std::move(descriptors));
+}
+
+}  // namespace
 
 int supervise_main() {
   // Out of the daemon's session and process group: what is sent to those never reaches us.
@@ -628,18 +696,24 @@ int supervise_main() {
   signal(SIGHUP, SIG_IGN);
   signal(SIGPIPE, SIG_IGN);
 
+  // No attempt to run (the daemon died, or ended this standby, before handing one over): record
+  // nothing, so the record says the job never started and the daemon queues it again.
+  auto handed = receive_handed_descriptors(STDIN_FILENO);
+  if (!handed) return 3;
+  auto& [text, descriptors] = *handed;
   // The job must never get the record (it could forge its outcome); it inherits the leases.
-  if (fcntl(kRecordFd, F_SETFD, FD_CLOEXEC) != 0) return 2;
-  auto text = read_all(STDIN_FILENO);
-  auto attempt = text ? parse_attempt(*text) : Result<SupervisedAttempt>(fail("cannot read the attempt"));
-  // No attempt to run (the daemon died before handing it over): record nothing, so the record
-  // says the job never started and the daemon queues it again.
+  int record_fd = descriptors.front();
+  for (size_t i = 1; i < descriptors.size(); ++i) {
+    if (fcntl(descriptors[i], F_SETFD, 0) != 0) return 2;
+  }
+  auto rest = read_all(STDIN_FILENO);
+  auto attempt = rest ? parse_attempt(text + *rest) : Result<SupervisedAttempt>(fail("cannot read the attempt"));
   if (!attempt) return 3;
   // The job's stdin is /dev/null; the daemon's socket goes.
   int null = ::open("/dev/null", O_RDONLY);
   if (null < 0 || dup2(null, STDIN_FILENO) < 0) return 2;
   ::close(null);
-  return AttemptSupervisor(std::move(*attempt), kRecordFd).run();
+  return AttemptSupervisor(std::move(*attempt), record_fd).run();
 }
 
 Result<void> cancel_supervised(pid_t supervisor_pid) {

@@ -1,28 +1,34 @@
 // Running one attempt of a batch job so that it outlives the daemon.
 //
-// The daemon does not run jobs itself: for each attempt it starts a supervisor (gpupoold
-// re-executed as `gpupoold supervise`), which leaves the daemon's session, starts the job as
+// The daemon does not run jobs itself: for each attempt it hands the attempt to a supervisor
+// (gpupoold re-executed as `gpupoold supervise`, started ahead of need and waiting on a socket,
+// so that a dispatch costs one message, not a process start), which leaves the daemon's
+// session, starts the job as
 // its owner in a process group of its own, enforces the time limit and cancellation
 // (SIGTERM to the group, a grace period, SIGKILL), and writes how the attempt ended into the
 // attempt's record file. Killing the daemon (even with SIGKILL) therefore stops no job, and a
 // restarted daemon learns everything from the record file:
 //
 //   record file  STATE_DIR/attempts/<id>.<attempt>, root-owned, JSON lines:
-//     {"event":"supervising","supervisor_pid":P,"time":T}      written by the daemon right after
-//                                                              the fork, before the supervisor has
-//                                                              its attempt, so always first
-//     {"event":"started","job_pid":P,"pgid":P,"time":T}        fsync'd before the job execs
+//     {"event":"supervising","supervisor_pid":P,"time":T}      written by the daemon before the
+//                                                              supervisor has its attempt, so
+//                                                              always first
+//     {"event":"started","job_pid":P,"pgid":P,"time":T}        written before the job execs
 //     {"event":"exited","exit_code":C|null,"signal":S|null,"reason":R,"time":T}
 //   exit_code is null when the job never got to exec (its directory, identity or logs failed:
 //   reason "could not start: ..."); a command not found is 127, one not runnable 126.
-//   An OFD write lock on the record file is taken by the daemon before it forks and is held,
-//   through the inherited descriptor, by the supervisor until it has written "exited". So:
+//   An OFD write lock on the record file is taken by the daemon before it hands the attempt over
+//   and is held, through the descriptor sent with it, by the supervisor until it has written
+//   "exited". So:
 //     locked                      → the supervisor lives: adopt it
 //     unlocked, "exited"          → the attempt ended: record it
 //     unlocked, "started" only    → the supervisor died under the job: failed ("supervisor lost")
 //     unlocked, no "started"      → the job never ran: safe to start it again
 //     no file                     → the job never ran
 //
+// The record is written, not synced: it must outlive the daemon's death, which the page cache
+// ensures, while a power loss ends every job anyway (a job whose "started" is lost with it is
+// queued again, as after any crash before its start).
 // The job's process never gets the record file's descriptor (close-on-exec), so it cannot
 // forge its own outcome. It does inherit the lease descriptors, so its GPUs stay held for as
 // long as it (or anything it left running) lives, even when the supervisor is killed.
@@ -57,14 +63,36 @@ struct SupervisedAttempt {
   std::string record_path;
 };
 
-// Daemon side. Creates the record file (O_EXCL: an existing one is refused), locks it, and starts
-// `supervisor_program supervise` with the lease descriptors and the record descriptor
-// inherited, then writes "supervising"; returns the supervisor's pid (a child of the caller until
-// it is reaped). Safe in a threaded daemon. On failure neither a record nor a process is left.
-Result<pid_t> start_supervisor(const SupervisedAttempt& attempt, const std::string& supervisor_program,
-                               const std::vector<int>& lease_descriptors);
+// Daemon side: a supervisor started ahead of need, `supervisor_program supervise` already
+// running and blocked on a socket until it is handed an attempt. It is the caller's child (reap
+// it). One that is destroyed before it was handed an attempt sees the socket close and exits
+// without recording anything; so does one whose daemon dies. Safe in a threaded daemon: the
+// process is spawned without copying the caller's memory.
+class StandbySupervisor {
+ public:
+  static Result<StandbySupervisor> spawn(const std::string& supervisor_program);
+  StandbySupervisor(StandbySupervisor&& other) noexcept;
+  StandbySupervisor& operator=(StandbySupervisor&& other) noexcept;
+  StandbySupervisor(const StandbySupervisor&) = delete;
+  StandbySupervisor& operator=(const StandbySupervisor&) = delete;
+  ~StandbySupervisor();
 
-// Supervisor side: the body of `gpupoold supervise`; reads the attempt from stdin.
+  pid_t pid() const { return pid_; }
+
+  // Creates the record file (O_EXCL: an existing one is refused), locks it, writes
+  // "supervising", and sends the attempt with the record and lease descriptors. From then on the
+  // process is the attempt's supervisor. On failure neither a record nor the process is left.
+  Result<void> hand(const SupervisedAttempt& attempt, const std::vector<int>& lease_descriptors);
+
+ private:
+  StandbySupervisor(pid_t pid, int socket) : pid_(pid), socket_(socket) {}
+  void end();  // closes the socket and reaps the process, if it was never handed an attempt
+
+  pid_t pid_ = -1;
+  int socket_ = -1;  // to the supervisor's stdin; -1 once handed
+};
+
+// Supervisor side: the body of `gpupoold supervise`; waits for its attempt on stdin.
 // Returns the supervisor's exit status (0 once the outcome is recorded).
 int supervise_main();
 

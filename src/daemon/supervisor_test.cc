@@ -60,8 +60,14 @@ class SupervisorTest : public ::testing::Test {
     return a;
   }
 
+  static Result<pid_t> hand_to_standby(const SupervisedAttempt& a, const std::vector<int>& leases) {
+    TRY_ASSIGN(StandbySupervisor standby, StandbySupervisor::spawn(GPUPOOL_TEST_SUPERVISOR));
+    TRY(standby.hand(a, leases));
+    return standby.pid();
+  }
+
   static pid_t start(const SupervisedAttempt& a, const std::vector<int>& leases = {}) {
-    auto pid = start_supervisor(a, GPUPOOL_TEST_SUPERVISOR, leases);
+    auto pid = hand_to_standby(a, leases);
     EXPECT_TRUE(pid.ok()) << pid.error().message;
     return pid.ok() ? *pid : -1;
   }
@@ -248,10 +254,50 @@ TEST_F(SupervisorTest, AJobOutlivingItsSupervisorIsLost) {
 TEST_F(SupervisorTest, AnAttemptIsStartedOnlyOnce) {
   auto a = attempt({"true"});
   pid_t supervisor = start(a);
-  auto again = start_supervisor(a, GPUPOOL_TEST_SUPERVISOR, {});
+  auto again = hand_to_standby(a, {});
   EXPECT_FALSE(again.ok());
   EXPECT_TRUE(finished(supervisor));
   EXPECT_EQ(record(a).exit_code, 0);
+}
+
+TEST_F(SupervisorTest, AStandbyWaitsForItsAttemptAndRecordsItsOwnPid) {
+  auto a = attempt({"true"});
+  auto standby = StandbySupervisor::spawn(GPUPOOL_TEST_SUPERVISOR);
+  ASSERT_TRUE(standby.ok()) << standby.error().message;
+  pid_t pid = standby->pid();
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_EQ(waitpid(pid, nullptr, WNOHANG), 0) << "a standby must wait for its attempt";
+  ASSERT_TRUE(standby->hand(a, {}).ok());
+  EXPECT_FALSE(standby->hand(a, {}).ok()) << "one attempt per supervisor";
+  EXPECT_TRUE(finished(pid));
+  AttemptRecord r = record(a);
+  EXPECT_EQ(r.supervisor_pid, pid);
+  EXPECT_EQ(r.exit_code, 0);
+}
+
+TEST_F(SupervisorTest, AStandbyEndedWithoutAnAttemptLeavesNothing) {
+  pid_t pid = -1;
+  {
+    auto standby = StandbySupervisor::spawn(GPUPOOL_TEST_SUPERVISOR);
+    ASSERT_TRUE(standby.ok()) << standby.error().message;
+    pid = standby->pid();
+  }
+  // Reaped by the destructor: the pid is no longer our child.
+  EXPECT_EQ(waitpid(pid, nullptr, WNOHANG), -1);
+  EXPECT_EQ(errno, ECHILD);
+  EXPECT_TRUE(std::filesystem::is_empty(dir_));
+}
+
+TEST_F(SupervisorTest, AStandbyThatDiedIsNotHandedTheAttempt) {
+  auto a = attempt({"true"});
+  auto standby = StandbySupervisor::spawn(GPUPOOL_TEST_SUPERVISOR);
+  ASSERT_TRUE(standby.ok()) << standby.error().message;
+  kill(standby->pid(), SIGKILL);
+  siginfo_t info{};
+  waitid(P_PID, static_cast<id_t>(standby->pid()), &info, WEXITED | WNOWAIT);
+  auto handed = standby->hand(a, {});
+  EXPECT_FALSE(handed.ok());
+  EXPECT_FALSE(std::filesystem::exists(a.record_path)) << "the attempt can be started again";
 }
 
 TEST_F(SupervisorTest, RunsTheJobAsItsOwner) {

@@ -25,6 +25,8 @@ class GpuBackend {
   virtual Result<Machine> discover(DiscoveryScope scope) = 0;
   // One line for humans: which library answered, simulated or not.
   virtual std::string description() const = 0;
+  // The name the fixture of a simulated machine gives itself; "" for real GPUs.
+  virtual std::string simulated_machine() const = 0;
 };
 
 // Chooses the NVML library from the environment:

@@ -43,6 +43,8 @@ class NvmlBackend final : public GpuBackend {
     return fmt::format("NVML: {}", lib_->path());
   }
 
+  std::string simulated_machine() const override { return simulated_; }
+
   Result<Machine> discover(DiscoveryScope scope) override {
     const NvmlEntryPoints& api = lib_->api();
     Machine machine;

@@ -42,6 +42,8 @@ class LineReader {
   ~LineReader();  // closes descriptors received but not yet handed out
   // nullopt: the peer closed the connection (cleanly, between lines).
   Result<std::optional<ReceivedLine>> read_line();
+  // A whole line has been read from the socket already: poll() on it would not say so.
+  bool has_line() const { return buffer_.find('\n') != std::string::npos; }
 
  private:
   int fd_;

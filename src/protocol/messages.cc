@@ -282,6 +282,8 @@ constexpr std::array<std::pair<JobAction, const char*>, 3> kJobActions = {
     {{JobAction::Cancel, "cancel"}, {JobAction::Hold, "hold"}, {JobAction::Release, "release"}}};
 constexpr std::array<std::pair<AdminAction, const char*>, 2> kAdminActions = {
     {{AdminAction::Drain, "drain"}, {AdminAction::Resume, "resume"}}};
+constexpr std::array<std::pair<LogStream, const char*>, 2> kLogStreams = {
+    {{LogStream::Stdout, "stdout"}, {LogStream::Stderr, "stderr"}}};
 
 template <typename Action, size_t N>
 const char* name_of(Action action, const std::array<std::pair<Action, const char*>, N>& names) {
@@ -291,21 +293,39 @@ const char* name_of(Action action, const std::array<std::pair<Action, const char
   return "unknown";
 }
 
+Result<LogStream> as_log_stream(const json& value, const Field& field) {
+  if (value.is_string()) {
+    for (const auto& [stream, name] : kLogStreams) {
+      if (value.get_ref<const std::string&>() == name) return stream;
+    }
+  }
+  return fail("{} must be stdout or stderr", quoted(field));
+}
+
 json request_json(const SubmitRequest& request) {
-  return {{"op", "submit"}, {"job", spec_to_json(request.spec)}};
+  json object = {{"op", "submit"}, {"job", spec_to_json(request.spec)}};
+  if (request.hold) object["hold"] = true;
+  return object;
 }
 json request_json(const JobsRequest& request) {
-  return {{"op", "jobs"},
-          {"all", request.all},
-          {"user", or_null(request.user)},
-          {"state", request.state ? json(to_string(*request.state)) : json(nullptr)}};
+  json object = {{"op", "jobs"},
+                 {"all", request.all},
+                 {"user", or_null(request.user)},
+                 {"state", request.state ? json(to_string(*request.state)) : json(nullptr)},
+                 {"limit", request.limit}};
+  if (request.after_id > 0) object["after_id"] = request.after_id;
+  return object;
 }
 json request_json(const ShowRequest& request) { return {{"op", "show"}, {"id", request.id}}; }
 json request_json(const JobActionRequest& request) {
   return {{"op", name_of(request.action, kJobActions)}, {"ids", request.ids}};
 }
 json request_json(const WaitRequest& request) { return {{"op", "wait"}, {"ids", request.ids}}; }
-json request_json(const LogsRequest& request) { return {{"op", "logs"}, {"id", request.id}}; }
+json request_json(const LogsRequest& request) {
+  json object = {{"op", "logs"}, {"id", request.id}};
+  if (request.open) object["open"] = name_of(*request.open, kLogStreams);
+  return object;
+}
 json request_json(const AdminRequest& request) { return {{"op", name_of(request.action, kAdminActions)}}; }
 json request_json(const StatusRequest&) { return {{"op", "status"}}; }
 json request_json(const LeaseRequest& request) {
@@ -330,18 +350,27 @@ Result<Request> request_from_json(const json& object) {
   TRY_ASSIGN(std::string op, required(object, "op", as_text));
   if (op == "submit") {
     TRY_ASSIGN(JobSpec spec, required(object, "job", spec_of_kind(JobKind::Batch)));
-    return Request(SubmitRequest{std::move(spec)});
+    TRY_ASSIGN(bool hold, defaulted(object, "hold", false, as_flag));
+    return Request(SubmitRequest{std::move(spec), hold});
   }
   if (op == "jobs") {
     JobsRequest request;
     TRY_ASSIGN(request.all, defaulted(object, "all", false, as_flag));
     TRY_ASSIGN(request.user, maybe(object, "user", as_text));
     TRY_ASSIGN(request.state, maybe(object, "state", as_state));
+    TRY_ASSIGN(request.after_id, defaulted(object, "after_id", JobNumber{0}, whole_from<JobNumber>(0)));
+    TRY_ASSIGN(request.limit, defaulted(object, "limit", kMaxJobsPage, whole<unsigned>(1, kMaxJobsPage)));
     return Request(request);
   }
-  if (op == "show" || op == "logs") {
+  if (op == "show") {
     TRY_ASSIGN(JobNumber id, required(object, "id", job_number));
-    return op == "show" ? Request(ShowRequest{id}) : Request(LogsRequest{id});
+    return Request(ShowRequest{id});
+  }
+  if (op == "logs") {
+    LogsRequest request;
+    TRY_ASSIGN(request.id, required(object, "id", job_number));
+    TRY_ASSIGN(request.open, maybe(object, "open", as_log_stream));
+    return Request(request);
   }
   for (const auto& [action, name] : kJobActions) {
     if (op != name) continue;
@@ -391,7 +420,10 @@ json response_json(const SubmitResponse& response) { return {{"ok", true}, {"id"
 json response_json(const JobsResponse& response) {
   json jobs = json::array();
   for (const Job& job : response.jobs) jobs.push_back(job_to_json(job));
-  return {{"ok", true}, {"jobs", std::move(jobs)}};
+  json object = {{"ok", true}, {"jobs", std::move(jobs)}};
+  if (response.more) object["more"] = true;
+  if (response.descriptors) object["descriptors"] = *response.descriptors;
+  return object;
 }
 json response_json(const JobActionResponse& response) {
   json outcomes = json::array();
@@ -555,8 +587,11 @@ Result<Response> response_from_json(const json& object) {
     return Response(JobActionResponse{std::move(outcomes)});
   }
   if (find(object, "jobs") != nullptr) {
-    TRY_ASSIGN(std::vector<Job> jobs, required(object, "jobs", list_of(as_job)));
-    return Response(JobsResponse{std::move(jobs)});
+    JobsResponse response;
+    TRY_ASSIGN(response.jobs, required(object, "jobs", list_of(as_job)));
+    TRY_ASSIGN(response.more, defaulted(object, "more", false, as_flag));
+    TRY_ASSIGN(response.descriptors, maybe(object, "descriptors", whole<unsigned>(0, 1)));
+    return Response(std::move(response));
   }
   if (find(object, "status") != nullptr) {
     TRY_ASSIGN(StatusResponse status, required(object, "status", as_status));
@@ -682,5 +717,7 @@ Result<Job> job_from_json(const nlohmann::json& object) {
   TRY_ASSIGN(job.stderr_path, defaulted(object, "stderr", std::string(), as_text));
   return job;
 }
+
+size_t encoded_size(const Job& job) { return line_of(job_to_json(job)).size() + 1; }  // and its comma
 
 }  // namespace gpupool::protocol

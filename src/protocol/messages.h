@@ -26,6 +26,9 @@ namespace gpupool::protocol {
 
 inline constexpr int kVersion = 1;
 inline constexpr size_t kMaxMessageBytes = 1 << 20;
+// The most jobs in one answer to `jobs`: a client pages through longer listings. The daemon
+// ends a page sooner when its jobs would not fit one message.
+inline constexpr unsigned kMaxJobsPage = 1000;
 
 // Where the daemon listens: gpupoold.sock in the runtime (lease) directory.
 inline std::string socket_path(const std::string& runtime_dir) { return runtime_dir + "/gpupoold.sock"; }
@@ -40,11 +43,14 @@ struct Hello {
 // --- requests (client → daemon) ---
 struct SubmitRequest {
   JobSpec spec;
+  bool hold = false;  // stored held, in the same step: it cannot start before `release`
 };
 struct JobsRequest {
   bool all = false;  // include finished jobs (default: queued, held, running)
   std::optional<std::string> user;
   std::optional<JobState> state;
+  JobNumber after_id = 0;             // only jobs with a larger id (the previous page's last)
+  unsigned limit = kMaxJobsPage;      // at most this many, 1 to kMaxJobsPage
 };
 struct ShowRequest {
   JobNumber id = 0;
@@ -57,8 +63,12 @@ struct JobActionRequest {
 struct WaitRequest {  // answered when every job has finished
   std::vector<JobNumber> ids;
 };
+enum class LogStream { Stdout, Stderr };
 struct LogsRequest {
   JobNumber id = 0;
+  // Asks the daemon to open this log and send its descriptor with the answer, for a reader
+  // who may not open the file (an administrator reading another user's log).
+  std::optional<LogStream> open = std::nullopt;
 };
 enum class AdminAction { Drain, Resume };
 struct AdminRequest {
@@ -90,6 +100,10 @@ struct SubmitResponse {
 };
 struct JobsResponse {  // jobs, show (one job), wait, logs (the job, with its log paths)
   std::vector<Job> jobs;
+  bool more = false;  // jobs: more match after the last of these
+  // logs with `open`: how many descriptors ride along (0: the log does not exist yet, 1: it);
+  // nullopt in every other answer.
+  std::optional<unsigned> descriptors = std::nullopt;
 };
 struct ActionOutcome {
   JobNumber id = 0;
@@ -160,5 +174,8 @@ Result<Response> parse_response(std::string_view line);
 // gid and groups and pid_start_ticks stay in the daemon.
 nlohmann::json job_to_json(const Job& job);
 Result<Job> job_from_json(const nlohmann::json& json);
+// The bytes `job` adds to an encoded jobs answer, so that a daemon can keep a page within
+// the message limit.
+size_t encoded_size(const Job& job);
 
 }  // namespace gpupool::protocol

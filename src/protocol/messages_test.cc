@@ -209,20 +209,37 @@ TEST(ProtocolRequestTest, MinimalSubmitTakesTheDefaults) {
   expect_same_spec(through_the_wire(SubmitRequest{expected}).spec, expected);
 }
 
+TEST(ProtocolRequestTest, SubmitHeld) {
+  SubmitRequest held{full_spec(), true};
+  EXPECT_NE(encode(Request(held)).find(R"("hold":true)"), std::string::npos);
+  EXPECT_TRUE(through_the_wire(held).hold);
+  EXPECT_FALSE(through_the_wire(SubmitRequest{full_spec()}).hold);
+  auto bad = parse_request(R"({"op":"submit","hold":1,"job":{"command":["true"],"cwd":"/"}})");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.error().message, "bad request: 'hold' must be true or false");
+}
+
 TEST(ProtocolRequestTest, Jobs) {
-  EXPECT_EQ(encode(Request(JobsRequest{true, "alice", JobState::Running})),
-            R"({"all":true,"op":"jobs","state":"running","user":"alice"})");
-  auto full = through_the_wire(JobsRequest{true, "alice", JobState::Running});
+  EXPECT_EQ(encode(Request(JobsRequest{true, "alice", JobState::Running, 4000, 50})),
+            R"({"after_id":4000,"all":true,"limit":50,"op":"jobs","state":"running","user":"alice"})");
+  auto full = through_the_wire(JobsRequest{true, "alice", JobState::Running, 4000, 50});
   EXPECT_TRUE(full.all);
   EXPECT_EQ(full.user, "alice");
   EXPECT_EQ(full.state, JobState::Running);
+  EXPECT_EQ(full.after_id, 4000u);
+  EXPECT_EQ(full.limit, 50u);
 
-  EXPECT_EQ(encode(Request(JobsRequest{})), R"({"all":false,"op":"jobs","state":null,"user":null})");
+  EXPECT_EQ(encode(Request(JobsRequest{})), R"({"all":false,"limit":1000,"op":"jobs","state":null,"user":null})");
+  // An older client sends neither: it gets the first page.
   auto minimal = parsed_request<JobsRequest>(R"({"op":"jobs"})");
   EXPECT_FALSE(minimal.all);
   EXPECT_FALSE(minimal.user);
   EXPECT_FALSE(minimal.state);
+  EXPECT_EQ(minimal.after_id, 0u);
+  EXPECT_EQ(minimal.limit, kMaxJobsPage);
   through_the_wire(JobsRequest{});
+  EXPECT_EQ(through_the_wire(JobsRequest{false, {}, {}, 18446744073709551615u, 1}).after_id,
+            18446744073709551615u);
 }
 
 TEST(ProtocolRequestTest, ShowAndLogs) {
@@ -230,6 +247,10 @@ TEST(ProtocolRequestTest, ShowAndLogs) {
   EXPECT_EQ(through_the_wire(ShowRequest{12}).id, 12u);
   EXPECT_EQ(encode(Request(LogsRequest{13})), R"({"id":13,"op":"logs"})");
   EXPECT_EQ(through_the_wire(LogsRequest{13}).id, 13u);
+  EXPECT_FALSE(through_the_wire(LogsRequest{13}).open);
+  EXPECT_EQ(encode(Request(LogsRequest{13, LogStream::Stderr})), R"({"id":13,"op":"logs","open":"stderr"})");
+  EXPECT_EQ(through_the_wire(LogsRequest{13, LogStream::Stderr}).open, LogStream::Stderr);
+  EXPECT_EQ(through_the_wire(LogsRequest{13, LogStream::Stdout}).open, LogStream::Stdout);
 }
 
 TEST(ProtocolRequestTest, CancelHoldRelease) {
@@ -353,6 +374,13 @@ TEST(ProtocolRequestTest, EveryValidationErrorNamesTheField) {
       {R"({"op":"jobs","user":7})", "'user' must be a string"},
       {R"({"op":"jobs","state":"sleeping"})",
        "'state' must be queued, held, running, done, failed or cancelled"},
+      {R"({"op":"jobs","limit":0})", "'limit' must be a whole number from 1 to 1000"},
+      {R"({"op":"jobs","limit":1001})", "'limit' must be a whole number from 1 to 1000"},
+      {R"({"op":"jobs","limit":"10"})", "'limit' must be a whole number from 1 to 1000"},
+      {R"({"op":"jobs","after_id":-1})", "'after_id' must be a whole number of at least 0"},
+      {R"({"op":"jobs","after_id":1.5})", "'after_id' must be a whole number of at least 0"},
+      {R"({"op":"logs","id":3,"open":"stdin"})", "'open' must be stdout or stderr"},
+      {R"({"op":"logs","id":3,"open":true})", "'open' must be stdout or stderr"},
       {R"({"op":"show"})", "'id' is missing"},
       {R"({"op":"show","id":0})", "'id' must be a whole number of at least 1"},
       {R"({"op":"logs","id":-3})", "'id' must be a whole number of at least 1"},
@@ -443,6 +471,8 @@ TEST(ProtocolResponseTest, JobsWithFullAndMinimalJobs) {
   EXPECT_TRUE(carried_fields(parsed.jobs[1]) == carried_fields(minimal));
   EXPECT_EQ(through_the_wire(JobsResponse{}).jobs.size(), 0u);
   EXPECT_EQ(encode(Response(JobsResponse{})), R"({"jobs":[],"ok":true})");
+  EXPECT_FALSE(through_the_wire(JobsResponse{}).more);
+  EXPECT_FALSE(through_the_wire(JobsResponse{}).descriptors);
 
   auto sparse = parsed_response<JobsResponse>(
       R"({"ok":true,"jobs":[{"id":3,"state":"queued","command":["x"],"cwd":"/"}]})");
@@ -451,6 +481,28 @@ TEST(ProtocolResponseTest, JobsWithFullAndMinimalJobs) {
   EXPECT_EQ(sparse.jobs[0].spec.gpu_count, 1u);
   EXPECT_FALSE(sparse.jobs[0].start_time);
   EXPECT_EQ(sparse.jobs[0].owner.user, "");
+}
+
+TEST(ProtocolResponseTest, JobsPageAndLogDescriptor) {
+  JobsResponse page{{full_job()}, true, std::nullopt};
+  EXPECT_NE(encode(Response(page)).find(R"("more":true)"), std::string::npos);
+  EXPECT_TRUE(through_the_wire(page).more);
+  EXPECT_EQ(through_the_wire(page).jobs.size(), 1u);
+
+  EXPECT_EQ(encode(Response(JobsResponse{{}, false, 0})), R"({"descriptors":0,"jobs":[],"ok":true})");
+  EXPECT_EQ(through_the_wire(JobsResponse{{}, false, 0}).descriptors, 0u);
+  EXPECT_EQ(through_the_wire(JobsResponse{{full_job()}, false, 1}).descriptors, 1u);
+}
+
+TEST(ProtocolResponseTest, EncodedSizeIsWhatAJobAddsToAnAnswer) {
+  Job minimal;
+  minimal.id = 1;
+  minimal.spec.argv = {"true"};
+  minimal.spec.cwd = "/";
+  size_t empty = encode(Response(JobsResponse{})).size();
+  size_t two = encode(Response(JobsResponse{{full_job(), minimal}})).size();
+  // n jobs have n - 1 commas between them.
+  EXPECT_EQ(empty + encoded_size(full_job()) + encoded_size(minimal) - 1, two);
 }
 
 TEST(ProtocolResponseTest, ActionOutcomes) {
@@ -540,6 +592,8 @@ TEST(ProtocolResponseTest, EveryValidationErrorNamesTheField) {
       {R"({"ok":true,"status":{"queued":-1}})", "'queued' must be a whole number of at least 0"},
       {R"({"ok":true,"jobs":{}})", "'jobs' must be a list"},
       {R"({"ok":true,"jobs":[3]})", "'jobs[0]' must be an object"},
+      {R"({"ok":true,"jobs":[],"more":1})", "'more' must be true or false"},
+      {R"({"ok":true,"jobs":[],"descriptors":2})", "'descriptors' must be a whole number from 0 to 1"},
       {R"({"ok":true,"jobs":[{"id":1,"command":["x"],"cwd":"/"}]})", "'state' is missing"},
       {R"({"ok":true,"jobs":[{"id":1,"state":"done","command":["x"],"cwd":"/","submit_time":-1}]})",
        "'submit_time' must be a time in Unix seconds (a number of at least 0)"},

@@ -410,8 +410,14 @@ class Daemon:
         return self.request({"op": "submit", "job": job})["id"]
 
     def jobs(self, finished=False, state=None, user=None):
-        """The queue as `gpupool jobs --json` lists it (with finished jobs too: --all)."""
-        return self.request({"op": "jobs", "all": finished, "state": state, "user": user})["jobs"]
+        """The queue as `gpupool jobs --json` lists it (with finished jobs too: --all), page by page."""
+        jobs, after = [], 0
+        while True:
+            page = self.request({"op": "jobs", "all": finished, "state": state, "user": user, "after_id": after})
+            jobs += page["jobs"]
+            if not page.get("more") or not page["jobs"]:
+                return jobs
+            after = page["jobs"][-1]["id"]
 
     def all_jobs(self):
         return self.jobs(finished=True)

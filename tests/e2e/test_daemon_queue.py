@@ -8,13 +8,15 @@ import grp
 import json
 import os
 import pwd
+import signal
+import sqlite3
 import subprocess
 import sys
 import time
 import unittest
 
-from harness import (Daemon, LineReader, job_record_script, main, overlaps, read_records, until_exists,
-                     wait_until)
+from harness import (SOURCE_DIR, Daemon, LineReader, job_record_script, main, overlaps, read_records,
+                     until_exists, wait_until)
 
 PRINT_ENV = ("import json, os; print(json.dumps({k: v for k, v in os.environ.items() "
              "if k.startswith(('CUDA_', 'GPUPOOL_', 'E2E_'))}))")
@@ -119,6 +121,53 @@ class QueueTest(unittest.TestCase):
             self.assertNotEqual(bad_state.returncode, 0)
             self.assertTrue(one_line(bad_state), bad_state.stderr)
 
+    def test_jobs_all_pages_through_a_long_history(self):
+        """More finished jobs than one answer holds (a page is at most 1,000): copies of a real
+        finished row, written into the stopped daemon's database (as bench/daemon_bench.py does,
+        quicker than submitting them)."""
+        history = 2500
+        with Daemon() as d:
+            first = d.submit("--name", "paged", "--", "true")
+            d.finish(first)
+            d.stop()
+            db = sqlite3.connect(os.path.join(d.state_dir, "gpupool.db"))
+            db.row_factory = sqlite3.Row
+            row = dict(db.execute("SELECT * FROM jobs WHERE id = ?", (first,)).fetchone())
+            with db:
+                db.executemany(f"INSERT INTO jobs ({', '.join(row)}) VALUES ({', '.join('?' * len(row))})",
+                               [list(dict(row, id=first + i).values()) for i in range(1, history)])
+            db.close()
+            d.start()
+            expected = list(range(first, first + history))
+
+            table = d.gp("jobs", "--all", check=True).stdout.splitlines()
+            self.assertIn("ID", table[0])
+            self.assertEqual([int(line.split()[0]) for line in table[1:]], expected, "every job once, in order")
+            text = d.gp("jobs", "--all", "--json", check=True).stdout
+            listed = json.loads(text)
+            self.assertEqual(ids(listed), expected)
+            self.assertEqual({job["name"] for job in listed}, {"paged"})
+            self.assertTrue(text.startswith('[\n  {\n    "after": [],\n') and text.endswith("\n  }\n]\n"),
+                            "one array, as one answer printed it")
+            for args in (["--user", ME], ["--state", "done"]):
+                self.assertEqual(ids(d.gp_json("jobs", "--all", "--json", *args)), expected, args)
+            self.assertEqual(d.gp("jobs", "--json", check=True).stdout, "[]\n")
+            self.assertEqual(len(d.gp("jobs", check=True).stdout.splitlines()), 1, "the header alone")
+            # Through the protocol: pages of at most 1,000, `more` until the last.
+            page = d.request({"op": "jobs", "all": True})
+            self.assertEqual((len(page["jobs"]), page.get("more")), (1000, True))
+            page = d.request({"op": "jobs", "all": True, "after_id": first + 1999, "limit": 1000})
+            self.assertEqual((ids(page["jobs"]), page.get("more")), (expected[2000:], None))
+            # `wait` for more jobs than one answer holds.
+            self.assertEqual(d.gp("wait", ",".join(map(str, expected)), check=True).returncode, 0)
+
+    def test_status_names_a_fixture_given_as_a_path(self):
+        fixture = os.path.join(SOURCE_DIR, "fixtures", "h200-1.json")
+        with Daemon(sim=os.path.abspath(fixture)) as d:
+            self.assertEqual(d.status()["machine"], f"{os.uname().nodename} (simulated h200-1)")
+        with Daemon(sim="hgx-h200") as d:
+            self.assertEqual(d.status()["machine"], f"{os.uname().nodename} (simulated hgx-h200)")
+
     def test_exit_codes_decide_the_state_and_wait_reports_the_worst(self):
         with Daemon() as d:
             ok = d.submit("--", "true")
@@ -201,7 +250,6 @@ class QueueTest(unittest.TestCase):
             shown = jobs[stubborn]
             self.assertGreaterEqual(shown["end_time"] - shown["start_time"], 1.4, "limit + kill_grace_s")
 
-    @unittest.skip("known bug, open: over-quota submissions are stored and failed instead of refused; queued jobs show no reason")
     def test_configured_limits_and_quotas(self):
         config = 'default_time_limit = "1s"\nmax_time_limit = "1m"\n[scheduler]\nquota_gpus = 2\n'
         with Daemon(config=config) as d:
@@ -558,6 +606,113 @@ class QueueTest(unittest.TestCase):
             self.assertEqual(d.finish(job)[0]["state"], "cancelled")
             self.assertFalse(os.path.exists(d.path("ran")))
 
+
+    def test_what_the_quota_can_never_allow_is_refused_at_submit(self):
+        with Daemon(config="[scheduler]\nquota_gpus = 2\n") as d:
+            for command in (["submit", "-g", "3", "--", "true"], ["run", "-g", "3", "--", "true"],
+                            ["submit", "-g", "3", "--mem", "100G", "--", "true"]):  # 3 x 0.7 of an H200
+                proc = d.gp(*command)
+                self.assertNotEqual(proc.returncode, 0, command)
+                self.assertTrue(one_line(proc), proc.stderr)
+                self.assertIn("above the quota of 2.00 per user", proc.stderr)
+            self.assertEqual(d.all_jobs(), [], "a refused job was stored")
+            self.assertEqual(d.finish(d.submit("-g", "2", "--", "true"))[0]["state"], "done")
+
+    def test_submit_hold_stores_the_job_held(self):
+        with Daemon() as d:
+            held = d.submit("--hold", "--", "touch", d.path("held-ran"))
+            shown = d.show(held)
+            self.assertEqual((shown["state"], shown["reason"]), ("held", f"held by {ME}"))
+            job = {"command": ["touch", d.path("also-ran")], "cwd": d.work, "gpu_count": 1,
+                   "environment": [f"{k}={v}" for k, v in d.env.items()]}
+            also = d.request({"op": "submit", "hold": True, "job": job})["id"]
+            self.assertEqual(d.job_state(also), "held")
+            time.sleep(0.6)  # three sampling intervals on free GPUs
+            self.assertEqual([d.job_state(held), d.job_state(also)], ["held", "held"])
+            self.assertFalse(os.path.exists(d.path("held-ran")), "a job submitted with --hold ran")
+            with self.assertRaisesRegex(AssertionError, "'hold' must be true or false"):
+                d.request({"op": "submit", "hold": "yes", "job": job})
+            d.request({"op": "release", "ids": [held, also]})
+            self.assertEqual([j["state"] for j in d.finish(held, also)], ["done", "done"])
+            self.assertTrue(os.path.exists(d.path("held-ran")))
+
+    def test_run_keeps_to_its_gpus_through_the_queue(self):
+        with Daemon() as d:
+            uuids = d.gpu_uuids()
+            proc = d.gp("run", "-q", "--gpus", "5", "--", "sh", "-c", "echo $CUDA_VISIBLE_DEVICES")
+            self.assertEqual((proc.returncode, proc.stdout), (0, uuids[5] + "\n"), proc.stderr)
+            for _ in range(3):
+                proc = d.gp("run", "-q", "-g", "3", "--exclude", f"0,1,2,{uuids[4]}", "--",
+                            "sh", "-c", "echo $GPUPOOL_GPUS")
+                self.assertEqual(proc.returncode, 0, proc.stderr)
+                self.assertTrue({int(g) for g in proc.stdout.split(",")} <= {3, 5, 6, 7}, proc.stdout)
+            never = d.gp("run", "-g", "2", "--gpus", "1", "--", "true")
+            self.assertNotEqual(never.returncode, 0)
+            self.assertTrue(one_line(never), never.stderr)
+            self.assertIn("may use only 1 (GPU 1)", never.stderr)
+            self.assertEqual(len(d.all_jobs()), 4, "the refused run was stored")
+
+            # Kept to a busy GPU, a run waits for it although the others are free.
+            holder = d.background("run", "-q", "--gpus", "5", "--", "sh", "-c", until_exists(d.path("go")))
+            waiter = d.background("run", "--gpus", "5", "--", "sh", "-c", "echo $GPUPOOL_GPUS",
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            try:
+                wait_until(lambda: d.jobs(state="running"), what="the first run holding GPU 5")
+                queued = wait_until(lambda: d.jobs(state="queued"), what="the second run queued")[0]
+                self.assertIn("GPU 5", d.show(queued["id"])["reason"])
+                time.sleep(0.6)
+                self.assertIsNone(waiter.poll(), "the run kept to GPU 5 started elsewhere")
+                d.touch("go")
+                out, err = waiter.communicate(timeout=60)
+                holder.wait(timeout=60)
+            finally:
+                for proc in (holder, waiter):
+                    if proc.poll() is None:
+                        proc.kill()
+                        proc.communicate()
+            self.assertEqual((waiter.returncode, out), (0, "5\n"), err)
+            self.assertIn("GPU 5", err)
+            self.assertEqual(d.held_gpus(), [])
+
+    def test_a_run_cancelled_as_it_is_granted_ends_cleanly(self):
+        # Every other time the client is stopped while it waits, so that the grant and the cancel's
+        # SIGTERM both reach it before it can start its program; else it is a race.
+        before_start = 0
+        with Daemon() as d:
+            for attempt in range(6):
+                stopped = attempt % 2 == 0
+                go = d.path(f"go-{attempt}")
+                started = d.path(f"started-{attempt}")
+                blocker = d.enqueue(["sh", "-c", until_exists(go)], gpus=8)
+                d.wait_state(blocker, "running")
+                run = d.background("run", "-q", "--", "sh", "-c", f"touch {started}; exec sleep 60",
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                try:
+                    job = wait_until(lambda: d.jobs(state="queued"), what="the run's job queued")[0]["id"]
+                    if stopped:
+                        os.kill(run.pid, signal.SIGSTOP)
+                    d.touch(f"go-{attempt}")
+                    wait_until(lambda: d.job_state(job) == "running", interval=0.001, what="the run granted")
+                    d.request({"op": "cancel", "ids": [job]})
+                    if stopped:
+                        os.kill(run.pid, signal.SIGCONT)
+                    _, err = run.communicate(timeout=30)
+                finally:
+                    if run.poll() is None:
+                        run.kill()
+                        run.communicate()
+                if not stopped and run.returncode == 143 and err == "":
+                    pass  # the program had started: it got the SIGTERM, as any cancelled run's does
+                else:
+                    before_start += 1
+                    self.assertNotIn(run.returncode, (0, 143), err)
+                    self.assertEqual(err, f"gpupool: job {job} cancelled before it started\n")
+                    self.assertFalse(os.path.exists(started))
+                shown = d.finish(job)[0]
+                self.assertEqual((shown["state"], shown["reason"]), ("cancelled", f"cancelled by {ME}"))
+                d.finish(blocker)
+                wait_until(lambda: d.held_gpus() == [], what="every lease released")
+        self.assertGreaterEqual(before_start, 3)
 
 if __name__ == "__main__":
     main()

@@ -1,6 +1,7 @@
 """gpupoold killed with -9 and restarted: jobs run exactly once, running ones are adopted (their
 supervisors outlive the daemon), outcomes reached while it was down are recorded, no lease leaks
 and no GPU is given twice (docs/daemon.md, "Supervisors")."""
+import json
 import os
 import random
 import subprocess
@@ -27,6 +28,31 @@ def has_socket(pid):
         return any(os.readlink(f"/proc/{pid}/fd/{fd}").startswith("socket:") for fd in fds)
     except OSError:
         return False
+
+
+def request_as(d, uid, message):
+    """d.request(message) from a process of another uid (root only): a second user as the daemon
+    sees it, without an account."""
+    reader, writer = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            os.close(reader)
+            os.setgroups([])
+            os.setgid(uid)
+            os.setuid(uid)
+            os.write(writer, json.dumps(d.request(message)).encode())
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(writer)
+    with os.fdopen(reader) as f:
+        answer = f.read()
+    _, status = os.waitpid(pid, 0)
+    if status != 0:
+        raise AssertionError(f"the request as uid {uid} failed: {message}")
+    return json.loads(answer)
 
 
 class RestartTest(unittest.TestCase):
@@ -220,6 +246,23 @@ class RestartTest(unittest.TestCase):
             d.touch("go")
             self.assertEqual(d.finish(job)[0]["state"], "done")
 
+
+    @unittest.skipUnless(os.geteuid() == 0, "needs root to submit as a second user")
+    def test_fair_share_outlives_a_restart(self):
+        other = 54321  # a user who has not used the GPUs
+        with Daemon(mode=0o755) as d:
+            self.assertEqual(d.finish(d.enqueue(["sleep", "2"], gpus=8))[0]["state"], "done")
+            self.assertEqual(d.stop(), 0)
+            d.start()
+            # Both ask for the whole machine, held, this user first; released together, the one who
+            # has used less goes first, arrival notwithstanding.
+            job = {"command": ["true"], "cwd": "/", "gpu_count": 8, "environment": ["PATH=/usr/bin:/bin"]}
+            mine = d.request({"op": "submit", "hold": True, "job": job})["id"]
+            theirs = request_as(d, other, {"op": "submit", "hold": True, "job": job})["id"]
+            self.assertEqual(d.show(theirs)["uid"], other)
+            d.request({"op": "release", "ids": [mine, theirs]})
+            self.assertEqual([j["state"] for j in d.finish(mine, theirs)], ["done", "done"])
+            self.assertLess(d.show(theirs)["start_time"], d.show(mine)["start_time"])
 
 if __name__ == "__main__":
     main()

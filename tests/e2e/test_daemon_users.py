@@ -10,7 +10,7 @@ import stat
 import subprocess
 import unittest
 
-from harness import GPUPOOL, Daemon, as_user, main
+from harness import GPUPOOL, Daemon, LineReader, as_user, main
 
 CAN_ADD_USERS = os.geteuid() == 0 and all(shutil.which(tool) for tool in ("useradd", "userdel", "groupadd",
                                                                           "groupdel", "setpriv"))
@@ -110,6 +110,10 @@ class UsersTest(unittest.TestCase):
             self.assertTrue(one_line(logs), logs.stderr)
             self.assertIn(self.alice, logs.stderr)
             self.assertNotIn("private", logs.stdout)
+            follow = d.gp("logs", "-f", str(running), user=self.bob, cwd=bob_home, timeout=30)
+            self.assertNotEqual(follow.returncode, 0)
+            self.assertTrue(one_line(follow), follow.stderr)
+            self.assertNotIn("private", follow.stdout)
             log_file = d.show(running)["stdout"]
             peek = self.run_as(self.bob, "cat", log_file)
             self.assertNotEqual(peek.returncode, 0, "bob read alice's log file")
@@ -136,13 +140,22 @@ class UsersTest(unittest.TestCase):
             self.assertEqual(len(d.all_jobs()), before, "a refused submission stored a job")
             self.assertEqual(d.gp("cancel", str(running), str(held), user=self.alice, cwd=home).returncode, 0)
 
-    @unittest.skip("known bug, open: an admin-group member cannot read the logs of another user")
     def test_administrators_act_on_everyones_jobs(self):
         with self.daemon() as d:
             bob_home, carol_home = d.path(self.bob), d.path(self.carol)
-            job = d.submit(*sh("echo bob-output; sleep 60"), user=self.bob, cwd=bob_home,
+            job = d.submit(*sh("echo bob-output; echo bob-errors >&2; sleep 60"), user=self.bob, cwd=bob_home,
                            env={"E2E_SECRET": "b"})
             d.wait_state(job, "running")
+            # The log files are bob's alone (0600): carol reads them through the daemon.
+            peek = self.run_as(self.carol, "cat", d.show(job)["stdout"])
+            self.assertNotEqual(peek.returncode, 0, "carol could read bob's log file herself")
+            follow = d.background("logs", "-f", str(job), user=self.carol, cwd=carol_home,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            followed = LineReader(follow.stdout)
+            self.assertEqual(followed.readline(timeout=30), "bob-output\n")
+            self.assertIsNone(follow.poll(), "logs -f returned while the job runs")
+            errors = d.gp("logs", "--stderr", str(job), user=self.carol, cwd=carol_home)
+            self.assertEqual((errors.returncode, errors.stdout), (0, "bob-errors\n"), errors.stderr)
             as_carol = d.gp_json("show", "--json", str(job), user=self.carol, cwd=carol_home)
             self.assertIn("E2E_SECRET=b", as_carol["environment"])
             cancelled = d.gp("cancel", str(job), user=self.carol, cwd=carol_home)
@@ -150,6 +163,8 @@ class UsersTest(unittest.TestCase):
             shown = d.wait_state(job, "cancelled", "failed", "done")
             self.assertEqual(shown["state"], "cancelled")
             self.assertIn(self.carol, shown["reason"])
+            self.assertEqual(follow.wait(timeout=30), 0, follow.stderr.read())
+            self.assertEqual(followed.readline(timeout=5), "", "logs -f ends with the job")
             self.assertEqual(d.gp("drain", user=self.carol, cwd=carol_home).returncode, 0)
             self.assertEqual(d.gp("resume", user=self.carol, cwd=carol_home).returncode, 0)
             urgent = d.submit("--priority", "5", "--", "true", user=self.carol, cwd=carol_home)
