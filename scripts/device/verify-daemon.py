@@ -33,6 +33,8 @@ env = dict(os.environ, GPUPOOL_RUNTIME_DIR=os.path.join(root, "run"), GPUPOOL_ST
 for key in ("GPUPOOL_SIM", "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER"):
     env.pop(key, None)
 failures, report = [], {}
+# A staged build may need LD_LIBRARY_PATH for its own libraries; torch must not get them.
+PLAIN = ["env", "-u", "LD_LIBRARY_PATH"]
 
 
 def check(name, ok, detail=""):
@@ -72,7 +74,7 @@ SEES = ("import os, torch; n = torch.cuda.device_count(); u = 'GPU-' + str(torch
 daemon = start_daemon()
 try:
     # 1. a batch job with torch
-    jid = cli("submit", "--name", "torch-sees", "--", "python3", "-c", SEES).stdout.strip()
+    jid = cli("submit", "--name", "torch-sees", "--", *PLAIN, "python3", "-c", SEES).stdout.strip()
     cli("wait", jid, check_rc=False)
     j = job(jid)
     log = cli("logs", jid).stdout
@@ -100,7 +102,7 @@ try:
           f"(includes sh + date start-up, {shell_ms:.1f} ms alone)")
 
     # 3. a GPU busy with a process gpupool did not start
-    holder = subprocess.Popen(["python3", "-c", "import torch, time; x = torch.ones(512, 1024, 1024, device='cuda'); "
+    holder = subprocess.Popen([*PLAIN, "python3", "-c", "import torch, time; x = torch.ones(512, 1024, 1024, device='cuda'); "
                                "torch.cuda.synchronize(); print('holding', flush=True); time.sleep(6)"],
                               env={k: v for k, v in env.items() if not k.startswith("GPUPOOL_")},
                               stdout=subprocess.PIPE, text=True)
@@ -118,7 +120,7 @@ try:
           f"{started - freed:.2f} s after the outside process exited")
 
     # 4. gpupool run through the daemon
-    run = subprocess.run([gpupool, "run", "--", "python3", "-c", SEES], env=env, capture_output=True, text=True)
+    run = subprocess.run([gpupool, "run", "--", *PLAIN, "python3", "-c", SEES], env=env, capture_output=True, text=True)
     print(run.stdout + run.stderr)
     check("run through the daemon: torch sees its GPU", run.returncode == 0 and "torch sees 1 GPU(s)" in run.stdout)
     listed = json.loads(cli("jobs", "--all", "--json").stdout)
@@ -126,7 +128,7 @@ try:
           any(x.get("kind") == "interactive" and x["state"] == "done" for x in listed))
 
     # 5. kill -9 while a torch job runs; restart; adopted
-    long_job = cli("submit", "--", "python3", "-c",
+    long_job = cli("submit", "--", *PLAIN, "python3", "-c",
                    "import torch, time; x = torch.ones(256, 1024, 1024, device='cuda'); time.sleep(4); raise SystemExit(7)"
                    ).stdout.strip()
     time.sleep(2.0)

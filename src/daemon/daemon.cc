@@ -961,7 +961,7 @@ void Daemon::Impl::start(const JobStart& decision) {
     supervisor = std::move(*standby);
   }
   pid_t holder_pid = supervisor ? supervisor->pid() : job.pid ? *job.pid : getpid();
-  LeaseHolder holder{holder_pid, "", holder_name, static_cast<int64_t>(unix_now())};
+  LeaseHolder holder{holder_pid, job.owner.user, holder_name, static_cast<int64_t>(unix_now())};
   auto held = leases_.try_acquire(claims_for(machine_, decision.gpus, job.spec.slice_mib), holder);
   if (!held || !*held) {
     if (supervisor) standbys_.push_back(std::move(*supervisor));

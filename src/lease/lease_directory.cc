@@ -94,8 +94,9 @@ nlohmann::json record_json(const LeaseClaim& claim, const LeaseHolder& holder,
   return {{"uuid", claim.uuid},
           {"index", claim.index},
           {"pid", holder.pid},
-          // Who we are comes from our uid, never from $USER, which anyone can set.
-          {"user", user_name(getuid())},
+          // Who holds it comes from our uid, never from $USER, which anyone can set; only root
+          // may name another user (gpupoold, which knows its jobs' owners from their sockets).
+          {"user", getuid() == 0 && !holder.user.empty() ? holder.user : user_name(getuid())},
           {"job", holder.job},
           {"since", holder.since},
           {"slice_mib", claim.slice_mib ? nlohmann::json(*claim.slice_mib) : nullptr},

@@ -34,7 +34,7 @@ struct LeaseClaim {
 
 struct LeaseHolder {
   pid_t pid = 0;     // the process the lease is held for (the job)
-  std::string user;   // filled in by the lease layer from the caller's uid
+  std::string user;   // the caller's user, from its uid; root may name another (a job's owner)
   std::string job;   // job id or name
   int64_t since = 0;  // Unix seconds
 };

@@ -9,6 +9,8 @@
 
 #include <gtest/gtest.h>
 
+#include "os/host_files.h"
+
 namespace gpupool {
 namespace {
 
@@ -118,6 +120,15 @@ TEST_F(LeaseDirectoryTest, ListsHoldersAndSkipsStaleRecords) {
   a->release();
   s->release();
   EXPECT_TRUE(dir_->list()->empty());
+}
+
+TEST_F(LeaseDirectoryTest, OnlyRootNamesTheHoldersUser) {
+  // take() names "tester": root (gpupoold, for its jobs' owners) may; anyone else is who they are.
+  auto held = take("GPU-a", std::nullopt, "train");
+  ASSERT_TRUE(held);
+  auto records = dir_->list();
+  ASSERT_TRUE(records.ok() && records->size() == 1u);
+  EXPECT_EQ((*records)[0].holder.user, getuid() == 0 ? "tester" : user_name(getuid()));
 }
 
 TEST_F(LeaseDirectoryTest, RefusesADirectoryAnotherUserCouldEmpty) {

@@ -339,7 +339,6 @@ class QueueTest(unittest.TestCase):
             self.assertEqual((shown["state"], shown["attempts"], shown["exit_code"]), ("failed", 2, 1))
             self.assertEqual(read(d.path("unlucky")), "2\n")
 
-    @unittest.skip("known bug, open: a 1-GPU job submitted behind a running 8-GPU job sometimes runs before it can be held")
     def test_hold_and_release(self):
         with Daemon() as d:
             blocker = d.enqueue(["sh", "-c", until_exists(d.path("go"))], gpus=8)

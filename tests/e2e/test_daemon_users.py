@@ -95,6 +95,8 @@ class UsersTest(unittest.TestCase):
                                env={"E2E_SECRET": "alice-token"})
             held = d.submit("--", "true", user=self.alice, cwd=home)
             d.wait_state(running, "running")
+            self.assertEqual({lease["user"] for lease in d.leases()}, {self.alice},
+                             "the daemon's leases name the job's owner, not root")
             self.assertEqual(d.gp("hold", str(held), user=self.alice, cwd=home).returncode, 0)
             bob_home = d.path(self.bob)
             for action, job in (("cancel", running), ("hold", running), ("cancel", held), ("release", held)):

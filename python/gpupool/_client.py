@@ -1,0 +1,126 @@
+"""The queue requests: submit, jobs, show, cancel, hold, release, wait (docs/protocol.md)."""
+import os
+
+from ._connection import Connection, Error
+from ._units import memory_mib, seconds
+
+_JOBS_PAGE = 1000  # jobs per `jobs` request: the protocol's largest page
+_WAIT_BATCH = 500  # ids per `wait` request, as `gpupool wait` sends, so each answer fits a message
+_STATES = ("queued", "held", "running", "done", "failed", "cancelled")
+
+
+def _ids(ids):
+    checked = []
+    for job in ids:
+        if isinstance(job, bool) or not isinstance(job, int) or job < 1:
+            raise Error(f"invalid job id {job!r}: expected a number like 42")
+        checked.append(job)
+    if not checked:
+        raise Error("no job ids given")
+    return checked
+
+
+def _argv(command):
+    if isinstance(command, (str, bytes)) or not all(isinstance(word, str) for word in command):
+        raise Error("the command must be a list of strings (its argv); for a shell line use ['sh', '-c', LINE]")
+    return list(command)
+
+
+class Client:
+    """A connection to gpupoold. Every method sends one request (or a few, for paging) and
+    raises gpupool.Error with the daemon's line when it refuses."""
+
+    def __init__(self, socket_path=None):
+        self._connection = Connection(socket_path)
+
+    @property
+    def user(self):
+        """Who the daemon takes this process to be."""
+        return self._connection.user
+
+    def close(self):
+        self._connection.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+    def _request(self, message):
+        return self._connection.request(message)
+
+    def submit(self, command, gpus=1, mem=None, name=None, priority=0, after=(), retries=0, time_limit=None,
+               hold=False, env=None, cwd=None):
+        """Queues a batch job, as `gpupool submit` does; returns its id. By default the job gets
+        this process's environment, working directory and umask."""
+        environment = os.environ if env is None else env
+        mask = os.umask(0)
+        os.umask(mask)
+        job = {
+            "kind": "batch",
+            "command": _argv(command),
+            "cwd": os.path.abspath(cwd if cwd is not None else os.getcwd()),
+            "environment": [f"{key}={value}" for key, value in environment.items()],
+            "umask": mask,
+            "gpu_count": gpus,
+            "mem_mib": memory_mib(mem),
+            "name": name or "",
+            "priority": priority,
+            "after": _ids([after] if isinstance(after, int) else after) if after else [],
+            "retries": retries,
+            "time_limit_s": seconds(time_limit, "time limit"),
+        }
+        if job["time_limit_s"] == 0:
+            raise Error(f"invalid time limit '{time_limit}': must be more than 0")
+        return self._request({"op": "submit", "job": job, "hold": bool(hold)})["id"]
+
+    def jobs(self, all=False, user=None, state=None):  # noqa: A002 - the protocol's and the CLI's name
+        """The queue (queued, held and running jobs; with all=True finished ones too), oldest
+        first, every page of it. user and state filter; state overrides all."""
+        if state is not None and state not in _STATES:
+            raise Error(f"invalid state '{state}': use one of {', '.join(_STATES)}")
+        listed, after = [], 0
+        while True:
+            page = self._request({"op": "jobs", "all": bool(all), "user": user, "state": state,
+                                  "after_id": after, "limit": _JOBS_PAGE})
+            listed += page["jobs"]
+            if not page.get("more") or not page["jobs"]:
+                return listed
+            after = page["jobs"][-1]["id"]
+
+    def show(self, job):
+        """Everything about one job, as `gpupool show --json` prints it."""
+        jobs = self._request({"op": "show", "id": _ids([job])[0]})["jobs"]
+        if not jobs:
+            raise Error(f"no job {job}")
+        return jobs[0]
+
+    def _act(self, op, ids):
+        outcomes = self._request({"op": op, "ids": _ids(ids)})["outcomes"]
+        problems = [outcome["error"] for outcome in outcomes if outcome.get("error")]
+        if problems:
+            raise Error("; ".join(problems))
+        return outcomes
+
+    def cancel(self, *ids):
+        """Cancels jobs (running ones get SIGTERM, then SIGKILL); returns the outcomes. Every id is
+        acted on; if any could not be, Error names them all afterwards."""
+        return self._act("cancel", ids)
+
+    def hold(self, *ids):
+        """Keeps queued jobs from starting; returns the outcomes."""
+        return self._act("hold", ids)
+
+    def release(self, *ids):
+        """Lets held jobs start again; returns the outcomes."""
+        return self._act("release", ids)
+
+    def wait(self, *ids):
+        """Blocks until every job has ended; returns them (as show() does)."""
+        ids = _ids(ids)
+        ended = []
+        for first in range(0, len(ids), _WAIT_BATCH):
+            ended += self._request({"op": "wait", "ids": ids[first:first + _WAIT_BATCH]})["jobs"]
+        return ended

@@ -1,0 +1,196 @@
+"""gpupool.acquire(): GPUs leased for this Python process, as `gpupool run` leases them for a program."""
+import atexit
+import ctypes
+import os
+import socket
+import sys
+import time
+
+from ._connection import Connection, Error, check
+from ._units import memory_mib, seconds
+
+_CUDA_ERROR_NOT_INITIALIZED = 3
+_held = None  # this process's lease: one at a time, since CUDA reads the variables only once
+
+
+def _cuda_driver_initialised():
+    """The path of the CUDA driver library when it is loaded here and cuInit has run, else None.
+    cuDeviceGetCount answers CUDA_ERROR_NOT_INITIALIZED before cuInit and initialises nothing,
+    so asking cannot do the harm it looks for."""
+    try:
+        with open("/proc/self/maps") as maps:
+            paths = {line.split(None, 5)[5].strip() for line in maps if len(line.split(None, 5)) == 6}
+    except OSError:
+        return None
+    for path in sorted(p for p in paths if os.path.basename(p).startswith("libcuda.so")):
+        try:
+            driver = ctypes.CDLL(path, mode=os.RTLD_NOLOAD | os.RTLD_LAZY)
+            count = ctypes.c_int(0)
+            if driver.cuDeviceGetCount(ctypes.byref(count)) != _CUDA_ERROR_NOT_INITIALIZED:
+                return path
+        except (OSError, AttributeError):
+            continue
+    return None
+
+
+def _refuse_if_cuda_started():
+    torch = sys.modules.get("torch")
+    cuda = getattr(torch, "cuda", None)
+    is_initialized = getattr(cuda, "is_initialized", None)
+    if callable(is_initialized) and is_initialized():
+        raise Error("torch has already initialised CUDA in this process, which has read CUDA_VISIBLE_DEVICES: "
+                    "call gpupool.acquire() before the first use of torch.cuda")
+    driver = _cuda_driver_initialised()
+    if driver:
+        raise Error(f"the CUDA driver ({driver}) is already initialised in this process and has read "
+                    "CUDA_VISIBLE_DEVICES: call gpupool.acquire() before anything uses CUDA "
+                    "(torch.cuda.is_available() and device_count() count)")
+
+
+def _environment(job, gpus, uuids, mem_mib):
+    """What `gpupool run` sets for its program (gpu_environment in src/core/allocation.cc)."""
+    env = {
+        # Full UUIDs: they name the same card under any CUDA_DEVICE_ORDER and inside containers.
+        "CUDA_VISIBLE_DEVICES": ",".join(uuids),
+        "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+        "GPUPOOL_JOB": job,
+        "GPUPOOL_GPUS": ",".join(str(gpu) for gpu in gpus),
+        "GPUPOOL_GPU_UUIDS": ",".join(uuids),
+    }
+    if mem_mib is not None:
+        env["GPUPOOL_MEM_MIB"] = str(mem_mib)
+    return env
+
+
+class Lease:
+    """GPUs held by this process: `id` (the job's), `gpus` (nvidia-smi indices), `uuids`,
+    `mem_mib` (the slice per GPU, None for whole GPUs), `environment` (what was set).
+    The lock descriptors stay open until release(); so do the GPUs."""
+
+    def __init__(self, connection, granted, descriptors, job_name):
+        self.id = granted["id"]
+        self.gpus = list(granted["gpus"])
+        self.uuids = list(granted.get("uuids") or [])
+        self.mem_mib = granted.get("mem_mib")
+        self.environment = _environment(job_name or str(self.id), self.gpus, self.uuids, self.mem_mib)
+        self._connection = connection
+        self._descriptors = descriptors
+        self._pid = os.getpid()
+        self._saved = {key: os.environ.get(key) for key in self.environment}
+        os.environ.update(self.environment)
+
+    @property
+    def held(self):
+        return self._connection is not None
+
+    def release(self, exit_code=0):
+        """Gives the GPUs back and tells gpupoold how the work ended (exit_code 0 to 255, as a
+        program's), then restores the variables acquire() set. Doing it twice does nothing."""
+        global _held
+        if self._connection is None:
+            return
+        connection, self._connection = self._connection, None
+        for fd in self._descriptors:
+            os.close(fd)
+        self._descriptors = []
+        try:
+            # A forked child has copies of the socket and descriptors: only the process that
+            # acquired reports.
+            if os.getpid() == self._pid:
+                connection.send({"op": "finished", "exit_code": exit_code, "signal": None})
+                check(connection.receive_line()[0])
+        except Error:
+            pass  # the daemon may have gone away meanwhile; the work still ran, the locks are gone
+        finally:
+            connection.close()
+            if os.getpid() == self._pid:
+                for key, value in self._saved.items():
+                    if value is None:
+                        os.environ.pop(key, None)
+                    else:
+                        os.environ[key] = value
+                if _held is self:
+                    _held = None
+                atexit.unregister(self._at_exit)
+
+    def _at_exit(self):
+        # sys.last_value is set when an uncaught exception is ending the program; an exit code
+        # given to sys.exit() cannot be seen here (release(exit_code) says it).
+        self.release(1 if getattr(sys, "last_value", None) is not None else 0)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, value, traceback):
+        if kind is None:
+            code = 0
+        elif issubclass(kind, SystemExit):
+            code = value.code if isinstance(value.code, int) and 0 <= value.code <= 255 else (0 if value.code is None else 1)
+        else:
+            code = 1
+        self.release(code)
+        return False
+
+    def __repr__(self):
+        state = "held" if self.held else "released"
+        return f"<gpupool.Lease job {self.id} gpus {self.gpus} {state}>"
+
+
+def acquire(n=1, mem=None, timeout=None, name=None, on_wait=None, socket_path=None):
+    """Leases n GPUs (mem: a slice of each, e.g. "20G" or MiB) from gpupoold for this process,
+    waiting in the queue like `gpupool run` (timeout: give up after this many seconds; None waits
+    as long as it takes), then sets CUDA_VISIBLE_DEVICES and the GPUPOOL_* variables exactly as
+    `gpupool run` sets them for its program. on_wait(text) hears why the request waits."""
+    global _held
+    if _held is not None and _held.held and _held._pid == os.getpid():
+        raise Error(f"this process holds job {_held.id}'s GPUs already: release() that lease first")
+    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= 1024:
+        raise Error(f"invalid GPU count {n!r}: expected a whole number from 1 to 1024")
+    limit = seconds(timeout, "timeout")
+    _refuse_if_cuda_started()
+    command = list(getattr(sys, "orig_argv", None) or [sys.executable, *sys.argv])
+    try:
+        cwd = os.getcwd()
+    except OSError:
+        cwd = "/"
+    job = {"kind": "interactive", "command": command, "cwd": cwd, "gpu_count": n, "mem_mib": memory_mib(mem),
+           "name": name or ""}
+    connection = Connection(socket_path)
+    deadline = None if limit is None else time.monotonic() + limit
+    try:
+        connection.send({"op": "lease", "job": job})
+        answered = False
+        while True:
+            # The daemon answers a lease request at once (queued or granted): the time limit is
+            # for the wait in the queue after that, so timeout=0 means "only if free now".
+            if answered and deadline is not None:
+                connection.sock.settimeout(max(0.001, deadline - time.monotonic()))
+            try:
+                answer, fds = connection.receive_line()
+            except socket.timeout:
+                # Closing the connection takes the request out of the queue.
+                unit = "" if isinstance(timeout, str) else " s"
+                raise Error(f"gave up waiting after {timeout}{unit}") from None
+            answered = True
+            if answer is None:
+                raise Error("gpupoold closed the connection before granting the lease")
+            if answer.get("event") == "granted":
+                if len(fds) != answer.get("descriptors", 0):
+                    for fd in fds:
+                        os.close(fd)
+                    raise Error(f"gpupoold granted {answer.get('descriptors', 0)} leases but {len(fds)} arrived")
+                connection.sock.settimeout(None)
+                lease = Lease(connection, answer, fds, name)
+                _held = lease
+                atexit.register(lease._at_exit)
+                return lease
+            for fd in fds:
+                os.close(fd)
+            check(answer)
+            if answer.get("event") != "queued":
+                raise Error(f"gpupoold sent an unexpected answer: {answer}")
+            if on_wait is not None:
+                on_wait(f"job {answer['id']} queued: {answer.get('reason', '')}")
+    except BaseException:
+        connection.close()
+        raise
