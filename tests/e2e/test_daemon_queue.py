@@ -653,10 +653,12 @@ class QueueTest(unittest.TestCase):
 
             # Kept to a busy GPU, a run waits for it although the others are free.
             holder = d.background("run", "-q", "--gpus", "5", "--", "sh", "-c", until_exists(d.path("go")))
-            waiter = d.background("run", "--gpus", "5", "--", "sh", "-c", "echo $GPUPOOL_GPUS",
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            waiter = None
             try:
+                # The holder first: started together, the waiter could take GPU 5 before it.
                 wait_until(lambda: d.jobs(state="running"), what="the first run holding GPU 5")
+                waiter = d.background("run", "--gpus", "5", "--", "sh", "-c", "echo $GPUPOOL_GPUS",
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE)
                 queued = wait_until(lambda: d.jobs(state="queued"), what="the second run queued")[0]
                 self.assertIn("GPU 5", d.show(queued["id"])["reason"])
                 time.sleep(0.6)
@@ -666,7 +668,7 @@ class QueueTest(unittest.TestCase):
                 holder.wait(timeout=60)
             finally:
                 for proc in (holder, waiter):
-                    if proc.poll() is None:
+                    if proc is not None and proc.poll() is None:
                         proc.kill()
                         proc.communicate()
             self.assertEqual((waiter.returncode, out), (0, "5\n"), err)
