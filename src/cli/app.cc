@@ -1,6 +1,7 @@
 #include "cli/app.h"
 
 #include <exception>
+#include <memory>
 
 #include <fmt/format.h>
 
@@ -13,13 +14,13 @@ int report(const Error& error) {
   return kExitError;
 }
 
-int run(int argc, char** argv) {
-  CLI::App app{"gpupool: discover, lease and schedule the GPUs of a shared machine"};
+std::unique_ptr<CLI::App> make_app(int& exit_code) {
+  auto owned = std::make_unique<CLI::App>("gpupool: discover, lease and schedule the GPUs of a shared machine", "gpupool");
+  CLI::App& app = *owned;
   app.set_version_flag("--version", std::string("gpupool ") + GPUPOOL_VERSION);
   app.require_subcommand(1);
   app.footer(
       "Set GPUPOOL_SIM=NAME (e.g. hgx-h200) to use a simulated machine instead of the real GPUs.");
-  int exit_code = kExitOk;
   add_list_command(app, exit_code);
   add_topo_command(app, exit_code);
   add_resolve_command(app, exit_code);
@@ -33,6 +34,14 @@ int run(int argc, char** argv) {
   add_queue_commands(app, exit_code);
   add_report_command(app, exit_code);
   add_sim_command(app, exit_code);
+  add_completion_command(app, exit_code);
+  return owned;
+}
+
+int run(int argc, char** argv) {
+  int exit_code = kExitOk;
+  std::unique_ptr<CLI::App> owned = make_app(exit_code);
+  CLI::App& app = *owned;
   try {
     app.parse(argc, argv);
   } catch (const CLI::Success& e) {  // --help and --version

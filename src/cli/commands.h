@@ -3,6 +3,7 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <memory>
 
 #include "core/result.h"
 
@@ -21,6 +22,11 @@ void add_top_command(CLI::App& app, int& exit_code);
 void add_sim_command(CLI::App& app, int& exit_code);
 void add_queue_commands(CLI::App& app, int& exit_code);
 void add_report_command(CLI::App& app, int& exit_code);
+void add_completion_command(CLI::App& app, int& exit_code);
+
+// The whole command line, every command registered; callbacks store their exit code in
+// `exit_code`, which must outlive the App. Parsing runs a command; building runs nothing.
+std::unique_ptr<CLI::App> make_app(int& exit_code);
 
 // Prints "gpupool: MESSAGE" on stderr and returns the error exit code.
 int report(const Error& error);

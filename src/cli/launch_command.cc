@@ -157,9 +157,11 @@ void add_launch_command(CLI::App& app, int& exit_code) {
   cmd->add_flag("--bind-numa", options->bind_numa,
                 "Run each process on the CPUs and memory of its GPU's NUMA node");
   cmd->add_option("--grace", options->grace,
-                  "When stopping, wait this long after SIGTERM before SIGKILL (default 10s)");
+                  "When stopping, wait this long after SIGTERM before SIGKILL (default 10s)")
+      ->type_name("DURATION");
   cmd->add_option("command", options->command, "The command and its arguments (after --)")
-      ->required();
+      ->required()
+      ->type_name("COMMAND");
   cmd->footer(
       "Process R of N*K (K = --per-gpu) sees only GPU R/K of the lease (CUDA_VISIBLE_DEVICES is\n"
       "its UUID) and RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT... as torchrun sets\n"

@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <chrono>
 #include <climits>
+#include <cmath>
 #include <cstring>
 #include <memory>
 
@@ -16,6 +17,7 @@
 
 #include <fmt/format.h>
 
+#include "core/duration.h"
 #include "core/gpu_selection.h"
 #include "core/text.h"
 
@@ -24,36 +26,22 @@ namespace gpupool::cli {
 void add_lease_options(CLI::App& cmd, LeaseRequestOptions& options) {
   cmd.add_option("-g,--gpu-count", options.count, "How many GPUs (default 1)")->check(CLI::Range(1u, 1024u));
   cmd.add_option("--mem", options.memory,
-                 "Share the GPUs: take this much of each one's memory (e.g. 20G) instead of whole GPUs");
-  cmd.add_option("--gpus", options.gpus, "Only these GPUs (indices or UUIDs, comma-separated)");
-  cmd.add_option("--exclude", options.exclude, "Never these GPUs (indices or UUIDs, comma-separated)");
+                 "Share the GPUs: take this much of each one's memory (e.g. 20G) instead of whole GPUs")
+      ->type_name("SIZE");
+  cmd.add_option("--gpus", options.gpus, "Only these GPUs (indices or UUIDs, comma-separated)")->type_name("GPUS");
+  cmd.add_option("--exclude", options.exclude, "Never these GPUs (indices or UUIDs, comma-separated)")
+      ->type_name("GPUS");
   cmd.add_option("--wait", options.wait,
                  "Give up after this long (e.g. 30s, 10m, 0 = do not wait); default: wait until the GPUs are free")
-      ->expected(0, 1);
+      ->expected(0, 1)
+      ->type_name("DURATION");
   cmd.add_option("--name", options.name, "The job's name, shown in `gpupool leases` (default: run-PID)");
   cmd.add_flag("-q,--quiet", options.quiet, "Do not report waiting and the GPUs taken on stderr");
 }
 
 Result<std::chrono::milliseconds> parse_duration(const std::string& text) {
-  char* end = nullptr;
-  double value = std::strtod(text.c_str(), &end);
-  if (end == text.c_str() || value < 0) return fail("invalid duration '{}': expected e.g. 30s, 10m or 2h", text);
-  std::string unit(end);
-  double seconds = value;
-  if (unit == "m" || unit == "min") {
-    seconds *= 60;
-  } else if (unit == "h") {
-    seconds *= 3600;
-  } else if (unit == "d") {
-    seconds *= 86400;
-  } else if (unit == "w") {
-    seconds *= 7 * 86400;
-  } else if (unit == "ms") {
-    seconds /= 1000;
-  } else if (!unit.empty() && unit != "s") {
-    return fail("invalid duration '{}': unknown unit '{}' (use ms, s, m, h, d or w)", text, unit);
-  }
-  return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
+  TRY_ASSIGN(double seconds, parse_duration_s(text));
+  return std::chrono::milliseconds(std::llround(seconds * 1000));
 }
 
 namespace {

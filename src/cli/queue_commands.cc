@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <climits>
 #include <cmath>
@@ -20,7 +21,6 @@
 #include "cli/lease_options.h"
 #include "core/allocation.h"
 #include "core/job_text.h"
-#include "core/text.h"
 
 extern char** environ;
 
@@ -28,19 +28,6 @@ namespace gpupool::cli {
 namespace {
 
 namespace proto = protocol;
-
-Result<std::vector<JobNumber>> parse_ids(const std::vector<std::string>& texts) {
-  std::vector<JobNumber> ids;
-  for (const std::string& text : texts) {
-    for (const std::string& piece : split(text, ',')) {
-      if (!all_digits(piece) || piece.size() > 18 || std::stoull(piece) == 0) {
-        return fail("invalid job id '{}': expected a number like 42", piece);
-      }
-      ids.push_back(std::stoull(piece));
-    }
-  }
-  return ids;
-}
 
 std::string clock_time(std::optional<double> unix_seconds) {
   if (!unix_seconds) return "-";
@@ -158,7 +145,7 @@ Result<int> submit(const SubmitOptions& options) {
   }
   spec.priority = options.priority;
   if (!options.after.empty()) {
-    TRY_ASSIGN(spec.after, parse_ids({options.after}));
+    TRY_ASSIGN(spec.after, parse_job_ids(std::array{options.after}));
   }
   spec.retries = options.retries;
   if (!options.time_limit.empty()) {
@@ -214,7 +201,7 @@ Result<int> list_jobs(const JobsOptions& options) {
 }
 
 Result<int> show_job(const std::string& id_text, bool json) {
-  TRY_ASSIGN(std::vector<JobNumber> ids, parse_ids({id_text}));
+  TRY_ASSIGN(std::vector<JobNumber> ids, parse_job_ids(std::array{id_text}));
   TRY_ASSIGN(DaemonClient client, DaemonClient::connect(runtime_directory()));
   TRY_ASSIGN(std::vector<Job> jobs, jobs_answer(client, proto::ShowRequest{ids.at(0)}));
   if (jobs.empty()) return fail("no job {}", ids.at(0));
@@ -229,7 +216,7 @@ Result<int> show_job(const std::string& id_text, bool json) {
 // --- cancel / hold / release ---
 
 Result<int> act_on_jobs(proto::JobAction action, const std::vector<std::string>& id_texts) {
-  TRY_ASSIGN(std::vector<JobNumber> ids, parse_ids(id_texts));
+  TRY_ASSIGN(std::vector<JobNumber> ids, parse_job_ids(id_texts));
   TRY_ASSIGN(DaemonClient client, DaemonClient::connect(runtime_directory()));
   TRY_ASSIGN(proto::Response response, client.request(proto::JobActionRequest{action, ids}));
   TRY_ASSIGN(proto::JobActionResponse outcomes, expect<proto::JobActionResponse>(std::move(response)));
@@ -261,7 +248,7 @@ int wait_exit_code(const std::vector<Job>& jobs) {
 constexpr size_t kWaitBatch = proto::kMaxJobsPage / 2;
 
 Result<int> wait_for_jobs(const std::vector<std::string>& id_texts, bool quiet) {
-  TRY_ASSIGN(std::vector<JobNumber> ids, parse_ids(id_texts));
+  TRY_ASSIGN(std::vector<JobNumber> ids, parse_job_ids(id_texts));
   TRY_ASSIGN(DaemonClient client, DaemonClient::connect(runtime_directory()));
   std::vector<Job> jobs;
   for (size_t first = 0; first < ids.size(); first += kWaitBatch) {
@@ -348,7 +335,7 @@ Result<OpenedLog> open_once_created(DaemonClient& client, JobNumber id, proto::L
 }
 
 Result<int> show_logs(const std::string& id_text, bool follow, bool errors) {
-  TRY_ASSIGN(std::vector<JobNumber> ids, parse_ids({id_text}));
+  TRY_ASSIGN(std::vector<JobNumber> ids, parse_job_ids(std::array{id_text}));
   TRY_ASSIGN(DaemonClient client, DaemonClient::connect(runtime_directory()));
   proto::LogStream stream = errors ? proto::LogStream::Stderr : proto::LogStream::Stdout;
   TRY_ASSIGN(OpenedLog log, request_log(client, ids.at(0), stream));
@@ -379,15 +366,20 @@ void add_queue_commands(CLI::App& app, int& exit_code) {
     auto* cmd = app.add_subcommand("submit", "Queue a batch job with gpupoold; prints its id");
     auto options = std::make_shared<SubmitOptions>();
     cmd->add_option("-g,--gpu-count", options->count, "How many GPUs (default 1)")->check(CLI::Range(1u, 1024u));
-    cmd->add_option("--mem", options->memory, "Share the GPUs: this much of each one's memory (e.g. 20G)");
+    cmd->add_option("--mem", options->memory, "Share the GPUs: this much of each one's memory (e.g. 20G)")
+        ->type_name("SIZE");
     cmd->add_option("--name", options->name, "The job's name (default: the command's)");
     cmd->add_option("--priority", options->priority, "Higher runs first; above 0 needs an administrator");
     // One string (not a list option), so `--after 3 -- cmd` cannot swallow the command.
-    cmd->add_option("--after", options->after, "Start only after these jobs are done (ids, comma-separated)");
+    cmd->add_option("--after", options->after, "Start only after these jobs are done (ids, comma-separated)")
+        ->type_name("JOB_ID");
     cmd->add_option("--retries", options->retries, "Run again after a failure, up to this many times");
-    cmd->add_option("--time", options->time_limit, "Time limit (e.g. 30m, 2h): SIGTERM, then SIGKILL");
+    cmd->add_option("--time", options->time_limit, "Time limit (e.g. 30m, 2h): SIGTERM, then SIGKILL")
+        ->type_name("DURATION");
     cmd->add_flag("--hold", options->hold, "Queue it held: it starts only after `gpupool release`");
-    cmd->add_option("command", options->command, "The command and its arguments (after --)")->required();
+    cmd->add_option("command", options->command, "The command and its arguments (after --)")
+        ->required()
+        ->type_name("COMMAND");
     cmd->footer("The job runs as you, in this directory, with this environment and umask; its output goes to log\n"
                 "files (`gpupool logs ID`). It sees exactly its GPUs through CUDA_VISIBLE_DEVICES.");
     cmd->callback([&exit_code, options] { run_command(exit_code, [&] { return submit(*options); }); });
@@ -405,7 +397,7 @@ void add_queue_commands(CLI::App& app, int& exit_code) {
     auto* cmd = app.add_subcommand("show", "Everything about one job");
     auto id = std::make_shared<std::string>();
     auto json = std::make_shared<bool>(false);
-    cmd->add_option("id", *id, "Job id")->required();
+    cmd->add_option("id", *id, "Job id")->required()->type_name("JOB_ID");
     cmd->add_flag("--json", *json, "Print JSON");
     cmd->callback([&exit_code, id, json] { run_command(exit_code, [&] { return show_job(*id, *json); }); });
   }
@@ -419,7 +411,7 @@ void add_queue_commands(CLI::App& app, int& exit_code) {
                                Action{"release", "Let held jobs start again", proto::JobAction::Release}}) {
     auto* cmd = app.add_subcommand(action.name, action.help);
     auto ids = std::make_shared<std::vector<std::string>>();
-    cmd->add_option("ids", *ids, "Job ids")->required();
+    cmd->add_option("ids", *ids, "Job ids")->required()->type_name("JOB_ID");
     proto::JobAction which = action.action;
     cmd->callback([&exit_code, ids, which] { run_command(exit_code, [&] { return act_on_jobs(which, *ids); }); });
   }
@@ -427,7 +419,7 @@ void add_queue_commands(CLI::App& app, int& exit_code) {
     auto* cmd = app.add_subcommand("wait", "Wait until jobs finish; the exit code is the worst of theirs");
     auto ids = std::make_shared<std::vector<std::string>>();
     auto quiet = std::make_shared<bool>(false);
-    cmd->add_option("ids", *ids, "Job ids")->required();
+    cmd->add_option("ids", *ids, "Job ids")->required()->type_name("JOB_ID");
     cmd->add_flag("-q,--quiet", *quiet, "Do not print how each job ended");
     cmd->callback([&exit_code, ids, quiet] { run_command(exit_code, [&] { return wait_for_jobs(*ids, *quiet); }); });
   }
@@ -436,7 +428,7 @@ void add_queue_commands(CLI::App& app, int& exit_code) {
     auto id = std::make_shared<std::string>();
     auto follow = std::make_shared<bool>(false);
     auto errors = std::make_shared<bool>(false);
-    cmd->add_option("id", *id, "Job id")->required();
+    cmd->add_option("id", *id, "Job id")->required()->type_name("JOB_ID");
     cmd->add_flag("-f,--follow", *follow, "Keep printing until the job finishes");
     cmd->add_flag("-e,--stderr", *errors, "Its standard error instead of its standard output");
     cmd->callback([&exit_code, id, follow, errors] {

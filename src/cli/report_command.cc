@@ -100,7 +100,8 @@ void add_report_command(CLI::App& app, int& exit_code) {
   auto* cmd = app.add_subcommand("report", "GPU-hours and mean utilisation per user and per job (from gpupoold)");
   auto options = std::make_shared<ReportOptions>();
   cmd->add_option("--since", options->since,
-                  "Only jobs that held GPUs since then: a duration back from now (7d, 12h) or a date (2026-12-01)");
+                  "Only jobs that held GPUs since then: a duration back from now (7d, 12h) or a date (2026-12-01)")
+      ->type_name("WHEN");
   cmd->add_flag("--json", options->json, "Print JSON");
   cmd->footer("A job counts whole when any of its time falls after --since. A slice of a GPU counts its\n"
               "share of the GPU's memory. Running jobs flagged idle (idle_flag_after) are marked IDLE.");

@@ -39,7 +39,9 @@ void add_run_command(CLI::App& app, int& exit_code) {
   auto* cmd = app.add_subcommand("run", "Lease GPUs, run a command on them, release them when it exits");
   auto options = std::make_shared<RunOptions>();
   add_lease_options(*cmd, options->lease);
-  cmd->add_option("command", options->command, "The command and its arguments (after --)")->required();
+  cmd->add_option("command", options->command, "The command and its arguments (after --)")
+      ->required()
+      ->type_name("COMMAND");
   cmd->footer(
       "The command sees exactly its GPUs: CUDA_VISIBLE_DEVICES lists their UUIDs in placement order and\n"
       "CUDA_DEVICE_ORDER=PCI_BUS_ID; GPUPOOL_JOB, GPUPOOL_GPUS (nvidia-smi indices) and GPUPOOL_GPU_UUIDS\n"

@@ -161,13 +161,15 @@ void add_sim_command(CLI::App& app, int& exit_code) {
       ->add_option(
           "--trace", replay_options->trace,
           "Trace CSV: id,submit_s,duration_s,gpus[,gpu_mem_mib,user,priority,time_limit_s]")
-      ->required();
+      ->required()
+      ->type_name("FILE");
   replay->add_option("--policy", replay_options->policy, "fifo, backfill or gpupool (default)")
       ->check(CLI::IsMember({"fifo", "backfill", "gpupool"}));
   replay->add_option("--quota", replay_options->quota,
                      "GPUs one user may hold at once (a memory slice counts as its fraction)");
   replay->add_option("--schedule-out", replay_options->schedule_out,
-                     "Write id,start_s,end_s,gpus (indices joined by ';') to this CSV file");
+                     "Write id,start_s,end_s,gpus (indices joined by ';') to this CSV file")
+      ->type_name("FILE");
   replay->add_flag(
       "--json", replay_options->json,
       "Print jobs, makespan_s, lower_bound_s, utilization, mean/p95/max_wait_s, users");

@@ -195,7 +195,8 @@ void add_top_command(CLI::App& app, int& exit_code) {
   auto options = std::make_shared<TopOptions>();
   cmd->add_option("-n,--interval", options->interval_s, "Seconds between samples (default 1)");
   cmd->add_option("--idle-after", options->idle_after,
-                  "Flag a held GPU at about 0 % utilisation for this long (default 10m; s, m, h)");
+                  "Flag a held GPU at about 0 % utilisation for this long (default 10m; s, m, h)")
+      ->type_name("DURATION");
   cmd->add_flag("--once", options->once, "Print one frame as text (COLUMNS x LINES, default 80x24) and exit");
   cmd->callback([&exit_code, options] { run_command(exit_code, [&] { return run_top(*options); }); });
 }

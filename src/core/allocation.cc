@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "core/placement.h"
+#include "core/quote.h"
 
 namespace gpupool {
 namespace {
@@ -106,7 +107,7 @@ Result<uint64_t> parse_memory_mib(const std::string& text) {
   char* end = nullptr;
   double value = std::strtod(text.c_str(), &end);
   if (end == text.c_str() || !std::isfinite(value) || value <= 0) {
-    return fail("invalid memory size '{}': expected e.g. 20G, 512M or a number of MiB", text);
+    return fail("invalid memory size {}: expected e.g. 20G, 512M or a number of MiB", quote(text));
   }
   for (const char* p = end; *p != '\0'; ++p) unit += static_cast<char>(std::toupper(static_cast<unsigned char>(*p)));
   double mib = 0;
@@ -117,9 +118,9 @@ Result<uint64_t> parse_memory_mib(const std::string& text) {
   } else if (unit == "T" || unit == "TB" || unit == "TIB") {
     mib = value * 1024 * 1024;
   } else {
-    return fail("invalid memory size '{}': unknown unit '{}' (use M, G or T)", text, unit);
+    return fail("invalid memory size {}: unknown unit {} (use M, G or T)", quote(text), quote(unit));
   }
-  if (mib < 1 || mib > 1e12) return fail("invalid memory size '{}': out of range", text);
+  if (mib < 1 || mib > 1e12) return fail("invalid memory size {}: out of range", quote(text));
   return static_cast<uint64_t>(std::ceil(mib));
 }
 

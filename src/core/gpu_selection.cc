@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "core/quote.h"
 #include "core/text.h"
 
 namespace gpupool {
@@ -33,15 +34,15 @@ Result<unsigned> find_gpu(std::span<const Gpu> gpus, std::string_view name) {
   }
   std::string wanted = lowercase(name);
   if (wanted.rfind("gpu-", 0) != 0 || wanted.size() == 4) {
-    return fail("'{}' is neither a GPU index nor a GPU UUID (GPU-...)", name);
+    return fail("{} is neither a GPU index nor a GPU UUID (GPU-...)", quote(name));
   }
   std::vector<unsigned> matches;
   for (const Gpu& gpu : gpus) {
     if (lowercase(gpu.uuid).rfind(wanted, 0) == 0) matches.push_back(gpu.index);
   }
-  if (matches.empty()) return fail("no GPU here has a UUID starting with '{}'", name);
+  if (matches.empty()) return fail("no GPU here has a UUID starting with {}", quote(name));
   if (matches.size() > 1) {
-    return fail("'{}' fits the UUIDs of GPUs {}: give more of the UUID", name, fmt::join(matches, ", "));
+    return fail("{} fits the UUIDs of GPUs {}: give more of the UUID", quote(name), fmt::join(matches, ", "));
   }
   return matches.front();
 }
@@ -52,7 +53,7 @@ Result<std::vector<unsigned>> find_gpus(std::span<const Gpu> gpus, std::span<con
   for (const std::string& name : names) {
     TRY_ASSIGN(unsigned index, find_gpu(gpus, name));
     if (auto [it, fresh] = named_by.emplace(index, name); !fresh) {
-      return fail("GPU {} is named twice ('{}' and '{}')", index, it->second, name);
+      return fail("GPU {} is named twice ({} and {})", index, quote(it->second), quote(name));
     }
     out.push_back(index);
   }

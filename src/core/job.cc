@@ -3,6 +3,9 @@
 #include <array>
 #include <utility>
 
+#include "core/quote.h"
+#include "core/text.h"
+
 namespace gpupool {
 namespace {
 
@@ -28,7 +31,7 @@ Result<JobState> parse_job_state(std::string_view text) {
   for (const auto& [value, name] : kStateNames) {
     if (text == name) return value;
   }
-  return fail("unknown job state '{}' (queued, held, running, done, failed or cancelled)", text);
+  return fail("unknown job state {} (queued, held, running, done, failed or cancelled)", quote(text));
 }
 
 bool is_finished(JobState state) {
@@ -40,7 +43,21 @@ const char* to_string(JobKind kind) { return kind == JobKind::Batch ? "batch" : 
 Result<JobKind> parse_job_kind(std::string_view text) {
   if (text == "batch") return JobKind::Batch;
   if (text == "interactive") return JobKind::Interactive;
-  return fail("unknown job kind '{}' (batch or interactive)", text);
+  return fail("unknown job kind {} (batch or interactive)", quote(text));
+}
+
+Result<std::vector<JobNumber>> parse_job_ids(std::span<const std::string> texts) {
+  std::vector<JobNumber> ids;
+  for (const std::string& text : texts) {
+    for (const std::string& piece : split(text, ',')) {
+      // 18 digits always fit in a JobNumber.
+      if (!all_digits(piece) || piece.size() > 18 || std::stoull(piece) == 0) {
+        return fail("invalid job id {}: expected a number like 42", quote(piece));
+      }
+      ids.push_back(std::stoull(piece));
+    }
+  }
+  return ids;
 }
 
 std::string display_name(const Job& job) {

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -35,6 +36,9 @@ enum class JobKind {
 };
 const char* to_string(JobKind kind);
 Result<JobKind> parse_job_kind(std::string_view text);
+
+// Job ids as users type them: "42", "7,8,9", one or several arguments.
+Result<std::vector<JobNumber>> parse_job_ids(std::span<const std::string> texts);
 
 // What a submission asks for. The client fills it in; the daemon checks it.
 struct JobSpec {

@@ -13,6 +13,7 @@
 #include <fmt/format.h>
 #include <toml++/toml.h>
 
+#include "core/duration.h"
 #include "core/quote.h"
 
 namespace gpupool {
@@ -40,33 +41,23 @@ Result<double> hours_in_seconds(const toml::node& node, std::string_view key) {
   return hours * 3600;
 }
 
+Result<size_t> count_of(const toml::node& node, std::string_view key) {
+  std::optional<int64_t> count = node.is_integer() ? node.value<int64_t>() : std::nullopt;
+  if (!count || *count < 1) return fail("{} must be a whole number of at least 1", quote(key));
+  return static_cast<size_t>(*count);
+}
+
 Result<std::string> text_of(const toml::node& node, std::string_view key) {
   if (!node.is_string()) return fail("{} must be a string", quote(key));
   return *node.value<std::string>();
-}
-
-// "90s", "30m", "2h", "1.5d", or a bare number: seconds, more than zero.
-std::optional<double> parse_duration_s(std::string_view text) {
-  double value = 0;
-  const char* end = text.data() + text.size();
-  auto [unit_start, error] = std::from_chars(text.data(), end, value);
-  if (error != std::errc()) return std::nullopt;
-  constexpr std::pair<std::string_view, double> kUnits[] = {
-      {"", 1}, {"s", 1}, {"m", 60}, {"h", 3600}, {"d", 86400}};
-  for (const auto& [unit, seconds] : kUnits) {
-    if (std::string_view(unit_start, end) != unit) continue;
-    double total = value * seconds;
-    if (!std::isfinite(total) || total <= 0) return std::nullopt;
-    return total;
-  }
-  return std::nullopt;
 }
 
 Result<double> duration_of(const toml::node& node, std::string_view key) {
   if (node.is_number()) {
     if (auto seconds = positive_number(node, key)) return *seconds;
   } else if (node.is_string()) {
-    if (auto seconds = parse_duration_s(*node.value<std::string_view>())) return *seconds;
+    auto seconds = parse_duration_s(*node.value<std::string_view>());
+    if (seconds && *seconds > 0) return *seconds;
   }
   return fail("{} must be a duration such as \"30m\", \"2h\" or \"1d\", or a number of seconds", quote(key));
 }
@@ -111,6 +102,17 @@ const Key kDaemonKeys[] = {
     {"max_time_limit",
      [](const toml::node& node, std::string_view key, DaemonConfig& config) -> Result<void> {
        TRY_ASSIGN(config.max_time_limit_s, duration_of(node, key));
+       return {};
+     }},
+    {"device_isolation",
+     [](const toml::node& node, std::string_view key, DaemonConfig& config) -> Result<void> {
+       auto text = node.value<std::string_view>();
+       if (!node.is_string() || (*text != "auto" && *text != "on" && *text != "off")) {
+         return fail("{} must be \"auto\", \"on\" or \"off\"", quote(key));
+       }
+       config.device_isolation = *text == "on"    ? DeviceIsolationMode::On
+                                 : *text == "off" ? DeviceIsolationMode::Off
+                                                  : DeviceIsolationMode::Auto;
        return {};
      }},
 };
@@ -165,9 +167,12 @@ const Key kSchedulerKeys[] = {
      }},
     {"backfill_depth",
      [](const toml::node& node, std::string_view key, DaemonConfig& config) -> Result<void> {
-       std::optional<int64_t> depth = node.is_integer() ? node.value<int64_t>() : std::nullopt;
-       if (!depth || *depth < 1) return fail("{} must be a whole number of at least 1", quote(key));
-       config.scheduler.backfill_depth = static_cast<size_t>(*depth);
+       TRY_ASSIGN(config.scheduler.backfill_depth, count_of(node, key));
+       return {};
+     }},
+    {"max_queued_jobs_per_user",
+     [](const toml::node& node, std::string_view key, DaemonConfig& config) -> Result<void> {
+       TRY_ASSIGN(config.max_queued_jobs_per_user, count_of(node, key));
        return {};
      }},
 };

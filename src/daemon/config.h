@@ -21,6 +21,13 @@ inline constexpr const char* kDefaultHttpAddress = "127.0.0.1:9400";
 // malformed.
 std::optional<std::pair<std::string, int>> split_http_address(std::string_view address);
 
+// [daemon] device_isolation (docs/daemon.md, "Device isolation").
+enum class DeviceIsolationMode {
+  Auto,  // isolate where the kernel allows it; otherwise say why once and run without
+  On,    // refuse to start without it
+  Off,
+};
+
 struct DaemonConfig {
   // [daemon]
   std::optional<std::string> admin_group;  // members may act on anyone's job, drain, resume
@@ -28,9 +35,13 @@ struct DaemonConfig {
   double kill_grace_s = 10.0;              // between SIGTERM and SIGKILL (cancel, time limit)
   std::optional<double> default_time_limit_s;  // for jobs submitted without --time
   std::optional<double> max_time_limit_s;      // submissions asking for more are refused
+  DeviceIsolationMode device_isolation = DeviceIsolationMode::Auto;
   // [scheduler]: policy, fair_share_half_life_h, default_runtime_h, backfill_depth, quota_gpus;
   // [quotas]: user = GPUs, into scheduler.user_quota_gpus
   SchedulerConfig scheduler;
+  // [scheduler] max_queued_jobs_per_user: the daemon refuses a submission beyond it (queued and
+  // held jobs count, running ones do not), so one user's runaway loop cannot bloat the queue.
+  size_t max_queued_jobs_per_user = 10'000;
   // [monitor] (docs/monitoring.md)
   std::optional<std::string> http = std::string(kDefaultHttpAddress);  // HOST:PORT; nullopt: no HTTP
   double history_s = 3600;          // how far back the samples go (charts, /api/history)

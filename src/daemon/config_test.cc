@@ -39,12 +39,14 @@ TEST(ConfigTest, NothingGivenMeansTheDefaults) {
     EXPECT_EQ(config.kill_grace_s, 10.0);
     EXPECT_FALSE(config.default_time_limit_s);
     EXPECT_FALSE(config.max_time_limit_s);
+    EXPECT_EQ(config.device_isolation, DeviceIsolationMode::Auto);
     EXPECT_EQ(config.scheduler.policy, Policy::Gpupool);
     EXPECT_FALSE(config.scheduler.quota_gpus);
     EXPECT_TRUE(config.scheduler.user_quota_gpus.empty());
     EXPECT_EQ(config.scheduler.fair_share_half_life_s, 24 * 3600.0);
     EXPECT_EQ(config.scheduler.default_runtime_s, 3600.0);
     EXPECT_EQ(config.scheduler.backfill_depth, 1000u);
+    EXPECT_EQ(config.max_queued_jobs_per_user, 10'000u);
   }
 }
 
@@ -56,6 +58,7 @@ sample_interval_s = 2.5
 kill_grace_s = 0
 default_time_limit = "2h"
 max_time_limit = "1d"
+device_isolation = "on"
 
 [scheduler]
 policy = "backfill"
@@ -63,6 +66,7 @@ quota_gpus = 4
 fair_share_half_life_h = 12
 default_runtime_h = 0.5
 backfill_depth = 50
+max_queued_jobs_per_user = 200
 
 [quotas]
 alice = 8
@@ -73,11 +77,13 @@ alice = 8
   EXPECT_EQ(config.kill_grace_s, 0.0);
   EXPECT_EQ(config.default_time_limit_s, 7200.0);
   EXPECT_EQ(config.max_time_limit_s, 86400.0);
+  EXPECT_EQ(config.device_isolation, DeviceIsolationMode::On);
   EXPECT_EQ(config.scheduler.policy, Policy::Backfill);
   EXPECT_EQ(config.scheduler.quota_gpus, 4.0);
   EXPECT_EQ(config.scheduler.fair_share_half_life_s, 12 * 3600.0);
   EXPECT_EQ(config.scheduler.default_runtime_s, 1800.0);
   EXPECT_EQ(config.scheduler.backfill_depth, 50u);
+  EXPECT_EQ(config.max_queued_jobs_per_user, 200u);
   EXPECT_EQ(config.scheduler.user_quota_gpus,
             (std::map<std::string, double>{{"alice", 8}, {"bob.smith", 0.5}}));
 }
@@ -98,14 +104,14 @@ TEST(ConfigTest, DottedKeysAndInlineTablesCountAsTables) {
 TEST(ConfigTest, TimeLimitsAreDurationsOrSeconds) {
   const std::pair<std::string, double> cases[] = {
       {"\"30m\"", 1800},  {"\"2h\"", 7200}, {"\"1d\"", 86400}, {"\"90s\"", 90},
-      {"\"1.5h\"", 5400}, {"\"45\"", 45},   {"600", 600},      {"0.5", 0.5},
+      {"\"1.5h\"", 5400}, {"\"45\"", 45},   {"600", 600},      {"0.5", 0.5}, {"\"1w\"", 604800},
   };
   for (const auto& [value, seconds] : cases) {
     EXPECT_EQ(parsed("[daemon]\ndefault_time_limit = " + value + "\n").default_time_limit_s, seconds)
         << value;
     EXPECT_EQ(parsed("[daemon]\nmax_time_limit = " + value + "\n").max_time_limit_s, seconds) << value;
   }
-  for (const char* value : {"\"2 h\"", "\"0m\"", "\"-1h\"", "\"1w\"", "\"\"", "\"h\"", "\"inf\"", "\"nan\"",
+  for (const char* value : {"\"2 h\"", "\"0m\"", "\"-1h\"", "\"1y\"", "\"1e300d\"", "\"\"", "\"h\"", "\"inf\"", "\"nan\"",
                             "0", "-5", "inf", "nan", "true", "[1]"}) {
     EXPECT_EQ(
         error_of(std::string("\n[daemon]\nmax_time_limit = ") + value + "\n"),
@@ -136,6 +142,12 @@ TEST(ConfigTest, ValuesOutOfRangeOrOfTheWrongTypeNameTheKeyAndLine) {
       {"[daemon]\nkill_grace_s = -1\n", "gpupool.toml:2: 'kill_grace_s' must be a number of at least 0"},
       {"[daemon]\nkill_grace_s = inf\n", "gpupool.toml:2: 'kill_grace_s' must be a number of at least 0"},
       {"[daemon]\nkill_grace_s = false\n", "gpupool.toml:2: 'kill_grace_s' must be a number"},
+      {"[daemon]\ndevice_isolation = \"yes\"\n",
+       "gpupool.toml:2: 'device_isolation' must be \"auto\", \"on\" or \"off\""},
+      {"[daemon]\ndevice_isolation = true\n",
+       "gpupool.toml:2: 'device_isolation' must be \"auto\", \"on\" or \"off\""},
+      {"[daemon]\ndevice_isolation = \"On\"\n",
+       "gpupool.toml:2: 'device_isolation' must be \"auto\", \"on\" or \"off\""},
       {"[scheduler]\npolicy = 1\n", "gpupool.toml:2: 'policy' must be a string"},
       {"[scheduler]\nquota_gpus = \"4\"\n", "gpupool.toml:2: 'quota_gpus' must be a number"},
       {"[scheduler]\nquota_gpus = 0\n", "gpupool.toml:2: 'quota_gpus' must be a number greater than 0"},
@@ -150,6 +162,14 @@ TEST(ConfigTest, ValuesOutOfRangeOrOfTheWrongTypeNameTheKeyAndLine) {
        "gpupool.toml:2: 'backfill_depth' must be a whole number of at least 1"},
       {"[scheduler]\nbackfill_depth = \"9\"\n",
        "gpupool.toml:2: 'backfill_depth' must be a whole number of at least 1"},
+      {"[scheduler]\nmax_queued_jobs_per_user = 0\n",
+       "gpupool.toml:2: 'max_queued_jobs_per_user' must be a whole number of at least 1"},
+      {"[scheduler]\nmax_queued_jobs_per_user = -5\n",
+       "gpupool.toml:2: 'max_queued_jobs_per_user' must be a whole number of at least 1"},
+      {"[scheduler]\nmax_queued_jobs_per_user = 1e4\n",
+       "gpupool.toml:2: 'max_queued_jobs_per_user' must be a whole number of at least 1"},
+      {"[scheduler]\nmax_queued_jobs_per_user = \"100\"\n",
+       "gpupool.toml:2: 'max_queued_jobs_per_user' must be a whole number of at least 1"},
       {"[quotas]\nalice = 2\ncarol = 0\n", "gpupool.toml:3: 'carol' must be a number greater than 0"},
       {"[quotas]\ndave = \"x\"\n", "gpupool.toml:2: 'dave' must be a number"},
       {"[quotas.erin]\ngpus = 2\n", "gpupool.toml:1: 'erin' must be a number"},
@@ -161,11 +181,11 @@ TEST(ConfigTest, ValuesOutOfRangeOrOfTheWrongTypeNameTheKeyAndLine) {
 TEST(ConfigTest, UnknownKeysAndTablesAreErrorsNotIgnored) {
   EXPECT_EQ(error_of("# tuning\n\n[scheduler]\npolicy = \"fifo\"\npolcy = \"fifo\"\n"),
             "gpupool.toml:5: unknown key 'polcy' in [scheduler] (known: policy, quota_gpus, "
-            "fair_share_half_life_h, default_runtime_h, backfill_depth)");
+            "fair_share_half_life_h, default_runtime_h, backfill_depth, max_queued_jobs_per_user)");
   EXPECT_EQ(
       error_of("[daemon]\nadmin = \"wheel\"\n"),
       "gpupool.toml:2: unknown key 'admin' in [daemon] (known: admin_group, sample_interval_s, kill_grace_s, "
-      "default_time_limit, max_time_limit)");
+      "default_time_limit, max_time_limit, device_isolation)");
   EXPECT_EQ(error_of("[daemon]\n\n[schedular]\npolicy = \"fifo\"\n"),
             "gpupool.toml:3: unknown table 'schedular' (known: daemon, scheduler, quotas, monitor)");
   EXPECT_EQ(error_of("policy = \"fifo\"\n"),
@@ -175,7 +195,7 @@ TEST(ConfigTest, UnknownKeysAndTablesAreErrorsNotIgnored) {
       "gpupool.toml:1: unknown key 'two\\nlines' outside a table (known tables: daemon, scheduler, quotas, monitor)");
   EXPECT_EQ(error_of("[scheduler.extra]\nx = 1\n"),
             "gpupool.toml:1: unknown key 'extra' in [scheduler] (known: policy, quota_gpus, "
-            "fair_share_half_life_h, default_runtime_h, backfill_depth)");
+            "fair_share_half_life_h, default_runtime_h, backfill_depth, max_queued_jobs_per_user)");
 }
 
 TEST(ConfigTest, SyntaxErrorsGiveTheLine) {
@@ -219,10 +239,12 @@ TEST(ConfigTest, TheShippedExample) {
   EXPECT_EQ(every_key.kill_grace_s, 10.0);
   EXPECT_EQ(every_key.default_time_limit_s, 86400.0);
   EXPECT_EQ(every_key.max_time_limit_s, 7 * 86400.0);
+  EXPECT_EQ(every_key.device_isolation, DeviceIsolationMode::Auto);
   EXPECT_EQ(every_key.scheduler.quota_gpus, 4.0);
   EXPECT_EQ(every_key.scheduler.fair_share_half_life_s, defaults.scheduler.fair_share_half_life_s);
   EXPECT_EQ(every_key.scheduler.default_runtime_s, defaults.scheduler.default_runtime_s);
   EXPECT_EQ(every_key.scheduler.backfill_depth, defaults.scheduler.backfill_depth);
+  EXPECT_EQ(every_key.max_queued_jobs_per_user, defaults.max_queued_jobs_per_user);
   EXPECT_EQ(every_key.scheduler.user_quota_gpus.size(), 2u);
 
   EXPECT_NE(text_of_file(source_dir + "/docs/configuration.md").find("```toml\n" + example + "```"),

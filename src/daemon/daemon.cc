@@ -1,4 +1,5 @@
 #include "daemon/daemon.h"
+#include "daemon/daemon_options.h"
 
 #include <fcntl.h>
 #include <grp.h>
@@ -18,6 +19,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <filesystem>
 #include <map>
 #include <set>
 #include <unordered_map>
@@ -28,6 +30,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/allocation.h"
+#include "core/device_cgroup.h"
 #include "core/scheduler.h"
 #include "core/text.h"
 #include "daemon/job_store.h"
@@ -37,7 +40,9 @@
 #include "gpu/gpu_backend.h"
 #include "lease/gpu_pool.h"
 #include "lease/lease_directory.h"
+#include "os/device_cgroup.h"
 #include "os/host_files.h"
+#include "os/service_manager.h"
 #include "os/unix_socket.h"
 #include "protocol/messages.h"
 
@@ -143,6 +148,11 @@ constexpr size_t kStandbySupervisors = 2;
 // How stale the monitor's view of the queue (/api/jobs, the dashboard, top) may be.
 constexpr auto kPublishEvery = std::chrono::milliseconds(100);
 
+// Connections one user (root aside) may hold open: each `run`, `launch`, `wait` or Python
+// acquire() holds one while it waits. Without a cap, one user could take every descriptor the
+// daemon has (then it cannot start jobs) and up to a message's worth of memory per connection.
+constexpr unsigned kMaxConnectionsPerUser = 512;
+
 JobRequest scheduler_request(const Job& job) {
   return JobRequest{job.id, job.owner.user, job.spec.gpu_count, job.spec.slice_mib, job.spec.priority,
                     job.spec.time_limit_s, job.spec.allowed_gpus, job.spec.excluded_gpus};
@@ -155,6 +165,38 @@ struct Outcome {
   std::string reason;
   bool cancelled = false;
 };
+
+// How jobs are kept from the GPUs they do not lease, said in one line at start; nullopt: they
+// are not. An error only where the configuration requires isolation and it cannot be had.
+Result<std::optional<DeviceIsolation>> set_up_device_isolation(DeviceIsolationMode mode, const Machine& machine,
+                                                               const std::string& state_dir, CgroupFiles& files) {
+  if (mode == DeviceIsolationMode::Off) {
+    fmt::print(stderr, "gpupoold: device isolation off (device_isolation = \"off\")\n");
+    return std::optional<DeviceIsolation>();
+  }
+  auto found = [&]() -> Result<DeviceIsolation> {
+    // Every GPU's minor number, to probe with and to prove that each job's rules can be written.
+    TRY_ASSIGN(std::vector<unsigned> every_gpu, denied_minors(machine, {}));
+    std::error_code ignored;
+    std::filesystem::path canonical = std::filesystem::canonical(state_dir, ignored);
+    return find_device_isolation(HostFiles(), files,
+                                 isolation_group_name(canonical.empty() ? state_dir : canonical.string()),
+                                 every_gpu);
+  }();
+  if (!found) {
+    if (mode == DeviceIsolationMode::On) {
+      return fail("device_isolation = \"on\", but jobs cannot be kept from other GPUs' device nodes: {}",
+                  found.error().message);
+    }
+    fmt::print(stderr, "gpupoold: device isolation off: {}\n", found.error().message);
+    return std::optional<DeviceIsolation>();
+  }
+  fmt::print(stderr, "gpupoold: device isolation: {} (job cgroups in {})\n",
+             found->mechanism == IsolationMechanism::CgroupV1 ? "cgroup v1 devices controller"
+                                                              : "cgroup v2 eBPF device filter",
+             found->base);
+  return std::optional<DeviceIsolation>(std::move(*found));
+}
 
 }  // namespace
 
@@ -179,9 +221,11 @@ class Daemon::Impl {
         machine_(std::move(machine)),
         scheduler_(std::move(scheduler)),
         acceptor_(io_),
-        signals_(io_, SIGTERM, SIGINT) {}
+        signals_(io_, SIGTERM, SIGINT),
+        service_manager_(ServiceManager::from_environment()) {}
 
   Result<void> open_socket();
+  Result<void> isolate_devices();
   Result<void> open_monitor(UsageStore usage);
   Result<void> recover();
   Result<void> run();
@@ -189,6 +233,10 @@ class Daemon::Impl {
  private:
   struct Session : std::enable_shared_from_this<Session> {
     explicit Session(stream_protocol::socket s) : socket(std::move(s)), input(proto::kMaxMessageBytes) {}
+    ~Session() {
+      if (connections != nullptr) --*connections;
+    }
+    unsigned* connections = nullptr;  // its user's count of open connections, when one is kept
     stream_protocol::socket socket;
     asio::streambuf input;
     PeerCredentials peer;
@@ -233,6 +281,7 @@ class Daemon::Impl {
   // jobs
   Result<Job> admit(const SessionPtr& session, const proto::SubmitRequest& request, JobKind kind);
   Result<std::optional<Job>> find_job(JobNumber id) const;
+  size_t waiting_jobs_of(uid_t uid) const;
   bool may_act_on(const Session& session, const Job& job) const;
   Job for_client(Job job, const Session& session) const;
   void enqueue(JobNumber id);
@@ -259,6 +308,10 @@ class Daemon::Impl {
   void on_sample(const Machine& machine);
   void publish();
 
+  // The service manager (systemd, Type=notify): readiness, status line, watchdog, stopping.
+  void tell_service_manager(const std::string& state);
+  void pet_watchdog_periodically();
+
   // Fair share outlives a restart: saved every minute and at shutdown, taken up in recover().
   void restore_fair_share();
   void save_fair_share();
@@ -270,7 +323,12 @@ class Daemon::Impl {
   std::unique_ptr<GpuBackend> backend_;
   Machine machine_;
   Scheduler scheduler_;
+  std::unique_ptr<CgroupFiles> cgroup_files_ = system_cgroup_files();
+  std::optional<DeviceIsolation> isolation_;  // none: jobs may open every GPU's device node
   HostFiles host_;
+  // Open connections per user, root's not counted. Before io_: the sessions that io_'s handlers
+  // hold count themselves out of it when io_ goes.
+  std::map<uid_t, unsigned> connections_;
   asio::io_context io_;
   stream_protocol::acceptor acceptor_;
   asio::signal_set signals_;
@@ -293,6 +351,9 @@ class Daemon::Impl {
   bool publish_pending_ = false;
   asio::steady_timer publish_timer_{io_};
   asio::steady_timer fair_share_timer_{io_};
+  ServiceManager service_manager_;
+  asio::steady_timer watchdog_timer_{io_};
+  std::string last_status_;
   // Last, so they stop first: the HTTP threads read the monitor, whose thread posts to io_.
   std::unique_ptr<Monitor> monitor_;
   std::unique_ptr<HttpServer> http_;
@@ -333,6 +394,12 @@ Result<void> Daemon::Impl::open_socket() {
   if (chmod(socket_path_.c_str(), geteuid() == 0 ? 0666 : 0600) != 0) {
     return fail("cannot set the mode of {}: {}", socket_path_, std::strerror(errno));
   }
+  return {};
+}
+
+Result<void> Daemon::Impl::isolate_devices() {
+  TRY_ASSIGN(isolation_, set_up_device_isolation(settings_.config.device_isolation, machine_, settings_.state_dir,
+                                                 *cgroup_files_));
   return {};
 }
 
@@ -393,6 +460,16 @@ Result<void> Daemon::Impl::recover() {
     }
   }
   restore_fair_share();  // after adoption: the adopted jobs add what they ran while it was down
+  if (isolation_) {
+    // Cgroups of attempts whose supervisor was killed: theirs to remove, so nobody else did.
+    std::set<std::string> running;
+    for (const auto& [id, job] : active_) {
+      if (job.state == JobState::Running && job.spec.kind == JobKind::Batch) {
+        running.insert(attempt_group_name(id, job.attempts));
+      }
+    }
+    remove_stale_groups(*cgroup_files_, *isolation_, running);
+  }
   for (JobNumber id : queued) enqueue(id);
   save_fair_share_periodically();
   return {};
@@ -400,7 +477,9 @@ Result<void> Daemon::Impl::recover() {
 
 Result<void> Daemon::Impl::run() {
   signals_.async_wait([this](const asio::error_code& error, int) {
-    if (!error) io_.stop();
+    if (error) return;
+    tell_service_manager("STOPPING=1");
+    io_.stop();
   });
   accept();
   monitor_->start();
@@ -408,6 +487,9 @@ Result<void> Daemon::Impl::run() {
   dispatch();
   fmt::print(stderr, "gpupoold: serving {} GPUs on {} (state in {})\n", machine_.gpus.size(), socket_path_,
              settings_.state_dir);
+  // The socket accepts clients from here on: only now may systemd start the units ordered after us.
+  tell_service_manager(fmt::format("READY=1\nSTATUS=serving {} GPUs on {}", machine_.gpus.size(), socket_path_));
+  pet_watchdog_periodically();
   io_.run();
   http_.reset();
   monitor_->stop();
@@ -415,8 +497,25 @@ Result<void> Daemon::Impl::run() {
   save_fair_share();
   acceptor_.close();
   unlink(socket_path_.c_str());
+  // Only once no job is left in it: the running jobs' cgroups keep it.
+  if (isolation_) (void)cgroup_files_->remove_directory(isolation_->base);
   fmt::print(stderr, "gpupoold: stopped; {} running jobs keep running\n", scheduler_.running());
   return {};
+}
+
+void Daemon::Impl::tell_service_manager(const std::string& state) {
+  if (auto told = service_manager_.notify(state); !told) fmt::print(stderr, "gpupoold: {}\n", told.error().message);
+}
+
+// From the event loop, so a hung loop stops the pings and the service manager restarts us.
+void Daemon::Impl::pet_watchdog_periodically() {
+  auto interval = service_manager_.watchdog_interval();
+  if (!interval) return;
+  tell_service_manager("WATCHDOG=1");
+  watchdog_timer_.expires_after(*interval / 2);
+  watchdog_timer_.async_wait([this](const asio::error_code& error) {
+    if (!error) pet_watchdog_periodically();
+  });
 }
 
 void Daemon::Impl::restore_fair_share() {
@@ -469,7 +568,15 @@ void Daemon::Impl::accept() {
                                                          std::find(session->owner.groups.begin(),
                                                                    session->owner.groups.end(),
                                                                    *admin_gid_) != session->owner.groups.end()));
-      read(session);
+      if (peer->uid != 0 && connections_[peer->uid] >= kMaxConnectionsPerUser) {
+        send(session, proto::ErrorResponse{fmt::format("user {} already has {} connections open to gpupoold",
+                                                       session->owner.user, kMaxConnectionsPerUser)});
+        session->closing = true;
+        flush(session);
+      } else {
+        if (peer->uid != 0) session->connections = &++connections_[peer->uid];
+        read(session);
+      }
     }
     accept();
   });
@@ -569,7 +676,9 @@ void Daemon::Impl::close(const SessionPtr& session) {
   for (auto& out : session->outbox) {
     for (int fd : out.descriptors) ::close(fd);
   }
-  session->outbox.clear();
+  // A line being written stays until its handler pops it: the write reads from it. (Clearing it
+  // too crashed the daemon on a client's oversized line, whose error reply is then in flight.)
+  session->outbox.erase(session->outbox.begin() + (session->writing ? 1 : 0), session->outbox.end());
   asio::error_code ignored;
   session->socket.shutdown(asio::socket_base::shutdown_both, ignored);
   session->socket.close(ignored);
@@ -612,6 +721,10 @@ Result<Job> Daemon::Impl::admit(const SessionPtr& session, const proto::SubmitRe
       *job.spec.time_limit_s > *settings_.config.max_time_limit_s) {
     return fail("time limit {} s is above this machine's maximum of {} s", *job.spec.time_limit_s,
                 *settings_.config.max_time_limit_s);
+  }
+  if (size_t waiting = waiting_jobs_of(job.owner.uid); waiting >= settings_.config.max_queued_jobs_per_user) {
+    return fail("user {} already has {} jobs queued (max_queued_jobs_per_user = {})", job.owner.user, waiting,
+                settings_.config.max_queued_jobs_per_user);
   }
   // Refused now, rather than stored to fail or wait for ever: more GPUs than the machine, the
   // user's quota or its --gpus/--exclude can ever give it.
@@ -879,6 +992,18 @@ Result<std::optional<Job>> Daemon::Impl::find_job(JobNumber id) const {
   return stored;
 }
 
+// Queued and held, submitted but not yet stored included. A walk over the active jobs (the limit
+// bounds them too), simpler than keeping a count right through every change of state.
+size_t Daemon::Impl::waiting_jobs_of(uid_t uid) const {
+  auto waiting = [uid](const Job& job) {
+    return job.owner.uid == uid && (job.state == JobState::Queued || job.state == JobState::Held);
+  };
+  size_t count = 0;
+  for (const auto& [id, job] : active_) count += waiting(job) ? 1 : 0;
+  for (const auto& [session, job] : pending_submissions_) count += waiting(job) ? 1 : 0;
+  return count;
+}
+
 bool Daemon::Impl::may_act_on(const Session& session, const Job& job) const {
   return session.admin || session.owner.uid == job.owner.uid;
 }
@@ -1010,6 +1135,18 @@ void Daemon::Impl::start_batch(Job& job, HeldLeases held, StandbySupervisor supe
   attempt.time_limit_s = job.spec.time_limit_s;
   attempt.kill_grace_s = settings_.config.kill_grace_s;
   attempt.record_path = record_path(job);
+  if (isolation_) {
+    auto minors = denied_minors(machine_, job.gpus);  // every GPU's minor number was there at start
+    if (!minors) {
+      held.release();
+      complete(job.id, Outcome{std::nullopt, std::nullopt, "could not start: " + minors.error().message, false});
+      return;
+    }
+    attempt.isolation = AttemptIsolation{isolation_->mechanism, isolation_->home,
+                                         isolation_->base + "/" + attempt_group_name(job.id, job.attempts),
+                                         std::move(*minors),
+                                         settings_.config.device_isolation == DeviceIsolationMode::On};
+  }
   if (auto handed = supervisor.hand(attempt, held.descriptors()); !handed) {
     held.release();
     complete(job.id, Outcome{std::nullopt, std::nullopt, "could not start: " + handed.error().message, false});
@@ -1286,12 +1423,20 @@ void Daemon::Impl::publish() {
     publish_pending_ = false;
     QueueView view;
     view.drained = drained_;
+    size_t queued = 0;
     for (const auto& [id, job] : active_) {
       QueueEntry entry = queue_entry(job);
       if (entry.state == JobState::Queued && entry.reason.empty()) entry.reason = scheduler_.waiting_reason(id);
+      queued += entry.state == JobState::Queued;
       view.jobs.push_back(std::move(entry));
     }
     monitor_->publish(std::move(view));
+    std::string status = fmt::format("STATUS={} running, {} queued{}", scheduler_.running(), queued,
+                                     drained_ ? ", drained" : "");
+    if (status != last_status_) {
+      last_status_ = status;
+      tell_service_manager(status);
+    }
   });
 }
 
@@ -1355,6 +1500,7 @@ Result<std::unique_ptr<Daemon>> Daemon::create(DaemonSettings settings) {
   auto impl = std::make_unique<Impl>(std::move(settings), std::move(store), std::move(leases), std::move(backend),
                                      std::move(machine), std::move(scheduler));
   TRY(impl->open_socket());
+  TRY(impl->isolate_devices());  // once this is the one daemon of its state directory
   TRY(impl->open_monitor(std::move(usage)));
   TRY(impl->recover());
   return std::unique_ptr<Daemon>(new Daemon(std::move(impl)));
@@ -1370,33 +1516,19 @@ int daemon_main(int argc, char** argv) {
   // The supervisor of one job attempt: gpupoold re-executed by itself (see supervisor.h).
   if (argc == 2 && std::string_view(argv[1]) == "supervise") return supervise_main();
 
-  CLI::App app{"gpupoold: the GPU job queue of a shared machine"};
-  app.set_version_flag("--version", std::string("gpupoold ") + GPUPOOL_VERSION);
-  std::string config_path;
-  std::string state_dir = default_state_dir();
-  std::string runtime_dir = LeaseDirectory::default_path();
-  app.add_option("--config", config_path,
-                 fmt::format("Configuration file (default: $GPUPOOL_CONFIG, else {})", kDefaultConfigPath));
-  app.add_option("--state-dir", state_dir, "Jobs database and logs (default: $GPUPOOL_STATE_DIR, else "
-                                           "/var/lib/gpupool for root, ~/.local/state/gpupool for others)");
-  app.add_option("--runtime-dir", runtime_dir,
-                 "Lease directory holding the socket (default: $GPUPOOL_RUNTIME_DIR, else /run/gpupool or "
-                 "/tmp/gpupool)");
-  std::optional<std::string> http;
-  app.add_option("--http", http,
-                 fmt::format("Serve /metrics, /api and the dashboard on HOST:PORT, or \"off\" (default: the "
-                             "configuration's [monitor] http, else {})",
-                             kDefaultHttpAddress));
-  app.footer("Set GPUPOOL_SIM=NAME (e.g. hgx-h200) to serve a simulated machine instead of the real GPUs.");
+  DaemonOptions options;
+  std::unique_ptr<CLI::App> app = make_daemon_app(options);
   try {
-    app.parse(argc, argv);
+    app->parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    return app->exit(e);
   }
+  const std::optional<std::string>& http = options.http;
   if (http && *http != "off" && !split_http_address(*http)) {
     fmt::print(stderr, "gpupoold: --http {}: expected HOST:PORT or off\n", *http);
     return 2;
   }
+  std::string& config_path = options.config_path;
   bool named = !config_path.empty();
   if (!named) {
     const char* env = std::getenv("GPUPOOL_CONFIG");
@@ -1408,6 +1540,10 @@ int daemon_main(int argc, char** argv) {
     fmt::print(stderr, "gpupoold: {}\n", config.error().message);
     return 1;
   }
+  if (options.check_config) {
+    fmt::print("{}: OK\n", config_path);
+    return 0;
+  }
   if (http) config->http = *http == "off" ? std::nullopt : http;
   char self[PATH_MAX] = {};
   ssize_t length = readlink("/proc/self/exe", self, sizeof(self) - 1);
@@ -1415,7 +1551,7 @@ int daemon_main(int argc, char** argv) {
     fmt::print(stderr, "gpupoold: cannot find its own program: {}\n", std::strerror(errno));
     return 1;
   }
-  DaemonSettings settings{runtime_dir, state_dir, std::string(self, static_cast<size_t>(length)), std::move(*config)};
+  DaemonSettings settings{options.runtime_dir, options.state_dir, std::string(self, static_cast<size_t>(length)), std::move(*config)};
   auto daemon = Daemon::create(std::move(settings));
   if (!daemon) {
     fmt::print(stderr, "gpupoold: {}\n", daemon.error().message);

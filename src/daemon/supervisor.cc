@@ -112,6 +112,14 @@ constexpr size_t kMaxHandedDescriptors = 253;
 
 std::string attempt_text(const SupervisedAttempt& a) {
   json time_limit = a.time_limit_s ? json(*a.time_limit_s) : json(nullptr);
+  json isolation = nullptr;
+  if (a.isolation) {
+    isolation = {{"mechanism", to_string(a.isolation->mechanism)},
+                 {"home", a.isolation->home},
+                 {"group", a.isolation->group},
+                 {"denied_minors", a.isolation->denied_minors},
+                 {"required", a.isolation->required}};
+  }
   return json{{"id", a.id},
               {"attempt", a.attempt},
               {"uid", a.uid},
@@ -125,7 +133,8 @@ std::string attempt_text(const SupervisedAttempt& a) {
               {"stderr_path", a.stderr_path},
               {"time_limit_s", time_limit},
               {"kill_grace_s", a.kill_grace_s},
-              {"record_path", a.record_path}}
+              {"record_path", a.record_path},
+              {"isolation", isolation}}
       .dump();
 }
 
@@ -147,6 +156,14 @@ Result<SupervisedAttempt> parse_attempt(const std::string& text) {
     if (!j.at("time_limit_s").is_null()) a.time_limit_s = j.at("time_limit_s").get<double>();
     a.kill_grace_s = j.at("kill_grace_s").get<double>();
     a.record_path = j.at("record_path").get<std::string>();
+    if (const json& isolation = j.at("isolation"); !isolation.is_null()) {
+      auto mechanism = parse_isolation_mechanism(isolation.at("mechanism").get<std::string>());
+      if (!mechanism) return fail("the attempt names an unknown isolation mechanism");
+      a.isolation = AttemptIsolation{*mechanism, isolation.at("home").get<std::string>(),
+                                     isolation.at("group").get<std::string>(),
+                                     isolation.at("denied_minors").get<std::vector<unsigned>>(),
+                                     isolation.at("required").get<bool>()};
+    }
     if (a.argv.empty()) return fail("the attempt has no command");
     return a;
   } catch (const json::exception& e) {
@@ -301,11 +318,10 @@ class AttemptSupervisor {
 
   // Returns the supervisor's exit status: 0 once the outcome is recorded.
   int run() {
-    if (auto started = start_job(); !started) {
-      return record_exit("could not start: " + started.error().message);
-    }
-    supervise();
-    return record_exit();
+    auto started = start_job();
+    if (started) supervise();
+    leave_group();  // before "exited": once the daemon records the end, the cgroup is gone
+    return started ? record_exit() : record_exit("could not start: " + started.error().message);
   }
 
  private:
@@ -325,6 +341,7 @@ class AttemptSupervisor {
     TRY_ASSIGN(Descriptor err, open_log(attempt_.stderr_path, attempt_.uid, attempt_.gid));
     TRY_ASSIGN(auto report_pipe, make_pipe());
     TRY_ASSIGN(auto go_pipe, make_pipe());
+    if (attempt_.isolation) TRY(join_own_group(err.get()));
 
     JobLaunch launch;
     launch.args = attempt_.argv;
@@ -355,6 +372,41 @@ class AttemptSupervisor {
     report_fd_ = std::move(report_pipe.first);
     go_fd_ = std::move(go_pipe.second);
     return {};
+  }
+
+  // Into the attempt's cgroup before the fork, so the job and all it starts are inside. Without
+  // it the job starts only where isolation is not required, with a line in its error log.
+  Result<void> join_own_group(int stderr_fd) {
+    const AttemptIsolation& isolation = *attempt_.isolation;
+    auto files = system_cgroup_files();
+    auto joined = create_attempt_group(*files, isolation.mechanism, isolation.group, isolation.denied_minors);
+    if (joined) {
+      joined = join_group(*files, isolation.group);
+      if (!joined) (void)files->remove_directory(isolation.group);
+    }
+    in_group_ = joined.ok();
+    if (joined) return {};
+    if (isolation.required) return fail("cannot isolate its devices: {}", joined.error().message);
+    std::string warning = fmt::format("gpupool: job {} runs without device isolation: {}\n", attempt_.id,
+                                      joined.error().message);
+    (void)!::write(stderr_fd, warning.data(), warning.size());
+    return {};
+  }
+
+  // Back to the daemon's cgroup, and the attempt's removed. The rest of the job's group was sent
+  // SIGKILL with its leader's end and may take a moment to go; a process that left the group
+  // (setsid) keeps the cgroup, which the daemon removes at its next start once it is empty.
+  void leave_group() {
+    if (!attempt_.isolation) return;
+    auto files = system_cgroup_files();
+    if (in_group_ && !join_group(*files, attempt_.isolation->home)) return;  // cannot leave: cannot remove
+    constexpr int kTries = 100;
+    constexpr useconds_t kPauseUs = 10000;
+    for (int i = 0; i < kTries; ++i) {
+      auto removed = files->remove_directory(attempt_.isolation->group);
+      if (!removed || *removed) return;
+      usleep(kPauseUs);
+    }
   }
 
   // Until the job's leader has exited and been reaped.
@@ -492,6 +544,7 @@ class AttemptSupervisor {
   std::optional<std::string> stop_reason_;
   std::optional<std::string> failure_;  // "could not start: ..."
   bool failed_before_exec_ = false;
+  bool in_group_ = false;  // the supervisor is in the attempt's cgroup
 };
 
 std::optional<std::string> read_all(int fd) {

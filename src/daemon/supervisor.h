@@ -42,8 +42,20 @@
 
 #include "core/job.h"
 #include "core/result.h"
+#include "os/device_cgroup.h"
 
 namespace gpupool {
+
+// The attempt's own cgroup, which keeps the job from opening the GPUs it does not lease
+// (os/device_cgroup.h). The supervisor makes it, joins it before starting the job (so the job
+// and everything it starts are inside), and at the end goes back home and removes it.
+struct AttemptIsolation {
+  IsolationMechanism mechanism = IsolationMechanism::CgroupV1;
+  std::string home;                     // the daemon's cgroup directory
+  std::string group;                    // this attempt's cgroup directory
+  std::vector<unsigned> denied_minors;  // /dev/nvidiaN of the GPUs it does not lease
+  bool required = false;                // device_isolation = "on": no start without it
+};
 
 // Everything the supervisor needs, passed to it as JSON on a pipe.
 struct SupervisedAttempt {
@@ -61,6 +73,7 @@ struct SupervisedAttempt {
   std::optional<double> time_limit_s;
   double kill_grace_s = 10;
   std::string record_path;
+  std::optional<AttemptIsolation> isolation;  // none: device isolation is off
 };
 
 // Daemon side: a supervisor started ahead of need, `supervisor_program supervise` already

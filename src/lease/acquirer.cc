@@ -60,7 +60,8 @@ class Ticket {
     size_t live = 0;
     for (const std::string& other : older) {
       std::string path = dir + "/" + other;
-      int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+      // O_NONBLOCK: a FIFO planted here must not hold everyone's run in open().
+      int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
       if (fd < 0) continue;
       if (flock(fd, LOCK_SH | LOCK_NB) == 0) {
         unlink(path.c_str());  // its owner died waiting; only the owner or root can remove it

@@ -12,9 +12,7 @@
 #include <climits>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <map>
-#include <sstream>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -87,6 +85,51 @@ Result<void> ensure_shared_directory(const std::string& path) {
   return {};
 }
 
+// Whoever may rename a directory on the way to the runtime directory could swap in one of their
+// own after the checks, and have root create 0666 lock files and records wherever they like. So
+// every component, as given and as resolved, must be root's or ours, and a directory that others
+// may write to must be sticky (like /tmp), where only an entry's owner may rename it.
+Result<void> check_path_owners(const std::string& path) {
+  std::string prefix;
+  size_t position = 0;
+  while (position != std::string::npos) {
+    size_t next = path.find('/', position + 1);
+    prefix = path.substr(0, next);
+    position = next;
+    if (prefix.empty() || prefix.ends_with('/')) continue;
+    struct stat st {};
+    if (lstat(prefix.c_str(), &st) != 0) return fail("cannot inspect {}: {}", prefix, std::strerror(errno));
+    if (st.st_uid != 0 && st.st_uid != getuid()) {
+      return fail("{} belongs to uid {}, who could put another directory in place of the lease directory {}",
+                  prefix, st.st_uid, path);
+    }
+    if (S_ISDIR(st.st_mode) && (st.st_mode & (S_IWGRP | S_IWOTH)) != 0 && (st.st_mode & S_ISVTX) == 0) {
+      return fail("{} (mode {:o}) may be written by others, who could put another directory in place of "
+                  "the lease directory {}", prefix, st.st_mode & 07777, path);
+    }
+  }
+  return {};
+}
+
+// Checked before the runtime directory is made, so that root makes nothing in someone else's.
+Result<void> check_ancestors(const std::string& path) {
+  std::string absolute = path;
+  if (!absolute.starts_with('/')) {
+    char* cwd = getcwd(nullptr, 0);
+    if (cwd == nullptr) return fail("cannot find the current directory: {}", std::strerror(errno));
+    absolute = fmt::format("{}/{}", cwd, path);
+    std::free(cwd);
+  }
+  while (absolute.size() > 1 && absolute.ends_with('/')) absolute.pop_back();
+  std::string parent = absolute.substr(0, std::max<size_t>(absolute.rfind('/'), 1));
+  TRY(check_path_owners(parent));
+  char* real = realpath(parent.c_str(), nullptr);
+  if (real == nullptr) return fail("cannot resolve {}: {}", parent, std::strerror(errno));
+  std::string resolved = real;
+  std::free(real);
+  return check_path_owners(resolved);
+}
+
 nlohmann::json record_json(const LeaseClaim& claim, const LeaseHolder& holder,
                            const std::vector<ByteRange>& ranges) {
   nlohmann::json spans = nlohmann::json::array();
@@ -104,16 +147,41 @@ nlohmann::json record_json(const LeaseClaim& claim, const LeaseHolder& holder,
 }
 
 Result<void> write_record(const std::string& path, const std::string& text) {
-  std::string temp = fmt::format("{}.tmp", path);
-  int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644);
-  if (fd < 0) return fail("cannot write lease record {}: {}", temp, std::strerror(errno));
-  bool written = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+  // A new file under a name nobody can guess: a file or link planted under a predictable one
+  // would be written through (truncated) or end up as our record, theirs to rewrite.
+  std::string temp = fmt::format("{}.XXXXXX.tmp", path);
+  int fd = mkostemps(temp.data(), 4, O_CLOEXEC);
+  if (fd < 0) return fail("cannot write lease record {}: {}", path, std::strerror(errno));
+  bool written = fchmod(fd, 0644) == 0 &&
+                 ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
   ::close(fd);
   if (!written || rename(temp.c_str(), path.c_str()) != 0) {
     unlink(temp.c_str());
     return fail("cannot write lease record {}", path);
   }
   return {};
+}
+
+// A record's text, read without following a link or waiting on a FIFO, and only from a small
+// regular file: anyone may put anything in holders/, and root reads it too.
+struct RecordFile {
+  std::string text;
+  uid_t owner = 0;
+};
+
+std::optional<RecordFile> read_record(const std::string& path) {
+  constexpr off_t kMaxRecordBytes = 64 * 1024;
+  int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+  if (fd < 0) return std::nullopt;
+  std::optional<RecordFile> record;
+  struct stat st {};
+  if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size <= kMaxRecordBytes) {
+    std::string buffer(static_cast<size_t>(st.st_size), '\0');
+    ssize_t got = pread(fd, buffer.data(), buffer.size(), 0);
+    if (got >= 0) record = RecordFile{buffer.substr(0, static_cast<size_t>(got)), st.st_uid};
+  }
+  ::close(fd);
+  return record;
 }
 
 // A holder record and the first byte it claims; nullopt for anything malformed.
@@ -207,6 +275,7 @@ std::string LeaseDirectory::default_path() {
 }
 
 Result<LeaseDirectory> LeaseDirectory::open(const std::string& path) {
+  TRY(check_ancestors(path));
   TRY(ensure_shared_directory(path));
   TRY(ensure_shared_directory(path + "/locks"));
   TRY(ensure_shared_directory(path + "/holders"));
@@ -223,16 +292,44 @@ Result<int> LeaseDirectory::open_lock(const std::string& uuid) const {
     return fail("invalid GPU UUID '{}' for a lease", uuid);
   }
   std::string path = lock_path(uuid);
-  int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, kLockFileMode);
-  if (fd < 0) return fail("cannot open lock file {}: {}", path, std::strerror(errno));
-  struct stat st {};
-  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
-    return fail("lock file {} is not a regular file", path);
+  // A lock file is a regular file with one name. Anything else there was planted: a link to a
+  // file only root may write, a FIFO, a hard link to someone's file (which root would make 0666).
+  // Root (gpupoold) removes it and makes a new one; anyone else refuses it.
+  constexpr int kFlags = O_RDWR | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC;
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    // O_CREAT only for a file that is not there: in a sticky directory the kernel may refuse
+    // O_CREAT on another user's file, even to root (fs.protected_regular).
+    int fd = ::open(path.c_str(), kFlags);
+    if (fd < 0 && errno == ENOENT) {
+      fd = ::open(path.c_str(), kFlags | O_CREAT | O_EXCL, kLockFileMode);
+      if (fd < 0 && errno == EEXIST) continue;  // made by someone else meanwhile
+    }
+    if (fd < 0 && errno != ELOOP) return fail("cannot open lock file {}: {}", path, std::strerror(errno));
+    struct stat st {};
+    if (fd >= 0 && fstat(fd, &st) != 0) {
+      ::close(fd);
+      return fail("cannot inspect lock file {}: {}", path, std::strerror(errno));
+    }
+    std::string planted = fd < 0                 ? "a symbolic link"
+                          : !S_ISREG(st.st_mode) ? "not a regular file"
+                          : st.st_nlink != 1     ? fmt::format("a file with {} names", st.st_nlink)
+                                                 : "";
+    if (planted.empty()) {
+      // Root takes over a lock file someone else created: its owner could otherwise remove it
+      // (and a second lease would go to a new file while the first holds the old one), or
+      // narrow its mode to lock everyone else out.
+      if (getuid() == 0 && st.st_uid != 0 && fchown(fd, 0, 0) == 0) st.st_uid = 0;
+      // The umask may have narrowed the mode of a file we created; others must be able to lock it.
+      if (st.st_uid == getuid() && (st.st_mode & 07777) != kLockFileMode) fchmod(fd, kLockFileMode);
+      return fd;
+    }
+    if (fd >= 0) ::close(fd);
+    if (getuid() != 0 || unlink(path.c_str()) != 0) {
+      return fail("lock file {} is {}, not a lock file: its owner or an administrator should remove it",
+                  path, planted);
+    }
   }
-  // The umask may have narrowed the mode of a file we created; others must be able to lock it.
-  if (st.st_uid == getuid() && (st.st_mode & 0777) != kLockFileMode) fchmod(fd, kLockFileMode);
-  return fd;
+  return fail("lock file {} was replaced again while gpupool made it anew", path);
 }
 
 Result<std::optional<HeldLeases>> LeaseDirectory::try_acquire(const std::vector<LeaseClaim>& claims,
@@ -305,13 +402,21 @@ Result<std::vector<LeaseRecord>> LeaseDirectory::list() const {
   while (dirent* entry = readdir(d)) {
     std::string name = entry->d_name;
     if (name.front() == '.' || name.ends_with(".tmp")) continue;
-    std::ifstream in(dir + "/" + name);
-    std::stringstream text;
-    text << in.rdbuf();
-    auto record = nlohmann::json::parse(text.str(), nullptr, false);
+    auto file = read_record(dir + "/" + name);
+    if (!file) continue;
+    auto record = nlohmann::json::parse(file->text, nullptr, false);
     auto parsed = parse_record(record);
     if (!parsed) continue;  // a record someone garbled says nothing about the locks
     auto& [lease, first] = *parsed;
+    // Only root (gpupoold) writes records that name another user than the file's owner.
+    if (file->owner != 0 && lease.holder.user != user_name(file->owner)) continue;
+    // Without its lock file it is left over; and opening one would create a file named by
+    // whoever wrote the record.
+    struct stat lock_stat {};
+    if (lstat(lock_path(lease.uuid).c_str(), &lock_stat) != 0) {
+      unlink((dir + "/" + name).c_str());
+      continue;
+    }
     // Only the lock is the truth: a record whose first byte is not locked is left over.
     auto fd = open_lock(lease.uuid);
     if (!fd) continue;

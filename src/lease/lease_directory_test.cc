@@ -1,12 +1,14 @@
 #include "lease/lease_directory.h"
 
 #include <sys/stat.h>
+#include <sys/types.h>
 #include <unistd.h>
 
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "os/host_files.h"
@@ -145,6 +147,156 @@ TEST_F(LeaseDirectoryTest, RefusesADirectoryAnotherUserCouldEmpty) {
 TEST_F(LeaseDirectoryTest, RejectsUuidsThatAreNotFileNames) {
   auto held = dir_->try_acquire({LeaseClaim{"../etc/passwd", 0, kMemory, std::nullopt}}, LeaseHolder{});
   EXPECT_FALSE(held.ok());
+}
+
+// Planted files: anyone may create entries in the runtime directory (docs/leases.md, "Files
+// planted by others").
+
+std::string file_text(const std::string& path) {
+  std::ifstream in(path);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+class PlantedFilesTest : public LeaseDirectoryTest {
+ protected:
+  // A file outside the runtime directory, as only its owner may write it.
+  std::string make_target() {
+    std::string target = root_ + "/target";
+    std::ofstream(target) << "secret";
+    chmod(target.c_str(), 0600);
+    return target;
+  }
+  void expect_untouched(const std::string& target) {
+    struct stat st {};
+    ASSERT_EQ(stat(target.c_str(), &st), 0);
+    EXPECT_EQ(st.st_mode & 07777, 0600u);
+    EXPECT_EQ(st.st_nlink, 1u);
+    EXPECT_EQ(file_text(target), "secret");
+  }
+  // Root replaces what was planted and leases; anyone else refuses, naming the lock file.
+  void expect_replaced_or_refused(const std::string& what) {
+    std::string lock = root_ + "/run/locks/GPU-a.lock";
+    auto held = dir_->try_acquire({LeaseClaim{"GPU-a", 0, kMemory, std::nullopt}}, LeaseHolder{getpid(), "", "j", 1});
+    if (getuid() != 0) {
+      ASSERT_FALSE(held.ok());
+      EXPECT_NE(held.error().message.find(lock + " is " + what), std::string::npos) << held.error().message;
+      return;
+    }
+    ASSERT_TRUE(held.ok()) << held.error().message;
+    EXPECT_TRUE(*held);
+    struct stat st {};
+    ASSERT_EQ(lstat(lock.c_str(), &st), 0);
+    EXPECT_TRUE(S_ISREG(st.st_mode));
+    EXPECT_EQ(st.st_nlink, 1u);
+    EXPECT_EQ(st.st_mode & 07777, 0666u);
+  }
+};
+
+TEST_F(PlantedFilesTest, ALinkInPlaceOfALockFileIsNeverFollowed) {
+  std::string target = make_target();
+  ASSERT_EQ(symlink(target.c_str(), (root_ + "/run/locks/GPU-a.lock").c_str()), 0);
+  expect_replaced_or_refused("a symbolic link");
+  expect_untouched(target);
+}
+
+TEST_F(PlantedFilesTest, AHardLinkInPlaceOfALockFileIsNeverMadeWritable) {
+  std::string target = make_target();
+  std::string lock = root_ + "/run/locks/GPU-a.lock";
+  ASSERT_EQ(link(target.c_str(), lock.c_str()), 0);
+  expect_replaced_or_refused("a file with 2 names");
+  if (getuid() != 0) unlink(lock.c_str());  // refused, it is still there: its planter removes it
+  expect_untouched(target);
+}
+
+TEST_F(PlantedFilesTest, AFifoInPlaceOfALockFileDoesNotHang) {
+  ASSERT_EQ(mkfifo((root_ + "/run/locks/GPU-a.lock").c_str(), 0666), 0);
+  expect_replaced_or_refused("not a regular file");
+}
+
+TEST_F(PlantedFilesTest, RootTakesOverLockFilesOthersCreated) {
+  if (getuid() != 0) GTEST_SKIP() << "needs root to create a file owned by someone else";
+  std::string lock = root_ + "/run/locks/GPU-a.lock";
+  std::ofstream(lock).close();
+  ASSERT_EQ(chown(lock.c_str(), 12345, 12345), 0);
+  ASSERT_EQ(chmod(lock.c_str(), 0600), 0);
+  ASSERT_TRUE(take("GPU-a", std::nullopt, "j"));
+  struct stat st {};
+  ASSERT_EQ(stat(lock.c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, 0u) << "its creator could remove it and so lease the GPU twice";
+  EXPECT_EQ(st.st_mode & 07777, 0666u);
+}
+
+TEST_F(PlantedFilesTest, RecordsAreNotWrittenThroughPlantedFiles) {
+  std::string target = make_target();
+  // The name a record's temporary file had when it was predictable.
+  std::string planted = fmt::format("{}/run/holders/GPU-a.0.{}.tmp", root_, getpid());
+  ASSERT_EQ(symlink(target.c_str(), planted.c_str()), 0);
+  auto held = take("GPU-a", std::nullopt, "j");
+  ASSERT_TRUE(held);
+  expect_untouched(target);
+  ASSERT_EQ(dir_->list()->size(), 1u);
+}
+
+TEST_F(PlantedFilesTest, ListingReadsOnlySmallRegularRecords) {
+  auto held = take("GPU-a", std::nullopt, "train");
+  ASSERT_TRUE(held);
+  // A valid record outside, linked in: followed, it would show a lease that says what its planter likes.
+  std::string outside = root_ + "/forged";
+  std::ofstream(outside)
+      << R"({"uuid":"GPU-a","index":0,"pid":1,"user":"root","job":"forged","since":999,"slice_mib":null,"ranges":[[0,0]]})";
+  ASSERT_EQ(symlink(outside.c_str(), (root_ + "/run/holders/GPU-a.0.1").c_str()), 0);
+  ASSERT_EQ(mkfifo((root_ + "/run/holders/GPU-a.0.2").c_str(), 0666), 0);  // would block a plain open
+  ASSERT_EQ(symlink("/dev/zero", (root_ + "/run/holders/GPU-a.0.3").c_str()), 0);  // would never end
+  auto records = dir_->list();
+  ASSERT_TRUE(records.ok()) << records.error().message;
+  ASSERT_EQ(records->size(), 1u);
+  EXPECT_EQ((*records)[0].holder.job, "train");
+}
+
+TEST_F(PlantedFilesTest, ARecordNamesItsOwnerUnlessRootWroteIt) {
+  if (getuid() != 0) GTEST_SKIP() << "needs root to create a file owned by someone else";
+  auto held = take("GPU-a", std::nullopt, "train");
+  ASSERT_TRUE(held);
+  std::string forged = root_ + "/run/holders/GPU-a.0.1";
+  std::ofstream(forged)
+      << R"({"uuid":"GPU-a","index":0,"pid":1,"user":"root","job":"forged","since":999,"slice_mib":null,"ranges":[[0,0]]})";
+  ASSERT_EQ(chown(forged.c_str(), 12345, 12345), 0);
+  auto records = dir_->list();
+  ASSERT_TRUE(records.ok() && records->size() == 1u);
+  EXPECT_EQ((*records)[0].holder.job, "train");
+}
+
+TEST_F(PlantedFilesTest, RecordsOfUnknownGpusCreateNoLockFiles) {
+  std::ofstream(root_ + "/run/holders/GPU-z.0.1")
+      << R"({"uuid":"GPU-z","index":0,"pid":1,"user":"x","job":"x","since":1,"slice_mib":null,"ranges":[[0,0]]})";
+  EXPECT_TRUE(dir_->list()->empty());
+  struct stat st {};
+  EXPECT_NE(lstat((root_ + "/run/locks/GPU-z.lock").c_str(), &st), 0);
+}
+
+TEST_F(PlantedFilesTest, RefusesADirectoryUnderOneOthersMayRename) {
+  std::string open_dir = root_ + "/open";
+  ASSERT_EQ(mkdir(open_dir.c_str(), 0700), 0);
+  ASSERT_EQ(chmod(open_dir.c_str(), 0777), 0);
+  auto opened = LeaseDirectory::open(open_dir + "/run");
+  ASSERT_FALSE(opened.ok());
+  EXPECT_NE(opened.error().message.find(open_dir + " (mode 777) may be written by others"), std::string::npos)
+      << opened.error().message;
+  // Sticky, like /tmp: only an entry's owner may rename it.
+  ASSERT_EQ(chmod(open_dir.c_str(), 01777), 0);
+  auto sticky = LeaseDirectory::open(open_dir + "/run");
+  EXPECT_TRUE(sticky.ok()) << sticky.error().message;
+}
+
+TEST_F(PlantedFilesTest, RefusesADirectoryReachedThroughALinkOthersOwn) {
+  if (getuid() != 0) GTEST_SKIP() << "needs root to create a link owned by someone else";
+  // Its owner could point it elsewhere at any time, whatever the directory it names now.
+  std::string link_path = root_ + "/link";
+  ASSERT_EQ(symlink(root_.c_str(), link_path.c_str()), 0);
+  ASSERT_EQ(lchown(link_path.c_str(), 12345, 12345), 0);
+  auto opened = LeaseDirectory::open(link_path + "/run");
+  ASSERT_FALSE(opened.ok());
+  EXPECT_NE(opened.error().message.find("belongs to uid 12345"), std::string::npos) << opened.error().message;
 }
 
 }  // namespace

@@ -76,16 +76,24 @@ Result<void> send_line(int socket_fd, const std::string& line, const std::vector
 }
 
 LineReader::~LineReader() {
-  for (int fd : descriptors_) ::close(fd);
+  for (const Arrived& arrived : arrived_) {
+    for (int fd : arrived.fds) ::close(fd);
+  }
 }
 
 Result<std::optional<ReceivedLine>> LineReader::read_line() {
   for (;;) {
     if (size_t end = buffer_.find('\n'); end != std::string::npos) {
       if (end > max_bytes_) return fail("message longer than {} bytes", max_bytes_);
-      ReceivedLine received{buffer_.substr(0, end), std::move(descriptors_)};
+      ReceivedLine received{buffer_.substr(0, end), {}};
       buffer_.erase(0, end + 1);
-      descriptors_.clear();
+      // Those whose read ended within this line are its own; the others move up with the buffer.
+      auto later = arrived_.begin();
+      for (; later != arrived_.end() && later->end <= end + 1; ++later) {
+        received.descriptors.insert(received.descriptors.end(), later->fds.begin(), later->fds.end());
+      }
+      arrived_.erase(arrived_.begin(), later);
+      for (Arrived& arrived : arrived_) arrived.end -= end + 1;
       return std::optional<ReceivedLine>(std::move(received));
     }
     if (buffer_.size() > max_bytes_) return fail("message longer than {} bytes", max_bytes_);
@@ -102,15 +110,17 @@ Result<std::optional<ReceivedLine>> LineReader::read_line() {
       if (errno == EINTR) continue;
       return fail("cannot read from the socket: {}", std::strerror(errno));
     }
+    Arrived arrived{buffer_.size() + static_cast<size_t>(n), {}};
     for (cmsghdr* header = CMSG_FIRSTHDR(&message); header != nullptr; header = CMSG_NXTHDR(&message, header)) {
       if (header->cmsg_level != SOL_SOCKET || header->cmsg_type != SCM_RIGHTS) continue;
       size_t count = (header->cmsg_len - CMSG_LEN(0)) / sizeof(int);
       for (size_t i = 0; i < count; ++i) {
         int fd = -1;
         std::memcpy(&fd, CMSG_DATA(header) + i * sizeof(int), sizeof(int));
-        descriptors_.push_back(fd);
+        arrived.fds.push_back(fd);
       }
     }
+    if (!arrived.fds.empty()) arrived_.push_back(std::move(arrived));
     if (n == 0) {
       if (!buffer_.empty()) return fail("the connection closed in the middle of a message");
       return std::optional<ReceivedLine>();

@@ -49,7 +49,14 @@ class LineReader {
   int fd_;
   size_t max_bytes_;
   std::string buffer_;
-  std::vector<int> descriptors_;
+  // Descriptors received and not yet handed out, each with where its read ended in buffer_. The
+  // kernel ends a read with the message that carries descriptors, so they belong to the line
+  // holding the read's last byte; lines sent before them may arrive in the same read.
+  struct Arrived {
+    size_t end;  // offset in buffer_ just past the read that brought them
+    std::vector<int> fds;
+  };
+  std::vector<Arrived> arrived_;
 };
 
 }  // namespace gpupool

@@ -4,6 +4,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <string>
+#include <utility>
+#include <vector>
+
 #include <gtest/gtest.h>
 
 namespace gpupool {
@@ -35,6 +39,28 @@ TEST(UnixSocket, LinesArriveOneAtATimeWhateverTheChunking) {
   auto end = reader.read_line();
   ASSERT_TRUE(end.ok());
   EXPECT_FALSE(end->has_value());
+}
+
+// The daemon's "queued" and then its "granted" with the leases, read by a client that was
+// stopped meanwhile: one read brings both lines, and the leases must go with the second.
+TEST(UnixSocket, DescriptorsArrivingWithLaterLinesStayWithThem) {
+  SocketPair pair;
+  int pipe_fds[2];
+  ASSERT_EQ(pipe2(pipe_fds, O_CLOEXEC), 0);
+  ASSERT_TRUE(send_line(pair.fds[0], "queued").ok());
+  ASSERT_TRUE(send_line(pair.fds[0], "granted", {pipe_fds[0], pipe_fds[1]}).ok());
+  ASSERT_TRUE(send_line(pair.fds[0], "after").ok());
+  ::close(pipe_fds[0]);
+  ::close(pipe_fds[1]);
+  LineReader reader(pair.fds[1], 1024);
+  std::vector<std::pair<std::string, size_t>> lines;
+  for (int i = 0; i < 3; ++i) {
+    auto received = reader.read_line();
+    ASSERT_TRUE(received.ok() && received->has_value());
+    lines.emplace_back((*received)->line, (*received)->descriptors.size());
+    for (int fd : (*received)->descriptors) ::close(fd);
+  }
+  EXPECT_EQ(lines, (std::vector<std::pair<std::string, size_t>>{{"queued", 0}, {"granted", 2}, {"after", 0}}));
 }
 
 TEST(UnixSocket, DescriptorsTravelWithTheirLine) {

@@ -17,6 +17,7 @@
 
 #include "core/cpu_list.h"
 #include "core/cuda_arch.h"
+#include "core/quote.h"
 
 namespace gpupool::sim {
 namespace {
@@ -24,6 +25,7 @@ namespace {
 using nlohmann::json;
 
 constexpr unsigned kMaxNvLinksPerGpu = 18;  // NVML_NVLINK_MAX_LINKS
+constexpr size_t kMaxErrorBytes = 1000;     // of an error line, with the file's keys and values in it
 
 std::string join(const std::vector<std::string>& items) {
   std::string out;
@@ -454,7 +456,8 @@ Result<Fixture> parse_fixture_json(const json& document) {
 
 // Every error line names the fixture it came from.
 Result<Fixture> labelled(Result<Fixture> result, std::string_view label) {
-  if (!result) return fail("fixture {}: {}", label, result.error().message);
+  // Keys and values from the file appear in the messages: keep them to one line.
+  if (!result) return fail("fixture {}: {}", label, printable(result.error().message, kMaxErrorBytes));
   return result;
 }
 
@@ -540,7 +543,7 @@ Result<std::string> locate_fixture(const std::string& name_or_path,
   std::error_code error;
   if (is_path(name_or_path)) {
     if (!std::filesystem::is_regular_file(name_or_path, error)) {
-      return fail("simulated machine file {} does not exist", name_or_path);
+      return fail("simulated machine file {} does not exist", quote(name_or_path));
     }
     return absolute_path(name_or_path);
   }
@@ -550,8 +553,8 @@ Result<std::string> locate_fixture(const std::string& name_or_path,
   }
   std::vector<std::string> known = fixture_names(dirs);
   if (known.empty())
-    return fail("unknown simulated machine '{}' (no fixtures in {})", name_or_path, join(dirs));
-  return fail("unknown simulated machine '{}' (known: {})", name_or_path, join(known));
+    return fail("unknown simulated machine {} (no fixtures in {})", quote(name_or_path), join(dirs));
+  return fail("unknown simulated machine {} (known: {})", quote(name_or_path), join(known));
 }
 
 std::vector<std::string> fixture_names(const std::vector<std::string>& dirs) {

@@ -427,9 +427,9 @@ TEST(FixtureLocate, ByNameByPathAndUnknown) {
   EXPECT_TRUE(std::filesystem::equivalent(*by_path, kTestFixtureDir + "/lost-gpu.json"));
 
   EXPECT_EQ(locate_fixture("nowhere/x.json", dirs).error().message,
-            "simulated machine file nowhere/x.json does not exist");
+            "simulated machine file 'nowhere/x.json' does not exist");
   EXPECT_EQ(locate_fixture("x.json", dirs).error().message,
-            "simulated machine file x.json does not exist");
+            "simulated machine file 'x.json' does not exist");
   EXPECT_EQ(locate_fixture("foo", dirs).error().message,
             "unknown simulated machine 'foo' (known: dgx-a100, dgx1-v100, h200-1, hgx-h200, "
             "mixed-workstation, "

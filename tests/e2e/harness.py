@@ -81,20 +81,21 @@ def read_records(path):
             start, end, gpus = jobs.get(words[1], (None, None, []))
             if words[0] == "start":
                 start = float(words[2])
-                gpus = [int(g) for g in words[3].split(",")] if len(words) > 3 else []
+                gpus = [int(g) if g.isdigit() else g for g in words[3].split(",")] if len(words) > 3 else []
             elif words[0] == "end":
                 end = float(words[2])
             jobs[words[1]] = (start, end, gpus)
     return jobs
 
 
-def job_record_script(records, body="sleep 0.3"):
+def job_record_script(records, body="sleep 0.3", gpus="$GPUPOOL_GPUS"):
     """A shell command that appends `start JOB TIME GPUS`, runs body (in a subshell, so that it may
     `exit`), then appends `end JOB TIME` and exits with body's status. A SIGTERM (cancel, time
-    limit) ends it too, with its end recorded; the job's GPUs are free only after that."""
+    limit) ends it too, with its end recorded; the job's GPUs are free only after that. GPUS is
+    the indices, or what gpus says (e.g. "$CUDA_VISIBLE_DEVICES": the UUIDs the job sees)."""
     end = f'echo "end $GPUPOOL_JOB $(date +%s.%N)" >> {records}'
     return (f"trap '{end}; exit 143' TERM; "
-            f'echo "start $GPUPOOL_JOB $(date +%s.%N) $GPUPOOL_GPUS" >> {records}; ({body}); code=$?; '
+            f'echo "start $GPUPOOL_JOB $(date +%s.%N) {gpus}" >> {records}; ({body}); code=$?; '
             f'{end}; exit $code')
 
 
@@ -129,6 +130,40 @@ def process_gone(pid):
             return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
     except (FileNotFoundError, ProcessLookupError):
         return True
+
+
+def in_process_of(uid, function):
+    """function()'s result (anything JSON can carry), computed in a child process of another uid
+    (root only): another user as the daemon sees it, without an account."""
+    reader, writer = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(reader)
+            os.setgroups([])
+            os.setgid(uid)
+            os.setuid(uid)
+            outcome = {"value": function()}
+        except BaseException as e:  # told to the parent, which raises it
+            outcome = {"error": f"{type(e).__name__}: {e}"}
+        finally:
+            try:
+                os.write(writer, json.dumps(outcome).encode())
+            finally:
+                os._exit(0)
+    os.close(writer)
+    with os.fdopen(reader) as f:
+        answer = f.read()
+    os.waitpid(pid, 0)
+    outcome = json.loads(answer) if answer else {"error": "it died"}
+    if "error" in outcome:
+        raise AssertionError(f"as uid {uid}: {outcome['error']}")
+    return outcome["value"]
+
+
+def request_as(d, uid, message):
+    """d.request(message) from a process of another uid (root only)."""
+    return in_process_of(uid, lambda: d.request(message))
 
 
 def as_user(user, argv, env):
@@ -401,13 +436,15 @@ class Daemon:
             raise AssertionError(f"submit printed {proc.stdout!r}, not an id")
         return int(proc.stdout)
 
-    def enqueue(self, command, gpus=1, **spec):
+    def enqueue(self, command, gpus=1, uid=None, **spec):
         """Submits a batch job through the protocol rather than `gpupool submit` (for tests that
         submit many): command (argv) in the work directory with this daemon's environment; spec
-        holds further job spec fields (docs/protocol.md). Returns its id."""
+        holds further job spec fields (docs/protocol.md); uid submits as that uid (request_as).
+        Returns its id."""
         job = {"command": command, "cwd": self.work, "environment": [f"{k}={v}" for k, v in self.env.items()],
                "gpu_count": gpus, "kind": "batch", "umask": 0o022, **spec}
-        return self.request({"op": "submit", "job": job})["id"]
+        message = {"op": "submit", "job": job}
+        return (self.request(message) if uid is None else request_as(self, uid, message))["id"]
 
     def jobs(self, finished=False, state=None, user=None):
         """The queue as `gpupool jobs --json` lists it (with finished jobs too: --all), page by page."""

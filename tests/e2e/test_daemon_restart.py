@@ -1,15 +1,14 @@
 """gpupoold killed with -9 and restarted: jobs run exactly once, running ones are adopted (their
 supervisors outlive the daemon), outcomes reached while it was down are recorded, no lease leaks
 and no GPU is given twice (docs/daemon.md, "Supervisors")."""
-import json
 import os
 import random
 import subprocess
 import time
 import unittest
 
-from harness import (GPUPOOLD, Daemon, job_record_script, main, overlaps, read_records, until_exists,
-                     wait_until)
+from harness import (GPUPOOLD, Daemon, job_record_script, main, overlaps, read_records, request_as,
+                     until_exists, wait_until)
 
 
 def sh(script):
@@ -28,31 +27,6 @@ def has_socket(pid):
         return any(os.readlink(f"/proc/{pid}/fd/{fd}").startswith("socket:") for fd in fds)
     except OSError:
         return False
-
-
-def request_as(d, uid, message):
-    """d.request(message) from a process of another uid (root only): a second user as the daemon
-    sees it, without an account."""
-    reader, writer = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        code = 1
-        try:
-            os.close(reader)
-            os.setgroups([])
-            os.setgid(uid)
-            os.setuid(uid)
-            os.write(writer, json.dumps(d.request(message)).encode())
-            code = 0
-        finally:
-            os._exit(code)
-    os.close(writer)
-    with os.fdopen(reader) as f:
-        answer = f.read()
-    _, status = os.waitpid(pid, 0)
-    if status != 0:
-        raise AssertionError(f"the request as uid {uid} failed: {message}")
-    return json.loads(answer)
 
 
 class RestartTest(unittest.TestCase):

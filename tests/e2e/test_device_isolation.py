@@ -1,0 +1,188 @@
+"""Device isolation (docs/daemon.md, "Device isolation"): a batch job runs in a cgroup of its own
+that may not open the /dev/nvidiaN nodes of the GPUs it does not lease, whatever it does with
+CUDA_VISIBLE_DEVICES.
+
+The test makes its own device nodes with mknod (195:N, N the fixture's minor numbers, which are
+the indices on hgx-h200): opening one fails with EPERM where the cgroup denies it. Where it is
+allowed, it fails with ENXIO without the NVIDIA driver (nothing answers behind it), with ENODEV
+where the driver has no GPU of that minor, and opens where a real GPU has it. Runs with the mechanism the daemon picks (cgroup v1's devices controller, else a cgroup v2
+eBPF filter). Needs root, a kernel that lets the daemon isolate (it says so in its log), and a
+directory where device nodes can be opened (not a nodev mount)."""
+import errno
+import json
+import os
+import pwd
+import re
+import shutil
+import stat
+import subprocess
+import tempfile
+import unittest
+
+from harness import GPUPOOLD, Daemon, clean_env, main, wait_until
+
+GPUS = 8  # hgx-h200
+ISOLATING = re.compile(r"device isolation: (cgroup v1 devices controller|cgroup v2 eBPF device filter) "
+                       r"\(job cgroups in (\S+)\)")
+
+# Opens every node; prints {"minor": errno or 0} and the job's cgroups (v1 devices, v2).
+OPEN_ALL = r"""
+import errno, json, os, sys
+result = {}
+for minor in range(int(sys.argv[2])):
+    try:
+        os.close(os.open(os.path.join(sys.argv[1], f"nvidia{minor}"), os.O_RDWR))
+        result[minor] = 0
+    except OSError as e:
+        result[minor] = e.errno
+cgroups = {}
+for line in open("/proc/self/cgroup").read().splitlines():
+    hierarchy, controllers, path = line.split(":", 2)
+    if "devices" in controllers.split(","):
+        cgroups["v1"] = path
+    elif hierarchy == "0":
+        cgroups["v2"] = path
+print(json.dumps({"open": result, "cgroups": cgroups}))
+"""
+
+
+ALLOWED = (0, errno.ENXIO, errno.ENODEV)  # what opening a node gives where the cgroup allows it
+
+
+def verdicts(opened):
+    """{"minor": "allowed" or "denied"} from the script's {"minor": errno or 0}."""
+    def verdict(error):
+        if error == errno.EPERM:
+            return "denied"
+        if error in ALLOWED:
+            return "allowed"
+        raise AssertionError(f"opening a device node failed with errno {error}")
+    return {minor: verdict(error) for minor, error in opened.items()}
+
+
+def node_directory():
+    """A directory in which device nodes can be opened, or None. /tmp may be mounted nodev (then
+    open fails with EACCES)."""
+    for parent in ("/tmp", "/dev/shm"):
+        path = tempfile.mkdtemp(prefix="gpupool-devnodes-", dir=parent)
+        node = os.path.join(path, "probe")
+        try:
+            os.mknod(node, stat.S_IFCHR | 0o600, os.makedev(195, 200))  # no GPU has this minor
+            os.close(os.open(node, os.O_RDWR))
+            error = 0
+        except OSError as e:
+            error = e.errno
+        if error in ALLOWED:
+            os.unlink(node)
+            return path
+        shutil.rmtree(path, ignore_errors=True)
+    return None
+
+
+@unittest.skipIf(os.geteuid() != 0, "needs root to make cgroups and device nodes")
+class DeviceIsolationTest(unittest.TestCase):
+    def setUp(self):
+        self.nodes = node_directory()
+        if self.nodes is None:
+            self.skipTest("no directory (/tmp, /dev/shm) where device nodes can be opened")
+        self.addCleanup(shutil.rmtree, self.nodes, ignore_errors=True)
+        for minor in range(GPUS):
+            os.mknod(os.path.join(self.nodes, f"nvidia{minor}"), stat.S_IFCHR | 0o666, os.makedev(195, minor))
+
+    def isolating(self, daemon):
+        """(mechanism "v1" or "v2", the directory of the daemon's job cgroups) from its start-up
+        line; skips the test where the kernel does not let it isolate."""
+        found = ISOLATING.search(daemon.log_text())
+        if not found:
+            off = re.search(r"device isolation off: (.*)", daemon.log_text())
+            self.assertIsNotNone(off, daemon.log_text())
+            self.skipTest(f"the daemon cannot isolate here: {off.group(1)}")
+        return ("v1" if "v1" in found.group(1) else "v2"), found.group(2)
+
+    def probe_job(self, daemon, *options):
+        """Submits the opening script; returns (the job as shown, what the script printed, with
+        "open" as verdicts())."""
+        job = daemon.submit(*options, "--", "python3", "-c", OPEN_ALL, self.nodes, str(GPUS))
+        [shown] = daemon.finish(job)
+        self.assertEqual(shown["state"], "done", shown)
+        with open(os.path.join(daemon.state_dir, "logs", f"{job}.out")) as f:
+            seen = json.loads(f.read())
+        seen["open"] = verdicts(seen["open"])
+        return shown, seen
+
+    def test_a_job_opens_its_gpu_and_no_other(self):
+        with Daemon() as daemon:
+            mechanism, base = self.isolating(daemon)
+            shown, seen = self.probe_job(daemon)
+            [own] = shown["gpus"]
+            expected = {str(minor): "allowed" if minor == own else "denied" for minor in range(GPUS)}
+            self.assertEqual(seen["open"], expected)
+            # The job ran in its attempt's cgroup, which is gone now that it has ended.
+            group = seen["cgroups"][mechanism]
+            self.assertTrue(base.endswith(os.path.dirname(group)), (base, group))
+            self.assertEqual(os.path.basename(group), f"job-{shown['id']}.1")
+            self.assertTrue(os.path.isdir(base))
+            self.assertFalse(os.path.exists(os.path.join(base, f"job-{shown['id']}.1")))
+
+            # Two GPUs; and a memory slice counts as leasing its GPU.
+            shown, seen = self.probe_job(daemon, "-g", "2")
+            allowed = {str(i) for i in shown["gpus"]}
+            self.assertEqual({m for m, v in seen["open"].items() if v == "allowed"}, allowed)
+            self.assertEqual({m for m, v in seen["open"].items() if v == "denied"},
+                             {str(i) for i in range(GPUS)} - allowed)
+            shown, seen = self.probe_job(daemon, "--mem", "10G")
+            [own] = shown["gpus"]
+            self.assertEqual([m for m, v in seen["open"].items() if v == "allowed"], [str(own)])
+        # The daemon's own directory goes when it stops with no job left.
+        self.assertFalse(os.path.exists(base))
+
+    def test_leftover_cgroups_are_removed_at_start_and_running_jobs_keep_theirs(self):
+        with Daemon() as daemon:
+            _, base = self.isolating(daemon)
+            # What a supervisor killed with kill -9 leaves behind.
+            os.mkdir(os.path.join(base, "job-99.1"))
+            release = os.path.join(daemon.work, "release")
+            job = daemon.submit("--", "sh", "-c", f"while [ ! -e {release} ]; do sleep 0.05; done")
+            group = os.path.join(base, f"job-{job}.1")
+            wait_until(lambda: os.path.exists(group), what="the job's cgroup")
+            daemon.kill()
+            daemon.start()
+            self.assertEqual(self.isolating(daemon)[1], base)
+            self.assertFalse(os.path.exists(os.path.join(base, "job-99.1")))
+            self.assertTrue(os.path.exists(group))  # its job still runs in it
+            with open(release, "w"):
+                pass
+            [shown] = daemon.finish(job)
+            self.assertEqual(shown["state"], "done", shown)
+            self.assertFalse(os.path.exists(group))
+
+    def test_off_leaves_every_gpu_open(self):
+        with Daemon(config='device_isolation = "off"\n') as daemon:
+            self.assertIn('device isolation off (device_isolation = "off")', daemon.log_text())
+            _, seen = self.probe_job(daemon)
+            self.assertEqual(set(seen["open"].values()), {"allowed"})
+
+    @unittest.skipUnless(shutil.which("setpriv"), "needs setpriv to run a daemon as nobody")
+    def test_on_refuses_to_start_where_it_cannot_isolate(self):
+        # A daemon that is not root cannot make cgroups.
+        root = tempfile.mkdtemp(prefix="gpupool-e2e-")
+        self.addCleanup(shutil.rmtree, root, ignore_errors=True)
+        os.chmod(root, 0o755)
+        nobody = pwd.getpwnam("nobody")
+        os.chown(root, nobody.pw_uid, nobody.pw_gid)
+        config = os.path.join(root, "gpupool.toml")
+        daemon = ["setpriv", f"--reuid={nobody.pw_uid}", f"--regid={nobody.pw_gid}", "--clear-groups", "--",
+                  GPUPOOLD, "--config", config, "--state-dir", os.path.join(root, "state"),
+                  "--runtime-dir", os.path.join(root, "run"), "--http", "off"]
+        with open(config, "w") as f:
+            f.write('[daemon]\ndevice_isolation = "on"\n')
+        proc = subprocess.run(daemon, env=clean_env(GPUPOOL_SIM="hgx-h200"), capture_output=True, text=True,
+                              timeout=60)
+        self.assertEqual(proc.returncode, 1, proc.stderr)
+        [line] = proc.stderr.splitlines()
+        self.assertTrue(line.startswith('gpupoold: device_isolation = "on", but jobs cannot be kept from other '
+                                        "GPUs' device nodes: "), line)
+
+
+if __name__ == "__main__":
+    main()
