@@ -352,6 +352,7 @@ class Daemon::Impl {
   asio::steady_timer publish_timer_{io_};
   asio::steady_timer fair_share_timer_{io_};
   ServiceManager service_manager_;
+  bool service_manager_failing_ = false;
   asio::steady_timer watchdog_timer_{io_};
   std::string last_status_;
   // Last, so they stop first: the HTTP threads read the monitor, whose thread posts to io_.
@@ -504,7 +505,10 @@ Result<void> Daemon::Impl::run() {
 }
 
 void Daemon::Impl::tell_service_manager(const std::string& state) {
-  if (auto told = service_manager_.notify(state); !told) fmt::print(stderr, "gpupoold: {}\n", told.error().message);
+  auto told = service_manager_.notify(state);
+  // Said once per run of failures, not once per watchdog ping.
+  if (!told && !service_manager_failing_) fmt::print(stderr, "gpupoold: {}\n", told.error().message);
+  service_manager_failing_ = !told;
 }
 
 // From the event loop, so a hung loop stops the pings and the service manager restarts us.

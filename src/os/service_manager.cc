@@ -74,7 +74,9 @@ Result<void> ServiceManager::notify(std::string_view state) {
   if (socket_path_[0] == '@') address.sun_path[0] = '\0';  // abstract namespace
   auto length = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + socket_path_.size());
   if (fd_ < 0) {
-    fd_ = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    // Non-blocking: a manager that stops reading (its queue holds only net.unix.max_dgram_qlen
+    // datagrams) must not stall the daemon's event loop; a notification is dropped instead.
+    fd_ = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (fd_ < 0) return fail("cannot create the notification socket: {}", std::strerror(errno));
   }
   ssize_t sent = sendto(fd_, state.data(), state.size(), MSG_NOSIGNAL, reinterpret_cast<sockaddr*>(&address), length);

@@ -31,7 +31,8 @@ class ServiceManager {
   // How often the manager expects "WATCHDOG=1"; nullopt when it does not watch us.
   std::optional<std::chrono::microseconds> watchdog_interval() const { return watchdog_; }
 
-  // Sends `state`, newline-separated assignments ("READY=1\nSTATUS=serving 8 GPUs").
+  // Sends `state`, newline-separated assignments ("READY=1\nSTATUS=serving 8 GPUs"). Never
+  // blocks: when the manager's queue is full the notification is lost and this is an error.
   Result<void> notify(std::string_view state);
 
  private:

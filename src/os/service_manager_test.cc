@@ -70,6 +70,16 @@ TEST(ServiceManager, AManagerThatIsGoneIsAnError) {
   EXPECT_NE(sent.error().message.find("cannot notify the service manager"), std::string::npos);
 }
 
+// A manager that stops reading: its queue fills, and the daemon's loop must not wait for it.
+TEST(ServiceManager, NeverWaitsForAManagerThatDoesNotRead) {
+  ListeningSocket manager(temporary_socket_path());
+  ServiceManager notifier(manager.path);
+  bool dropped = false;
+  for (int i = 0; i < 1000 && !dropped; ++i) dropped = !notifier.notify("WATCHDOG=1").ok();
+  EXPECT_TRUE(dropped) << "a thousand datagrams all queued: the test did not fill the queue";
+  EXPECT_EQ(manager.receive(), "WATCHDOG=1");  // what was queued is intact
+}
+
 TEST(ServiceManager, TakesItsSettingsOutOfTheEnvironment) {
   ListeningSocket manager(temporary_socket_path());
   setenv("NOTIFY_SOCKET", manager.path.c_str(), 1);
