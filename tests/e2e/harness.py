@@ -174,6 +174,46 @@ def as_user(user, argv, env):
     return command, dict(env, HOME=entry.pw_dir, USER=user, LOGNAME=user)
 
 
+def one_line(proc):
+    """True when the command said exactly one line on stderr."""
+    return len(proc.stderr.strip().splitlines()) == 1
+
+
+CAN_ADD_USERS = os.geteuid() == 0 and all(shutil.which(tool) for tool in ("useradd", "userdel", "groupadd",
+                                                                          "groupdel", "setpriv"))
+
+
+class ThrowawayUsers:
+    """For test classes (skipUnless CAN_ADD_USERS) that create users and groups in setUpClass;
+    class cleanups remove them, users before their groups (last added, first removed)."""
+
+    @classmethod
+    def add_group(cls, name):
+        subprocess.run(["groupadd", name], check=True, capture_output=True)
+        cls.addClassCleanup(subprocess.run, ["groupdel", name], capture_output=True)
+        return name
+
+    @classmethod
+    def add_user(cls, name, *groups):
+        extra = ["-G", ",".join(groups)] if groups else []
+        subprocess.run(["useradd", "-M", "-N", "-s", "/bin/sh", *extra, name], check=True, capture_output=True)
+        cls.addClassCleanup(subprocess.run, ["userdel", name], capture_output=True)
+        return name
+
+    @classmethod
+    def require_gpupool_runs_as(cls, user):
+        """Skips the class when `user` cannot run the built gpupool (an unreadable build tree)."""
+        probe = cls.run_as(user, GPUPOOL, "--version")
+        if probe.returncode != 0:
+            raise unittest.SkipTest(f"{GPUPOOL} cannot be run by other users (is the build directory "
+                                    f"readable?): {probe.stderr.strip()}")
+
+    @staticmethod
+    def run_as(user, *argv, env=None, cwd="/"):
+        command, run_env = as_user(user, list(argv), env or os.environ)
+        return subprocess.run(command, env=run_env, cwd=cwd, capture_output=True, text=True, timeout=60)
+
+
 class LineReader:
     """Reads a pipe's lines on a thread of its own, so that a test can wait for the next one
     with a time limit instead of hanging when it never comes."""

@@ -15,8 +15,8 @@ import sys
 import time
 import unittest
 
-from harness import (SOURCE_DIR, Daemon, LineReader, job_record_script, main, overlaps, read_records,
-                     until_exists, wait_until)
+from harness import (SOURCE_DIR, Daemon, LineReader, job_record_script, main, one_line, overlaps,
+                     read_records, until_exists, wait_until)
 
 PRINT_ENV = ("import json, os; print(json.dumps({k: v for k, v in os.environ.items() "
              "if k.startswith(('CUDA_', 'GPUPOOL_', 'E2E_'))}))")
@@ -32,10 +32,6 @@ def read(path):
 def sh(script):
     """The argument list of a submission that runs a shell script."""
     return ["--", "sh", "-c", script]
-
-
-def one_line(proc):
-    return len(proc.stderr.strip().splitlines()) == 1
 
 
 def ids(jobs):

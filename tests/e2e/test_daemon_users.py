@@ -5,27 +5,19 @@ import grp
 import os
 import pwd
 import secrets
-import shutil
 import stat
 import subprocess
 import unittest
 
-from harness import GPUPOOL, Daemon, LineReader, as_user, main
-
-CAN_ADD_USERS = os.geteuid() == 0 and all(shutil.which(tool) for tool in ("useradd", "userdel", "groupadd",
-                                                                          "groupdel", "setpriv"))
+from harness import CAN_ADD_USERS, GPUPOOL, Daemon, LineReader, ThrowawayUsers, main, one_line
 
 
 def sh(script):
     return ["--", "sh", "-c", script]
 
 
-def one_line(proc):
-    return len(proc.stderr.strip().splitlines()) == 1
-
-
 @unittest.skipUnless(CAN_ADD_USERS, "needs root, useradd, groupadd and setpriv to create throwaway users")
-class UsersTest(unittest.TestCase):
+class UsersTest(ThrowawayUsers, unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         suffix = secrets.token_hex(3)
@@ -34,30 +26,7 @@ class UsersTest(unittest.TestCase):
         cls.alice = cls.add_user(f"gpt_alice_{suffix}", cls.team)
         cls.bob = cls.add_user(f"gpt_bob_{suffix}")
         cls.carol = cls.add_user(f"gpt_carol_{suffix}", cls.admins)  # an administrator
-        argv, env = as_user(cls.alice, [GPUPOOL, "--version"], os.environ)
-        probe = subprocess.run(argv, env=env, capture_output=True, text=True)
-        if probe.returncode != 0:
-            raise unittest.SkipTest(f"{GPUPOOL} cannot be run by other users (is the build directory "
-                                    f"readable?): {probe.stderr.strip()}")
-
-    @classmethod
-    def add_group(cls, name):
-        subprocess.run(["groupadd", name], check=True, capture_output=True)
-        cls.addClassCleanup(subprocess.run, ["groupdel", name], capture_output=True)
-        return name
-
-    @classmethod
-    def add_user(cls, name, *groups):
-        extra = ["-G", ",".join(groups)] if groups else []
-        subprocess.run(["useradd", "-M", "-N", "-s", "/bin/sh", *extra, name], check=True,
-                       capture_output=True)
-        # Class cleanups run last-added first: users go before their groups.
-        cls.addClassCleanup(subprocess.run, ["userdel", name], capture_output=True)
-        return name
-
-    def run_as(self, user, *argv):
-        command, env = as_user(user, list(argv), os.environ)
-        return subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
+        cls.require_gpupool_runs_as(cls.alice)
 
     def daemon(self):
         d = Daemon(config=f'admin_group = "{self.admins}"\n', mode=0o755)

@@ -11,18 +11,11 @@ import secrets
 import shutil
 import socket
 import stat
-import subprocess
 import tempfile
 import unittest
 
-from harness import GPUPOOL, Daemon, as_user, in_process_of, main, until_exists, wait_until
-
-CAN_ADD_USERS = os.geteuid() == 0 and all(shutil.which(tool) for tool in ("useradd", "userdel", "groupadd",
-                                                                          "groupdel", "setpriv"))
-
-
-def one_line(proc):
-    return len(proc.stderr.strip().splitlines()) == 1
+from harness import (CAN_ADD_USERS, GPUPOOL, Daemon, ThrowawayUsers, in_process_of, main, one_line,
+                     until_exists, wait_until)
 
 
 def fingerprint(path):
@@ -48,30 +41,16 @@ def exchange(path, messages, timeout=30, user=""):
 
 
 @unittest.skipUnless(CAN_ADD_USERS, "needs root, useradd, groupadd and setpriv to create throwaway users")
-class PlantedFilesTest(unittest.TestCase):
+class PlantedFilesTest(ThrowawayUsers, unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         suffix = secrets.token_hex(3)
         cls.admins = f"gpt_padm_{suffix}"
-        subprocess.run(["groupadd", cls.admins], check=True, capture_output=True)
-        cls.addClassCleanup(subprocess.run, ["groupdel", cls.admins], capture_output=True)
+        cls.add_group(cls.admins)
         cls.alice = cls.add_user(f"gpt_palice_{suffix}")
         cls.mallory = cls.add_user(f"gpt_pmal_{suffix}")  # the one who plants
-        cls.carol = cls.add_user(f"gpt_pcarol_{suffix}", "-G", cls.admins)  # an administrator
-        probe = cls.run_as(cls.alice, GPUPOOL, "--version")
-        if probe.returncode != 0:
-            raise unittest.SkipTest(f"{GPUPOOL} cannot be run by other users: {probe.stderr.strip()}")
-
-    @classmethod
-    def add_user(cls, name, *options):
-        subprocess.run(["useradd", "-M", "-N", "-s", "/bin/sh", *options, name], check=True, capture_output=True)
-        cls.addClassCleanup(subprocess.run, ["userdel", name], capture_output=True)  # before the group
-        return name
-
-    @staticmethod
-    def run_as(user, *argv, env=None, cwd="/"):
-        command, run_env = as_user(user, list(argv), env or os.environ)
-        return subprocess.run(command, env=run_env, cwd=cwd, capture_output=True, text=True, timeout=60)
+        cls.carol = cls.add_user(f"gpt_pcarol_{suffix}", cls.admins)  # an administrator
+        cls.require_gpupool_runs_as(cls.alice)
 
     def uid(self, user):
         return pwd.getpwnam(user).pw_uid
