@@ -34,6 +34,13 @@ std::unique_ptr<CLI::App> make_app(int& exit_code) {
   add_queue_commands(app, exit_code);
   add_report_command(app, exit_code);
   add_sim_command(app, exit_code);
+  {
+    // `gpupool slurm ...`: node configuration, and a gpupoold inside an allocation (docs/slurm.md).
+    CLI::App* slurm = app.add_subcommand("slurm", "Work with Slurm: node configuration and per-allocation daemons");
+    slurm->require_subcommand(1);
+    add_slurm_node_commands(*slurm, exit_code);
+    add_slurm_allocation_commands(*slurm, exit_code);
+  }
   add_completion_command(app, exit_code);
   return owned;
 }

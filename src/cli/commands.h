@@ -23,6 +23,10 @@ void add_sim_command(CLI::App& app, int& exit_code);
 void add_queue_commands(CLI::App& app, int& exit_code);
 void add_report_command(CLI::App& app, int& exit_code);
 void add_completion_command(CLI::App& app, int& exit_code);
+// Under `gpupool slurm` (made in app.cc): gres-conf and node-conf.
+void add_slurm_node_commands(CLI::App& slurm, int& exit_code);
+// The subcommands of `gpupool slurm`, registered on it.
+void add_slurm_allocation_commands(CLI::App& slurm, int& exit_code);
 
 // The whole command line, every command registered; callbacks store their exit code in
 // `exit_code`, which must outlive the App. Parsing runs a command; building runs nothing.

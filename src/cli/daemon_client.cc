@@ -54,8 +54,10 @@ Result<std::optional<DaemonClient>> DaemonClient::connect_if_running(const std::
 Result<DaemonClient> DaemonClient::connect(const std::string& runtime_dir) {
   TRY_ASSIGN(auto client, connect_if_running(runtime_dir));
   if (!client) {
-    return fail("no gpupoold is running (no socket at {}); start one with `gpupoold`",
-                protocol::socket_path(runtime_dir));
+    // Inside a Slurm job the job's own daemon is the one looked for.
+    const char* start = LeaseDirectory::slurm_job_directory() ? "gpupool slurm start" : "gpupoold";
+    return fail("no gpupoold is running (no socket at {}); start one with `{}`", protocol::socket_path(runtime_dir),
+                start);
   }
   return std::move(*client);
 }

@@ -10,9 +10,11 @@ namespace gpupool::cli {
 namespace {
 
 // The ids of the queue's jobs from `gpupool jobs --json` (an array printed with an indent of 2:
-// each job's own keys stand 4 spaces in). Valid in bash, zsh and fish alike.
+// each job's own keys stand 4 spaces in), gpupoold's (42) and Slurm's ("slurm:42"). Valid in
+// bash, zsh and fish alike.
 constexpr const char* kJobIdsCommand =
-    R"(command gpupool jobs --json 2>/dev/null | sed -n 's/^    "id": \([0-9][0-9]*\),\{0,1\}$/\1/p')";
+    R"(command gpupool jobs --json 2>/dev/null | )"
+    R"sed(sed -n 's/^    "id": "\{0,1\}\(\(slurm:\)\{0,1\}[0-9][0-9]*\)"\{0,1\},\{0,1\}$/\1/p')sed";
 
 const std::string kSource = std::string("gpupool ") + GPUPOOL_VERSION;
 
@@ -30,6 +32,10 @@ ManSection gpupool_environment() {
            {"GPUPOOL_HOST_ROOT", "Read /proc, /sys and /dev under this directory (`gpupool doctor --root` sets it)."},
            {"GPUPOOL_HOST_INVENTORY", "Inside a container: a file holding the host's `gpupool list --json`, from "
                                       "which `gpupool map` takes the host's GPU indices."},
+           {"XDG_STATE_HOME", "`gpupool submit --slurm` records the jobs it hands to Slurm in "
+                              "$XDG_STATE_HOME/gpupool/slurm-jobs.jsonl (else ~/.local/state/gpupool/)."},
+           {"SLURM_CONF, SBATCH_*", "Read by Slurm's commands, which gpupool runs from PATH for `submit --slurm` "
+                                    "and the commands on slurm:ID."},
            {"CUDA_VISIBLE_DEVICES, CUDA_DEVICE_ORDER",
             "Read by `gpupool resolve`, `gpupool map` and `gpupool doctor`; set for every command gpupool starts, "
             "which sees exactly its GPUs."},

@@ -141,7 +141,7 @@ Result<LeasedGpus> lease_from_daemon(DaemonClient client, GpuBackend& backend, c
 }  // namespace
 
 Result<LeasedGpus> lease_gpus(const LeaseRequestOptions& options, const std::vector<std::string>& command) {
-  TRY_ASSIGN(auto backend, open_gpu_backend());
+  TRY_ASSIGN(auto backend, open_pool_backend());
   TRY_ASSIGN(LeaseDirectory leases, LeaseDirectory::open(LeaseDirectory::default_path()));
   HostFiles host = host_files_from_environment();
   AcquireOptions acquire;

@@ -1,5 +1,7 @@
 // The queue commands: submit, jobs, show, cancel, hold, release, wait, logs, drain, resume.
-// Each is one request to gpupoold (src/protocol/messages.h) and a way to print the answer.
+// Each is one request to gpupoold (src/protocol/messages.h) and a way to print the answer; jobs
+// handed to Slurm (submit --slurm, ids slurm:ID) go through cli/slurm_jobs instead.
+#include <fcntl.h>
 #include <poll.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -19,8 +21,11 @@
 #include "cli/commands.h"
 #include "cli/daemon_client.h"
 #include "cli/lease_options.h"
+#include "cli/slurm_jobs.h"
 #include "core/allocation.h"
 #include "core/job_text.h"
+#include "core/quote.h"
+#include "os/host_files.h"
 
 extern char** environ;
 
@@ -55,35 +60,41 @@ std::string state_text(const Job& job) {
   return state;
 }
 
+// A Slurm job Slurm has forgotten reads "unknown".
+std::string state_text(const SlurmJobStatus& status) { return status.known ? state_text(status.job) : "unknown"; }
+
 void print_jobs_header() {
   fmt::print("{:>6}  {:<14} {:<10} {:<20} {:>7} {:<7} {:<11} {:>9}  {}\n", "ID", "STATE", "USER", "NAME", "REQ",
              "GPUS", "SUBMITTED", "ELAPSED", "REASON");
 }
 
-void print_jobs_row(const Job& job) {
+// `id` and `state` as they read: "42" or "slurm:42"; "failed(3)", "unknown".
+void print_jobs_row(const Job& job, const std::string& id, const std::string& state) {
   std::string name = display_name(job);
   if (name.size() > 20) name = name.substr(0, 19) + "~";
-  fmt::print("{:>6}  {:<14} {:<10} {:<20} {:>7} {:<7} {:<11} {:>9}  {}\n", job.id, state_text(job), job.owner.user,
+  fmt::print("{:>6}  {:<14} {:<10} {:<20} {:>7} {:<7} {:<11} {:>9}  {}\n", id, state, job.owner.user,
              name, request_text(job), gpu_list_text(job.gpus), clock_time(job.submit_time), elapsed_text(job), job.reason);
 }
 
 // One job as an entry of a JSON array printed with an indent of 2: what the whole array's
 // dump(2) would show for it. Strings hold no raw newline (JSON escapes it), so every newline
 // starts a line of the object.
-std::string json_array_entry(const Job& job) {
+std::string json_array_entry(const nlohmann::json& job) {
   std::string entry = "  ";
-  for (char c : proto::job_to_json(job).dump(2)) {
+  for (char c : job.dump(2)) {
     entry += c;
     if (c == '\n') entry += "  ";
   }
   return entry;
 }
 
-void print_job_details(const Job& job) {
-  auto line = [](const char* key, const std::string& value) { fmt::print("{:<12} {}\n", key, value); };
-  line("id", std::to_string(job.id));
+// `extra`: lines after the job's own (a Slurm job's).
+void print_job_details(const Job& job, const std::string& id, const std::string& state,
+                       const std::vector<std::pair<std::string, std::string>>& extra = {}) {
+  auto line = [](const std::string& key, const std::string& value) { fmt::print("{:<12} {}\n", key, value); };
+  line("id", id);
   line("name", display_name(job));
-  line("state", to_string(job.state) + (job.reason.empty() ? "" : " (" + job.reason + ")"));
+  line("state", state + (job.reason.empty() ? "" : " (" + job.reason + ")"));
   line("user", job.owner.user);
   line("kind", to_string(job.spec.kind));
   line("command", fmt::format("{}", fmt::join(job.spec.argv, " ")));
@@ -103,6 +114,7 @@ void print_job_details(const Job& job) {
   if (job.exit_code) line("exit code", std::to_string(*job.exit_code));
   if (!job.stdout_path.empty()) line("stdout", job.stdout_path);
   if (!job.stderr_path.empty()) line("stderr", job.stderr_path);
+  for (const auto& [key, value] : extra) line(key, value);
 }
 
 Result<std::vector<Job>> jobs_answer(DaemonClient& client, const proto::Request& request) {
@@ -123,6 +135,7 @@ struct SubmitOptions {
   std::string time_limit;
   bool hold = false;
   std::vector<std::string> command;
+  SlurmSubmitOptions slurm;
 };
 
 Result<int> submit(const SubmitOptions& options) {
@@ -144,14 +157,15 @@ Result<int> submit(const SubmitOptions& options) {
     spec.slice_mib = slice;
   }
   spec.priority = options.priority;
-  if (!options.after.empty()) {
-    TRY_ASSIGN(spec.after, parse_job_ids(std::array{options.after}));
-  }
   spec.retries = options.retries;
   if (!options.time_limit.empty()) {
     TRY_ASSIGN(auto limit, parse_duration(options.time_limit));
     if (limit.count() <= 0) return fail("invalid time limit '{}': must be more than 0", options.time_limit);
     spec.time_limit_s = static_cast<double>(limit.count()) / 1000.0;
+  }
+  if (options.slurm.enabled) return submit_to_slurm(spec, options.after, options.hold, options.slurm);
+  if (!options.after.empty()) {
+    TRY_ASSIGN(spec.after, parse_job_ids(std::array{options.after}));
   }
   TRY_ASSIGN(DaemonClient client, DaemonClient::connect(runtime_directory()));
   TRY_ASSIGN(proto::Response response, client.request(request));
@@ -169,8 +183,18 @@ struct JobsOptions {
   bool json = false;
 };
 
-// Page after page, each printed as it comes: a long history fits neither one message nor,
-// at 100,000 jobs, comfortably in memory. The output is what one answer would have given.
+// Whether `jobs` lists a Slurm job: by the same rules as gpupoold's (a state asked for, else
+// finished ones only with --all). One Slurm has forgotten counts as finished, in no state.
+bool listed(const SlurmJobStatus& status, const proto::JobsRequest& request) {
+  if (request.user && *request.user != status.job.owner.user) return false;
+  if (request.state) return status.known && status.job.state == *request.state;
+  return request.all || (status.known && !is_finished(status.job.state));
+}
+
+// gpupoold's jobs page after page, each printed as it comes: a long history fits neither one
+// message nor, at 100,000 jobs, comfortably in memory. The output is what one answer would have
+// given. Then the Slurm jobs this user submitted; without a daemon those alone, and with
+// neither, the error that says how to start a daemon.
 Result<int> list_jobs(const JobsOptions& options) {
   proto::JobsRequest request;
   request.all = options.all;
@@ -179,36 +203,62 @@ Result<int> list_jobs(const JobsOptions& options) {
     TRY_ASSIGN(JobState state, parse_job_state(options.state));
     request.state = state;
   }
-  TRY_ASSIGN(DaemonClient client, DaemonClient::connect(runtime_directory()));
+  // Asked first; an error of Slurm's is told after gpupoold's jobs are listed.
+  Result<std::optional<std::vector<SlurmJobStatus>>> slurm = recorded_slurm_jobs();
+  TRY_ASSIGN(std::optional<DaemonClient> client, DaemonClient::connect_if_running(runtime_directory()));
+  if (!client && slurm.ok() && !*slurm) TRY(DaemonClient::connect(runtime_directory()));
+  if (!client) TRY(slurm);
+  if (!options.json) print_jobs_header();
   size_t printed = 0;
-  for (bool first_page = true;; first_page = false) {
-    TRY_ASSIGN(proto::Response response, client.request(request));
+  auto print = [&](const Job& job, const std::string& id, const std::string& state, auto to_json) {
+    if (options.json) {
+      fmt::print("{}\n{}", printed == 0 ? "[" : ",", json_array_entry(to_json()));
+    } else {
+      print_jobs_row(job, id, state);
+    }
+    ++printed;
+  };
+  while (client) {
+    TRY_ASSIGN(proto::Response response, client->request(request));
     TRY_ASSIGN(proto::JobsResponse page, expect<proto::JobsResponse>(std::move(response)));
-    if (first_page && !options.json) print_jobs_header();
     for (const Job& job : page.jobs) {
-      if (options.json) {
-        fmt::print("{}\n{}", printed == 0 ? "[" : ",", json_array_entry(job));
-      } else {
-        print_jobs_row(job);
-      }
-      ++printed;
+      print(job, std::to_string(job.id), state_text(job), [&] { return proto::job_to_json(job); });
     }
     if (!page.more || page.jobs.empty()) break;
     request.after_id = page.jobs.back().id;
   }
+  for (const SlurmJobStatus& status : slurm.ok() && *slurm ? **slurm : std::vector<SlurmJobStatus>()) {
+    if (!listed(status, request)) continue;
+    print(status.job, slurm_id_text(status.job.id), state_text(status), [&] { return slurm_job_json(status); });
+  }
   if (options.json) fmt::print("{}\n", printed == 0 ? "[]" : "\n]");
+  TRY(slurm);
+  return 0;
+}
+
+Result<int> show_slurm_job(JobNumber id, bool json) {
+  TRY_ASSIGN(std::vector<SlurmJobStatus> statuses, slurm_jobs_now(std::array{id}, true));
+  const SlurmJobStatus& status = statuses.at(0);
+  if (json) {
+    fmt::print("{}\n", slurm_job_json(status).dump(2));
+  } else {
+    print_job_details(status.job, slurm_id_text(id), status.known ? to_string(status.job.state) : "unknown",
+                      slurm_detail_lines(status));
+  }
   return 0;
 }
 
 Result<int> show_job(const std::string& id_text, bool json) {
-  TRY_ASSIGN(std::vector<JobNumber> ids, parse_job_ids(std::array{id_text}));
+  TRY_ASSIGN(JobIds ids, parse_any_job_ids(std::array{id_text}));
+  if (ids.local.size() + ids.slurm.size() != 1) return fail("show takes one job id, not {}", quote(id_text));
+  if (!ids.slurm.empty()) return show_slurm_job(ids.slurm.front(), json);
   TRY_ASSIGN(DaemonClient client, DaemonClient::connect(runtime_directory()));
-  TRY_ASSIGN(std::vector<Job> jobs, jobs_answer(client, proto::ShowRequest{ids.at(0)}));
-  if (jobs.empty()) return fail("no job {}", ids.at(0));
+  TRY_ASSIGN(std::vector<Job> jobs, jobs_answer(client, proto::ShowRequest{ids.local.at(0)}));
+  if (jobs.empty()) return fail("no job {}", ids.local.at(0));
   if (json) {
     fmt::print("{}\n", proto::job_to_json(jobs.front()).dump(2));
   } else {
-    print_job_details(jobs.front());
+    print_job_details(jobs.front(), std::to_string(jobs.front().id), to_string(jobs.front().state));
   }
   return 0;
 }
@@ -216,11 +266,12 @@ Result<int> show_job(const std::string& id_text, bool json) {
 // --- cancel / hold / release ---
 
 Result<int> act_on_jobs(proto::JobAction action, const std::vector<std::string>& id_texts) {
-  TRY_ASSIGN(std::vector<JobNumber> ids, parse_job_ids(id_texts));
+  TRY_ASSIGN(JobIds ids, parse_any_job_ids(id_texts));
+  int code = act_on_slurm_jobs(action, ids.slurm);
+  if (ids.local.empty()) return code;
   TRY_ASSIGN(DaemonClient client, DaemonClient::connect(runtime_directory()));
-  TRY_ASSIGN(proto::Response response, client.request(proto::JobActionRequest{action, ids}));
+  TRY_ASSIGN(proto::Response response, client.request(proto::JobActionRequest{action, ids.local}));
   TRY_ASSIGN(proto::JobActionResponse outcomes, expect<proto::JobActionResponse>(std::move(response)));
-  int code = 0;
   for (const proto::ActionOutcome& outcome : outcomes.outcomes) {
     if (outcome.error) {
       fmt::print(stderr, "gpupool: {}\n", *outcome.error);
@@ -247,9 +298,7 @@ int wait_exit_code(const std::vector<Job>& jobs) {
 // time (all of them must end anyway), each answer well within the message limit.
 constexpr size_t kWaitBatch = proto::kMaxJobsPage / 2;
 
-Result<int> wait_for_jobs(const std::vector<std::string>& id_texts, bool quiet) {
-  TRY_ASSIGN(std::vector<JobNumber> ids, parse_job_ids(id_texts));
-  TRY_ASSIGN(DaemonClient client, DaemonClient::connect(runtime_directory()));
+Result<std::vector<Job>> wait_for_ids(DaemonClient& client, const std::vector<JobNumber>& ids) {
   std::vector<Job> jobs;
   for (size_t first = 0; first < ids.size(); first += kWaitBatch) {
     std::vector<JobNumber> batch(ids.begin() + static_cast<std::ptrdiff_t>(first),
@@ -257,10 +306,58 @@ Result<int> wait_for_jobs(const std::vector<std::string>& id_texts, bool quiet) 
     TRY_ASSIGN(std::vector<Job> ended, jobs_answer(client, proto::WaitRequest{std::move(batch)}));
     jobs.insert(jobs.end(), std::make_move_iterator(ended.begin()), std::make_move_iterator(ended.end()));
   }
-  if (!quiet) {
-    for (const Job& job : jobs) {
-      fmt::print(stderr, "gpupool: job {} {}{}\n", job.id, state_text(job), job.reason.empty() ? "" : ": " + job.reason);
+  return jobs;
+}
+
+// The caller's queued and running jobs now (held ones would never end by themselves).
+Result<std::vector<JobNumber>> unfinished_jobs_of_mine(DaemonClient& client) {
+  proto::JobsRequest request;
+  request.user = user_name(getuid());
+  std::vector<JobNumber> ids;
+  for (;;) {
+    TRY_ASSIGN(proto::Response response, client.request(request));
+    TRY_ASSIGN(proto::JobsResponse page, expect<proto::JobsResponse>(std::move(response)));
+    for (const Job& job : page.jobs) {
+      if (job.state != JobState::Held) ids.push_back(job.id);
     }
+    if (!page.more || page.jobs.empty()) return ids;
+    request.after_id = page.jobs.back().id;
+  }
+}
+
+// `wait --all` drains the queue: it waits again for whatever was submitted meanwhile (a job
+// that submits more, a loop still submitting), until none of the caller's jobs is left.
+Result<std::vector<Job>> wait_for_daemon_jobs(bool all, const std::vector<JobNumber>& ids) {
+  TRY_ASSIGN(DaemonClient client, DaemonClient::connect(runtime_directory()));
+  if (!all) return wait_for_ids(client, ids);
+  std::vector<Job> jobs;
+  for (;;) {
+    TRY_ASSIGN(std::vector<JobNumber> mine, unfinished_jobs_of_mine(client));
+    if (mine.empty()) return jobs;
+    TRY_ASSIGN(std::vector<Job> ended, wait_for_ids(client, mine));
+    jobs.insert(jobs.end(), std::make_move_iterator(ended.begin()), std::make_move_iterator(ended.end()));
+  }
+}
+
+// gpupoold's jobs, then Slurm's (slurm:ID): all of them must end anyway.
+Result<int> wait_for_jobs(const std::vector<std::string>& id_texts, bool all, bool quiet) {
+  if (all == !id_texts.empty()) return fail("wait needs job ids or --all (not both)");
+  JobIds ids;
+  if (!all) {
+    TRY_ASSIGN(ids, parse_any_job_ids(id_texts));
+  }
+  std::vector<Job> jobs;
+  if (all || !ids.local.empty()) {
+    TRY_ASSIGN(jobs, wait_for_daemon_jobs(all, ids.local));
+  }
+  TRY_ASSIGN(std::vector<SlurmJobStatus> slurm, wait_for_slurm_jobs(ids.slurm));
+  auto tell = [quiet](const std::string& id, const std::string& state, const std::string& reason) {
+    if (!quiet) fmt::print(stderr, "gpupool: job {} {}{}\n", id, state, reason.empty() ? "" : ": " + reason);
+  };
+  for (const Job& job : jobs) tell(std::to_string(job.id), state_text(job), job.reason);
+  for (const SlurmJobStatus& status : slurm) {
+    tell(slurm_id_text(status.job.id), state_text(status), status.job.reason);
+    jobs.push_back(status.job);  // one Slurm has forgotten counts as failed: its state is not done
   }
   return wait_exit_code(jobs);
 }
@@ -334,8 +431,40 @@ Result<OpenedLog> open_once_created(DaemonClient& client, JobNumber id, proto::L
   }
 }
 
+// A Slurm job's log is a file of its user's, read directly: looked at every kLogPollMs, and
+// Slurm asked every tenth time whether the job has ended (the last look comes after that).
+Result<void> print_slurm_log(JobNumber id, bool follow, bool errors, int& fd) {
+  TRY_ASSIGN(std::vector<SlurmJobStatus> now, slurm_jobs_now(std::array{id}, true));
+  const std::string path = errors ? now.at(0).job.stderr_path : now.at(0).job.stdout_path;
+  if (path.empty()) return fail("Slurm names no {} file for job {}", errors ? "error" : "output", id);
+  for (int look = 1;; ++look) {
+    bool ended = !now.at(0).known || is_finished(now.at(0).job.state);
+    if (fd < 0) fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0 && errno != ENOENT) return fail("cannot read {}: {}", path, std::strerror(errno));
+    if (fd >= 0) TRY(copy_new_bytes(fd));
+    fflush(stdout);
+    if (!follow || ended) break;
+    poll(nullptr, 0, kLogPollMs);
+    if (look % 10 == 0) {
+      TRY_ASSIGN(now, slurm_jobs_now(std::array{id}, false));
+    }
+  }
+  // Not there although the job started: written on a node that does not share this directory.
+  if (fd < 0 && now.at(0).job.start_time) return fail("cannot read {}: {}", path, std::strerror(ENOENT));
+  return {};
+}
+
 Result<int> show_logs(const std::string& id_text, bool follow, bool errors) {
-  TRY_ASSIGN(std::vector<JobNumber> ids, parse_job_ids(std::array{id_text}));
+  TRY_ASSIGN(JobIds any, parse_any_job_ids(std::array{id_text}));
+  if (any.local.size() + any.slurm.size() != 1) return fail("logs takes one job id, not {}", quote(id_text));
+  if (!any.slurm.empty()) {
+    int fd = -1;
+    Result<void> shown = print_slurm_log(any.slurm.front(), follow, errors, fd);
+    if (fd >= 0) ::close(fd);
+    TRY(shown);
+    return 0;
+  }
+  const std::vector<JobNumber>& ids = any.local;
   TRY_ASSIGN(DaemonClient client, DaemonClient::connect(runtime_directory()));
   proto::LogStream stream = errors ? proto::LogStream::Stderr : proto::LogStream::Stdout;
   TRY_ASSIGN(OpenedLog log, request_log(client, ids.at(0), stream));
@@ -363,7 +492,7 @@ Result<int> admin(proto::AdminAction action) {
 
 void add_queue_commands(CLI::App& app, int& exit_code) {
   {
-    auto* cmd = app.add_subcommand("submit", "Queue a batch job with gpupoold; prints its id");
+    auto* cmd = app.add_subcommand("submit", "Queue a batch job with gpupoold (or Slurm: --slurm); prints its id");
     auto options = std::make_shared<SubmitOptions>();
     cmd->add_option("-g,--gpu-count", options->count, "How many GPUs (default 1)")->check(CLI::Range(1u, 1024u));
     cmd->add_option("--mem", options->memory, "Share the GPUs: this much of each one's memory (e.g. 20G)")
@@ -371,17 +500,21 @@ void add_queue_commands(CLI::App& app, int& exit_code) {
     cmd->add_option("--name", options->name, "The job's name (default: the command's)");
     cmd->add_option("--priority", options->priority, "Higher runs first; above 0 needs an administrator");
     // One string (not a list option), so `--after 3 -- cmd` cannot swallow the command.
-    cmd->add_option("--after", options->after, "Start only after these jobs are done (ids, comma-separated)")
+    cmd->add_option("--after", options->after,
+                    "Start only after these jobs are done (ids, comma-separated; slurm:ID with --slurm)")
         ->type_name("JOB_ID");
     cmd->add_option("--retries", options->retries, "Run again after a failure, up to this many times");
     cmd->add_option("--time", options->time_limit, "Time limit (e.g. 30m, 2h): SIGTERM, then SIGKILL")
         ->type_name("DURATION");
     cmd->add_flag("--hold", options->hold, "Queue it held: it starts only after `gpupool release`");
+    add_slurm_submit_options(*cmd, options->slurm);
     cmd->add_option("command", options->command, "The command and its arguments (after --)")
         ->required()
         ->type_name("COMMAND");
     cmd->footer("The job runs as you, in this directory, with this environment and umask; its output goes to log\n"
-                "files (`gpupool logs ID`). It sees exactly its GPUs through CUDA_VISIBLE_DEVICES.");
+                "files (`gpupool logs ID`). It sees exactly its GPUs through CUDA_VISIBLE_DEVICES.\n"
+                "With --slurm, sbatch queues it on the cluster instead and gpupool records it: jobs, show,\n"
+                "cancel, hold, release, wait and logs take its slurm:ID (docs/slurm.md).");
     cmd->callback([&exit_code, options] { run_command(exit_code, [&] { return submit(*options); }); });
   }
   {
@@ -418,10 +551,14 @@ void add_queue_commands(CLI::App& app, int& exit_code) {
   {
     auto* cmd = app.add_subcommand("wait", "Wait until jobs finish; the exit code is the worst of theirs");
     auto ids = std::make_shared<std::vector<std::string>>();
+    auto all = std::make_shared<bool>(false);
     auto quiet = std::make_shared<bool>(false);
-    cmd->add_option("ids", *ids, "Job ids")->required()->type_name("JOB_ID");
+    cmd->add_option("ids", *ids, "Job ids")->type_name("JOB_ID");
+    cmd->add_flag("-a,--all", *all, "Every queued and running job of yours, and those submitted meanwhile, until none is left");
     cmd->add_flag("-q,--quiet", *quiet, "Do not print how each job ended");
-    cmd->callback([&exit_code, ids, quiet] { run_command(exit_code, [&] { return wait_for_jobs(*ids, *quiet); }); });
+    cmd->callback([&exit_code, ids, all, quiet] {
+      run_command(exit_code, [&] { return wait_for_jobs(*ids, *all, *quiet); });
+    });
   }
   {
     auto* cmd = app.add_subcommand("logs", "Print a job's output");

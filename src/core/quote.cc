@@ -1,5 +1,7 @@
 #include "core/quote.h"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 namespace gpupool {
@@ -36,5 +38,16 @@ std::string printable(std::string_view text, size_t max_bytes) {
 }
 
 std::string quote(std::string_view text) { return "'" + printable(text, kMaxQuotedBytes) + "'"; }
+
+std::string shell_quote(std::string_view word) {
+  auto plain = [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+           std::string_view("@%+=:,./_-").find(c) != std::string_view::npos;
+  };
+  if (!word.empty() && std::all_of(word.begin(), word.end(), plain)) return std::string(word);
+  std::string quoted = "'";
+  for (char c : word) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return quoted + "'";
+}
 
 }  // namespace gpupool

@@ -1,4 +1,5 @@
-// Text from outside (a request's field, a configuration key) shown inside an error line.
+// Text from outside (a request's field, a configuration key) shown inside an error line, and
+// words quoted for a shell script.
 #pragma once
 
 #include <string>
@@ -12,5 +13,9 @@ std::string printable(std::string_view text, size_t max_bytes);
 
 // printable(text, 64) in single quotes: 'polcy'.
 std::string quote(std::string_view text);
+
+// One word for a POSIX shell: as it is when it holds only characters no shell treats specially,
+// else in single quotes (a ' inside becomes '\''). Newlines and every other byte stay as they are.
+std::string shell_quote(std::string_view word);
 
 }  // namespace gpupool

@@ -29,5 +29,16 @@ TEST(QuoteTest, PrintableTakesItsOwnLimitAndNoQuotes) {
   EXPECT_EQ(printable("abcdef", 3), "abc...");
 }
 
+TEST(QuoteTest, ShellQuoteLeavesPlainWordsAndQuotesTheRest) {
+  EXPECT_EQ(shell_quote("train.py"), "train.py");
+  EXPECT_EQ(shell_quote("--lr=3e-4"), "--lr=3e-4");
+  EXPECT_EQ(shell_quote(""), "''");
+  EXPECT_EQ(shell_quote("two words"), "'two words'");
+  EXPECT_EQ(shell_quote("it's"), "'it'\\''s'");
+  EXPECT_EQ(shell_quote("$HOME `id` *"), "'$HOME `id` *'");
+  EXPECT_EQ(shell_quote("a\nb"), "'a\nb'");
+  EXPECT_EQ(shell_quote("~user"), "'~user'");
+}
+
 }  // namespace
 }  // namespace gpupool

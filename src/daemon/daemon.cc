@@ -202,6 +202,8 @@ Result<std::optional<DeviceIsolation>> set_up_device_isolation(DeviceIsolationMo
 
 std::string default_state_dir() {
   if (const char* dir = std::getenv("GPUPOOL_STATE_DIR"); dir != nullptr && *dir != '\0') return dir;
+  // A Slurm job's daemon keeps its queue with the job: it ends with the allocation.
+  if (auto job = LeaseDirectory::slurm_job_directory()) return *job + "/state";
   if (geteuid() == 0) return "/var/lib/gpupool";
   if (const char* xdg = std::getenv("XDG_STATE_HOME"); xdg != nullptr && *xdg != '\0') {
     return std::string(xdg) + "/gpupool";
@@ -225,6 +227,7 @@ class Daemon::Impl {
         service_manager_(ServiceManager::from_environment()) {}
 
   Result<void> open_socket();
+  Result<void> watch_end_with();
   Result<void> isolate_devices();
   Result<void> open_monitor(UsageStore usage);
   Result<void> recover();
@@ -299,6 +302,9 @@ class Daemon::Impl {
   void job_finished(const Job& job);
   void answer_wait(const SessionPtr& session);
   std::optional<std::string> cancel(Job& job, const std::string& by);
+  void wait_for_signal();
+  void end_session(const std::string& by);
+  void stop_once_idle();
   void save(const Job& job);
   std::string record_path(const Job& job) const;
   void fill_log_paths(Job& job) const;
@@ -334,6 +340,8 @@ class Daemon::Impl {
   asio::signal_set signals_;
   std::optional<gid_t> admin_gid_;
   bool drained_ = false;
+  bool ending_ = false;  // end_session(): stopping once the cancelled jobs have ended
+  std::optional<asio::posix::stream_descriptor> end_with_;  // a pidfd of settings_.end_with
   std::string socket_path_;
   int instance_lock_ = -1;
 
@@ -477,11 +485,7 @@ Result<void> Daemon::Impl::recover() {
 }
 
 Result<void> Daemon::Impl::run() {
-  signals_.async_wait([this](const asio::error_code& error, int) {
-    if (error) return;
-    tell_service_manager("STOPPING=1");
-    io_.stop();
-  });
+  wait_for_signal();
   accept();
   monitor_->start();
   replenish_standbys();
@@ -1345,6 +1349,7 @@ void Daemon::Impl::finalize(Job& job, JobState state, std::string reason) {
 
 // Answers the `wait`s that were waiting for this job last.
 void Daemon::Impl::job_finished(const Job& job) {
+  if (ending_) asio::post(io_, [this] { stop_once_idle(); });
   auto waiting = waiters_.extract(job.id);
   if (waiting.empty()) return;
   for (auto& weak : waiting.mapped()) {
@@ -1385,6 +1390,58 @@ std::optional<std::string> Daemon::Impl::cancel(Job& job, const std::string& by)
     default:
       return fmt::format("job {} has already {}", job.id, to_string(job.state));
   }
+}
+
+Result<void> Daemon::Impl::watch_end_with() {
+  if (!settings_.end_with) return {};
+  int pidfd = static_cast<int>(syscall(SYS_pidfd_open, *settings_.end_with, 0));
+  if (pidfd < 0) return fail("--end-with {}: {}", *settings_.end_with, std::strerror(errno));
+  end_with_.emplace(io_, pidfd);
+  // A pidfd turns readable when its process has exited.
+  end_with_->async_wait(asio::posix::stream_descriptor::wait_read, [this](const asio::error_code& error) {
+    if (error) return;
+    fmt::print(stderr, "gpupoold: process {} has exited: cancelling every job and stopping\n", *settings_.end_with);
+    end_session(fmt::format("the exit of process {}", *settings_.end_with));
+  });
+  return {};
+}
+
+// SIGTERM leaves the jobs running for the next daemon, except for a daemon that lives for a
+// process (--end-with): it has no next one, so it ends its jobs first; a second signal stops it
+// at once.
+void Daemon::Impl::wait_for_signal() {
+  signals_.async_wait([this](const asio::error_code& error, int) {
+    if (error) return;
+    if (settings_.end_with && !ending_) {
+      fmt::print(stderr, "gpupoold: signalled: cancelling every job and stopping\n");
+      end_session("gpupoold stopping");
+      return wait_for_signal();
+    }
+    tell_service_manager("STOPPING=1");
+    io_.stop();
+  });
+}
+
+void Daemon::Impl::end_session(const std::string& by) {
+  ending_ = true;
+  drained_ = true;  // not stored: a daemon started again later starts what is queued then
+  std::vector<JobNumber> ids;
+  for (const auto& [id, job] : active_) ids.push_back(id);
+  for (JobNumber id : ids) {
+    auto it = active_.find(id);
+    if (it == active_.end()) continue;
+    if (auto error = cancel(it->second, by)) {
+      fmt::print(stderr, "gpupoold: job {}: {}\n", id, *error);
+    }
+    if (auto still = active_.find(id); still != active_.end()) save(still->second);
+  }
+  stop_once_idle();
+}
+
+void Daemon::Impl::stop_once_idle() {
+  if (scheduler_.running() > 0) return;
+  tell_service_manager("STOPPING=1");
+  io_.stop();
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1488,6 +1545,7 @@ Result<std::unique_ptr<Daemon>> Daemon::create(DaemonSettings settings) {
   // The database holds every job's environment: nothing the daemon creates is for others to
   // read unless it says so (the socket, the directories and the logs get their modes set).
   umask(077);
+  TRY(LeaseDirectory::prepare_slurm_job_directory());
   TRY(ensure_directory(settings.state_dir, 0755));
   TRY(ensure_directory(settings.state_dir + "/logs", 0755));
   TRY(ensure_directory(settings.state_dir + "/attempts", 0700));
@@ -1498,12 +1556,13 @@ Result<std::unique_ptr<Daemon>> Daemon::create(DaemonSettings settings) {
   TRY_ASSIGN(UsageStore usage, UsageStore::open(database));
   for (const char* suffix : {"", "-wal", "-shm"}) chmod((database + suffix).c_str(), 0600);
   TRY_ASSIGN(LeaseDirectory leases, LeaseDirectory::open(settings.runtime_dir));
-  TRY_ASSIGN(auto backend, open_gpu_backend());
+  TRY_ASSIGN(auto backend, open_pool_backend());
   TRY_ASSIGN(Machine machine, backend->discover(DiscoveryScope{.links = true, .processes = false}));
   TRY_ASSIGN(Scheduler scheduler, Scheduler::create(machine, settings.config.scheduler));
   auto impl = std::make_unique<Impl>(std::move(settings), std::move(store), std::move(leases), std::move(backend),
                                      std::move(machine), std::move(scheduler));
   TRY(impl->open_socket());
+  TRY(impl->watch_end_with());
   TRY(impl->isolate_devices());  // once this is the one daemon of its state directory
   TRY(impl->open_monitor(std::move(usage)));
   TRY(impl->recover());
@@ -1555,7 +1614,8 @@ int daemon_main(int argc, char** argv) {
     fmt::print(stderr, "gpupoold: cannot find its own program: {}\n", std::strerror(errno));
     return 1;
   }
-  DaemonSettings settings{options.runtime_dir, options.state_dir, std::string(self, static_cast<size_t>(length)), std::move(*config)};
+  DaemonSettings settings{options.runtime_dir, options.state_dir, std::string(self, static_cast<size_t>(length)),
+                          std::move(*config), options.end_with};
   auto daemon = Daemon::create(std::move(settings));
   if (!daemon) {
     fmt::print(stderr, "gpupoold: {}\n", daemon.error().message);

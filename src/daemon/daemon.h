@@ -4,7 +4,10 @@
 // docs/daemon.md describes the life of a job; docs/protocol.md the socket protocol.
 #pragma once
 
+#include <sys/types.h>
+
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "core/result.h"
@@ -17,6 +20,9 @@ struct DaemonSettings {
   std::string state_dir;           // gpupool.db, logs/, attempts/
   std::string supervisor_program;  // this binary, re-executed as `gpupoold supervise`
   DaemonConfig config;
+  // The process this daemon lives for (a Slurm job's shell, docs/slurm.md): when it exits, every
+  // job is cancelled and the daemon stops once none runs. nullopt: serve until a signal.
+  std::optional<pid_t> end_with;
 };
 
 // GPUPOOL_STATE_DIR, else /var/lib/gpupool for root, else $XDG_STATE_HOME/gpupool or

@@ -14,6 +14,7 @@ struct DaemonOptions {
   std::string state_dir;
   std::string runtime_dir;
   std::optional<std::string> http;
+  std::optional<int> end_with;  // a process id: end with it (a Slurm job's daemon, docs/slurm.md)
   bool check_config = false;  // read the configuration, say whether it is valid, and exit
 };
 

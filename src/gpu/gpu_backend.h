@@ -35,6 +35,12 @@ class GpuBackend {
 //   otherwise                  the system's libnvidia-ml.so.1, then libnvidia-ml.so.
 Result<std::unique_ptr<GpuBackend>> open_gpu_backend();
 
+// The GPUs this process may hand out: inside a Slurm allocation only the allocation's (read by
+// core/slurm_allocation from SLURM_STEP_GPUS, SLURM_JOB_GPUS or CUDA_VISIBLE_DEVICES), numbered
+// 0..k-1; elsewhere the whole machine. For the daemon and the commands that lease GPUs; the
+// commands that describe the hardware (list, topo, resolve) look at the whole machine.
+Result<std::unique_ptr<GpuBackend>> open_pool_backend();
+
 // Directories searched for fixtures by name: $GPUPOOL_FIXTURE_DIR, then share/gpupool/fixtures
 // beside the executable.
 std::vector<std::string> fixture_search_dirs();

@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <string_view>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -269,12 +270,37 @@ void HeldLeases::set_holder_pid(pid_t pid) {
 
 std::string LeaseDirectory::default_path() {
   if (const char* dir = std::getenv("GPUPOOL_RUNTIME_DIR"); dir != nullptr && *dir != '\0') return dir;
+  if (auto job = slurm_job_directory()) return *job + "/run";
   struct stat st {};
   if (stat("/run/gpupool", &st) == 0 && S_ISDIR(st.st_mode)) return "/run/gpupool";
   return "/tmp/gpupool";
 }
 
+std::optional<std::string> LeaseDirectory::slurm_job_directory() {
+  const char* job = std::getenv("SLURM_JOB_ID");
+  if (job == nullptr || *job == '\0' || std::string_view(job).find('/') != std::string_view::npos) return std::nullopt;
+  return fmt::format("/tmp/gpupool-{}", job);
+}
+
+Result<void> LeaseDirectory::prepare_slurm_job_directory() {
+  std::optional<std::string> path = slurm_job_directory();
+  if (!path) return {};
+  if (mkdir(path->c_str(), 0700) != 0 && errno != EEXIST) {
+    return fail("cannot create {}: {}", *path, std::strerror(errno));
+  }
+  struct stat st {};
+  if (lstat(path->c_str(), &st) != 0) return fail("cannot inspect {}: {}", *path, std::strerror(errno));
+  if (!S_ISDIR(st.st_mode)) return fail("{} must be a directory, not a link or file", *path);
+  if (st.st_uid != getuid() || (st.st_mode & 077) != 0) {
+    return fail("{} belongs to uid {} with mode {:o}: this Slurm job's gpupool needs it private to uid {}; "
+                "remove it", *path, st.st_uid, st.st_mode & 07777, getuid());
+  }
+  return {};
+}
+
 Result<LeaseDirectory> LeaseDirectory::open(const std::string& path) {
+  // The job's own runtime directory lives in its private directory, made on first use.
+  if (auto job = slurm_job_directory(); job && path == *job + "/run") TRY(prepare_slurm_job_directory());
   TRY(check_ancestors(path));
   TRY(ensure_shared_directory(path));
   TRY(ensure_shared_directory(path + "/locks"));

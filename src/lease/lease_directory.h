@@ -89,8 +89,15 @@ class LeaseDirectory {
   // Opens (creating if needed) the shared runtime directory. See docs/leases.md for the modes:
   // the directory and its subdirectories are 1777 and must belong to root or the caller.
   static Result<LeaseDirectory> open(const std::string& path);
-  // GPUPOOL_RUNTIME_DIR, else /run/gpupool if it exists, else /tmp/gpupool.
+  // GPUPOOL_RUNTIME_DIR, else inside a Slurm job its slurm_job_directory()'s run/, else
+  // /run/gpupool if it exists, else /tmp/gpupool.
   static std::string default_path();
+  // Inside a Slurm job (SLURM_JOB_ID set): /tmp/gpupool-ID, the private home of the job's own
+  // runtime and state directories (docs/slurm.md); nullopt outside one.
+  static std::optional<std::string> slurm_job_directory();
+  // Creates slurm_job_directory() (mode 0700) where missing. An error when it is someone
+  // else's or not a directory: another user could have made it first to watch our sockets.
+  static Result<void> prepare_slurm_job_directory();
 
   // Takes every claim or none, without waiting. nullopt: some GPU is busy right now.
   Result<std::optional<HeldLeases>> try_acquire(const std::vector<LeaseClaim>& claims,

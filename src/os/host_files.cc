@@ -15,6 +15,8 @@
 
 #include <fmt/format.h>
 
+#include "core/cpu_list.h"
+
 namespace gpupool {
 namespace {
 
@@ -134,6 +136,33 @@ std::optional<std::string> HostFiles::pci_local_cpus(const std::string& nvml_bus
       read_file(path("/sys/bus/pci/devices/" + sysfs_pci_name(nvml_bus_id) + "/local_cpulist"));
   if (!text) return std::nullopt;
   return trim(*text);
+}
+
+std::vector<CpuThread> HostFiles::cpu_threads() const {
+  const std::string sys_cpu = "/sys/devices/system/cpu";
+  std::vector<CpuThread> threads;
+  for (const std::string& name : list_directory(sys_cpu)) {
+    CpuThread thread;
+    std::string_view number = std::string_view(name).substr(std::min<size_t>(3, name.size()));
+    auto [end, error] = std::from_chars(number.data(), number.data() + number.size(), thread.cpu);
+    if (name.rfind("cpu", 0) != 0 || number.empty() || error != std::errc() ||
+        end != number.data() + number.size()) {
+      continue;  // cpufreq, cpuidle, online, ...
+    }
+    // An offline CPU has no topology (or says 0 in its `online`): the kernel schedules nothing there.
+    const std::string dir = fmt::format("{}/{}", sys_cpu, name);
+    if (trim(read(dir + "/online").value_or("1")) == "0") continue;
+    auto package = read(dir + "/topology/physical_package_id");
+    auto siblings = read(dir + "/topology/thread_siblings_list");
+    if (!package || !siblings) continue;
+    // -1 where the platform does not say (some virtual machines): one socket, as hwloc takes it.
+    thread.package = static_cast<unsigned>(std::max(0, std::atoi(package->c_str())));
+    Result<std::vector<unsigned>> core_cpus = parse_cpu_list(trim(*siblings));
+    if (!core_cpus) continue;
+    thread.core_cpus = std::move(*core_cpus);
+    threads.push_back(std::move(thread));
+  }
+  return threads;
 }
 
 std::optional<std::map<std::string, std::string>> HostFiles::process_environment(

@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "core/cpu_topology.h"
+
 namespace gpupool {
 
 struct ProcessIdentity {
@@ -32,6 +34,8 @@ class HostFiles {
   unsigned numa_node_count() const;
   // The CPUs local to a PCI device (sysfs local_cpulist).
   std::optional<std::string> pci_local_cpus(const std::string& nvml_bus_id) const;
+  // The online CPUs with their socket and core siblings (sysfs cpuN/topology); empty when unknown.
+  std::vector<CpuThread> cpu_threads() const;
 
   // A process's environment (/proc/PID/environ); nullopt when it is gone or not ours to read.
   std::optional<std::map<std::string, std::string>> process_environment(uint32_t pid) const;

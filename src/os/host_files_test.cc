@@ -48,5 +48,34 @@ TEST(HostFilesTest, ReadsPermissionsAndListsDirectoriesUnderTheRoot) {
   std::filesystem::remove_all(root);
 }
 
+TEST(HostFilesTest, ReadsTheOnlineCpusWithTheirSocketAndCoreSiblings) {
+  char pattern[] = "/tmp/gpupool-host-files-test-XXXXXX";
+  std::string root = mkdtemp(pattern);
+  const std::string cpus = root + "/sys/devices/system/cpu";
+  auto plant = [&](unsigned cpu, const std::string& package, const std::string& siblings) {
+    std::string topology = cpus + "/cpu" + std::to_string(cpu) + "/topology";
+    std::filesystem::create_directories(topology);
+    std::ofstream(topology + "/physical_package_id") << package << "\n";
+    std::ofstream(topology + "/thread_siblings_list") << siblings << "\n";
+  };
+  plant(0, "0", "0,2");
+  plant(1, "1", "1,3");
+  plant(2, "-1", "0,2");  // a platform that does not say: one socket
+  plant(3, "1", "1,3");
+  std::ofstream(cpus + "/cpu3/online") << "0\n";            // offline: left out
+  std::filesystem::create_directories(cpus + "/cpu4");      // no topology: left out
+  std::filesystem::create_directories(cpus + "/cpufreq");   // not a CPU
+  std::ofstream(cpus + "/online") << "0-2\n";
+  std::vector<CpuThread> threads = HostFiles(root).cpu_threads();
+  ASSERT_EQ(threads.size(), 3u);
+  EXPECT_EQ(threads[0].cpu, 0u);
+  EXPECT_EQ(threads[1].cpu, 1u);
+  EXPECT_EQ(threads[1].package, 1u);
+  EXPECT_EQ(threads[2].package, 0u);
+  EXPECT_EQ(threads[2].core_cpus, (std::vector<unsigned>{0, 2}));
+  EXPECT_TRUE(HostFiles(root + "/nowhere").cpu_threads().empty());
+  std::filesystem::remove_all(root);
+}
+
 }  // namespace
 }  // namespace gpupool

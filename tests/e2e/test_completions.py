@@ -144,7 +144,7 @@ class EveryScriptAndPage(unittest.TestCase):
                     listed = "\\fBgpupool\\-" + path[0].replace("-", "\\-") + "\\fR(1)"
                     self.assertIn(listed, read(page("gpupool")), path)
                 elif path:  # a section of its parent's page
-                    self.assertIn(f'.SS "gpupool {" ".join(path)}"', man, path)
+                    self.assertIn('.SS "gpupool ' + " ".join(path).replace("-", "\\-") + '"', man, path)
                 for option in options:
                     where = (program, path, option)
                     self.assertRegex(scripts["bash"], rf"'{re.escape(' '.join([program, *path]))}'\) echo '[^']*"

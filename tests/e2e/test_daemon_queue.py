@@ -15,7 +15,7 @@ import sys
 import time
 import unittest
 
-from harness import (SOURCE_DIR, Daemon, LineReader, job_record_script, main, one_line, overlaps,
+from harness import (GPUPOOL, SOURCE_DIR, Daemon, LineReader, job_record_script, main, one_line, overlaps,
                      read_records, until_exists, wait_until)
 
 PRINT_ENV = ("import json, os; print(json.dumps({k: v for k, v in os.environ.items() "
@@ -186,6 +186,24 @@ class QueueTest(unittest.TestCase):
             self.assertNotEqual(jobs[missing]["exit_code"], 0)
             self.assertEqual(jobs[ok]["reason"], "")
             self.assertEqual(jobs[three]["reason"], "exit code 3")
+
+    def test_wait_all_drains_the_queue_even_of_jobs_submitted_meanwhile(self):
+        with Daemon() as d:
+            # A job that submits another as it ends: `wait --all` must wait for that one too.
+            parent = d.submit("--", "sh", "-c", f"sleep 0.3; {GPUPOOL} submit -- sh -c 'sleep 0.5; exit 4'")
+            held = d.submit("--hold", "--", "true")
+            ok = d.submit("--", "true")
+            waited = d.gp("wait", "--all", timeout=60)
+            self.assertEqual(waited.returncode, 4, waited.stderr)
+            jobs = {job["id"]: job for job in d.all_jobs()}
+            self.assertEqual(len(jobs), 4)
+            child = max(jobs)
+            self.assertEqual([jobs[j]["state"] for j in (parent, ok, child)], ["done", "done", "failed"])
+            self.assertEqual(jobs[held]["state"], "held")  # never ends by itself: not waited for
+            self.assertIn(f"job {child} failed", waited.stderr)
+            for args in (["wait"], ["wait", "--all", str(ok)]):
+                proc = d.gp(*args)
+                self.assertEqual((proc.returncode, proc.stderr), (1, "gpupool: wait needs job ids or --all (not both)\n"))
 
     def test_cancel_queued_and_running_jobs(self):
         with Daemon() as d:

@@ -1,0 +1,156 @@
+#include "os/program.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <ctime>
+
+#include "core/text.h"
+#include "os/child_process.h"
+
+extern char** environ;
+
+namespace gpupool {
+namespace {
+
+// Both ends of a pipe, closed when it goes.
+struct Pipe {
+  int read = -1;
+  int write = -1;
+  Pipe() = default;
+  Pipe(const Pipe&) = delete;
+  Pipe& operator=(const Pipe&) = delete;
+  ~Pipe() {
+    close_read();
+    close_write();
+  }
+  void close_read() {
+    if (read >= 0) ::close(read);
+    read = -1;
+  }
+  void close_write() {
+    if (write >= 0) ::close(write);
+    write = -1;
+  }
+};
+
+Result<void> open_pipe(Pipe& pipe) {
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) != 0) return fail("cannot create a pipe: {}", std::strerror(errno));
+  pipe.read = fds[0];
+  pipe.write = fds[1];
+  return {};
+}
+
+// The spawn's attributes and file actions, destroyed when it goes.
+struct SpawnSetup {
+  posix_spawn_file_actions_t actions;
+  posix_spawnattr_t attributes;
+  SpawnSetup() {
+    posix_spawn_file_actions_init(&actions);
+    posix_spawnattr_init(&attributes);
+  }
+  SpawnSetup(const SpawnSetup&) = delete;
+  SpawnSetup& operator=(const SpawnSetup&) = delete;
+  ~SpawnSetup() {
+    posix_spawn_file_actions_destroy(&actions);
+    posix_spawnattr_destroy(&attributes);
+  }
+};
+
+// Reads what is there; false at the end of the stream.
+bool read_some(int fd, std::string& into) {
+  char buffer[65536];
+  ssize_t n = ::read(fd, buffer, sizeof(buffer));
+  if (n < 0) return errno == EINTR || errno == EAGAIN;
+  into.append(buffer, static_cast<size_t>(n));
+  return n > 0;
+}
+
+// Feeds the input and collects both outputs until the program closes them.
+void exchange(Pipe& in, Pipe& out, Pipe& err, const std::string& input, ProgramOutcome& outcome) {
+  size_t written = 0;
+  if (input.empty()) in.close_write();
+  if (in.write >= 0) fcntl(in.write, F_SETFL, fcntl(in.write, F_GETFL) | O_NONBLOCK);
+  while (out.read >= 0 || err.read >= 0) {
+    pollfd fds[3] = {{in.write, POLLOUT, 0}, {out.read, POLLIN, 0}, {err.read, POLLIN, 0}};
+    if (poll(fds, 3, -1) < 0) {
+      if (errno == EINTR) continue;
+      break;
+    }
+    if (in.write >= 0 && fds[0].revents != 0) {
+      ssize_t n = ::write(in.write, input.data() + written, input.size() - written);
+      if (n > 0) written += static_cast<size_t>(n);
+      // A program that stops reading early (EPIPE) simply does not get the rest.
+      if (written == input.size() || (n < 0 && errno != EINTR && errno != EAGAIN)) in.close_write();
+    }
+    if (out.read >= 0 && fds[1].revents != 0 && !read_some(out.read, outcome.out)) out.close_read();
+    if (err.read >= 0 && fds[2].revents != 0 && !read_some(err.read, outcome.err)) err.close_read();
+  }
+  in.close_write();
+}
+
+}  // namespace
+
+Result<ProgramOutcome> run_program(const std::vector<std::string>& argv, const ProgramOptions& options) {
+  if (argv.empty()) return fail("no program to run");
+  Pipe in, out, err;
+  TRY(open_pipe(in));
+  TRY(open_pipe(out));
+  TRY(open_pipe(err));
+  SpawnSetup setup;
+  posix_spawn_file_actions_adddup2(&setup.actions, in.read, STDIN_FILENO);
+  posix_spawn_file_actions_adddup2(&setup.actions, out.write, STDOUT_FILENO);
+  posix_spawn_file_actions_adddup2(&setup.actions, err.write, STDERR_FILENO);
+
+  // SIGPIPE is blocked here while we write its input (a program that exits without reading it
+  // must not kill us); the program itself starts with our usual mask and SIGPIPE's default.
+  sigset_t pipe_signal, previous;
+  sigemptyset(&pipe_signal);
+  sigaddset(&pipe_signal, SIGPIPE);
+  pthread_sigmask(SIG_BLOCK, &pipe_signal, &previous);
+  posix_spawnattr_setsigmask(&setup.attributes, &previous);
+  posix_spawnattr_setsigdefault(&setup.attributes, &pipe_signal);
+  posix_spawnattr_setflags(&setup.attributes, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+
+  std::vector<std::string> args = argv;
+  std::vector<std::string> env = environment_with(options.environment);
+  std::vector<char*> arg_pointers, env_pointers;
+  for (auto& a : args) arg_pointers.push_back(a.data());
+  arg_pointers.push_back(nullptr);
+  for (auto& e : env) env_pointers.push_back(e.data());
+  env_pointers.push_back(nullptr);
+
+  pid_t pid = 0;
+  int spawned = posix_spawnp(&pid, args[0].c_str(), &setup.actions, &setup.attributes, arg_pointers.data(),
+                             env_pointers.data());
+  in.close_read();
+  out.close_write();
+  err.close_write();
+  ProgramOutcome outcome;
+  if (spawned == 0) exchange(in, out, err, options.input, outcome);
+  // Take back a SIGPIPE our writing raised, so it does not strike once unblocked.
+  timespec now = {0, 0};
+  while (sigtimedwait(&pipe_signal, nullptr, &now) == SIGPIPE) {
+  }
+  pthread_sigmask(SIG_SETMASK, &previous, nullptr);
+  if (spawned == ENOENT) {
+    std::string hint = options.not_found_hint.empty() ? "" : "; " + options.not_found_hint;
+    return fail("{}: not found on PATH{}", argv[0], hint);
+  }
+  if (spawned != 0) return fail("cannot run {}: {}", argv[0], std::strerror(spawned));
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0) {
+    if (errno != EINTR) return fail("cannot wait for {}: {}", argv[0], std::strerror(errno));
+  }
+  outcome.exit_code = exit_code_from_status(status);
+  return outcome;
+}
+
+}  // namespace gpupool

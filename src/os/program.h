@@ -1,0 +1,29 @@
+// Running another program and reading what it says: an argument vector handed to
+// posix_spawnp (never a shell string, so no argument is ever re-read as shell syntax), optional
+// text on its standard input, its standard output and error captured, its exit status.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "core/result.h"
+
+namespace gpupool {
+
+struct ProgramOptions {
+  std::string input;                      // written to its standard input, then closed
+  std::vector<std::string> environment;   // "NAME=value" added to (or replacing in) ours
+  std::string not_found_hint;             // added to the error when argv[0] is not on PATH
+};
+
+struct ProgramOutcome {
+  int exit_code = 0;  // the shell's view: the status, or 128 + the signal
+  std::string out;
+  std::string err;
+};
+
+// Runs argv (argv[0] looked up on PATH) to its end. An error only when it cannot run at all:
+// "sbatch: not found on PATH; is Slurm's client installed?" (with options.not_found_hint).
+Result<ProgramOutcome> run_program(const std::vector<std::string>& argv, const ProgramOptions& options = {});
+
+}  // namespace gpupool
