@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <array>
 #include <cerrno>
+#include <chrono>
 #include <climits>
 #include <cmath>
 #include <cstring>
@@ -309,33 +310,50 @@ Result<std::vector<Job>> wait_for_ids(DaemonClient& client, const std::vector<Jo
   return jobs;
 }
 
-// The caller's queued and running jobs now (held ones would never end by themselves).
-Result<std::vector<JobNumber>> unfinished_jobs_of_mine(DaemonClient& client) {
+// The caller's jobs: with `all`, finished ones too; only those with an id above `after_id`.
+Result<std::vector<Job>> jobs_of_mine(DaemonClient& client, bool all, JobNumber after_id) {
   proto::JobsRequest request;
   request.user = user_name(getuid());
-  std::vector<JobNumber> ids;
+  request.all = all;
+  request.after_id = after_id;
+  std::vector<Job> jobs;
   for (;;) {
     TRY_ASSIGN(proto::Response response, client.request(request));
     TRY_ASSIGN(proto::JobsResponse page, expect<proto::JobsResponse>(std::move(response)));
-    for (const Job& job : page.jobs) {
-      if (job.state != JobState::Held) ids.push_back(job.id);
-    }
-    if (!page.more || page.jobs.empty()) return ids;
+    if (page.jobs.empty()) return jobs;
     request.after_id = page.jobs.back().id;
+    jobs.insert(jobs.end(), std::make_move_iterator(page.jobs.begin()), std::make_move_iterator(page.jobs.end()));
+    if (!page.more) return jobs;
   }
 }
 
-// `wait --all` drains the queue: it waits again for whatever was submitted meanwhile (a job
-// that submits more, a loop still submitting), until none of the caller's jobs is left.
+// `wait --all` drains the queue: it waits for the caller's queued and running jobs (held ones
+// would never end by themselves), then for whatever they submitted meanwhile (a job that
+// submits more, a loop still submitting), until none is left. Ids only grow, so the jobs
+// submitted since a look are those above the largest id it saw; those that have already ended
+// count too, unless they ended before the wait began.
 Result<std::vector<Job>> wait_for_daemon_jobs(bool all, const std::vector<JobNumber>& ids) {
+  const double began = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   TRY_ASSIGN(DaemonClient client, DaemonClient::connect(runtime_directory()));
   if (!all) return wait_for_ids(client, ids);
   std::vector<Job> jobs;
+  TRY_ASSIGN(std::vector<Job> seen, jobs_of_mine(client, false, 0));
   for (;;) {
-    TRY_ASSIGN(std::vector<JobNumber> mine, unfinished_jobs_of_mine(client));
-    if (mine.empty()) return jobs;
-    TRY_ASSIGN(std::vector<Job> ended, wait_for_ids(client, mine));
+    std::vector<JobNumber> unfinished;
+    JobNumber largest = 0;
+    for (Job& job : seen) {
+      largest = std::max(largest, job.id);
+      if (job.state == JobState::Held) continue;
+      if (is_finished(job.state)) {
+        if (job.end_time.value_or(began) >= began) jobs.push_back(std::move(job));
+      } else {
+        unfinished.push_back(job.id);
+      }
+    }
+    if (unfinished.empty()) return jobs;
+    TRY_ASSIGN(std::vector<Job> ended, wait_for_ids(client, unfinished));
     jobs.insert(jobs.end(), std::make_move_iterator(ended.begin()), std::make_move_iterator(ended.end()));
+    TRY_ASSIGN(seen, jobs_of_mine(client, true, largest));
   }
 }
 

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -20,6 +21,7 @@ namespace {
 
 struct NodeOptions {
   std::optional<std::string> type;
+  std::optional<uint64_t> shard_mib;
   std::string device_dir = "/dev";
   std::string output;  // gres-conf: the file to write; empty: standard output
   std::string name;    // node-conf: the node's name; empty: the short host name
@@ -43,6 +45,7 @@ Result<Node> discover_node(const NodeOptions& options) {
   SlurmNodeFacts facts;
   facts.generator = std::string("gpupool ") + GPUPOOL_VERSION;
   facts.type = options.type;
+  facts.shard_mib = options.shard_mib;
   const std::string simulated = backend->simulated_machine();
   facts.machine = simulated.empty() ? "host " + short_hostname() : "the simulated machine " + simulated;
   // A simulated machine's CPUs are its fixture's, not this host's: their topology comes only from
@@ -96,6 +99,14 @@ void add_type_option(CLI::App& cmd, NodeOptions& options) {
       ->type_name("TYPE");
 }
 
+void add_shard_option(CLI::App& cmd, NodeOptions& options) {
+  cmd.add_option("--shard-mib", options.shard_mib,
+                 "Give each GPU one GRES shard per MIB MiB of its memory, the size `gpupool submit --slurm --mem` "
+                 "counts in (its --shard-mib, default 1024)")
+      ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 30))
+      ->type_name("MIB");
+}
+
 }  // namespace
 
 void add_slurm_node_commands(CLI::App& slurm, int& exit_code) {
@@ -104,6 +115,7 @@ void add_slurm_node_commands(CLI::App& slurm, int& exit_code) {
       "gres-conf",
       "Print this node's gres.conf: one line per GPU with its device file, nearby cores and NVLinks");
   add_type_option(*gres_cmd, *gres);
+  add_shard_option(*gres_cmd, *gres);
   gres_cmd->add_option("--device-dir", gres->device_dir, "Where the GPUs' device files are (default /dev)")
       ->check(slurm_check(check_device_dir, "device directory"))
       ->type_name("DIR");
@@ -120,6 +132,7 @@ void add_slurm_node_commands(CLI::App& slurm, int& exit_code) {
       ->check(slurm_check(check_node_name, "node name"))
       ->type_name("NODE");
   add_type_option(*node_cmd, *node);
+  add_shard_option(*node_cmd, *node);
   node_cmd->callback([&exit_code, node] { run_command(exit_code, [&] { return run_node_conf(*node); }); });
 }
 

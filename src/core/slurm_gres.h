@@ -1,8 +1,10 @@
 // A Slurm node's configuration from what gpupool discovered (docs/slurm.md, "Node
 // configuration"): gres.conf, one line per GPU with its device file, the cores near it and its
-// NVLinks, and slurm.conf's NodeName line with the node's GPUs and CPU layout.
+// NVLinks (and, if asked, its shards), and slurm.conf's NodeName line with the node's GPUs and CPU
+// layout.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -20,6 +22,9 @@ struct SlurmNodeFacts {
   std::optional<std::string> type;  // one GRES type for every GPU instead of the one from its name
   // The host's online CPUs; nullopt when unknown (Cores= and the CPU layout are then left out).
   std::optional<std::vector<CpuThread>> cpus;
+  // GPU shards (GRES "shard"), one per this many MiB of each GPU's memory, the size
+  // `gpupool submit --slurm --mem` counts in; nullopt: no shards.
+  std::optional<uint64_t> shard_mib;
 };
 
 // The GRES type Slurm's NVML autodetection gives a GPU: its name in lower case, spaces as '_'

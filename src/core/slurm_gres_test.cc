@@ -81,6 +81,7 @@ Machine hgx_h200() {
   std::vector<Gpu> gpus;
   for (unsigned i = 0; i < 8; ++i) {
     gpus.push_back(make_gpu(i, "NVIDIA H200", i < 4 ? "0-55,112-167" : "56-111,168-223"));
+    gpus.back().memory_total_mib = 143771;
   }
   NvlinkTable fabric(8, std::vector<unsigned>(8, 18));
   return make_machine(std::move(gpus), fabric, true);
@@ -307,6 +308,73 @@ TEST(SlurmGres, NodeLineCarriesTheCpuLayoutWhenItIsUniform) {
                        "NodeName=hgx01 Gres=gpu:nvidia_h200:8\n"),
             std::string::npos)
       << *line;
+}
+
+TEST(SlurmGres, ShardsAreEachGpusMemoryInShardsOfTheGivenSize) {
+  SlurmNodeFacts facts = facts_with(std::nullopt);
+  facts.shard_mib = 1024;
+  Result<GresConf> conf = gres_conf(hgx_h200(), facts, "/dev");
+  ASSERT_TRUE(conf.ok()) << conf.error().message;
+  EXPECT_TRUE(conf->warnings.empty());
+  EXPECT_NE(conf->text.find("# Shards: a Name=shard line after a GPU's gives it one shard per 1024 MiB of its "
+                            "memory,\n# rounded down. `gpupool submit --slurm --mem` counts in the same shards "
+                            "(--shard-mib 1024).\n"),
+            std::string::npos)
+      << conf->text;
+  std::vector<std::string> lines = config_lines(conf->text);
+  ASSERT_EQ(lines.size(), 16u);
+  for (unsigned n = 0; n < 8; ++n) {
+    EXPECT_TRUE(lines[2 * n].starts_with(fmt::format("Name=gpu Type=nvidia_h200 File=/dev/nvidia{} ", n)));
+    EXPECT_EQ(lines[2 * n + 1], fmt::format("Name=shard Count=140 File=/dev/nvidia{}", n));  // 143771 / 1024
+  }
+  Result<std::string> node = node_conf(hgx_h200(), facts, "hgx01");
+  ASSERT_TRUE(node.ok()) << node.error().message;
+  EXPECT_NE(node->find("slurm.conf also needs GresTypes=gpu,shard;\n"), std::string::npos) << *node;
+  EXPECT_NE(node->find("# Shards: one per 1024 MiB of each GPU's memory, as gres-conf --shard-mib 1024 lists "
+                       "them.\n"),
+            std::string::npos)
+      << *node;
+  EXPECT_EQ(config_lines(*node), std::vector<std::string>{"NodeName=hgx01 Gres=gpu:nvidia_h200:8,shard:1120"});
+
+  // Without --shard-mib, neither file speaks of shards.
+  EXPECT_EQ(gres_text(hgx_h200(), facts_with(std::nullopt)).find("shard"), std::string::npos);
+  EXPECT_EQ(node_conf(hgx_h200(), facts_with(std::nullopt), "hgx01")->find("shard"), std::string::npos);
+}
+
+TEST(SlurmGres, EachGpuHasItsOwnShardCountAndOneOfUnknownMemoryNone) {
+  Machine machine =
+      make_machine({make_gpu(0, "NVIDIA GeForce RTX 3060", std::nullopt),
+                    make_gpu(1, "NVIDIA GeForce RTX 4090", std::nullopt), make_gpu(2, "NVIDIA H200", std::nullopt)});
+  machine.gpus[0].memory_total_mib = 12288;
+  machine.gpus[1].memory_total_mib = 24564;
+  SlurmNodeFacts facts = facts_with(std::nullopt);
+  facts.shard_mib = 2048;
+  Result<GresConf> conf = gres_conf(machine, facts, "/dev");
+  ASSERT_TRUE(conf.ok()) << conf.error().message;
+  EXPECT_EQ(config_lines(conf->text), (std::vector<std::string>{
+                                          "Name=gpu Type=nvidia_geforce_rtx_3060 File=/dev/nvidia0 Links=-1,0,0",
+                                          "Name=shard Count=6 File=/dev/nvidia0",
+                                          "Name=gpu Type=nvidia_geforce_rtx_4090 File=/dev/nvidia1 Links=0,-1,0",
+                                          "Name=shard Count=11 File=/dev/nvidia1",
+                                          "Name=gpu Type=nvidia_h200 File=/dev/nvidia2 Links=0,0,-1"}));
+  EXPECT_NE(conf->text.find("# GPU 2: NVIDIA H200, PCI 00000000:12:00.0\n"
+                            "#   its memory is unknown, so it has no shards\n"),
+            std::string::npos)
+      << conf->text;
+  EXPECT_EQ(conf->warnings, std::vector<std::string>{
+                                "GPU 2 (00000000:12:00.0): its memory is unknown; gres.conf gives it no shards"});
+
+  Result<std::string> node = node_conf(machine, facts, "ws1");
+  ASSERT_TRUE(node.ok()) << node.error().message;
+  EXPECT_NE(node->find("# GPU 2's memory is unknown: it has no shards.\n"), std::string::npos) << *node;
+  EXPECT_EQ(config_lines(*node),
+            std::vector<std::string>{
+                "NodeName=ws1 Gres=gpu:nvidia_geforce_rtx_3060:1,gpu:nvidia_geforce_rtx_4090:1,gpu:nvidia_h200:1,"
+                "shard:17"});
+
+  facts.shard_mib = 0;
+  EXPECT_EQ(gres_conf(machine, facts, "/dev").error().message, "a shard must be at least 1 MiB");
+  EXPECT_FALSE(node_conf(machine, facts, "ws1").ok());
 }
 
 TEST(SlurmGres, RejectsWhatSlurmCouldNotRead) {

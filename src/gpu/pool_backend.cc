@@ -32,8 +32,9 @@ class AllocationBackend : public GpuBackend {
     return machine_restricted_to(whole, allocation_.uuids);
   }
   std::string description() const override {
-    return fmt::format("{}; Slurm job {}'s {} GPUs ({})", machine_->description(), allocation_.job_id,
-                       allocation_.uuids.size(), allocation_.source);
+    size_t count = allocation_.uuids.size();
+    return fmt::format("{}; Slurm job {}'s {} GPU{} ({})", machine_->description(), allocation_.job_id, count,
+                       count == 1 ? "" : "s", allocation_.source);
   }
   std::string simulated_machine() const override { return machine_->simulated_machine(); }
 

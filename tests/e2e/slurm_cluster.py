@@ -7,7 +7,6 @@ temporary directory: Slurm sets CUDA_VISIBLE_DEVICES only for GPUs whose File= i
 Its gres.conf is what `gpupool slurm gres-conf` writes for the simulated machine, so the tests
 also prove that Slurm accepts our generated configuration."""
 import os
-import re
 import shutil
 import signal
 import socket
@@ -52,15 +51,16 @@ class SlurmCluster:
     cpus: the node's CPUs as Slurm counts them (declared, not probed: config_overrides), so many
     one-CPU jobs run at once even on a 2-core machine. fast: the scheduling settings that start
     short batch jobs at once (no batch_sched_delay, a no-op Epilog); off, Slurm's stock pace.
-    shards_per_gpu: that many GPU shards (gres "shard") on each GPU besides the GPUs."""
+    shard_mib: GPU shards (gres "shard") besides the GPUs, one per that many MiB of each GPU's memory,
+    as `gpupool slurm gres-conf --shard-mib` and `node-conf --shard-mib` write them."""
 
-    def __init__(self, sim="hgx-h200", cpus=64, fast=True, extra_conf="", shards_per_gpu=0):
+    def __init__(self, sim="hgx-h200", cpus=64, fast=True, extra_conf="", shard_mib=None):
         require_slurm()
         self.sim = sim
         self.cpus = cpus
         self.fast = fast
         self.extra_conf = extra_conf
-        self.shards_per_gpu = shards_per_gpu
+        self.shard_mib = shard_mib
         self.root = None
         self.pids = {}
 
@@ -95,23 +95,22 @@ class SlurmCluster:
             key.write(os.urandom(1024))
         os.chmod(self.path("munge", "munge.key"), 0o400)
 
-        gres = subprocess.run([GPUPOOL, "slurm", "gres-conf", "--device-dir", self.path("dev")],
+        shards = ["--shard-mib", str(self.shard_mib)] if self.shard_mib else []
+        gres = subprocess.run([GPUPOOL, "slurm", "gres-conf", "--device-dir", self.path("dev"), *shards],
                               env=clean_env(GPUPOOL_SIM=self.sim), capture_output=True, text=True, check=True)
         self.gres_conf = gres.stdout
         for line in self.gres_conf.splitlines():
+            if not line.startswith("Name=gpu "):  # a shard line names its GPU's file again
+                continue
             for field in line.split():
                 if field.startswith("File="):
                     minor = int(field.rsplit("nvidia", 1)[1])
                     os.mknod(field[len("File="):], 0o666 | 0o020000, os.makedev(195, minor))
-        gpus = self.gres_conf.count("File=")
-        if self.shards_per_gpu:  # without File=, Slurm spreads them evenly over the GPUs
-            self.gres_conf += f"Name=shard Count={self.shards_per_gpu * gpus}\n"
         with open(self.path("etc", "gres.conf"), "w") as f:
             f.write(self.gres_conf)
-        node = subprocess.run([GPUPOOL, "slurm", "node-conf", "--name", NODE], env=clean_env(GPUPOOL_SIM=self.sim),
-                              capture_output=True, text=True, check=True).stdout.strip()
-        if self.shards_per_gpu:
-            node = re.sub(r"(Gres=\S+)", rf"\1,shard:{self.shards_per_gpu * gpus}", node)
+        node = subprocess.run([GPUPOOL, "slurm", "node-conf", "--name", NODE, *shards],
+                              env=clean_env(GPUPOOL_SIM=self.sim), capture_output=True, text=True,
+                              check=True).stdout.strip()
         self.node_line = node
         scheduling = "SchedulerParameters=batch_sched_delay=0\nEpilog=/bin/true\n" if self.fast else ""
         conf = f"""ClusterName=gpupool-test
@@ -138,7 +137,7 @@ ReturnToService=2
 SlurmdParameters=config_overrides
 JobCompType=jobcomp/filetxt
 JobCompLoc={self.path("log", "jobcomp.txt")}
-GresTypes=gpu{",shard" if self.shards_per_gpu else ""}
+GresTypes=gpu{",shard" if self.shard_mib else ""}
 {scheduling}{self.extra_conf}
 {node} NodeAddr=127.0.0.1 CPUs={self.cpus} State=UNKNOWN
 PartitionName=gpu Nodes={NODE} Default=YES MaxTime=INFINITE State=UP

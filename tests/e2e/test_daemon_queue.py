@@ -189,18 +189,24 @@ class QueueTest(unittest.TestCase):
 
     def test_wait_all_drains_the_queue_even_of_jobs_submitted_meanwhile(self):
         with Daemon() as d:
-            # A job that submits another as it ends: `wait --all` must wait for that one too.
-            parent = d.submit("--", "sh", "-c", f"sleep 0.3; {GPUPOOL} submit -- sh -c 'sleep 0.5; exit 4'")
+            go_parent, go_child = d.path("go-parent"), d.path("go-child")
+            # A job that submits another once `wait --all` is waiting: that one is waited for too.
+            child = f"{until_exists(go_child)}; exit 4"
+            parent = d.submit("--", "sh", "-c", f"{until_exists(go_parent)}; {GPUPOOL} submit -- sh -c '{child}'")
             held = d.submit("--hold", "--", "true")
             ok = d.submit("--", "true")
-            waited = d.gp("wait", "--all", timeout=60)
-            self.assertEqual(waited.returncode, 4, waited.stderr)
+            waiter = d.background("wait", "--all", stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            time.sleep(3)  # for the waiter to have listed the jobs (an ASan build starts in about a second)
+            open(go_parent, "w").close()
+            wait_until(lambda: len(d.all_jobs()) == 4, what="the parent job to submit its child")
+            open(go_child, "w").close()
+            _, errors = waiter.communicate(timeout=60)
+            self.assertEqual(waiter.returncode, 4, errors)
             jobs = {job["id"]: job for job in d.all_jobs()}
-            self.assertEqual(len(jobs), 4)
-            child = max(jobs)
-            self.assertEqual([jobs[j]["state"] for j in (parent, ok, child)], ["done", "done", "failed"])
+            second = max(jobs)
+            self.assertEqual([jobs[j]["state"] for j in (parent, ok, second)], ["done", "done", "failed"])
             self.assertEqual(jobs[held]["state"], "held")  # never ends by itself: not waited for
-            self.assertIn(f"job {child} failed", waited.stderr)
+            self.assertIn(f"job {second} failed", errors)
             for args in (["wait"], ["wait", "--all", str(ok)]):
                 proc = d.gp(*args)
                 self.assertEqual((proc.returncode, proc.stderr), (1, "gpupool: wait needs job ids or --all (not both)\n"))

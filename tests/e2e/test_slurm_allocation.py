@@ -12,7 +12,7 @@ import textwrap
 import unittest
 
 from harness import (BIN_DIR, DAEMON_CONFIG, TEST_FIXTURES, job_record_script, main, overlaps, process_gone,
-                     read_records, wait_until)
+                     read_records, until_exists, wait_until)
 from slurm_cluster import SlurmCluster, require_slurm
 
 FIXTURE = os.path.join(TEST_FIXTURES, "hgx-h200-renumbered.json")
@@ -67,13 +67,17 @@ class SlurmAllocationTest(unittest.TestCase):
 
     def test_packs_many_jobs_into_the_allocated_gpus_and_drains(self):
         records = os.path.join(self.work, "pack.records")
-        record = job_record_script(records, body="sleep 0.2", gpus="$CUDA_VISIBLE_DEVICES")
+        # The jobs that start first hold their GPUs until every job is queued: some run at once
+        # however slowly the submissions come (an ASan build's take a second each).
+        go = os.path.join(self.work, "pack.go")
+        record = job_record_script(records, body=f"{until_exists(go)}; sleep 0.1", gpus="$CUDA_VISIBLE_DEVICES")
         job, output = self.batch("pack", f"""
             echo "slurm gpus: $SLURM_JOB_GPUS"
             gpupool slurm start
             gpupool slurm status
             for i in $(seq 1 24); do gpupool submit -g 1 --name one$i -- sh -c {shlex.quote(record)} >/dev/null; done
             for i in 1 2 3; do gpupool submit -g 2 --name two$i -- sh -c {shlex.quote(record)} >/dev/null; done
+            touch {go}
             gpupool wait --all
             gpupool jobs --all --json > pack.json
             gpupool slurm stop

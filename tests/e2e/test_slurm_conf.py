@@ -229,10 +229,46 @@ class SlurmConfTest(unittest.TestCase):
                     counts[kind] = counts.get(kind, 0) + 1
                 self.assertEqual(node, "NodeName=n1 Gres=" + ",".join(f"gpu:{t}:{c}" for t, c in counts.items()))
 
+    def test_shards_are_each_gpus_memory_in_shards_of_the_given_size(self):
+        fixture = load_fixture("hgx-h200")
+        env = self.planted(fixture)
+        out = gpupool("slurm", "gres-conf", "--shard-mib", "2048", sim="hgx-h200", env=env).stdout
+        order = sorted(range(len(fixture["gpus"])), key=lambda i: minor_number(fixture, i))
+        shards = {i: fixture["gpus"][i]["memory_total_mib"] // 2048 for i in order}
+        expected = []
+        for i, gpu_line in zip(order, expected_lines(fixture, cores_known=True)):
+            expected += [gpu_line, f"Name=shard Count={shards[i]} File=/dev/nvidia{minor_number(fixture, i)}"]
+        self.assertEqual(config_lines(out), expected)
+        self.assertIn("one shard per 2048 MiB of its memory", out)
+        self.assertIn("`gpupool submit --slurm --mem` counts in the same shards (--shard-mib 2048)", out)
+
+        out = gpupool("slurm", "node-conf", "--name", "n1", "--shard-mib", "2048", sim="hgx-h200").stdout
+        self.assertEqual(config_lines(out), [f"NodeName=n1 Gres=gpu:nvidia_h200:8,shard:{sum(shards.values())}"])
+        self.assertIn("slurm.conf also needs GresTypes=gpu,shard;", out)
+
+    def test_a_gpu_of_unknown_memory_has_no_shards_and_a_warning(self):
+        lost = os.path.join(TEST_FIXTURES, "lost-gpu.json")  # GPU 2's memory is unknown
+        fixture = load_fixture(lost)
+        proc = gpupool("slurm", "gres-conf", "--shard-mib", "1024", sim=lost)
+        shards = {i: fixture["gpus"][i]["memory_total_mib"] // 1024 for i in (0, 1, 3)}
+        self.assertEqual([line for line in config_lines(proc.stdout) if line.startswith("Name=shard ")],
+                         [f"Name=shard Count={n} File=/dev/nvidia{minor_number(fixture, i)}"
+                          for i, n in shards.items()])
+        self.assertIn("#   its memory is unknown, so it has no shards", proc.stdout)
+        self.assertRegex(proc.stderr.splitlines()[-1],
+                         r"^gpupool: warning: GPU 2 \(00000000:[0-9A-F]{2}:00\.0\): its memory is unknown; gres.conf "
+                         r"gives it no shards$")
+        out = gpupool("slurm", "node-conf", "--name", "n1", "--shard-mib", "1024", sim=lost).stdout
+        self.assertIn("# GPU 2's memory is unknown: it has no shards.", out)
+        (node,) = config_lines(out)
+        self.assertTrue(node.endswith(f",shard:{sum(shards.values())}"), node)
+
     def test_a_wrong_command_line_gets_one_line_and_exit_2(self):
         for args in (["slurm"], ["slurm", "gres-conf", "--bogus"], ["slurm", "gres-conf", "--type", "a:b"],
                      ["slurm", "gres-conf", "--device-dir", "dev"], ["slurm", "node-conf", "--name", "a b"],
-                     ["slurm", "node-conf", "--type", ""]):
+                     ["slurm", "node-conf", "--type", ""], ["slurm", "gres-conf", "--shard-mib", "0"],
+                     ["slurm", "gres-conf", "--shard-mib", "1.5"], ["slurm", "node-conf", "--shard-mib", "-1024"],
+                     ["slurm", "node-conf", "--shard-mib"]):
             with self.subTest(args=args):
                 proc = subprocess.run([GPUPOOL, *args], env=clean_env(GPUPOOL_SIM="hgx-h200"),
                                       capture_output=True, text=True, timeout=60)

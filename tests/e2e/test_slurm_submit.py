@@ -343,8 +343,8 @@ class SubmitTest(SlurmTestCase):
 
 
 class ForgetfulClusterTest(SlurmTestCase):
-    """A cluster that forgets finished jobs at once (MinJobAge=2) and has GPU shards (16 per GPU)."""
-    cluster_options = {"extra_conf": "MinJobAge=2\n", "shards_per_gpu": 16}
+    """A cluster that forgets finished jobs at once (MinJobAge=2) and has GPU shards (one per GiB)."""
+    cluster_options = {"extra_conf": "MinJobAge=2\n", "shard_mib": 1024}
 
     def forgotten(self, job_id):
         wait_until(lambda: self.slurm.job(job_id) == {}, timeout=60, interval=0.5,
