@@ -1,8 +1,10 @@
 // gpupool sim: the simulator's commands. `replay` runs a job trace through the scheduler in
 // virtual time on a fixture machine; `place` explains a topology placement; `list` names the
-// fixtures. Nothing here touches NVML: the machine comes straight from the fixture.
+// fixtures; `capture` saves the machine NVML shows as a fixture. Only `capture` touches NVML: the
+// others take the machine straight from the fixture.
 #include <fmt/format.h>
 
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -14,6 +16,7 @@
 #include "core/trace.h"
 #include "gpu/gpu_backend.h"
 #include "sim/fixture.h"
+#include "sim/fixture_capture.h"
 #include "sim/replay.h"
 
 namespace gpupool::cli {
@@ -26,6 +29,12 @@ struct ReplayOptions {
   std::string schedule_out;
   std::optional<double> quota;
   bool json = false;
+};
+
+struct CaptureOptions {
+  std::string output;  // "": standard output
+  std::string name;    // "": the output file's stem, else "captured"
+  std::string description;
 };
 
 struct PlaceOptions {
@@ -143,6 +152,42 @@ Result<int> run_place(const PlaceOptions& options) {
   return kExitOk;
 }
 
+std::string default_description(const Machine& machine) {
+  std::string description = fmt::format("{} x {}", machine.gpus.size(), machine.gpus.front().name);
+  if (machine.driver.driver_version)
+    description += fmt::format(", driver {}", *machine.driver.driver_version);
+  return description + ", as NVML reported them (gpupool sim capture)";
+}
+
+Result<int> run_capture(const CaptureOptions& options) {
+  TRY_ASSIGN(auto backend, open_gpu_backend());
+  TRY_ASSIGN(Machine machine, backend->discover(DiscoveryScope{}));
+  if (machine.gpus.empty())
+    return fail("there are no GPUs to capture ({})", backend->description());
+  std::string name = options.name;
+  if (name.empty()) {
+    name = options.output.empty() ? "captured"
+                                  : std::filesystem::path(options.output).stem().string();
+  }
+  std::string description =
+      options.description.empty() ? default_description(machine) : options.description;
+  TRY_ASSIGN(sim::CapturedFixture captured, sim::capture_fixture(machine, name, description));
+  for (const std::string& line : captured.approximations)
+    fmt::print(stderr, "gpupool: warning: {}\n", line);
+  std::string text = sim::format_fixture(captured.fixture);
+  if (options.output.empty()) {
+    fmt::print("{}", text);
+    return kExitOk;
+  }
+  std::ofstream out(options.output);
+  out << text;
+  out.close();
+  if (!out) return fail("cannot write the fixture to {}", options.output);
+  fmt::print(stderr, "{} GPU{} written to {}: use it with GPUPOOL_SIM={}\n", machine.gpus.size(),
+             machine.gpus.size() == 1 ? "" : "s", options.output, options.output);
+  return kExitOk;
+}
+
 }  // namespace
 
 void add_sim_command(CLI::App& app, int& exit_code) {
@@ -189,6 +234,21 @@ void add_sim_command(CLI::App& app, int& exit_code) {
   place->add_flag("--json", place_options->json, "Print {chosen, runner_up, ...} as JSON");
   place->callback([&exit_code, place_options] {
     run_command(exit_code, [&] { return run_place(*place_options); });
+  });
+
+  auto* capture = sim->add_subcommand(
+      "capture", "Save this machine's GPUs, their state and links as a fixture for GPUPOOL_SIM");
+  auto capture_options = std::make_shared<CaptureOptions>();
+  capture
+      ->add_option("-o,--output", capture_options->output,
+                   "Write it to this file (default: standard output)")
+      ->type_name("FILE");
+  capture->add_option("--name", capture_options->name,
+                      "The fixture's name (default: the file's name without .json)");
+  capture->add_option("--description", capture_options->description,
+                      "One line for people (default: the GPUs and the driver)");
+  capture->callback([&exit_code, capture_options] {
+    run_command(exit_code, [&] { return run_capture(*capture_options); });
   });
 
   auto* list = sim->add_subcommand("list", "List the fixture machines by name");

@@ -1,4 +1,5 @@
-"""gpupool sim: trace replay, placement explanations and the fixture list, end to end."""
+"""gpupool sim: trace replay, placement explanations, the fixture list and capturing a machine, end
+to end."""
 import csv
 import json
 import os
@@ -6,7 +7,7 @@ import subprocess
 import tempfile
 import unittest
 
-from harness import GPUPOOL, SHIPPED_FIXTURES, SOURCE_DIR, clean_env, main
+from harness import GPUPOOL, SHIPPED_FIXTURES, SOURCE_DIR, clean_env, gpupool, main
 
 TRACES = os.path.join(SOURCE_DIR, "tests", "data", "traces")
 HEADER = "id,submit_s,duration_s,gpus,gpu_mem_mib,user,priority,time_limit_s\n"
@@ -122,6 +123,60 @@ class PlaceTest(unittest.TestCase):
         self.assertIn("need 3 GPUs but only 2 are free", proc.stderr)
         proc = sim("place", "--machine", "hgx-h200", "--free", "a,b", "-g", "1", check=False)
         self.assertIn("invalid --free 'a,b'", proc.stderr)
+
+
+class CaptureTest(unittest.TestCase):
+    """`gpupool sim capture` reads the machine through NVML (here the simulated library), so a
+    captured fixture must give back, through the same library, what the original gives."""
+
+    def setUp(self):
+        self.dir = tempfile.mkdtemp()
+
+    def tearDown(self):
+        for name in os.listdir(self.dir):
+            os.unlink(os.path.join(self.dir, name))
+        os.rmdir(self.dir)
+
+    def test_a_captured_machine_lists_links_and_places_like_the_original(self):
+        lost_gpu = os.path.join(SOURCE_DIR, "tests", "data", "fixtures", "lost-gpu.json")
+        for machine in ["dgx1-v100", "pcie-4gpu", "hgx-h200", lost_gpu]:
+            with self.subTest(machine=machine):
+                name = os.path.basename(machine).removesuffix(".json")
+                path = os.path.join(self.dir, f"copy-of-{name}.json")
+                proc = gpupool("sim", "capture", "-o", path, sim=machine)
+                self.assertIn(f"written to {path}: use it with GPUPOOL_SIM={path}", proc.stderr)
+                with open(path) as f:
+                    self.assertEqual(json.load(f)["name"], f"copy-of-{name}")
+                for command in (["list", "--json"], ["topo", "--json"]):
+                    original = json.loads(gpupool(*command, sim=machine).stdout)
+                    copy = json.loads(gpupool(*command, sim=path).stdout)
+                    self.assertEqual(copy, original, command)
+                if machine != lost_gpu:
+                    original = json.loads(sim("place", "--machine", machine, "-g", "3",
+                                              "--json").stdout)
+                    copy = json.loads(sim("place", "--machine", path, "-g", "3", "--json").stdout)
+                    self.assertEqual(copy["chosen"], original["chosen"])
+
+    def test_prints_to_standard_output_with_a_name_and_description(self):
+        out = gpupool("sim", "capture", "--name", "box", "--description", "our box",
+                      sim="h200-1").stdout
+        fixture = json.loads(out)
+        self.assertEqual((fixture["name"], fixture["description"]), ("box", "our box"))
+        default = json.loads(gpupool("sim", "capture", sim="h200-1").stdout)
+        self.assertEqual(default["name"], "captured")
+        self.assertEqual(default["description"],
+                         "1 x NVIDIA H200, driver 580.159.04, as NVML reported them "
+                         "(gpupool sim capture)")
+
+    def test_errors_are_one_line(self):
+        proc = gpupool("sim", "capture", "-o", os.path.join(self.dir, "no", "such", "dir.json"),
+                       check=False, sim="h200-1")
+        self.assertEqual(proc.returncode, 1)
+        self.assertEqual(proc.stderr.count("\n"), 1, proc.stderr)
+        self.assertIn("cannot write the fixture to", proc.stderr)
+        proc = gpupool("sim", "capture", check=False, sim="no-such-machine")
+        self.assertEqual(proc.returncode, 1)
+        self.assertEqual(proc.stderr.count("\n"), 1, proc.stderr)
 
 
 class ListTest(unittest.TestCase):
