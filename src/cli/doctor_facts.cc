@@ -9,16 +9,11 @@
 #include "lease/gpu_pool.h"
 #include "lease/lease_directory.h"
 #include "os/container.h"
+#include "os/environment.h"
 
-extern char** environ;  // NOLINT: POSIX names it so
 
 namespace gpupool::cli {
 namespace {
-
-std::string environment(const char* name) {
-  const char* value = std::getenv(name);
-  return value != nullptr ? value : "";
-}
 
 bool starts_with(const std::string& text, const char* prefix) { return text.rfind(prefix, 0) == 0; }
 
@@ -37,9 +32,11 @@ std::vector<InstalledCuda> installed_cuda(const HostFiles& host) {
   std::vector<InstalledCuda> found;
   std::vector<std::string> prefixes = {"/usr/lib", "/usr/local/lib"};
   for (const char* variable : {"VIRTUAL_ENV", "CONDA_PREFIX"}) {
-    if (std::string dir = environment(variable); !dir.empty()) prefixes.push_back(dir + "/lib");
+    if (std::string dir = environment_variable(variable).value_or(""); !dir.empty())
+      prefixes.push_back(dir + "/lib");
   }
-  if (std::string home = environment("HOME"); !home.empty()) prefixes.push_back(home + "/.local/lib");
+  if (std::string home = environment_variable("HOME").value_or(""); !home.empty())
+    prefixes.push_back(home + "/.local/lib");
   for (const std::string& prefix : prefixes) {
     for (const std::string& python : host.list_directory(prefix)) {
       if (!starts_with(python, "python3")) continue;
@@ -60,25 +57,20 @@ std::vector<InstalledCuda> installed_cuda(const HostFiles& host) {
   return found;
 }
 
-std::map<std::string, std::string> relevant_environment() {
-  std::map<std::string, std::string> out;
-  for (char** entry = environ; entry != nullptr && *entry != nullptr; ++entry) {
-    std::string text = *entry;
-    auto equals = text.find('=');
-    if (equals == std::string::npos) continue;
-    std::string name = text.substr(0, equals);
-    if (starts_with(name, "CUDA_") || starts_with(name, "NVIDIA_") || starts_with(name, "SLURM_") ||
-        name == "GPU_DEVICE_ORDINAL") {
-      out[name] = text.substr(equals + 1);
-    }
-  }
+EnvironmentMap relevant_environment() {
+  EnvironmentMap out = own_environment();
+  std::erase_if(out, [](const auto& variable) {
+    const std::string& name = variable.first;
+    return !starts_with(name, "CUDA_") && !starts_with(name, "NVIDIA_") &&
+           !starts_with(name, "SLURM_") && name != "GPU_DEVICE_ORDINAL";
+  });
   return out;
 }
 
 void gather_nvml(DoctorFacts& facts) {
-  if (std::string library = environment("GPUPOOL_NVML_LIBRARY"); !library.empty()) {
+  if (std::string library = environment_variable("GPUPOOL_NVML_LIBRARY").value_or(""); !library.empty()) {
     facts.nvml_library = library;
-  } else if (std::string sim = environment("GPUPOOL_SIM"); !sim.empty()) {
+  } else if (std::string sim = environment_variable("GPUPOOL_SIM").value_or(""); !sim.empty()) {
     facts.nvml_library = "simulated: " + sim;
   } else {
     facts.nvml_library = "libnvidia-ml.so.1";

@@ -11,6 +11,7 @@
 #include "core/numbering.h"
 #include "gpu/gpu_backend.h"
 #include "os/container.h"
+#include "os/environment.h"
 #include "os/host_files.h"
 
 namespace gpupool::cli {
@@ -21,15 +22,10 @@ struct MapOptions {
   bool json = false;
 };
 
-std::optional<std::string> environment(const char* name) {
-  const char* value = std::getenv(name);
-  return value != nullptr ? std::optional<std::string>(value) : std::nullopt;
-}
-
 Result<GpuEnvironment> target_environment(const HostFiles& files, std::optional<uint32_t> pid) {
   if (!pid) {
-    return GpuEnvironment{environment("CUDA_VISIBLE_DEVICES"), environment("CUDA_DEVICE_ORDER"),
-                          environment("NVIDIA_VISIBLE_DEVICES")};
+    return GpuEnvironment{environment_variable("CUDA_VISIBLE_DEVICES"), environment_variable("CUDA_DEVICE_ORDER"),
+                          environment_variable("NVIDIA_VISIBLE_DEVICES")};
   }
   auto variables = files.process_environment(*pid);
   if (!variables) {
@@ -123,7 +119,7 @@ Result<int> run_map(const MapOptions& options) {
   inputs.in_container = container.detected;
   inputs.environment = env;
   std::vector<std::string> inventory_warnings;
-  const std::optional<std::string> inventory_path = environment("GPUPOOL_HOST_INVENTORY");
+  const std::optional<std::string> inventory_path = environment_variable("GPUPOOL_HOST_INVENTORY");
   if (container.detected && inventory_path && !inventory_path->empty()) {
     inputs.host_inventory = host_inventory(*inventory_path, inventory_warnings);
     inputs.host_inventory_source = *inventory_path;

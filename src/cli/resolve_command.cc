@@ -12,6 +12,7 @@
 #include "core/numbering.h"
 #include "gpu/cuda_probe.h"
 #include "gpu/gpu_backend.h"
+#include "os/environment.h"
 
 namespace gpupool::cli {
 namespace {
@@ -22,11 +23,6 @@ struct ResolveOptions {
   bool json = false;
   bool driver = false;
 };
-
-std::optional<std::string> environment(const char* name) {
-  const char* value = std::getenv(name);
-  return value != nullptr ? std::optional<std::string>(value) : std::nullopt;
-}
 
 std::string quoted(const std::optional<std::string>& value) {
   return value ? nlohmann::json(*value).dump() : "unset";
@@ -66,8 +62,8 @@ void print_text(const Machine& machine, const std::optional<std::string>& value,
 }
 
 Result<int> run_resolve(const ResolveOptions& options) {
-  std::optional<std::string> value = options.value ? options.value : environment("CUDA_VISIBLE_DEVICES");
-  std::optional<std::string> order = environment("CUDA_DEVICE_ORDER");
+  std::optional<std::string> value = options.value ? options.value : environment_variable("CUDA_VISIBLE_DEVICES");
+  std::optional<std::string> order = environment_variable("CUDA_DEVICE_ORDER");
   if (options.order == "pci") order = "PCI_BUS_ID";
   if (options.order == "fastest") order = "FASTEST_FIRST";
 

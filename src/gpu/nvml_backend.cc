@@ -9,6 +9,7 @@
 #include "core/cuda_arch.h"
 #include "gpu/gpu_backend.h"
 #include "gpu/nvml_library.h"
+#include "os/environment.h"
 #include "os/host_files.h"
 #include "sim/fixture.h"
 
@@ -382,16 +383,11 @@ class NvmlBackend final : public GpuBackend {
   std::string simulated_;
 };
 
-std::string environment(const char* name) {
-  const char* value = std::getenv(name);
-  return value != nullptr ? value : "";
-}
-
 }  // namespace
 
 std::vector<std::string> fixture_search_dirs() {
   std::vector<std::string> dirs;
-  if (std::string dir = environment("GPUPOOL_FIXTURE_DIR"); !dir.empty()) dirs.push_back(dir);
+  if (std::string dir = environment_variable("GPUPOOL_FIXTURE_DIR").value_or(""); !dir.empty()) dirs.push_back(dir);
   dirs.push_back(executable_directory() + "/../share/gpupool/fixtures");
   return dirs;
 }
@@ -399,9 +395,9 @@ std::vector<std::string> fixture_search_dirs() {
 Result<std::unique_ptr<GpuBackend>> open_gpu_backend() {
   std::vector<std::string> candidates;
   std::string simulated;
-  if (std::string library = environment("GPUPOOL_NVML_LIBRARY"); !library.empty()) {
+  if (std::string library = environment_variable("GPUPOOL_NVML_LIBRARY").value_or(""); !library.empty()) {
     candidates.push_back(library);
-  } else if (std::string sim = environment("GPUPOOL_SIM"); !sim.empty()) {
+  } else if (std::string sim = environment_variable("GPUPOOL_SIM").value_or(""); !sim.empty()) {
     TRY_ASSIGN(std::string path, sim::locate_fixture(sim, fixture_search_dirs()));
     TRY_ASSIGN(sim::Fixture fixture, sim::load_fixture(path));
     // The simulated library reads the fixture itself; hand it the resolved path.

@@ -4,21 +4,10 @@
 
 #include "core/slurm_allocation.h"
 #include "gpu/gpu_backend.h"
-
-extern char** environ;
+#include "os/environment.h"
 
 namespace gpupool {
 namespace {
-
-std::map<std::string, std::string> own_environment() {
-  std::map<std::string, std::string> variables;
-  for (char** entry = environ; *entry != nullptr; ++entry) {
-    std::string text = *entry;
-    size_t equals = text.find('=');
-    if (equals != std::string::npos) variables.emplace(text.substr(0, equals), text.substr(equals + 1));
-  }
-  return variables;
-}
 
 // Every snapshot cut down to the allocation's GPUs, so that every index the daemon, the
 // scheduler and the leases use means the same GPU.
@@ -47,7 +36,7 @@ class AllocationBackend : public GpuBackend {
 
 Result<std::unique_ptr<GpuBackend>> open_pool_backend() {
   TRY_ASSIGN(std::unique_ptr<GpuBackend> backend, open_gpu_backend());
-  std::map<std::string, std::string> environment = own_environment();
+  EnvironmentMap environment = own_environment();
   if (!environment.contains("SLURM_JOB_ID")) return backend;
   TRY_ASSIGN(Machine machine, backend->discover(DiscoveryScope{.links = false, .processes = false}));
   TRY_ASSIGN(std::optional<SlurmAllocation> allocation, slurm_allocation(environment, machine));

@@ -169,14 +169,7 @@ std::optional<std::map<std::string, std::string>> HostFiles::process_environment
     uint32_t pid) const {
   auto text = read(fmt::format("/proc/{}/environ", pid));
   if (!text) return std::nullopt;
-  std::map<std::string, std::string> variables;
-  std::istringstream entries(*text);
-  for (std::string entry; std::getline(entries, entry, '\0');) {
-    const size_t equals = entry.find('=');
-    if (equals == std::string::npos) continue;  // not NAME=VALUE: no variable to report
-    variables.emplace(entry.substr(0, equals), entry.substr(equals + 1));
-  }
-  return variables;
+  return environment_from_block(*text);
 }
 
 std::optional<std::string> HostFiles::read(const std::string& absolute) const {

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/cpu_topology.h"
+#include "os/environment.h"
 
 namespace gpupool {
 
@@ -38,7 +39,7 @@ class HostFiles {
   std::vector<CpuThread> cpu_threads() const;
 
   // A process's environment (/proc/PID/environ); nullopt when it is gone or not ours to read.
-  std::optional<std::map<std::string, std::string>> process_environment(uint32_t pid) const;
+  std::optional<EnvironmentMap> process_environment(uint32_t pid) const;
   // Any file under the root, e.g. "/proc/1/cgroup"; nullopt when it cannot be read.
   std::optional<std::string> read(const std::string& absolute) const;
   bool exists(const std::string& absolute) const;

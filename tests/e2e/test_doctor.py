@@ -118,9 +118,9 @@ class DoctorTest(unittest.TestCase):
         env = clean_env(GPUPOOL_SIM="h200-1", GPUPOOL_RUNTIME_DIR=self.runtime)
         job = subprocess.Popen([GPUPOOL, "run", "-q", "--name", "ghost", "--", "sleep", "30"], env=env)
         try:
-            def leased():
+            def leased():  # once it names the job: first it names `gpupool run`, then its child
                 out = subprocess.run([GPUPOOL, "leases", "--json"], env=env, capture_output=True, text=True)
-                return out.returncode == 0 and json.loads(out.stdout)
+                return out.returncode == 0 and [l for l in json.loads(out.stdout) if l["pid"] != job.pid]
             lease = wait_until(leased, what="the lease")[0]
             found = self.findings(expect=2)
             self.assertEqual(found["leases"]["status"], "problem")

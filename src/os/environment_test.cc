@@ -1,0 +1,36 @@
+#include "os/environment.h"
+
+#include <cstdlib>
+
+#include <gtest/gtest.h>
+
+namespace gpupool {
+namespace {
+
+using namespace std::string_literals;
+
+TEST(Environment, ReadsOneVariableTellingUnsetFromEmpty) {
+  setenv("GPUPOOL_TEST_EMPTY", "", 1);
+  setenv("GPUPOOL_TEST_VALUE", "a=b", 1);
+  unsetenv("GPUPOOL_TEST_UNSET");
+  EXPECT_EQ(environment_variable("GPUPOOL_TEST_EMPTY"), "");
+  EXPECT_EQ(environment_variable("GPUPOOL_TEST_VALUE"), "a=b");
+  EXPECT_EQ(environment_variable("GPUPOOL_TEST_UNSET"), std::nullopt);
+  EnvironmentMap own = own_environment();
+  EXPECT_EQ(own.at("GPUPOOL_TEST_VALUE"), "a=b");  // split at the first '='
+  EXPECT_EQ(own.at("GPUPOOL_TEST_EMPTY"), "");
+  EXPECT_FALSE(own.contains("GPUPOOL_TEST_UNSET"));
+  unsetenv("GPUPOOL_TEST_EMPTY");
+  unsetenv("GPUPOOL_TEST_VALUE");
+}
+
+TEST(Environment, SplitsAProcEnvironBlock) {
+  EXPECT_EQ(environment_from_block("A=1\0B=x=y\0NOEQUALS\0C=\0"s),
+            (EnvironmentMap{{"A", "1"}, {"B", "x=y"}, {"C", ""}}));
+  EXPECT_EQ(environment_from_block("LAST=unterminated"s), (EnvironmentMap{{"LAST", "unterminated"}}));
+  EXPECT_TRUE(environment_from_block("").empty());
+  EXPECT_EQ(environment_from_block("\0\0A=1"s), (EnvironmentMap{{"A", "1"}}));
+}
+
+}  // namespace
+}  // namespace gpupool
