@@ -90,7 +90,7 @@ void gather_nvml(DoctorFacts& facts) {
 }
 
 void gather_leases(DoctorFacts& facts, const HostFiles& host) {
-  auto leases = LeaseDirectory::open(facts.daemon.runtime_dir);
+  auto leases = LeaseDirectory::open_default();  // facts.daemon.runtime_dir is its path
   if (!leases) {
     facts.lease_error = leases.error().message;
     facts.pool_error = leases.error().message;

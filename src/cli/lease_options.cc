@@ -142,7 +142,7 @@ Result<LeasedGpus> lease_from_daemon(DaemonClient client, GpuBackend& backend, c
 
 Result<LeasedGpus> lease_gpus(const LeaseRequestOptions& options, const std::vector<std::string>& command) {
   TRY_ASSIGN(auto backend, open_pool_backend());
-  TRY_ASSIGN(LeaseDirectory leases, LeaseDirectory::open(LeaseDirectory::default_path()));
+  TRY_ASSIGN(LeaseDirectory leases, LeaseDirectory::open_default());
   HostFiles host = host_files_from_environment();
   AcquireOptions acquire;
   acquire.request.count = options.count;

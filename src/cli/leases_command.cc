@@ -12,7 +12,7 @@ namespace gpupool::cli {
 namespace {
 
 Result<int> show_leases(bool json) {
-  TRY_ASSIGN(LeaseDirectory leases, LeaseDirectory::open(LeaseDirectory::default_path()));
+  TRY_ASSIGN(LeaseDirectory leases, LeaseDirectory::open_default());
   TRY_ASSIGN(std::vector<LeaseRecord> records, leases.list());
   if (json) {
     nlohmann::json out = nlohmann::json::array();

@@ -53,7 +53,7 @@ Result<void> sample(GpuBackend& backend, DashboardInput& input) {
   input.now = unix_now();
   input.clock = local_clock(input.now);
   input.leases.clear();
-  if (auto directory = LeaseDirectory::open(LeaseDirectory::default_path())) {
+  if (auto directory = LeaseDirectory::open_default()) {
     if (auto records = directory->list()) {
       for (const LeaseRecord& r : *records) {
         input.leases.push_back(CardLease{r.index, r.holder.job, r.holder.user, r.holder.pid, r.slice_mib});

@@ -298,9 +298,14 @@ Result<void> LeaseDirectory::prepare_slurm_job_directory() {
   return {};
 }
 
-Result<LeaseDirectory> LeaseDirectory::open(const std::string& path) {
+Result<LeaseDirectory> LeaseDirectory::open_default() {
+  std::string path = default_path();
   // The job's own runtime directory lives in its private directory, made on first use.
   if (auto job = slurm_job_directory(); job && path == *job + "/run") TRY(prepare_slurm_job_directory());
+  return open(path);
+}
+
+Result<LeaseDirectory> LeaseDirectory::open(const std::string& path) {
   TRY(check_ancestors(path));
   TRY(ensure_shared_directory(path));
   TRY(ensure_shared_directory(path + "/locks"));

@@ -89,6 +89,9 @@ class LeaseDirectory {
   // Opens (creating if needed) the shared runtime directory. See docs/leases.md for the modes:
   // the directory and its subdirectories are 1777 and must belong to root or the caller.
   static Result<LeaseDirectory> open(const std::string& path);
+  // open(default_path()); inside a Slurm job it first makes the job's private directory, which
+  // holds the default path.
+  static Result<LeaseDirectory> open_default();
   // GPUPOOL_RUNTIME_DIR, else inside a Slurm job its slurm_job_directory()'s run/, else
   // /run/gpupool if it exists, else /tmp/gpupool.
   static std::string default_path();
