@@ -25,13 +25,17 @@ class Ticket {
     timespec now{};
     clock_gettime(CLOCK_REALTIME, &now);
     std::string name = fmt::format("{:010}{:09}.{}", now.tv_sec, now.tv_nsec, getpid());
+    // Made and locked under a dot-name that scanners skip, then renamed into line: a ticket
+    // that is visible but not yet locked would look dead and be cleared by a waiter.
+    std::string draft = queue_dir + "/." + name;
     std::string path = queue_dir + "/" + name;
-    int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+    int fd = ::open(draft.c_str(), O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
     if (fd < 0) return fail("cannot join the queue in {}: {}", queue_dir, std::strerror(errno));
-    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0 || rename(draft.c_str(), path.c_str()) != 0) {
+      const int error = errno;
       ::close(fd);
-      unlink(path.c_str());
-      return fail("cannot lock queue ticket {}: {}", path, std::strerror(errno));
+      unlink(draft.c_str());
+      return fail("cannot take a place in the queue in {}: {}", queue_dir, std::strerror(error));
     }
     return Ticket(queue_dir, name, fd);
   }

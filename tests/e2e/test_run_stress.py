@@ -1,7 +1,8 @@
 """Stress: 48 concurrent `gpupool run` clients on a simulated 8-GPU machine, with clients and jobs
 killed at random. Each job records its GPUs, start and end; afterwards no GPU may ever have had two
 holders at once (or slices past its memory), every client not killed must have run its job, and no
-lease may be left. Bounded to about a minute."""
+lease may be left. Then a crowd on one GPU, where every client joins the waiting line at once.
+Bounded to about a minute and a half."""
 import glob
 import json
 import os
@@ -125,6 +126,23 @@ class StressTest(unittest.TestCase):
             return ["-g", kind[1:]]
         ran = self.run_clients(args, seed=2)
         self.assertGreater(ran, CLIENTS // 2)
+
+
+class CrowdOnOneGpuTest(unittest.TestCase):
+    """100 clients start together on a 1-GPU machine, so nearly all of them take a queue ticket in
+    the same instant while others scan the line for dead tickets. A ticket seen before its owner
+    had locked it was once cleared as dead, and its owner failed with 'cannot lock queue ticket'."""
+
+    def test_every_client_of_a_crowd_gets_its_turn(self):
+        with tempfile.TemporaryDirectory(prefix="gpupool-crowd-") as tmp:
+            env = clean_env(GPUPOOL_SIM="h200-1", GPUPOOL_RUNTIME_DIR=os.path.join(tmp, "run"))
+            # Before the fix, about two rounds in three lost a client.
+            for _ in range(3):
+                clients = [subprocess.Popen([GPUPOOL, "run", "-q", "-g", "1", "--", "true"], env=env,
+                                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE) for _ in range(100)]
+                failures = [p.stderr.read().decode().strip() for p in clients if p.wait(timeout=120) != 0]
+                self.assertEqual(failures, [], "every client in the crowd must run its job")
+            self.assertEqual(os.listdir(os.path.join(tmp, "run", "queue")), [], "no queue ticket may be left")
 
 
 def children_of(pid):
