@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
 """gpupoold on a simulated 8-GPU machine: submit latency, dispatch latency, throughput, memory.
 
-    bench/daemon_bench.py BIN_DIR OUT.json [--check] [--only NAME ...]
+    bench/daemon_bench.py BIN_DIR OUT.json [--check] [--only NAME ...] [--machine NAME|real]
 
 BIN_DIR holds `gpupool` and `gpupoold` of a build tree (the simulated NVML and the fixtures are
 found beside it, as for the installed programs). Each benchmark starts its own daemon with a
-fresh state directory and lease directory under --work-dir, serving GPUPOOL_SIM=hgx-h200:
+fresh state directory and lease directory under --work-dir, serving GPUPOOL_SIM=hgx-h200 (or
+the fixture --machine names; `--machine real`: the GPUs the real NVML shows):
 
   submit      `gpupool submit -- true` timed from the process's start to its printed id, once
               with the queue drained (nothing starts) and once while the submitted jobs run;
@@ -46,7 +47,7 @@ import threading
 import time
 
 SIM = "hgx-h200"
-GPUS = 8
+DISPATCH_CASES = ("busy", "one GPU", "idle machine")
 
 TARGETS = {
     "dispatch_p50_ms": 5.0,  # busy machine, p50 of the job-to-job gap
@@ -162,7 +163,7 @@ class Client:
 class Daemon:
     """A gpupoold with its own state and lease directories; the user's primary group is its admin group."""
 
-    def __init__(self, bench, name):
+    def __init__(self, bench, name, config=""):
         self.bench = bench
         self.dir = os.path.join(bench.work_dir, name)
         self.state_dir = os.path.join(self.dir, "state")
@@ -170,7 +171,7 @@ class Daemon:
         os.makedirs(self.state_dir)
         self.config = os.path.join(self.dir, "gpupool.toml")
         with open(self.config, "w") as f:
-            f.write(f'[daemon]\nadmin_group = "{grp.getgrgid(os.getgid()).gr_name}"\n')
+            f.write(f'[daemon]\nadmin_group = "{grp.getgrgid(os.getgid()).gr_name}"\n{config}')
         self.env = bench.user_env(GPUPOOL_RUNTIME_DIR=self.runtime_dir, GPUPOOL_STATE_DIR=self.state_dir,
                                   GPUPOOL_CONFIG=self.config)
         self.socket = os.path.join(self.runtime_dir, "gpupoold.sock")
@@ -274,10 +275,15 @@ class Bench:
         self.work_dir = tempfile.mkdtemp(prefix="gpupoold-bench-", dir=args.work_dir)
         self.base_env = {k: v for k, v in os.environ.items()
                          if not k.startswith("GPUPOOL_") and k not in ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER")}
+        self.sim = None if args.machine == "real" else args.machine
+        topo = subprocess.run([self.gpupool, "topo", "--json"], env=self.user_env(), capture_output=True, text=True)
+        if topo.returncode != 0:
+            sys.exit(f"daemon_bench: gpupool topo failed: {topo.stderr.strip()}")
+        self.gpus = len(json.loads(topo.stdout)["gpus"])
         self.stamp, self.stamp_exact = self.build_stamp()
 
     def user_env(self, **overrides):
-        env = dict(self.base_env, GPUPOOL_SIM=SIM)
+        env = dict(self.base_env, **({"GPUPOOL_SIM": self.sim} if self.sim else {}))
         env.update(overrides)
         return env
 
@@ -389,17 +395,21 @@ def dispatch_gaps(daemon, stamp_file):
     return parts
 
 
-def bench_dispatch(bench, rounds, job_ms):
+def bench_dispatch(bench, rounds, job_ms, which=DISPATCH_CASES):
     result = {"job": "C, exact" if bench.stamp_exact else "Python (interpreter start included)"}
-    cases = [("busy", f"8 GPUs, {GPUS * rounds} jobs of {job_ms} ms", GPUS * rounds, job_ms),
-             ("one GPU", f"1 free GPU (a 7-GPU job holds the rest), {rounds * 4} jobs of 20 ms", rounds * 4, 20)]
+    gpus = bench.gpus
+    cases = [("busy", f"{gpus} GPUs, {gpus * rounds} jobs of {job_ms} ms", gpus * rounds, job_ms),
+             ("one GPU", f"1 free GPU (a {gpus - 1}-GPU job holds the rest), {rounds * 4} jobs of 20 ms",
+              rounds * 4, 20)]
+    # With one GPU, "one GPU" is "busy" again.
+    cases = [case for case in cases if case[0] in which and (case[0] != "one GPU" or gpus > 1)]
     for name, description, count, ms in cases:
         with Daemon(bench, "dispatch-" + name.replace(" ", "-")) as daemon:
             daemon.start()
             stamp_file = os.path.join(daemon.dir, "stamps")
             with daemon.client() as client:
                 if name == "one GPU":
-                    blocker = client.request({"op": "submit", "job": daemon.spec(["sleep", "3600"], GPUS - 1)})["id"]
+                    blocker = client.request({"op": "submit", "job": daemon.spec(["sleep", "3600"], gpus - 1)})["id"]
                     while client.request({"op": "show", "id": blocker})["jobs"][0]["state"] != "running":
                         time.sleep(0.01)
                 client.request({"op": "drain"})
@@ -417,7 +427,8 @@ def bench_dispatch(bench, rounds, job_ms):
             parts = dispatch_gaps(daemon, stamp_file)
             result[name] = {"setup": description, **{part: summary_ms(values) for part, values in parts.items()}}
             daemon.wait_idle()
-    result["idle machine"] = submit_to_start(bench, rounds * 2)
+    if "idle machine" in which:
+        result["idle machine"] = submit_to_start(bench, rounds * 2)
     return result
 
 
@@ -645,7 +656,7 @@ def print_table(results):
 
 def missed_targets(results):
     missed = []
-    if "dispatch" in results:
+    if "busy" in results.get("dispatch", {}):
         p50 = results["dispatch"]["busy"]["gap"]["p50_ms"]
         if p50 > TARGETS["dispatch_p50_ms"]:
             missed.append(f"dispatch p50 {p50} ms > {TARGETS['dispatch_p50_ms']} ms")
@@ -669,6 +680,10 @@ def main():
     parser.add_argument("--submits", type=int, default=200, help="timed submits per submit case")
     parser.add_argument("--rounds", type=int, default=25, help="dispatch: jobs per GPU on the busy machine")
     parser.add_argument("--job-ms", type=int, default=200, help="dispatch: length of a job on the busy machine")
+    parser.add_argument("--dispatch-cases", nargs="+", choices=DISPATCH_CASES, default=DISPATCH_CASES,
+                        help="dispatch: which cases (default all)")
+    parser.add_argument("--machine", default=SIM,
+                        help=f"the fixture the daemons serve (default {SIM}), or `real` for the real GPUs")
     parser.add_argument("--jobs", type=int, default=2000, help="throughput: jobs")
     parser.add_argument("--submitters", type=int, default=4, help="throughput: parallel submitters")
     parser.add_argument("--history", type=int, default=100000, help="memory: finished jobs in the database")
@@ -680,7 +695,7 @@ def main():
     results = {"meta": {
         "date": datetime.datetime.now().isoformat(timespec="seconds"),
         "host": os.uname().nodename, "kernel": os.uname().release, "cpus": os.cpu_count(),
-        "simulated_machine": SIM, "bin_dir": os.path.abspath(args.bin_dir), "work_dir": bench.work_dir,
+        "simulated_machine": bench.sim, "gpus": bench.gpus, "bin_dir": os.path.abspath(args.bin_dir), "work_dir": bench.work_dir,
         "load_before": load_average(),
     }}
     try:
@@ -690,7 +705,7 @@ def main():
             if name == "submit":
                 results[name] = bench_submit(bench, args.submits)
             elif name == "dispatch":
-                results[name] = bench_dispatch(bench, args.rounds, args.job_ms)
+                results[name] = bench_dispatch(bench, args.rounds, args.job_ms, args.dispatch_cases)
             elif name == "throughput":
                 results[name] = bench_throughput(bench, args.jobs, args.submitters)
             else:

@@ -15,6 +15,7 @@ src/core/cuda_visible_devices_fuzz.cc, spread evenly over the hand-picked list; 
 target's eight UUIDs (its kUuids) so that UUID entries match.
 """
 import argparse
+import itertools
 import json
 import os
 import random
@@ -119,16 +120,74 @@ def per_gpu_values(uuids):
     return values
 
 
+def orderings(n):
+    """Index orders of all n GPUs: every permutation up to 4 GPUs, else reversed, rotations,
+    evens before odds and a few fixed shuffles."""
+    if n <= 4:
+        return [list(p) for p in itertools.permutations(range(n))]
+    found = [list(reversed(range(n))), list(range(0, n, 2)) + list(range(1, n, 2))]
+    found += [list(range(k, n)) + list(range(k)) for k in range(1, n)]
+    shuffler = random.Random(n)
+    for _ in range(4):
+        order = list(range(n))
+        shuffler.shuffle(order)
+        found.append(order)
+    return found
+
+
+def shortest_unique_prefix(uuids, i):
+    h = hex_of(uuids[i]).lower()
+    others = [hex_of(u).lower() for k, u in enumerate(uuids) if k != i]
+    for k in range(1, len(h) + 1):
+        if not any(o.startswith(h[:k]) for o in others):
+            return h[:k]
+    return h
+
+
+def multi_gpu_values(uuids):
+    """What only several GPUs can show: orders, repeats after another card, a list cut by an
+    invalid entry, every GPU's UUID prefixes (the shortest unique one and one character less)."""
+    n = len(uuids)
+    if n < 2:
+        return []
+    values = []
+    for order in orderings(n):
+        values += [",".join(map(str, order)), ",".join(uuids[i] for i in order),
+                   ",".join(str(i) if k % 2 == 0 else uuids[i] for k, i in enumerate(order))]
+    every = ",".join(map(str, range(n)))
+    values += [every + ",0", ",".join(uuids) + "," + uuids[0], ",".join(uuids) + ",0"]
+    unknown = "GPU-ffffffff-ffff-ffff-ffff-ffffffffffff"
+    for i in range(n):
+        j = (i + 1) % n
+        values += ["%d,%d,%d" % (i, j, i), "%s,%s,%s" % (uuids[i], uuids[j], uuids[i]),
+                   "%d,-1,%d" % (i, j), "%d,a,%d" % (i, j), "%d,%d" % (n, i),
+                   "%s,%s,%s" % (uuids[i], unknown, uuids[j]), "%s,GPU-zz,%s" % (uuids[i], uuids[j]),
+                   "%s,%s" % (unknown, uuids[i])]
+        shortest = shortest_unique_prefix(uuids, i)
+        h = hex_of(uuids[i])
+        for prefix in dict.fromkeys([shortest, shortest[:-1], h[:1], h[:2], h[:4], h[:12], h[:16], h[:-1]]):
+            if prefix:
+                values += ["GPU-" + prefix, "GPU-" + prefix + ",%d" % j,
+                           "GPU-" + prefix + "," + uuids[j]]
+    return values
+
+
 def order_cases(uuids):
-    """A few values under every CUDA_DEVICE_ORDER, valid or not."""
+    """A few values under every CUDA_DEVICE_ORDER, valid or not; with several GPUs, every GPU
+    alone and the reversed list under both valid orders."""
     n = len(uuids)
     values = [None, "", "0", "1,0", "0,1", uuids[0], str(n - 1), ",".join(map(str, range(n)))]
-    return [(v, order) for order in VALID_ORDERS + INVALID_ORDERS for v in values]
+    cases = [(v, order) for order in VALID_ORDERS + INVALID_ORDERS for v in values]
+    if n > 1:
+        per_gpu = [str(i) for i in range(n)] + uuids + [",".join(map(str, reversed(range(n)))),
+                                                       ",".join(reversed(uuids))]
+        cases += [(v, order) for order in VALID_ORDERS for v in per_gpu]
+    return cases
 
 
 def hand_picked(uuids):
     """The deterministic cases: every rule, on every GPU, and the unverified corners."""
-    values = rule_values(uuids) + per_gpu_values(uuids)
+    values = rule_values(uuids) + per_gpu_values(uuids) + multi_gpu_values(uuids)
     return list(unique([(v, None) for v in values] + order_cases(uuids)))
 
 
