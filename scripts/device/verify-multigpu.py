@@ -346,7 +346,10 @@ def launch_allreduce(s, lease_args, tag):
     try:
         proc = subprocess.run(args, capture_output=True, text=True, timeout=s.args.limit, env=env)
     except subprocess.TimeoutExpired as e:
-        return False, None, [], [], f"timed out after {e.timeout} s"
+        with open(log, "w") as f:  # what it printed before it was stopped tells where it hung
+            f.write(f"$ {' '.join(args)}\ntimed out after {e.timeout} s\n")
+            f.write(b"".join(part or b"" for part in (e.stdout, e.stderr)).decode(errors="replace"))
+        return False, None, [], [], f"timed out after {e.timeout} s (see allreduce-{tag}.txt)"
     output = proc.stdout + proc.stderr
     with open(log, "w") as f:
         f.write(f"$ {' '.join(args)}\nexit {proc.returncode}\n{output}")

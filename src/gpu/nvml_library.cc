@@ -1,6 +1,7 @@
 #include "gpu/nvml_library.h"
 
 #include <dlfcn.h>
+#include <signal.h>
 
 #include <fmt/format.h>
 
@@ -20,7 +21,33 @@ bool NvmlLibrary::bind(Fn& slot, std::initializer_list<const char*> names) {
   return false;
 }
 
+namespace {
+
+// The driver's library starts threads of its own, which inherit the signal mask of the thread
+// that loads it. gpupool takes SIGCHLD and SIGTERM from a signalfd or sigwaitinfo with them
+// blocked; the kernel hands such a process-wide signal to any thread that does not block it,
+// where SIGCHLD's default action drops it (gpupool launch then waited forever for a rank that
+// had exited) and SIGTERM's ends gpupool without stopping its job. So the library is loaded
+// and initialised with every signal blocked.
+class SignalsBlockedWhileLoading {
+ public:
+  SignalsBlockedWhileLoading() {
+    sigset_t all;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, &previous_);
+  }
+  ~SignalsBlockedWhileLoading() { pthread_sigmask(SIG_SETMASK, &previous_, nullptr); }
+  SignalsBlockedWhileLoading(const SignalsBlockedWhileLoading&) = delete;
+  SignalsBlockedWhileLoading& operator=(const SignalsBlockedWhileLoading&) = delete;
+
+ private:
+  sigset_t previous_{};
+};
+
+}  // namespace
+
 Result<std::unique_ptr<NvmlLibrary>> NvmlLibrary::open(const std::vector<std::string>& candidates) {
+  SignalsBlockedWhileLoading blocked;
   std::string failures;
   for (const auto& candidate : candidates) {
     dlerror();

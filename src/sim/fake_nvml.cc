@@ -6,6 +6,7 @@
 // fallbacks run too. docs/fixtures.md describes both.
 #include <dlfcn.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <charconv>
@@ -19,6 +20,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <vector>
 
@@ -78,6 +80,18 @@ Result<std::string> environment(const char* name) {
   return std::string(value);
 }
 
+// The real library starts threads of its own on its first initialisation, with the signal mask
+// of the thread that called it; the simulation does the same, so that the simulated machines
+// show what a thread that takes gpupool's signals does (see nvml_library.cc).
+void start_background_thread() {
+  static std::once_flag started;
+  std::call_once(started, [] {
+    std::thread([] {
+      for (;;) pause();
+    }).detach();
+  });
+}
+
 class Simulator {
  public:
   nvmlReturn_t init() {
@@ -89,6 +103,7 @@ class Simulator {
         std::fprintf(stderr, "gpupool simulated NVML: %s\n", loaded.error().message.c_str());
         return NVML_ERROR_DRIVER_NOT_LOADED;
       }
+      start_background_thread();
     }
     ++init_count_;
     return NVML_SUCCESS;

@@ -184,6 +184,27 @@ class LaunchTest(unittest.TestCase):
         self.assertEqual(proc.returncode, 143)
         self.assert_no_leases()
 
+    def test_the_driver_librarys_threads_take_none_of_gpupools_signals(self):
+        # NVML starts threads (the simulated one too). One that did not block SIGCHLD took it from
+        # gpupool's signalfd and dropped it: about half the launches waited forever for ranks that
+        # had exited.
+        proc = self.start("-g", "1", "--", "sh", "-c", "echo $$ $GPUPOOL_GPUS; exec sleep 60")
+        self.read_pids(proc, 1)
+        threads = [t for t in os.listdir(f"/proc/{proc.pid}/task") if int(t) != proc.pid]
+        self.assertTrue(threads, "the simulated NVML starts a thread, as the real one does")
+        for thread in threads:
+            with open(f"/proc/{proc.pid}/task/{thread}/status") as f:
+                blocked = int(next(line for line in f if line.startswith("SigBlk:")).split()[1], 16)
+            for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+                self.assertTrue(blocked & 1 << (sig - 1), f"thread {thread} does not block {sig.name}")
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=30)
+        self.assertEqual(proc.returncode, 143)
+        for _ in range(20):
+            started = time.monotonic()
+            self.launch("-q", "-g", "2", "--", "true")
+            self.assertLess(time.monotonic() - started, 30, "a launch of `true` must end with it")
+
     def test_the_ranks_keep_the_leases_when_gpupool_is_killed(self):
         proc = self.start("-g", "2", "--", "sh", "-c", "echo $$ $GPUPOOL_GPUS; exec sleep 60")
         pids = self.read_pids(proc, 2)
