@@ -47,11 +47,10 @@
 namespace gpupool {
 
 // The attempt's own cgroup, which keeps the job from opening the GPUs it does not lease
-// (os/device_cgroup.h). The supervisor makes it, joins it before starting the job (so the job
-// and everything it starts are inside), and at the end goes back home and removes it.
+// (os/device_cgroup.h). The supervisor makes it and starts the job inside it (so the job and
+// everything it starts are inside); the daemon removes it once the supervisor has exited.
 struct AttemptIsolation {
   IsolationMechanism mechanism = IsolationMechanism::CgroupV1;
-  std::string home;                     // the daemon's cgroup directory
   std::string group;                    // this attempt's cgroup directory
   std::vector<unsigned> denied_minors;  // /dev/nvidiaN of the GPUs it does not lease
   bool required = false;                // device_isolation = "on": no start without it

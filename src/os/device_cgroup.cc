@@ -178,13 +178,13 @@ Result<void> join_group(CgroupFiles& files, const std::string& directory) {
 }
 
 size_t remove_stale_groups(CgroupFiles& files, const DeviceIsolation& isolation, const std::set<std::string>& keep) {
-  size_t removed = 0;
+  size_t in_use = 0;
   for (const std::string& name : files.subdirectories(isolation.base)) {
     if (keep.count(name) > 0) continue;
     auto gone = files.remove_directory(isolation.base + "/" + name);
-    if (gone && *gone) ++removed;
+    if (gone && !*gone) ++in_use;
   }
-  return removed;
+  return in_use;
 }
 
 }  // namespace gpupool

@@ -67,9 +67,9 @@ Result<void> create_attempt_group(CgroupFiles& files, IsolationMechanism mechani
 // Moves the calling process (all its threads) into the cgroup at `directory`.
 Result<void> join_group(CgroupFiles& files, const std::string& directory);
 
-// Removes the cgroups of earlier attempts left in `isolation.base` (their supervisor was killed),
-// except those named in `keep` (attempts still running); one that still has processes stays.
-// Returns how many were removed.
+// Removes the cgroups of attempts that have ended from `isolation.base`, except those named in
+// `keep` (attempts still running); one that still has processes stays. Returns how many stayed
+// that way.
 size_t remove_stale_groups(CgroupFiles& files, const DeviceIsolation& isolation, const std::set<std::string>& keep);
 
 }  // namespace gpupool

@@ -122,7 +122,10 @@ class DeviceIsolationTest(unittest.TestCase):
             self.assertTrue(base.endswith(os.path.dirname(group)), (base, group))
             self.assertEqual(os.path.basename(group), f"job-{shown['id']}.1")
             self.assertTrue(os.path.isdir(base))
-            self.assertFalse(os.path.exists(os.path.join(base, f"job-{shown['id']}.1")))
+            # The daemon removes it once the supervisor has exited, or soon after where the kernel
+            # still counts what has just exited in it.
+            wait_until(lambda: not os.path.exists(os.path.join(base, f"job-{shown['id']}.1")), timeout=10,
+                       what="the ended job's cgroup's removal")
 
             # Two GPUs; and a memory slice counts as leasing its GPU.
             shown, seen = self.probe_job(daemon, "-g", "2")
@@ -155,6 +158,25 @@ class DeviceIsolationTest(unittest.TestCase):
             [shown] = daemon.finish(job)
             self.assertEqual(shown["state"], "done", shown)
             self.assertFalse(os.path.exists(group))
+
+    def test_a_group_kept_busy_by_what_the_job_left_goes_once_that_ends(self):
+        with Daemon() as daemon:
+            _, base = self.isolating(daemon)
+            release = os.path.join(daemon.work, "release-straggler")
+            started = os.path.join(daemon.work, "straggler-started")
+            # A process of its own session: the SIGKILL to the job's process group misses it, and
+            # it keeps the attempt's cgroup in use after the job has ended. The job ends once it
+            # has its session.
+            job = daemon.submit("--", "sh", "-c",
+                                f"setsid sh -c 'touch {started}; while [ ! -e {release} ]; do sleep 0.05; done' "
+                                f"</dev/null >/dev/null 2>&1 & while [ ! -e {started} ]; do sleep 0.01; done")
+            [shown] = daemon.finish(job)
+            self.assertEqual(shown["state"], "done", shown)
+            group = os.path.join(base, f"job-{job}.1")
+            self.assertTrue(os.path.exists(group), "the straggler keeps its cgroup")
+            with open(release, "w"):
+                pass
+            wait_until(lambda: not os.path.exists(group), timeout=10, what="the emptied cgroup's removal")
 
     def test_off_leaves_every_gpu_open(self):
         with Daemon(config='device_isolation = "off"\n') as daemon:
