@@ -474,13 +474,15 @@ def dispatch_check(s, daemon_bench, bench):
     gap = dispatch["busy"]["gap"]
     daemon_part = dispatch["busy"]["daemon's view: B.start_time - A.end_time"]
     target = daemon_bench.TARGETS["dispatch_p50_ms"]
-    ok = states == {"done": total} and len(stamps) == total and not clashes
+    # On the GPU machine the target is a check; a dry run's VM is several times slower.
+    met = gap["p50_ms"] <= target
+    ok = states == {"done": total} and len(stamps) == total and not clashes and (met or bool(DRY_RUN))
     s.result("PASS" if ok else "FAIL", "6a daemon dispatch",
              f"{total} jobs of {s.args.job_ms} ms on {bench.gpus} GPUs: states {states}, jobs per GPU {per_gpu}, "
              f"{len(clashes)} overlaps; job-to-job gap p50 {gap['p50_ms']} ms, p99 {gap['p99_ms']} ms, max "
              f"{gap['max_ms']} ms, of which the daemon's own part (B.start_time - A.end_time) p50 "
              f"{daemon_part['p50_ms']} ms ({dispatch['job']} stamp; target p50 <= {target} ms "
-             f"{'met' if gap['p50_ms'] <= target else 'MISSED'})")
+             f"{'met' if met else 'MISSED'})")
 
 
 def metrics_check(s, daemon_bench, bench):
