@@ -14,13 +14,18 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "daemon/sqlite_database.h"
+
 namespace gpupool {
 namespace {
 
+using sqlite::database_error;
+using sqlite::database_name;
+using sqlite::exec;
+using sqlite::prepare;
+using sqlite::Statement;
+
 constexpr int kSchemaVersion = 1;
-// How long a write waits for a lock held by another connection (`sqlite3` run by an admin,
-// a backup) before it fails.
-constexpr int kBusyTimeoutMs = 5000;
 
 struct Column {
   const char* name;
@@ -130,28 +135,6 @@ size_t list_index(bool by_user, StateMatch states, bool with_environment) {
   return ((with_environment ? 2 : 0) + (by_user ? 1 : 0)) * kStateMatches.size() + static_cast<size_t>(states);
 }
 
-std::string database_name(sqlite3* db) {
-  const char* name = sqlite3_db_filename(db, "main");
-  return name != nullptr ? name : "";
-}
-
-Error database_error(sqlite3* db, std::string_view doing) {
-  return fail("state database {}: {}: {}", database_name(db), doing, sqlite3_errmsg(db));
-}
-
-struct StatementDeleter {
-  void operator()(sqlite3_stmt* statement) const { sqlite3_finalize(statement); }
-};
-using Statement = std::unique_ptr<sqlite3_stmt, StatementDeleter>;
-
-Result<Statement> prepare(sqlite3* db, const std::string& sql) {
-  sqlite3_stmt* raw = nullptr;
-  int rc = sqlite3_prepare_v3(db, sql.c_str(), -1, SQLITE_PREPARE_PERSISTENT, &raw, nullptr);
-  Statement statement(raw);
-  if (rc != SQLITE_OK) return database_error(db, "preparing a statement");
-  return statement;
-}
-
 // Resets a statement when a call is done with it, so that no finished read keeps a
 // transaction open and the next call starts with no parameters bound.
 class StatementUse {
@@ -169,19 +152,13 @@ class StatementUse {
   sqlite3_stmt* statement_;
 };
 
-Result<void> exec(sqlite3* db, const std::string& sql, std::string_view doing) {
-  if (sqlite3_exec(db, sql.c_str(), nullptr, nullptr, nullptr) != SQLITE_OK) return database_error(db, doing);
-  return {};
-}
-
 // The first column of the first row of a one-off query, if there is a row.
 Result<std::optional<std::string>> query_text(sqlite3* db, const std::string& sql, std::string_view doing) {
   TRY_ASSIGN(Statement statement, prepare(db, sql));
   int rc = sqlite3_step(statement.get());
   if (rc == SQLITE_DONE) return std::optional<std::string>();
   if (rc != SQLITE_ROW) return database_error(db, doing);
-  const unsigned char* text = sqlite3_column_text(statement.get(), 0);
-  return std::optional<std::string>(text != nullptr ? reinterpret_cast<const char*>(text) : "");
+  return std::optional<std::string>(sqlite::column_text(statement.get(), 0));
 }
 
 Result<void> step_to_end(sqlite3* db, sqlite3_stmt* statement, std::string_view doing) {
@@ -469,7 +446,7 @@ Result<JobStore> JobStore::open(const std::string& path) {
                 db != nullptr ? sqlite3_errmsg(db) : sqlite3_errstr(rc));
   }
   if (sqlite3_db_readonly(db, "main") == 1) return fail("state database {} is read-only", path);
-  sqlite3_busy_timeout(db, kBusyTimeoutMs);
+  sqlite3_busy_timeout(db, sqlite::kBusyTimeoutMs);
 
   // The first statement reads the file's header: a file that is not a database fails here.
   auto mode = query_text(db, "PRAGMA journal_mode = WAL", "switching to write-ahead logging");
@@ -488,22 +465,24 @@ Result<JobStore> JobStore::open(const std::string& path) {
   }
   TRY(exec(db, "COMMIT", "creating the schema"));
 
+  // Prepared once for the connection's life.
+  auto kept = [db](const std::string& sql) { return prepare(db, sql, /*persistent=*/true); };
   auto statements = std::make_unique<Statements>();
   std::string columns = column_names();
   TRY_ASSIGN(statements->insert,
-             prepare(db, fmt::format("INSERT INTO jobs ({}) VALUES ({})", columns, placeholders())));
+             kept(fmt::format("INSERT INTO jobs ({}) VALUES ({})", columns, placeholders())));
   TRY_ASSIGN(statements->update,
-             prepare(db, fmt::format("UPDATE jobs SET ({}) = ({}) WHERE id = ?", columns, placeholders())));
-  TRY_ASSIGN(statements->get, prepare(db, fmt::format("SELECT id, {} FROM jobs WHERE id = ?", columns)));
-  TRY_ASSIGN(statements->setting, prepare(db, "SELECT value FROM settings WHERE name = ?"));
+             kept(fmt::format("UPDATE jobs SET ({}) = ({}) WHERE id = ?", columns, placeholders())));
+  TRY_ASSIGN(statements->get, kept(fmt::format("SELECT id, {} FROM jobs WHERE id = ?", columns)));
+  TRY_ASSIGN(statements->setting, kept("SELECT value FROM settings WHERE name = ?"));
   TRY_ASSIGN(statements->set_setting,
-             prepare(db, "INSERT INTO settings (name, value) VALUES (?, ?) "
+             kept("INSERT INTO settings (name, value) VALUES (?, ?) "
                          "ON CONFLICT (name) DO UPDATE SET value = excluded.value"));
   for (bool with_environment : {false, true}) {
     for (bool by_user : {false, true}) {
       for (StateMatch states : kStateMatches) {
         TRY_ASSIGN(statements->list[list_index(by_user, states, with_environment)],
-                   prepare(db, list_sql(by_user, states, with_environment)));
+                   kept(list_sql(by_user, states, with_environment)));
       }
     }
   }

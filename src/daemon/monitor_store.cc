@@ -6,10 +6,16 @@
 
 #include <fmt/format.h>
 
+#include "daemon/sqlite_database.h"
+
 namespace gpupool {
 namespace {
 
-constexpr int kBusyTimeoutMs = 5000;
+using sqlite::column_text;
+using sqlite::database_error;
+using sqlite::exec;
+using sqlite::prepare;
+using sqlite::Statement;
 
 constexpr const char* kSchema =
     "CREATE TABLE IF NOT EXISTS job_usage ("
@@ -21,29 +27,6 @@ constexpr const char* kSchema =
 constexpr const char* kColumns =
     "job_id, user, name, gpu_seconds, measured_gpu_seconds, busy_gpu_seconds, first_time, last_time";
 
-Error store_error(sqlite3* db, std::string_view doing) {
-  return fail("state database: {}: {}", doing, sqlite3_errmsg(db));
-}
-
-struct Finalizer {
-  void operator()(sqlite3_stmt* statement) const { sqlite3_finalize(statement); }
-};
-using Statement = std::unique_ptr<sqlite3_stmt, Finalizer>;
-
-Result<Statement> prepare(sqlite3* db, const std::string& sql) {
-  sqlite3_stmt* raw = nullptr;
-  if (sqlite3_prepare_v2(db, sql.c_str(), -1, &raw, nullptr) != SQLITE_OK) {
-    sqlite3_finalize(raw);
-    return store_error(db, "preparing an accounting query");
-  }
-  return Statement(raw);
-}
-
-std::string column_text(sqlite3_stmt* statement, int column) {
-  const unsigned char* text = sqlite3_column_text(statement, column);
-  return text != nullptr ? reinterpret_cast<const char*>(text) : "";
-}
-
 }  // namespace
 
 Result<UsageStore> UsageStore::open(const std::string& path) {
@@ -52,12 +35,10 @@ Result<UsageStore> UsageStore::open(const std::string& path) {
                            nullptr);
   UsageStore store(db);  // closes it on every way out
   if (rc != SQLITE_OK) return fail("cannot open {}: {}", path, db != nullptr ? sqlite3_errmsg(db) : "out of memory");
-  sqlite3_busy_timeout(db, kBusyTimeoutMs);
+  sqlite3_busy_timeout(db, sqlite::kBusyTimeoutMs);
   // Losing the last minute of accounting to a power cut is acceptable; a sync per flush is not needed.
-  if (sqlite3_exec(db, "PRAGMA synchronous = NORMAL;", nullptr, nullptr, nullptr) != SQLITE_OK ||
-      sqlite3_exec(db, kSchema, nullptr, nullptr, nullptr) != SQLITE_OK) {
-    return store_error(db, "creating the job_usage table");
-  }
+  TRY(exec(db, "PRAGMA synchronous = NORMAL", "setting synchronous mode"));
+  TRY(exec(db, kSchema, "creating the job_usage table"));
   return store;
 }
 
@@ -82,9 +63,7 @@ Result<void> UsageStore::add(const std::vector<StoredUsage>& additions) {
                                       "busy_gpu_seconds = busy_gpu_seconds + excluded.busy_gpu_seconds, "
                                       "name = excluded.name, last_time = excluded.last_time",
                                       kColumns)));
-  if (sqlite3_exec(db_, "BEGIN IMMEDIATE", nullptr, nullptr, nullptr) != SQLITE_OK) {
-    return store_error(db_, "starting to store accounting");
-  }
+  TRY(exec(db_, "BEGIN IMMEDIATE", "starting to store accounting"));
   for (const StoredUsage& row : additions) {
     sqlite3_stmt* s = upsert.get();
     sqlite3_bind_int64(s, 1, static_cast<sqlite3_int64>(row.id));
@@ -98,15 +77,14 @@ Result<void> UsageStore::add(const std::vector<StoredUsage>& additions) {
     int rc = sqlite3_step(s);
     sqlite3_reset(s);
     if (rc != SQLITE_DONE) {
-      Error error = store_error(db_, fmt::format("storing the accounting of job {}", row.id));
+      Error error = database_error(db_, fmt::format("storing the accounting of job {}", row.id));
       sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
       return error;
     }
   }
-  if (sqlite3_exec(db_, "COMMIT", nullptr, nullptr, nullptr) != SQLITE_OK) {
-    Error error = store_error(db_, "committing accounting");
+  if (auto committed = exec(db_, "COMMIT", "committing accounting"); !committed) {
     sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
-    return error;
+    return committed;
   }
   return {};
 }
@@ -136,7 +114,7 @@ Result<std::vector<StoredUsage>> UsageStore::query(const std::string& where,
     row.last_time = sqlite3_column_double(s, 7);
     rows.push_back(std::move(row));
   }
-  if (rc != SQLITE_DONE) return store_error(db_, "reading accounting");
+  if (rc != SQLITE_DONE) return database_error(db_, "reading accounting");
   return rows;
 }
 
