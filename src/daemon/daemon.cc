@@ -506,7 +506,7 @@ Result<void> Daemon::Impl::run() {
   // Only once no job is left in it: the running jobs' cgroups keep it. The last ended job's may
   // still be waiting for its sweep.
   if (isolation_) {
-    constexpr int kTries = 20;
+    constexpr int kTries = 100;  // at most a second
     for (int i = 0; i < kTries && remove_stale_groups(*cgroup_files_, *isolation_, running_batch_groups()) > 0; ++i) {
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
