@@ -305,6 +305,7 @@ class Daemon::Impl {
   void on_exit(JobNumber id);
   std::set<std::string> running_batch_groups() const;
   void remove_finished_groups();
+  void remove_ended_group(const std::string& name);
   void complete(JobNumber id, const Outcome& outcome);
   void finalize(Job& job, JobState state, std::string reason);
   void job_finished(const Job& job);
@@ -1286,9 +1287,18 @@ void Daemon::Impl::on_exit(JobNumber id) {
     dispatch();
     return;
   }
+  std::string group = attempt_group_name(id, job.attempts);  // before complete(), which may retire the job
   complete(id, outcome);
-  remove_finished_groups();
+  remove_ended_group(group);
   dispatch();
+}
+
+// The ended attempt's cgroup alone, so a job's end costs one rmdir however long the queue is;
+// the sweep over every group (which reads the whole active set) only when that one is in use.
+void Daemon::Impl::remove_ended_group(const std::string& name) {
+  if (!isolation_) return;
+  auto removed = cgroup_files_->remove_directory(isolation_->base + "/" + name);
+  if (removed && !*removed) remove_finished_groups();
 }
 
 std::set<std::string> Daemon::Impl::running_batch_groups() const {
