@@ -401,10 +401,18 @@ class AttemptSupervisor {
       if (group_fd_.valid()) return {};
       ready = fail("cannot open {}: {}", isolation.group, std::strerror(errno));
     } else if (ready) {
-      ready = join_group(*files, isolation.group);
+      return join_own_group(*files, stderr_fd);
     }
-    if (!ready) (void)files->remove_directory(isolation.group);
+    (void)files->remove_directory(isolation.group);
     return without_group(ready, stderr_fd);
+  }
+
+  // The supervisor moves into the group (cgroup v1, or v2 before Linux 5.7), so that the job it
+  // forks next starts there.
+  Result<void> join_own_group(CgroupFiles& files, int stderr_fd) {
+    auto joined = join_group(files, attempt_.isolation->group);
+    if (!joined) (void)files.remove_directory(attempt_.isolation->group);
+    return without_group(joined, stderr_fd);
   }
 
   Result<void> without_group(const Result<void>& why, int stderr_fd) {
@@ -424,10 +432,7 @@ class AttemptSupervisor {
       if (errno != ENOSYS && errno != EINVAL && errno != E2BIG) {
         return fail("cannot fork into {}: {}", attempt_.isolation->group, std::strerror(errno));
       }
-      auto files = system_cgroup_files();
-      auto joined = join_group(*files, attempt_.isolation->group);
-      if (!joined) (void)files->remove_directory(attempt_.isolation->group);
-      TRY(without_group(joined, stderr_fd));
+      TRY(join_own_group(*system_cgroup_files(), stderr_fd));
     }
     pid_t pid = fork();
     if (pid < 0) return fail("cannot fork: {}", std::strerror(errno));
