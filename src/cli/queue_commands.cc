@@ -9,7 +9,6 @@
 #include <algorithm>
 #include <array>
 #include <cerrno>
-#include <chrono>
 #include <climits>
 #include <cmath>
 #include <cstring>
@@ -26,6 +25,7 @@
 #include "core/allocation.h"
 #include "core/job_text.h"
 #include "core/quote.h"
+#include "os/clock.h"
 #include "os/host_files.h"
 
 extern char** environ;
@@ -333,7 +333,7 @@ Result<std::vector<Job>> jobs_of_mine(DaemonClient& client, bool all, JobNumber 
 // submitted since a look are those above the largest id it saw; those that have already ended
 // count too, unless they ended before the wait began.
 Result<std::vector<Job>> wait_for_daemon_jobs(bool all, const std::vector<JobNumber>& ids) {
-  const double began = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  const double began = unix_now();
   TRY_ASSIGN(DaemonClient client, DaemonClient::connect(runtime_directory()));
   if (!all) return wait_for_ids(client, ids);
   std::vector<Job> jobs;

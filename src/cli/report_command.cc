@@ -13,6 +13,7 @@
 #include "cli/commands.h"
 #include "cli/daemon_client.h"
 #include "cli/lease_options.h"
+#include "os/clock.h"
 #include "protocol/messages.h"
 
 namespace gpupool::cli {
@@ -54,7 +55,7 @@ std::string time_text(double unix_seconds) {
 Result<int> print_report(const ReportOptions& options) {
   proto::ReportRequest request;
   if (!options.since.empty()) {
-    double now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+    double now = unix_now();
     TRY_ASSIGN(request.since, parse_since(options.since, now));
   }
   TRY_ASSIGN(DaemonClient client, DaemonClient::connect(runtime_directory()));

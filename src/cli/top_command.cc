@@ -18,6 +18,7 @@
 #include "core/dashboard.h"
 #include "gpu/gpu_backend.h"
 #include "lease/lease_directory.h"
+#include "os/clock.h"
 
 namespace gpupool::cli {
 namespace {
@@ -33,10 +34,6 @@ struct TopOptions {
   std::string idle_after = "10m";
   bool once = false;
 };
-
-double unix_now() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
 
 std::string local_clock(double now) {
   std::time_t t = static_cast<std::time_t>(now);
@@ -139,7 +136,7 @@ class Screen {
       mvaddnstr(static_cast<int>(row), 0, frame[row].text.c_str(), COLS);
     }
     attrset(A_NORMAL);
-    refresh();
+    ::refresh();  // ncurses's, not a gpupool function
   }
 };
 

@@ -41,6 +41,7 @@
 #include "gpu/gpu_backend.h"
 #include "lease/gpu_pool.h"
 #include "lease/lease_directory.h"
+#include "os/clock.h"
 #include "os/device_cgroup.h"
 #include "os/host_files.h"
 #include "os/service_manager.h"
@@ -59,10 +60,6 @@ struct Overloaded : Ts... {
 };
 template <class... Ts>
 Overloaded(Ts...) -> Overloaded<Ts...>;
-
-double unix_now() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
 
 // The supplementary groups of a connected process, from /proc (what the user's session has),
 // falling back to the group database.

@@ -11,6 +11,7 @@
 #include "daemon/config.h"
 #include "daemon/monitor.h"
 #include "daemon/web_assets.h"
+#include "os/clock.h"
 
 namespace gpupool {
 namespace {
@@ -78,7 +79,7 @@ class HttpServer::Impl {
       } else {
         double seconds = kDefaultHistorySeconds;
         if (request.has_param("seconds")) seconds = std::strtod(request.get_param_value("seconds").c_str(), nullptr);
-        since = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count() - seconds;
+        since = unix_now() - seconds;
       }
       response.set_content(monitor_.history_json(since), "application/json");
     });

@@ -1,4 +1,5 @@
 #include "daemon/monitor.h"
+#include "os/clock.h"
 
 #include <algorithm>
 #include <cmath>
@@ -20,10 +21,6 @@ constexpr double kMaxHistoryTicks = 86400;
 
 const std::vector<double> kDispatchBounds = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5};
 const std::vector<double> kQueueWaitBounds = {1, 5, 15, 60, 300, 900, 3600, 4 * 3600, 12 * 3600, 86400};
-
-double unix_now() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
 
 // Milliseconds are plenty for charts, and the JSON stays short.
 double to_millis(double seconds) { return std::round(seconds * 1000) / 1000; }

@@ -15,13 +15,14 @@
 #include "gpu/gpu_backend.h"
 #include "gpu/nvml_api.h"
 #include "sim/fixture.h"
+#include "sim/fixture_dirs_testing.h"
 
 namespace gpupool::sim {
 namespace {
 
 const std::string kSimLibDir = GPUPOOL_TEST_SIM_LIBDIR;
-const std::string kFixtureDir = GPUPOOL_TEST_FIXTURE_DIR;
-const std::string kTestFixtureDir = std::string(GPUPOOL_TEST_DATA_DIR) + "/fixtures";
+using testing_support::kFixtureDir;
+using testing_support::kTestFixtureDir;
 
 // One generation of the simulated library, opened privately, as the NVML loader does.
 class SimulatedNvml {

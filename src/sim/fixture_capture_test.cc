@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include "core/gpu_json.h"
+#include "sim/fixture_dirs_testing.h"
 
 namespace gpupool::sim {
 namespace {
@@ -14,8 +15,8 @@ namespace {
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
 
-const std::string kFixtureDir = GPUPOOL_TEST_FIXTURE_DIR;
-const std::string kTestFixtureDir = std::string(GPUPOOL_TEST_DATA_DIR) + "/fixtures";
+using testing_support::kFixtureDir;
+using testing_support::kTestFixtureDir;
 
 Machine fixture_machine(const std::string& name) {
   auto path = locate_fixture(name, {kFixtureDir, kTestFixtureDir});

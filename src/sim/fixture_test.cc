@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/cuda_arch.h"
+#include "sim/fixture_dirs_testing.h"
 
 namespace gpupool::sim {
 namespace {
@@ -18,8 +19,8 @@ namespace {
 using nlohmann::json;
 using ::testing::ElementsAre;
 
-const std::string kFixtureDir = GPUPOOL_TEST_FIXTURE_DIR;
-const std::string kTestFixtureDir = std::string(GPUPOOL_TEST_DATA_DIR) + "/fixtures";
+using testing_support::kFixtureDir;
+using testing_support::kTestFixtureDir;
 
 Fixture load(const std::string& path) {
   auto fixture = load_fixture(path);

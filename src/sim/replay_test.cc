@@ -58,10 +58,10 @@ TEST(ReplayTest, ReplaysInVirtualTimeAndSummarizes) {
   EXPECT_EQ(s.users[1].user, "bob");
   EXPECT_EQ(s.users[1].jobs, 2u);
   EXPECT_DOUBLE_EQ(s.users[1].mean_wait_s, 90);
-  nlohmann::json json = summary_json(s);
+  nlohmann::json encoded = summary_json(s);
   for (const char* field : {"jobs", "makespan_s", "lower_bound_s", "utilization", "mean_wait_s",
                             "p95_wait_s", "max_wait_s", "users"}) {
-    EXPECT_TRUE(json.contains(field)) << field;
+    EXPECT_TRUE(encoded.contains(field)) << field;
   }
 }
 
