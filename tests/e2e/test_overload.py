@@ -151,8 +151,10 @@ class OverloadTest(unittest.TestCase):
                   f"gpupoold RSS {before[0] // 1024} MiB before, {after[0] // 1024} MiB after, "
                   f"peak {after[1] // 1024} MiB", file=sys.stderr)
             # The accepted jobs take about 6.5 KiB each in memory (7 MiB); the refused ones must leave
-            # nothing behind. 32 MiB leaves room for the allocator and SQLite's page cache.
-            self.assertLess(after[1] - before[0], 32 * 1024, "the flood grew gpupoold by more than 32 MiB")
+            # nothing behind. 32 MiB leaves room for the allocator and SQLite's page cache. Under
+            # ASan freed blocks wait in its quarantine (256 MiB), so the bound means nothing there.
+            if not os.environ.get("GPUPOOL_TEST_SANITIZED"):
+                self.assertLess(after[1] - before[0], 32 * 1024, "the flood grew gpupoold by more than 32 MiB")
             # Room again once jobs leave the queue.
             self.assertIsNot(admin.ask({"op": "cancel", "ids": accepted[:1]}).get("ok"), False)
             self.assertIn("id", admin.ask({"op": "submit", "job": job}))
