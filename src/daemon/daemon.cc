@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <algorithm>
 #include <climits>
 #include <chrono>
 #include <cstdlib>
@@ -146,8 +147,10 @@ constexpr size_t kStandbySupervisors = 2;
 // How stale the monitor's view of the queue (/api/jobs, the dashboard, top) may be.
 constexpr auto kPublishEvery = std::chrono::milliseconds(100);
 
-// How soon a finished attempt's cgroup that is still in use is looked at again; the pause
-// doubles until it passes the last, then the group waits for the next job's end or start-up.
+// How soon a finished attempt's cgroup that is still in use is looked at again: the pause
+// doubles up to the last, then stays there for as long as any such group is left (a job's end
+// removes only its own group, so nothing else would come back for one whose straggler outlived
+// the first pauses).
 constexpr auto kFirstGroupSweepPause = std::chrono::milliseconds(50);
 constexpr auto kLastGroupSweepPause = std::chrono::seconds(10);
 
@@ -1295,7 +1298,10 @@ void Daemon::Impl::on_exit(JobNumber id) {
 void Daemon::Impl::remove_ended_group(const std::string& name) {
   if (!isolation_) return;
   auto removed = cgroup_files_->remove_directory(isolation_->base + "/" + name);
-  if (removed && !*removed) remove_finished_groups();
+  if (removed && !*removed) {
+    group_sweep_pause_ = std::chrono::milliseconds(0);  // most are empty within milliseconds
+    remove_finished_groups();
+  }
 }
 
 std::set<std::string> Daemon::Impl::running_batch_groups() const {
@@ -1321,8 +1327,8 @@ void Daemon::Impl::remove_finished_groups() {
     group_sweep_timer_.cancel();
     return;
   }
-  if (group_sweep_pause_ >= kLastGroupSweepPause) return;
-  group_sweep_pause_ = group_sweep_pause_.count() == 0 ? kFirstGroupSweepPause : 2 * group_sweep_pause_;
+  group_sweep_pause_ = group_sweep_pause_.count() == 0 ? kFirstGroupSweepPause
+                                                      : std::min<std::chrono::milliseconds>(2 * group_sweep_pause_, kLastGroupSweepPause);
   group_sweep_timer_.expires_after(group_sweep_pause_);
   group_sweep_timer_.async_wait([this](const asio::error_code& error) {
     if (!error) remove_finished_groups();

@@ -17,6 +17,7 @@ import shutil
 import stat
 import subprocess
 import tempfile
+import time
 import unittest
 
 from harness import GPUPOOLD, Daemon, clean_env, main, wait_until
@@ -160,24 +161,41 @@ class DeviceIsolationTest(unittest.TestCase):
             # An adopted supervisor is init's child: its cgroup empties when init has reaped it.
             wait_until(lambda: not os.path.exists(group), timeout=10, what="the adopted job's cgroup's removal")
 
+    def straggling_job(self, daemon, base):
+        """A job that leaves a process of its own session behind: the SIGKILL to the job's process
+        group misses it, and it keeps the attempt's cgroup in use after the job has ended (the job
+        ends once it has its session). Returns the cgroup and the file that ends the straggler."""
+        release = os.path.join(daemon.work, "release-straggler")
+        started = os.path.join(daemon.work, "straggler-started")
+        job = daemon.submit("--", "sh", "-c",
+                            f"setsid sh -c 'touch {started}; while [ ! -e {release} ]; do sleep 0.05; done' "
+                            f"</dev/null >/dev/null 2>&1 & while [ ! -e {started} ]; do sleep 0.01; done")
+        [shown] = daemon.finish(job)
+        self.assertEqual(shown["state"], "done", shown)
+        group = os.path.join(base, f"job-{job}.1")
+        self.assertTrue(os.path.exists(group), "the straggler keeps its cgroup")
+        return group, release
+
     def test_a_group_kept_busy_by_what_the_job_left_goes_once_that_ends(self):
         with Daemon() as daemon:
             _, base = self.isolating(daemon)
-            release = os.path.join(daemon.work, "release-straggler")
-            started = os.path.join(daemon.work, "straggler-started")
-            # A process of its own session: the SIGKILL to the job's process group misses it, and
-            # it keeps the attempt's cgroup in use after the job has ended. The job ends once it
-            # has its session.
-            job = daemon.submit("--", "sh", "-c",
-                                f"setsid sh -c 'touch {started}; while [ ! -e {release} ]; do sleep 0.05; done' "
-                                f"</dev/null >/dev/null 2>&1 & while [ ! -e {started} ]; do sleep 0.01; done")
-            [shown] = daemon.finish(job)
-            self.assertEqual(shown["state"], "done", shown)
-            group = os.path.join(base, f"job-{job}.1")
-            self.assertTrue(os.path.exists(group), "the straggler keeps its cgroup")
+            group, release = self.straggling_job(daemon, base)
             with open(release, "w"):
                 pass
             wait_until(lambda: not os.path.exists(group), timeout=10, what="the emptied cgroup's removal")
+
+    def test_a_group_kept_busy_for_long_still_goes_once_it_empties(self):
+        # Past the doubling pauses (50 ms, 100 ms, ... to 10 s: the first 25.5 s) the daemon still
+        # looks: no other job's end comes back for this group, as each removes only its own.
+        with Daemon() as daemon:
+            _, base = self.isolating(daemon)
+            group, release = self.straggling_job(daemon, base)
+            time.sleep(27)
+            self.assertEqual(daemon.finish(daemon.submit("--", "true"))[0]["state"], "done")
+            self.assertTrue(os.path.exists(group), "the straggler still keeps its cgroup")
+            with open(release, "w"):
+                pass
+            wait_until(lambda: not os.path.exists(group), timeout=12, what="the emptied cgroup's removal")
 
     def test_off_leaves_every_gpu_open(self):
         with Daemon(config='device_isolation = "off"\n') as daemon:
