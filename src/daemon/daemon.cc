@@ -13,8 +13,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <cerrno>
 #include <algorithm>
+#include <cerrno>
 #include <climits>
 #include <chrono>
 #include <cstdlib>
@@ -306,6 +306,7 @@ class Daemon::Impl {
   std::set<std::string> running_batch_groups() const;
   void remove_finished_groups();
   void remove_ended_group(const std::string& name);
+  void sweep_groups_after(std::chrono::milliseconds pause);
   void complete(JobNumber id, const Outcome& outcome);
   void finalize(Job& job, JobState state, std::string reason);
   void job_finished(const Job& job);
@@ -1294,14 +1295,12 @@ void Daemon::Impl::on_exit(JobNumber id) {
 }
 
 // The ended attempt's cgroup alone, so a job's end costs one rmdir however long the queue is;
-// the sweep over every group (which reads the whole active set) only when that one is in use.
+// the sweep over every group (which reads the whole active set) comes later, and only when that
+// one is in use.
 void Daemon::Impl::remove_ended_group(const std::string& name) {
   if (!isolation_) return;
   auto removed = cgroup_files_->remove_directory(isolation_->base + "/" + name);
-  if (removed && !*removed) {
-    group_sweep_pause_ = std::chrono::milliseconds(0);  // most are empty within milliseconds
-    remove_finished_groups();
-  }
+  if (removed && !*removed) sweep_groups_after(kFirstGroupSweepPause);  // most empty within milliseconds
 }
 
 std::set<std::string> Daemon::Impl::running_batch_groups() const {
@@ -1327,9 +1326,14 @@ void Daemon::Impl::remove_finished_groups() {
     group_sweep_timer_.cancel();
     return;
   }
-  group_sweep_pause_ = group_sweep_pause_.count() == 0 ? kFirstGroupSweepPause
-                                                      : std::min<std::chrono::milliseconds>(2 * group_sweep_pause_, kLastGroupSweepPause);
-  group_sweep_timer_.expires_after(group_sweep_pause_);
+  sweep_groups_after(group_sweep_pause_.count() == 0
+                         ? kFirstGroupSweepPause
+                         : std::min<std::chrono::milliseconds>(2 * group_sweep_pause_, kLastGroupSweepPause));
+}
+
+void Daemon::Impl::sweep_groups_after(std::chrono::milliseconds pause) {
+  group_sweep_pause_ = pause;
+  group_sweep_timer_.expires_after(pause);
   group_sweep_timer_.async_wait([this](const asio::error_code& error) {
     if (!error) remove_finished_groups();
   });

@@ -1,11 +1,12 @@
 #include "daemon/monitor.h"
-#include "os/clock.h"
 
 #include <algorithm>
 #include <cmath>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
+
+#include "os/clock.h"
 
 namespace gpupool {
 namespace {
