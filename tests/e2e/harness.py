@@ -24,9 +24,11 @@ SHIPPED_FIXTURES = ["dgx1-v100", "dgx-a100", "hgx-h200", "pcie-4gpu", "mixed-wor
 
 
 def clean_env(**overrides):
-    """The environment of a user on the simulated machine, with nothing gpupool-specific leaking in."""
+    """The environment of a user on the simulated machine, with nothing gpupool-specific leaking in,
+    nor the GPU selection of the machine the tests run on (which may be a GPU container)."""
     env = {k: v for k, v in os.environ.items()
-           if not k.startswith("GPUPOOL_") and k not in ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER")}
+           if not k.startswith("GPUPOOL_")
+           and k not in ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "NVIDIA_VISIBLE_DEVICES")}
     env.update({k: v for k, v in overrides.items() if v is not None})
     return env
 

@@ -105,6 +105,8 @@ class MonitoringTest(unittest.TestCase):
                 self.assertTrue(series(samples, name), f"{name} missing from /metrics")
             self.assertEqual(series(samples, "gpupool_jobs", state="running")[0][1], 0)
 
+            if shutil.which("promtool") is None:
+                self.fail("no promtool on PATH (scripts/install-deps installs it)")
             lint = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True, text=True)
             complaints = [line for line in (lint.stdout + lint.stderr).splitlines() if not DCGM_LABEL_LINT.match(line)]
             self.assertEqual(complaints, [], "promtool check metrics")

@@ -17,8 +17,10 @@ class Tmux:
     def __init__(self, command, env, width=100, height=30):
         self.socket = f"gpupool-top-{os.getpid()}-{time.monotonic_ns()}"
         exports = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items() if k.startswith("GPUPOOL_"))
-        self.tmux(["new-session", "-d", "-s", "top", "-x", str(width), "-y", str(height),
-                   f"env {exports} TERM=xterm-256color {command}; sleep 30"])
+        started = self.tmux(["new-session", "-d", "-s", "top", "-x", str(width), "-y", str(height),
+                             f"env {exports} TERM=xterm-256color {command}; sleep 30"])
+        if started.returncode != 0:  # say so now rather than as an empty screen 30 s later
+            raise AssertionError(f"tmux new-session exited {started.returncode}: {started.stderr.strip()}")
 
     def tmux(self, args):
         return subprocess.run(["tmux", "-L", self.socket, *args], capture_output=True, text=True, timeout=30)
