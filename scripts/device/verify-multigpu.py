@@ -434,8 +434,14 @@ def gpu_metrics(text):
     return found
 
 
+# The load job's matmul loop keeps its GPU busy; a reading below this is from before it got going
+# (the first nonzero readings can be a few %), so /metrics is read again.
+LOADED_UTILIZATION = 50
+
+
 def metrics_problems(metrics, n, loaded):
-    """What /metrics lacks: every GPU's utilisation and memory, nonzero on the loaded GPUs."""
+    """What /metrics lacks: every GPU's utilisation and memory; on the loaded GPUs memory in use,
+    utilisation at least LOADED_UTILIZATION and the job's label."""
     problems = []
     for metric in ("DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_FREE"):
         missing = [g for g in range(n) if g not in metrics.get(metric, {})]
@@ -444,8 +450,9 @@ def metrics_problems(metrics, n, loaded):
     for gpu, job in loaded.items():
         for metric in ("DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_FB_USED"):
             value, labels = metrics.get(metric, {}).get(gpu, (None, {}))
-            if not value:
-                problems.append(f"{metric} of loaded GPU {gpu} is {value}")
+            least = LOADED_UTILIZATION if metric == "DCGM_FI_DEV_GPU_UTIL" else 1
+            if value is None or value < least:
+                problems.append(f"{metric} of loaded GPU {gpu} is {value}, below {least}")
             if value is not None and str(job) not in labels.get("job_id", "").split(","):
                 problems.append(f"{metric} of GPU {gpu} has job_id {labels.get('job_id')!r}, not {job}")
     return problems
