@@ -1326,9 +1326,9 @@ void Daemon::Impl::remove_finished_groups() {
     group_sweep_timer_.cancel();
     return;
   }
-  sweep_groups_after(group_sweep_pause_.count() == 0
-                         ? kFirstGroupSweepPause
-                         : std::min<std::chrono::milliseconds>(2 * group_sweep_pause_, kLastGroupSweepPause));
+  // Doubles from the first pause (0 before any, at start-up) up to the last.
+  sweep_groups_after(std::clamp<std::chrono::milliseconds>(2 * group_sweep_pause_, kFirstGroupSweepPause,
+                                                           kLastGroupSweepPause));
 }
 
 void Daemon::Impl::sweep_groups_after(std::chrono::milliseconds pause) {
