@@ -231,6 +231,9 @@ class Daemon::Impl {
         acceptor_(io_),
         signals_(io_, SIGTERM, SIGINT),
         service_manager_(ServiceManager::from_environment()) {}
+  // A start-up step after open_socket() may fail: its socket must not outlive it, or clients
+  // would be refused by a daemon that is not there instead of told that none runs.
+  ~Impl() { stop_listening(); }
 
   Result<void> open_socket();
   Result<void> watch_end_with();
@@ -240,6 +243,7 @@ class Daemon::Impl {
   Result<void> run();
 
  private:
+  void stop_listening();
   struct Session : std::enable_shared_from_this<Session> {
     explicit Session(stream_protocol::socket s) : socket(std::move(s)), input(proto::kMaxMessageBytes) {}
     ~Session() {
@@ -353,6 +357,7 @@ class Daemon::Impl {
   bool ending_ = false;  // end_session(): stopping once the cancelled jobs have ended
   std::optional<asio::posix::stream_descriptor> end_with_;  // a pidfd of settings_.end_with
   std::string socket_path_;
+  bool socket_bound_ = false;  // socket_path_ is this daemon's, to remove when it stops
   int instance_lock_ = -1;
 
   std::vector<std::pair<SessionPtr, Job>> pending_submissions_;  // admitted, not yet stored
@@ -407,6 +412,7 @@ Result<void> Daemon::Impl::open_socket() {
   asio::error_code error;
   acceptor_.open(stream_protocol(), error);
   if (!error) acceptor_.bind(stream_protocol::endpoint(socket_path_), error);
+  socket_bound_ = !error;
   if (!error) acceptor_.listen(asio::socket_base::max_listen_connections, error);
   if (error) return fail("cannot listen on {}: {}", socket_path_, error.message());
   keep_from_children(acceptor_.native_handle());
@@ -416,6 +422,13 @@ Result<void> Daemon::Impl::open_socket() {
     return fail("cannot set the mode of {}: {}", socket_path_, std::strerror(errno));
   }
   return {};
+}
+
+void Daemon::Impl::stop_listening() {
+  asio::error_code ignored;  // also from the destructor, which must not throw
+  acceptor_.close(ignored);
+  if (socket_bound_) unlink(socket_path_.c_str());
+  socket_bound_ = false;
 }
 
 Result<void> Daemon::Impl::isolate_devices() {
@@ -503,8 +516,7 @@ Result<void> Daemon::Impl::run() {
   monitor_->stop();
   monitor_->save_usage();
   save_fair_share();
-  acceptor_.close();
-  unlink(socket_path_.c_str());
+  stop_listening();
   // Only once no job is left in it: the running jobs' cgroups keep it. The last ended job's may
   // still be waiting for its sweep.
   if (isolation_) {

@@ -223,6 +223,8 @@ class DeviceIsolationTest(unittest.TestCase):
         [line] = proc.stderr.splitlines()
         self.assertTrue(line.startswith('gpupoold: device_isolation = "on", but jobs cannot be kept from other '
                                         "GPUs' device nodes: "), line)
+        # Its socket was open by then; left behind, clients would be refused by a daemon not there.
+        self.assertNotIn("gpupoold.sock", os.listdir(os.path.join(root, "run")))
 
 
 if __name__ == "__main__":
