@@ -38,8 +38,8 @@ def environment(case):
 
 
 def ask_driver(case):
-    out = subprocess.run([os.path.join(bin_dir, "gpupool-cuda-probe")], env=environment(case),
-                         capture_output=True, text=True).stdout
+    probe = os.path.join(bin_dir, "..", "lib", "gpupool", "gpupool-cuda-probe")
+    out = subprocess.run([probe], env=environment(case), capture_output=True, text=True).stdout
     answer = json.loads(out)
     return answer.get("init"), [d["uuid"] for d in answer.get("devices", [])]
 

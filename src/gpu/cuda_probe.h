@@ -1,5 +1,5 @@
 // Asks the real CUDA driver which GPUs a program would see, by running
-// gpupool-cuda-probe (installed beside gpupool) with the given variables.
+// gpupool-cuda-probe (in lib/gpupool, os/host_files.h) with the given variables.
 // A child process per question: the driver reads them once, at cuInit.
 #pragma once
 

@@ -403,8 +403,8 @@ Result<std::unique_ptr<GpuBackend>> open_gpu_backend() {
     // The simulated library reads the fixture itself; hand it the resolved path.
     setenv("GPUPOOL_SIM", path.c_str(), 1);
     simulated = fixture.name;
-    candidates.push_back(fmt::format("{}/../lib/gpupool/sim/{}/libnvidia-ml.so.1", executable_directory(),
-                                     fixture.nvml_library));
+    candidates.push_back(
+        fmt::format("{}/sim/{}/libnvidia-ml.so.1", private_library_directory(), fixture.nvml_library));
   } else {
     candidates = {"libnvidia-ml.so.1", "libnvidia-ml.so"};
   }

@@ -209,4 +209,6 @@ std::string executable_directory() {
   return exe.parent_path().string();
 }
 
+std::string private_library_directory() { return executable_directory() + "/../lib/gpupool"; }
+
 }  // namespace gpupool

@@ -65,4 +65,8 @@ HostFiles host_files_from_environment();
 // The directory holding the running executable (for finding lib/ and share/ beside it).
 std::string executable_directory();
 
+// lib/gpupool beside bin/, in the build tree as in every install: what only gpupool's own
+// programs use (the simulated NVML, gpupool-cuda-probe), kept off the loader's path and PATH.
+std::string private_library_directory();
+
 }  // namespace gpupool

@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <ctime>
@@ -121,6 +122,9 @@ Result<ProgramOutcome> run_program(const std::vector<std::string>& argv, const P
 
   std::vector<std::string> args = argv;
   std::vector<std::string> env = environment_with(options.environment);
+  std::erase_if(env, [&](const std::string& entry) {
+    return std::ranges::find(options.unset, entry.substr(0, entry.find('='))) != options.unset.end();
+  });
   std::vector<char*> arg_pointers, env_pointers;
   for (auto& a : args) arg_pointers.push_back(a.data());
   arg_pointers.push_back(nullptr);
@@ -142,7 +146,7 @@ Result<ProgramOutcome> run_program(const std::vector<std::string>& argv, const P
   pthread_sigmask(SIG_SETMASK, &previous, nullptr);
   if (spawned == ENOENT) {
     std::string hint = options.not_found_hint.empty() ? "" : "; " + options.not_found_hint;
-    return fail("{}: not found on PATH{}", argv[0], hint);
+    return fail("{}: not found{}{}", argv[0], argv[0].find('/') == std::string::npos ? " on PATH" : "", hint);
   }
   if (spawned != 0) return fail("cannot run {}: {}", argv[0], std::strerror(spawned));
   int status = 0;

@@ -54,6 +54,16 @@ TEST(ProgramTest, EnvironmentIsOursWithTheAdditions) {
   EXPECT_EQ(outcome->out, std::string("a b:") + getenv("PATH") + "\n");
 }
 
+TEST(ProgramTest, UnsetVariablesAreNotPassedOn) {
+  // HOME, not PATH: the shell that reads the variable needs PATH to be found.
+  ASSERT_NE(getenv("HOME"), nullptr);
+  ProgramOptions options;
+  options.unset = {"HOME", "GPUPOOL_PROGRAM_TEST_NEVER_SET"};
+  Result<ProgramOutcome> outcome = run_program({"sh", "-c", "echo \"${HOME-unset}\""}, options);
+  ASSERT_TRUE(outcome.ok()) << outcome.error().message;
+  EXPECT_EQ(outcome->out, "unset\n");
+}
+
 TEST(ProgramTest, ASignalIsReportedAsAShellWould) {
   Result<ProgramOutcome> outcome = run_program({"sh", "-c", "kill -TERM $$"});
   ASSERT_TRUE(outcome.ok()) << outcome.error().message;
@@ -67,6 +77,10 @@ TEST(ProgramTest, AMissingProgramIsOneClearLine) {
   ASSERT_FALSE(outcome.ok());
   EXPECT_EQ(outcome.error().message, "gpupool-no-such-program: not found on PATH; is Slurm's client installed?");
   EXPECT_FALSE(run_program({}).ok());
+  // A path is not looked up on PATH, and the message does not say it was.
+  outcome = run_program({"/nonexistent/gpupool-no-such-program"});
+  ASSERT_FALSE(outcome.ok());
+  EXPECT_EQ(outcome.error().message, "/nonexistent/gpupool-no-such-program: not found");
 }
 
 }  // namespace

@@ -1,4 +1,5 @@
 """gpupool resolve, map and docker-args on simulated machines: the numbering of GPUs, end to end."""
+import ctypes
 import json
 import os
 import shutil
@@ -8,6 +9,14 @@ import unittest
 from collections import Counter
 
 from harness import GPUPOOL, clean_env, gpupool, gpupool_json, main
+
+
+def cuda_driver_installed():
+    try:
+        ctypes.CDLL("libcuda.so.1")
+        return True
+    except OSError:
+        return False
 
 
 def one_line_error(test, proc):
@@ -75,6 +84,13 @@ class ResolveTest(unittest.TestCase):
                        env={"CUDA_DEVICE_ORDER": "pci_bus_id"})
         self.assertEqual(proc.returncode, 1)
         self.assertIsNotNone(json.loads(proc.stdout)["error"])
+
+    @unittest.skipIf(cuda_driver_installed(), "a CUDA driver is installed here")
+    def test_asking_the_driver_where_there_is_none_is_one_line(self):
+        # The probe must be found and run (lib/gpupool) for its "no driver" answer to come back.
+        proc = gpupool("resolve", "--driver", "--", "1,0", sim="hgx-h200", check=False)
+        one_line_error(self, proc)
+        self.assertRegex(proc.stderr, r"^gpupool: cannot ask the CUDA driver: no_driver \(libcuda\.so\.1: ")
 
 
 class FakeRoot:
