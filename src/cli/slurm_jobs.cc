@@ -86,14 +86,15 @@ Result<std::string> record_file() {
 // home directory over NFS too, and a reader never sees half of one.
 class LockedFile {
  public:
-  static Result<std::optional<LockedFile>> open(const std::string& path, int flags, int lock) {
-    int fd = ::open(path.c_str(), flags | O_CLOEXEC | O_NOFOLLOW, 0600);
-    if (fd < 0 && errno == ENOENT && (flags & O_CREAT) == 0) return std::optional<LockedFile>();
-    if (fd < 0) return fail("cannot open {}: {}", path, std::strerror(errno));
-    LockedFile file(fd);
-    while (flock(fd, lock) != 0) {
-      if (errno != EINTR) return fail("cannot lock {}: {}", path, std::strerror(errno));
-    }
+  // Created if missing, locked exclusively.
+  static Result<LockedFile> for_appending(const std::string& path) {
+    return locked(::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600), path, LOCK_EX);
+  }
+  // Locked shared; nullopt where there is no file yet (nothing recorded).
+  static Result<std::optional<LockedFile>> for_reading(const std::string& path) {
+    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0 && errno == ENOENT) return std::optional<LockedFile>();
+    TRY_ASSIGN(LockedFile file, locked(fd, path, LOCK_SH));
     return std::optional<LockedFile>(std::move(file));
   }
   LockedFile(LockedFile&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
@@ -105,6 +106,15 @@ class LockedFile {
 
  private:
   explicit LockedFile(int fd) : fd_(fd) {}
+  // fd is open(2)'s answer for path: -1 with errno set when it failed.
+  static Result<LockedFile> locked(int fd, const std::string& path, int lock) {
+    if (fd < 0) return fail("cannot open {}: {}", path, std::strerror(errno));
+    LockedFile file(fd);
+    while (flock(fd, lock) != 0) {
+      if (errno != EINTR) return fail("cannot lock {}: {}", path, std::strerror(errno));
+    }
+    return file;
+  }
   int fd_;
 };
 
@@ -112,11 +122,11 @@ Result<void> append_records(const std::vector<std::string>& lines) {
   TRY_ASSIGN(std::string directory, state_directory());
   TRY(make_directories(directory));
   TRY_ASSIGN(std::string path, record_file());
-  TRY_ASSIGN(std::optional<LockedFile> file, LockedFile::open(path, O_WRONLY | O_APPEND | O_CREAT, LOCK_EX));
+  TRY_ASSIGN(LockedFile file, LockedFile::for_appending(path));
   std::string text;
   for (const std::string& line : lines) text += line + "\n";
   for (size_t written = 0; written < text.size();) {
-    ssize_t n = ::write(file->fd(), text.data() + written, text.size() - written);
+    ssize_t n = ::write(file.fd(), text.data() + written, text.size() - written);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) return fail("cannot write {}: {}", path, std::strerror(errno));
     written += static_cast<size_t>(n);
@@ -126,7 +136,7 @@ Result<void> append_records(const std::vector<std::string>& lines) {
 
 Result<std::vector<SlurmRecord>> read_records() {
   TRY_ASSIGN(std::string path, record_file());
-  TRY_ASSIGN(std::optional<LockedFile> file, LockedFile::open(path, O_RDONLY, LOCK_SH));
+  TRY_ASSIGN(std::optional<LockedFile> file, LockedFile::for_reading(path));
   if (!file) return std::vector<SlurmRecord>();
   std::string text;
   char buffer[65536];
