@@ -185,11 +185,12 @@ std::string bash_completion(const CommandDoc& program, const CompletionSettings&
                        settings.job_ids_command);
   }
 
-  out += fmt::format(R"sh({0}() {{
-  local cur=${{COMP_WORDS[COMP_CWORD]}} prev=${{COMP_WORDS[COMP_CWORD-1]}} path={1} word i skip=0
-  COMPREPLY=()
+  out += fmt::format(R"sh(# Completes $1, the word under the cursor, which is COMP_WORDS[$2]; fails when the user's own
+# command (after --) was completed instead.
+{0}_words() {{
+  local cur=$1 cword=$2 prev=${{COMP_WORDS[$2-1]}} path={1} word i skip=0
   # The words before the cursor: subcommands lead deeper, option values are passed over.
-  for ((i = 1; i < COMP_CWORD; i++)); do
+  for ((i = 1; i < cword; i++)); do
     word=${{COMP_WORDS[i]}}
     if [[ $word == = ]]; then skip=1; continue; fi  # --option=value, split at the '='
     if ((skip)); then skip=0; continue; fi
@@ -197,12 +198,12 @@ std::string bash_completion(const CommandDoc& program, const CompletionSettings&
       # The rest is the user's own command: complete it as a command line of its own.
       if declare -F _command_offset >/dev/null; then
         _command_offset $((i + 1))
-      elif ((i + 1 == COMP_CWORD)); then
+      elif ((i + 1 == cword)); then
         COMPREPLY=($(compgen -c -- "$cur"))
       else
         compopt -o default 2>/dev/null
       fi
-      return 0
+      return 1
     fi
     if [[ $word == -* ]]; then
       {0}_takes_value "$path" "$word" && skip=1
@@ -213,7 +214,7 @@ std::string bash_completion(const CommandDoc& program, const CompletionSettings&
   if [[ $cur == = ]]; then
     cur=
   elif [[ $prev == = ]]; then
-    prev=${{COMP_WORDS[COMP_CWORD-2]}}
+    prev=${{COMP_WORDS[cword-2]}}
   fi
   if [[ $prev == -* ]] && {0}_takes_value "$path" "$prev"; then
     {0}_value "$path" "$prev" "$cur"
@@ -229,6 +230,23 @@ std::string bash_completion(const CommandDoc& program, const CompletionSettings&
     COMPREPLY=($(compgen -W "$commands" -- "$cur"))
   elif ! {0}_operand "$path" "$cur" && [[ -z $cur ]]; then
     COMPREPLY=($(compgen -W "$({0}_options "$path")" -- "$cur"))
+  fi
+  return 0
+}}
+
+# bash splits words at ':' (COMP_WORDBREAKS), so "slurm:42" arrives as slurm, :, 42. The pieces of
+# the word under the cursor are joined back, and each reply is cut to what follows that word's last
+# ':', the only part bash replaces.
+{0}() {{
+  local line=${{COMP_LINE:0:COMP_POINT}} cur=${{COMP_WORDS[COMP_CWORD]}} cword=$COMP_CWORD
+  while ((cword > 1)) && [[ ${{COMP_WORDS[cword-1]}} == *: || $cur == :* ]] &&
+    [[ $line == *"${{COMP_WORDS[cword-1]}}$cur" ]]; do
+    cur=${{COMP_WORDS[cword-1]}}$cur
+    ((cword--))
+  done
+  COMPREPLY=()
+  if {0}_words "$cur" "$cword" && [[ $cur == *:* && $COMP_WORDBREAKS == *:* ]]; then
+    COMPREPLY=("${{COMPREPLY[@]#"${{cur%"${{cur##*:}}"}}"}}")
   fi
   return 0
 }}

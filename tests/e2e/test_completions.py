@@ -56,13 +56,15 @@ def command_tree(program):
     return tree
 
 
-def complete(words, env=None, cwd=None):
-    """What the generated bash completion offers for WORDS, the last being the word under the cursor."""
+def complete(words, env=None, cwd=None, line=None):
+    """What the generated bash completion offers for WORDS, the last being the word under the cursor,
+    as bash splits LINE (default: the words joined by spaces; bash also splits at ':')."""
     program = os.path.basename(words[0])
-    line = " ".join(words)
+    line = " ".join(words) if line is None else line
     driver = (f'source "$1"; COMP_WORDS=("${{@:2}}"); COMP_CWORD={len(words) - 1}; '
               f'COMP_LINE={line!r}; COMP_POINT={len(line)}; _{program}; printf "%s\\n" "${{COMPREPLY[@]}}"')
-    run_env = clean_env(PATH=os.path.abspath(BIN_DIR) + os.pathsep + os.environ["PATH"], **(env or {}))
+    run_env = clean_env(**(env or {}))
+    run_env["PATH"] = os.path.abspath(BIN_DIR) + os.pathsep + run_env["PATH"]
     proc = subprocess.run(["bash", "-c", driver, "bash", script("bash", program), *words], env=run_env, cwd=cwd,
                           capture_output=True, text=True, timeout=60)
     if proc.returncode != 0 or proc.stderr:
@@ -103,6 +105,17 @@ class BashCompletion(unittest.TestCase):
             self.assertNotIn("somefile.toml", after_flag)
             self.assertIn("--watch", after_flag)
             self.assertEqual(complete(["gpupool", "list", "--json", "some"], cwd=where), [])
+            # bash hands "run:1" over as run, :, 1 and replaces only what follows the ':'.
+            open(os.path.join(where, "run:1.json"), "w").close()
+            open(os.path.join(where, "run:2.json"), "w").close()
+            trace = ["gpupool", "sim", "replay", "--trace"]
+            self.assertEqual(complete(trace + ["run", ":", ""], cwd=where, line="gpupool sim replay --trace run:"),
+                             ["1.json", "2.json"])
+            self.assertEqual(complete(trace + ["run", ":", "1"], cwd=where, line="gpupool sim replay --trace run:1"),
+                             ["1.json"])
+            # Typed apart, they are words of their own.
+            self.assertEqual(complete(trace + ["run", ":", "1"], cwd=where, line="gpupool sim replay --trace run : 1"),
+                             [])
             # A value without a list of choices: nothing to offer.
             self.assertEqual(complete(["gpupool", "run", "--name", ""], cwd=where), [])
 

@@ -16,6 +16,7 @@ import unittest
 
 from harness import GPUPOOL, Daemon, main, one_line, until_exists, wait_until
 from slurm_cluster import SlurmCluster
+from test_completions import complete
 
 # Prints what the job got: its words, directory, a variable of the submitter's, its GPUs.
 REPORT = ("import json, os, sys; print(json.dumps({'argv': sys.argv[1:], 'cwd': os.getcwd(), "
@@ -210,6 +211,9 @@ class SubmitTest(SlurmTestCase):
         self.wait_state(first, "running")
         self.assertEqual(self.gp("hold", f"slurm:{second}").returncode, 0)
         self.assertEqual(self.job(second)["state"], "held")
+        # Its id completes whole, though bash splits the word at its ':'.
+        self.assertIn(str(second), complete(["gpupool", "release", "slurm", ":", ""], env=self.env(),
+                                            line="gpupool release slurm:"))
         self.touch("go-3")
         self.assertEqual(self.gp("wait", "-q", f"slurm:{first}").returncode, 0)
         time.sleep(1)
