@@ -211,9 +211,7 @@ std::string bash_completion(const CommandDoc& program, const CompletionSettings&
       path+=" $word"
     fi
   done
-  if [[ $cur == = ]]; then
-    cur=
-  elif [[ $prev == = ]]; then
+  if [[ $prev == = ]]; then
     prev=${{COMP_WORDS[cword-2]}}
   fi
   if [[ $prev == -* ]] && {0}_takes_value "$path" "$prev"; then
@@ -234,9 +232,10 @@ std::string bash_completion(const CommandDoc& program, const CompletionSettings&
   return 0
 }}
 
-# bash splits words at ':' (COMP_WORDBREAKS), so "slurm:42" arrives as slurm, :, 42. The pieces of
-# the word under the cursor are joined back, and each reply is cut to what follows that word's last
-# ':', the only part bash replaces.
+# bash splits words at ':' and '=' (COMP_WORDBREAKS): "slurm:42" arrives as slurm, :, 42 and
+# "--trace=:x" as --trace, =:, x. The pieces of the word under the cursor are joined back, an '='
+# that ends an option taken off, and each reply cut to what follows the word's last ':', the only
+# part bash replaces.
 {0}() {{
   local line=${{COMP_LINE:0:COMP_POINT}} cur=${{COMP_WORDS[COMP_CWORD]}} cword=$COMP_CWORD
   while ((cword > 1)) && [[ ${{COMP_WORDS[cword-1]}} == *: || $cur == :* ]] &&
@@ -244,8 +243,14 @@ std::string bash_completion(const CommandDoc& program, const CompletionSettings&
     cur=${{COMP_WORDS[cword-1]}}$cur
     ((cword--))
   done
+  cur=${{cur#=}}
   COMPREPLY=()
   if {0}_words "$cur" "$cword" && [[ $cur == *:* && $COMP_WORDBREAKS == *:* ]]; then
+    # Cut, a lone directory's name no longer shows bash that it is one: its '/' is added here.
+    if ((${{#COMPREPLY[@]}} == 1)) && [[ -d ${{COMPREPLY[0]}} ]]; then
+      COMPREPLY[0]+=/
+      compopt -o nospace 2>/dev/null
+    fi
     COMPREPLY=("${{COMPREPLY[@]#"${{cur%"${{cur##*:}}"}}"}}")
   fi
   return 0

@@ -4,6 +4,7 @@ every command and long option present in every script and page, the scripts' syn
 without groff warnings, and `gpupool completion SHELL` printing the same scripts."""
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import tempfile
@@ -56,13 +57,15 @@ def command_tree(program):
     return tree
 
 
-def complete(words, env=None, cwd=None, line=None):
+def complete(words, env=None, cwd=None, line=None, wordbreaks=None):
     """What the generated bash completion offers for WORDS, the last being the word under the cursor,
-    as bash splits LINE (default: the words joined by spaces; bash also splits at ':')."""
+    as bash splits LINE (default: the words joined by spaces; bash also splits at ':' and '=', unless
+    WORDBREAKS, its COMP_WORDBREAKS, leaves them out)."""
     program = os.path.basename(words[0])
     line = " ".join(words) if line is None else line
-    driver = (f'source "$1"; COMP_WORDS=("${{@:2}}"); COMP_CWORD={len(words) - 1}; '
-              f'COMP_LINE={line!r}; COMP_POINT={len(line)}; _{program}; printf "%s\\n" "${{COMPREPLY[@]}}"')
+    driver = "" if wordbreaks is None else f"COMP_WORDBREAKS={shlex.quote(wordbreaks)}; "
+    driver += (f'source "$1"; COMP_WORDS=("${{@:2}}"); COMP_CWORD={len(words) - 1}; '
+              f'COMP_LINE={shlex.quote(line)}; COMP_POINT={len(line)}; _{program}; printf "%s\\n" "${{COMPREPLY[@]}}"')
     run_env = clean_env(**(env or {}))
     run_env["PATH"] = os.path.abspath(BIN_DIR) + os.pathsep + run_env["PATH"]
     proc = subprocess.run(["bash", "-c", driver, "bash", script("bash", program), *words], env=run_env, cwd=cwd,
@@ -106,16 +109,21 @@ class BashCompletion(unittest.TestCase):
             self.assertIn("--watch", after_flag)
             self.assertEqual(complete(["gpupool", "list", "--json", "some"], cwd=where), [])
             # bash hands "run:1" over as run, :, 1 and replaces only what follows the ':'.
-            open(os.path.join(where, "run:1.json"), "w").close()
-            open(os.path.join(where, "run:2.json"), "w").close()
+            for name in ("run:1.json", "run:2.json", ":odd.json"):
+                open(os.path.join(where, name), "w").close()
+            os.mkdir(os.path.join(where, "dir:x"))
             trace = ["gpupool", "sim", "replay", "--trace"]
-            self.assertEqual(complete(trace + ["run", ":", ""], cwd=where, line="gpupool sim replay --trace run:"),
-                             ["1.json", "2.json"])
-            self.assertEqual(complete(trace + ["run", ":", "1"], cwd=where, line="gpupool sim replay --trace run:1"),
-                             ["1.json"])
-            # Typed apart, they are words of their own.
-            self.assertEqual(complete(trace + ["run", ":", "1"], cwd=where, line="gpupool sim replay --trace run : 1"),
-                             [])
+            line = "gpupool sim replay --trace "
+            self.assertEqual(complete(trace + ["run", ":"], cwd=where, line=line + "run:"), ["1.json", "2.json"])
+            self.assertEqual(complete(trace + ["run", ":", "1"], cwd=where, line=line + "run:1"), ["1.json"])
+            self.assertEqual(complete(trace[:-1] + ["--trace", "=:", "o"], cwd=where,
+                                      line="gpupool sim replay --trace=:o"), ["odd.json"])
+            self.assertEqual(complete(["gpupoold", "--state-dir", "dir", ":"], cwd=where,
+                                      line="gpupoold --state-dir dir:"), ["x/"])
+            # Typed apart, they are words of their own; where ':' does not split words, nothing is cut.
+            self.assertEqual(complete(trace + ["run", ":", "1"], cwd=where, line=line + "run : 1"), [])
+            self.assertEqual(complete(trace + ["run:1"], cwd=where, wordbreaks=" \t\n\"'><=;|&("),
+                             ["run:1.json"])
             # A value without a list of choices: nothing to offer.
             self.assertEqual(complete(["gpupool", "run", "--name", ""], cwd=where), [])
 

@@ -212,7 +212,7 @@ class SubmitTest(SlurmTestCase):
         self.assertEqual(self.gp("hold", f"slurm:{second}").returncode, 0)
         self.assertEqual(self.job(second)["state"], "held")
         # Its id completes whole, though bash splits the word at its ':'.
-        self.assertIn(str(second), complete(["gpupool", "release", "slurm", ":", ""], env=self.env(),
+        self.assertIn(str(second), complete(["gpupool", "release", "slurm", ":"], env=self.env(),
                                             line="gpupool release slurm:"))
         self.touch("go-3")
         self.assertEqual(self.gp("wait", "-q", f"slurm:{first}").returncode, 0)
