@@ -14,7 +14,7 @@ struct ProgramOptions {
   std::string input;                      // written to its standard input, then closed
   std::vector<std::string> environment;   // "NAME=value" added to (or replacing in) ours
   std::vector<std::string> unset;         // names taken out of ours
-  std::string not_found_hint;             // added to the error when argv[0] is not on PATH
+  std::string not_found_hint;             // added to the error when argv[0] is not found
 };
 
 struct ProgramOutcome {
@@ -23,8 +23,9 @@ struct ProgramOutcome {
   std::string err;
 };
 
-// Runs argv (argv[0] looked up on PATH unless it is a path) to its end. An error only when it cannot run at all:
-// "sbatch: not found on PATH; is Slurm's client installed?" (with options.not_found_hint).
+// Runs argv (argv[0] looked up on PATH unless it is a path) to its end. An error only when it
+// cannot run at all: "sbatch: not found on PATH; is Slurm's client installed?" (with
+// options.not_found_hint).
 Result<ProgramOutcome> run_program(const std::vector<std::string>& argv, const ProgramOptions& options = {});
 
 }  // namespace gpupool
