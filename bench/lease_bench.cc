@@ -15,6 +15,7 @@
 
 #include "gpu/gpu_backend.h"
 #include "lease/acquirer.h"
+#include "sim/open_backend.h"
 
 namespace gpupool {
 namespace {

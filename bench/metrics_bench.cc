@@ -4,7 +4,7 @@
 
 #include <fmt/format.h>
 
-#include "core/prometheus_metrics.h"
+#include "monitor/prometheus_metrics.h"
 
 namespace gpupool {
 namespace {

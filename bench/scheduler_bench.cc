@@ -6,7 +6,7 @@
 #include <optional>
 #include <random>
 
-#include "core/scheduler.h"
+#include "sched/scheduler.h"
 
 namespace gpupool {
 namespace {

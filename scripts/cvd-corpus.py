@@ -11,7 +11,7 @@ from the arguments or from a JSON file (any JSON: every "GPU-..." UUID string in
   cvd-corpus.py --uuids-json gpus.json --count 20000 --seed 7 -o cases.jsonl
 
 With --fuzz-seeds DIR it instead writes COUNT (default 40) seed files for the libFuzzer target
-src/core/cuda_visible_devices_fuzz.cc, spread evenly over the hand-picked list; pass the fuzz
+src/machine/cuda_visible_devices_fuzz.cc, spread evenly over the hand-picked list; pass the fuzz
 target's eight UUIDs (its kUuids) so that UUID entries match.
 """
 import argparse

@@ -48,7 +48,7 @@ def _refuse_if_cuda_started():
 
 
 def _environment(job, gpus, uuids, mem_mib):
-    """What `gpupool run` sets for its program (gpu_environment in src/core/allocation.cc)."""
+    """What `gpupool run` sets for its program (gpu_environment in src/sched/allocation.cc)."""
     env = {
         # Full UUIDs: they name the same card under any CUDA_DEVICE_ORDER and inside containers.
         "CUDA_VISIBLE_DEVICES": ",".join(uuids),

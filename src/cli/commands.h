@@ -5,7 +5,7 @@
 #include <CLI/CLI.hpp>
 #include <memory>
 
-#include "core/result.h"
+#include "base/result.h"
 
 namespace gpupool::cli {
 

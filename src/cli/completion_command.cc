@@ -4,7 +4,7 @@
 
 #include "cli/app.h"
 #include "cli/commands.h"
-#include "cli/docgen.h"
+#include "docgen/docgen.h"
 
 namespace gpupool::cli {
 

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "core/result.h"
+#include "base/result.h"
 #include "os/unix_socket.h"
 #include "protocol/messages.h"
 

@@ -7,8 +7,9 @@
 
 #include "cli/app.h"
 #include "cli/commands.h"
-#include "core/numbering.h"
 #include "gpu/gpu_backend.h"
+#include "machine/numbering.h"
+#include "sim/open_backend.h"
 
 namespace gpupool::cli {
 namespace {

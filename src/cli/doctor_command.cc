@@ -7,7 +7,7 @@
 
 #include "cli/commands.h"
 #include "cli/doctor_facts.h"
-#include "core/doctor.h"
+#include "doctor/doctor.h"
 #include "os/host_files.h"
 
 namespace gpupool::cli {

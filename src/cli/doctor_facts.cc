@@ -10,6 +10,7 @@
 #include "lease/lease_directory.h"
 #include "os/container.h"
 #include "os/environment.h"
+#include "sim/open_backend.h"
 
 
 namespace gpupool::cli {

@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <optional>
 
-#include "core/doctor.h"
+#include "doctor/doctor.h"
 #include "os/host_files.h"
 
 namespace gpupool::cli {

@@ -11,9 +11,9 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "base/cpu_list.h"
 #include "cli/commands.h"
 #include "cli/lease_options.h"
-#include "core/cpu_list.h"
 #include "os/child_group.h"
 
 namespace gpupool::cli {

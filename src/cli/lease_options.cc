@@ -1,4 +1,5 @@
 #include "cli/lease_options.h"
+#include "sim/open_backend.h"
 
 #include <poll.h>
 #include <signal.h>
@@ -17,9 +18,9 @@
 
 #include <fmt/format.h>
 
-#include "core/duration.h"
-#include "core/gpu_selection.h"
-#include "core/text.h"
+#include "base/duration.h"
+#include "base/text.h"
+#include "machine/gpu_selection.h"
 
 namespace gpupool::cli {
 

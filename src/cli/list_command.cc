@@ -8,8 +8,9 @@
 #include <fmt/format.h>
 
 #include "cli/commands.h"
-#include "core/gpu_json.h"
 #include "gpu/gpu_backend.h"
+#include "machine/gpu_json.h"
+#include "sim/open_backend.h"
 
 namespace gpupool::cli {
 namespace {

@@ -8,11 +8,12 @@
 
 #include "cli/app.h"
 #include "cli/commands.h"
-#include "core/numbering.h"
 #include "gpu/gpu_backend.h"
+#include "machine/numbering.h"
 #include "os/container.h"
 #include "os/environment.h"
 #include "os/host_files.h"
+#include "sim/open_backend.h"
 
 namespace gpupool::cli {
 namespace {

@@ -17,16 +17,16 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "base/quote.h"
 #include "cli/app.h"
 #include "cli/commands.h"
 #include "cli/daemon_client.h"
 #include "cli/lease_options.h"
-#include "cli/slurm_jobs.h"
-#include "core/allocation.h"
-#include "core/job_text.h"
-#include "core/quote.h"
+#include "cli/slurm_queue.h"
+#include "jobs/job_text.h"
 #include "os/clock.h"
 #include "os/host_files.h"
+#include "sched/allocation.h"
 
 extern char** environ;
 

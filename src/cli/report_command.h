@@ -4,7 +4,7 @@
 
 #include <string_view>
 
-#include "core/result.h"
+#include "base/result.h"
 
 namespace gpupool::cli {
 

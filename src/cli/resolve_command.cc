@@ -8,11 +8,12 @@
 
 #include "cli/app.h"
 #include "cli/commands.h"
-#include "core/cuda_visible_devices.h"
-#include "core/numbering.h"
 #include "gpu/cuda_probe.h"
 #include "gpu/gpu_backend.h"
+#include "machine/cuda_visible_devices.h"
+#include "machine/numbering.h"
 #include "os/environment.h"
+#include "sim/open_backend.h"
 
 namespace gpupool::cli {
 namespace {

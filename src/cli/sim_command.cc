@@ -8,15 +8,16 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "base/cpu_list.h"
 #include "cli/app.h"
 #include "cli/commands.h"
-#include "core/cpu_list.h"
-#include "core/placement.h"
-#include "core/scheduler.h"
-#include "core/trace.h"
 #include "gpu/gpu_backend.h"
+#include "sched/placement.h"
+#include "sched/scheduler.h"
+#include "sched/trace.h"
 #include "sim/fixture.h"
 #include "sim/fixture_capture.h"
+#include "sim/open_backend.h"
 #include "sim/replay.h"
 
 namespace gpupool::cli {

@@ -23,6 +23,7 @@
 #include "gpu/gpu_backend.h"
 #include "lease/lease_directory.h"
 #include "os/host_files.h"
+#include "sim/open_backend.h"
 
 namespace gpupool::cli {
 namespace {

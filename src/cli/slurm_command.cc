@@ -12,9 +12,10 @@
 
 #include "cli/app.h"
 #include "cli/commands.h"
-#include "core/slurm_gres.h"
 #include "gpu/gpu_backend.h"
 #include "os/host_files.h"
+#include "sim/open_backend.h"
+#include "slurm/slurm_gres.h"
 
 namespace gpupool::cli {
 namespace {

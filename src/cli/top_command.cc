@@ -1,5 +1,5 @@
 // gpupool top: the live dashboard. Each refresh samples the GPUs (NVML), reads the leases and
-// asks the daemon, if one runs, for its queue; src/core/dashboard.h lays the frame out and
+// asks the daemon, if one runs, for its queue; src/monitor/dashboard.h lays the frame out and
 // this file only draws it with ncurses and turns keys into DashboardKeys.
 #include <curses.h>
 #include <signal.h>
@@ -15,10 +15,11 @@
 #include "cli/commands.h"
 #include "cli/daemon_client.h"
 #include "cli/lease_options.h"
-#include "core/dashboard.h"
 #include "gpu/gpu_backend.h"
 #include "lease/lease_directory.h"
+#include "monitor/dashboard.h"
 #include "os/clock.h"
+#include "sim/open_backend.h"
 
 namespace gpupool::cli {
 namespace {

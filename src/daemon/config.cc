@@ -13,8 +13,8 @@
 #include <fmt/format.h>
 #include <toml++/toml.h>
 
-#include "core/duration.h"
-#include "core/quote.h"
+#include "base/duration.h"
+#include "base/quote.h"
 
 namespace gpupool {
 namespace {

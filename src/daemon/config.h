@@ -9,8 +9,8 @@
 #include <string_view>
 #include <utility>
 
-#include "core/result.h"
-#include "core/scheduler.h"
+#include "base/result.h"
+#include "sched/scheduler.h"
 
 namespace gpupool {
 

@@ -8,7 +8,7 @@
 
 #include <gtest/gtest.h>
 
-#include "core/text.h"
+#include "base/text.h"
 
 namespace gpupool {
 namespace {

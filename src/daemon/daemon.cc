@@ -31,23 +31,24 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "core/allocation.h"
-#include "core/device_cgroup.h"
-#include "core/scheduler.h"
-#include "core/text.h"
-#include "daemon/job_store.h"
+#include "base/text.h"
 #include "daemon/http_server.h"
-#include "daemon/monitor.h"
 #include "daemon/supervisor.h"
 #include "gpu/gpu_backend.h"
+#include "isolation/device_rules.h"
+#include "jobs/job_store.h"
 #include "lease/gpu_pool.h"
 #include "lease/lease_directory.h"
+#include "monitor/monitor.h"
 #include "os/clock.h"
-#include "os/device_cgroup.h"
 #include "os/host_files.h"
+#include "os/job_cgroup.h"
 #include "os/service_manager.h"
 #include "os/unix_socket.h"
 #include "protocol/messages.h"
+#include "sched/allocation.h"
+#include "sched/scheduler.h"
+#include "sim/open_backend.h"
 
 namespace gpupool {
 namespace {

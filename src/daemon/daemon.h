@@ -10,7 +10,7 @@
 #include <optional>
 #include <string>
 
-#include "core/result.h"
+#include "base/result.h"
 #include "daemon/config.h"
 
 namespace gpupool {

@@ -9,8 +9,8 @@
 #include <httplib.h>
 
 #include "daemon/config.h"
-#include "daemon/monitor.h"
 #include "daemon/web_assets.h"
+#include "monitor/monitor.h"
 #include "os/clock.h"
 
 namespace gpupool {

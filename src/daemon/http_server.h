@@ -6,7 +6,7 @@
 #include <memory>
 #include <string>
 
-#include "core/result.h"
+#include "base/result.h"
 
 namespace gpupool {
 

@@ -40,9 +40,9 @@
 #include <string>
 #include <vector>
 
-#include "core/job.h"
-#include "core/result.h"
-#include "os/device_cgroup.h"
+#include "base/result.h"
+#include "jobs/job.h"
+#include "os/job_cgroup.h"
 
 namespace gpupool {
 

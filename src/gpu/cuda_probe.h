@@ -6,9 +6,9 @@
 #include <optional>
 #include <string>
 
-#include "core/cuda_visible_devices.h"
-#include "core/gpu.h"
-#include "core/result.h"
+#include "base/result.h"
+#include "machine/cuda_visible_devices.h"
+#include "machine/gpu.h"
 
 namespace gpupool {
 

@@ -5,9 +5,11 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
-#include "core/gpu.h"
-#include "core/result.h"
+#include "base/result.h"
+#include "machine/gpu.h"
+#include "os/environment.h"
 
 namespace gpupool {
 
@@ -29,20 +31,20 @@ class GpuBackend {
   virtual std::string simulated_machine() const = 0;
 };
 
-// Chooses the NVML library from the environment:
-//   GPUPOOL_NVML_LIBRARY=PATH  that library;
-//   GPUPOOL_SIM=NAME|PATH      the simulated NVML answering from that fixture;
-//   otherwise                  the system's libnvidia-ml.so.1, then libnvidia-ml.so.
-Result<std::unique_ptr<GpuBackend>> open_gpu_backend();
+// Where to load NVML from. The backend is told; it never decides between real and simulated
+// GPUs itself (sim/open_backend does, from the environment).
+struct NvmlSource {
+  std::vector<std::string> libraries;  // tried in order
+  std::string simulated_machine;       // the fixture's name when the library is the simulated one
+};
 
-// The GPUs this process may hand out: inside a Slurm allocation only the allocation's (read by
-// core/slurm_allocation from SLURM_STEP_GPUS, SLURM_JOB_GPUS or CUDA_VISIBLE_DEVICES), numbered
-// 0..k-1; elsewhere the whole machine. For the daemon and the commands that lease GPUs; the
-// commands that describe the hardware (list, topo, resolve) look at the whole machine.
-Result<std::unique_ptr<GpuBackend>> open_pool_backend();
+// The backend over the first of `source.libraries` that loads.
+Result<std::unique_ptr<GpuBackend>> open_nvml_backend(const NvmlSource& source);
 
-// Directories searched for fixtures by name: $GPUPOOL_FIXTURE_DIR, then share/gpupool/fixtures
-// beside the executable.
-std::vector<std::string> fixture_search_dirs();
+// Inside a Slurm job (SLURM_JOB_ID set in `environment`) every snapshot of `machine` cut down to
+// the allocation's GPUs (read by slurm/slurm_allocation from SLURM_STEP_GPUS, SLURM_JOB_GPUS or
+// CUDA_VISIBLE_DEVICES), numbered 0..k-1; elsewhere `machine` itself.
+Result<std::unique_ptr<GpuBackend>> restrict_to_slurm_allocation(std::unique_ptr<GpuBackend> machine,
+                                                                 const EnvironmentMap& environment);
 
 }  // namespace gpupool

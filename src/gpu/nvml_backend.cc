@@ -5,13 +5,11 @@
 
 #include <fmt/format.h>
 
-#include "core/cpu_list.h"
-#include "core/cuda_arch.h"
+#include "base/cpu_list.h"
 #include "gpu/gpu_backend.h"
 #include "gpu/nvml_library.h"
-#include "os/environment.h"
+#include "machine/cuda_arch.h"
 #include "os/host_files.h"
-#include "sim/fixture.h"
 
 namespace gpupool {
 namespace {
@@ -385,37 +383,15 @@ class NvmlBackend final : public GpuBackend {
 
 }  // namespace
 
-std::vector<std::string> fixture_search_dirs() {
-  std::vector<std::string> dirs;
-  if (std::string dir = environment_variable("GPUPOOL_FIXTURE_DIR").value_or(""); !dir.empty()) dirs.push_back(dir);
-  dirs.push_back(executable_directory() + "/../share/gpupool/fixtures");
-  return dirs;
-}
-
-Result<std::unique_ptr<GpuBackend>> open_gpu_backend() {
-  std::vector<std::string> candidates;
-  std::string simulated;
-  if (std::string library = environment_variable("GPUPOOL_NVML_LIBRARY").value_or(""); !library.empty()) {
-    candidates.push_back(library);
-  } else if (std::string sim = environment_variable("GPUPOOL_SIM").value_or(""); !sim.empty()) {
-    TRY_ASSIGN(std::string path, sim::locate_fixture(sim, fixture_search_dirs()));
-    TRY_ASSIGN(sim::Fixture fixture, sim::load_fixture(path));
-    // The simulated library reads the fixture itself; hand it the resolved path.
-    setenv("GPUPOOL_SIM", path.c_str(), 1);
-    simulated = fixture.name;
-    candidates.push_back(
-        fmt::format("{}/sim/{}/libnvidia-ml.so.1", private_library_directory(), fixture.nvml_library));
-  } else {
-    candidates = {"libnvidia-ml.so.1", "libnvidia-ml.so"};
-  }
-  auto opened = NvmlLibrary::open(candidates);
-  if (!opened.ok() && simulated.empty()) {
+Result<std::unique_ptr<GpuBackend>> open_nvml_backend(const NvmlSource& source) {
+  auto opened = NvmlLibrary::open(source.libraries);
+  if (!opened.ok() && source.simulated_machine.empty()) {
     return fail("{}; install the NVIDIA driver, or set GPUPOOL_SIM=hgx-h200 to try a simulated machine",
                 opened.error().message);
   }
   TRY_ASSIGN(std::unique_ptr<NvmlLibrary> lib, std::move(opened));
   return std::unique_ptr<GpuBackend>(
-      std::make_unique<NvmlBackend>(std::move(lib), host_files_from_environment(), std::move(simulated)));
+      std::make_unique<NvmlBackend>(std::move(lib), host_files_from_environment(), source.simulated_machine));
 }
 
 }  // namespace gpupool

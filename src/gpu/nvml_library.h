@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "core/result.h"
-#include "gpu/nvml_api.h"
+#include "base/result.h"
+#include "nvml/nvml_api.h"
 
 namespace gpupool {
 

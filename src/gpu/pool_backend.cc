@@ -1,10 +1,10 @@
-// open_pool_backend: the machine, or inside a Slurm allocation the allocation's part of it.
+// restrict_to_slurm_allocation: the machine, or inside a Slurm allocation the allocation's part of it.
 #include <map>
 #include <string>
 
-#include "core/slurm_allocation.h"
 #include "gpu/gpu_backend.h"
 #include "os/environment.h"
+#include "slurm/slurm_allocation.h"
 
 namespace gpupool {
 namespace {
@@ -34,12 +34,13 @@ class AllocationBackend : public GpuBackend {
 
 }  // namespace
 
-Result<std::unique_ptr<GpuBackend>> open_pool_backend() {
-  TRY_ASSIGN(std::unique_ptr<GpuBackend> backend, open_gpu_backend());
-  EnvironmentMap environment = own_environment();
+Result<std::unique_ptr<GpuBackend>> restrict_to_slurm_allocation(std::unique_ptr<GpuBackend> backend,
+                                                                 const EnvironmentMap& environment) {
   if (!environment.contains("SLURM_JOB_ID")) return backend;
   TRY_ASSIGN(Machine machine, backend->discover(DiscoveryScope{.links = false, .processes = false}));
   TRY_ASSIGN(std::optional<SlurmAllocation> allocation, slurm_allocation(environment, machine));
+  // SLURM_JOB_ID set but empty is no allocation.
+  if (!allocation) return backend;
   return std::unique_ptr<GpuBackend>(std::make_unique<AllocationBackend>(std::move(backend), std::move(*allocation)));
 }
 

@@ -11,11 +11,11 @@
 #include <string>
 #include <vector>
 
-#include "core/allocation.h"
-#include "core/result.h"
+#include "base/result.h"
 #include "gpu/gpu_backend.h"
 #include "lease/lease_directory.h"
 #include "os/host_files.h"
+#include "sched/allocation.h"
 
 namespace gpupool {
 

@@ -6,11 +6,11 @@
 #include <cstdint>
 #include <vector>
 
-#include "core/allocation.h"
-#include "core/gpu.h"
-#include "core/result.h"
+#include "base/result.h"
 #include "lease/lease_directory.h"
+#include "machine/gpu.h"
 #include "os/host_files.h"
+#include "sched/allocation.h"
 
 namespace gpupool {
 

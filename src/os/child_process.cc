@@ -11,7 +11,7 @@
 #include <cstring>
 #include <string>
 
-#include "core/text.h"
+#include "base/text.h"
 
 extern char** environ;
 

@@ -15,7 +15,7 @@
 
 #include <fmt/format.h>
 
-#include "core/cpu_list.h"
+#include "base/cpu_list.h"
 
 namespace gpupool {
 namespace {

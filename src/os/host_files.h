@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "core/cpu_topology.h"
+#include "machine/cpu_topology.h"
 #include "os/environment.h"
 
 namespace gpupool {

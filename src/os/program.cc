@@ -12,7 +12,7 @@
 #include <cstring>
 #include <ctime>
 
-#include "core/text.h"
+#include "base/text.h"
 #include "os/child_process.h"
 
 extern char** environ;

@@ -9,7 +9,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "core/quote.h"
+#include "base/quote.h"
 
 namespace gpupool::protocol {
 namespace {

@@ -19,8 +19,8 @@
 
 #include <nlohmann/json_fwd.hpp>
 
-#include "core/job.h"
-#include "core/result.h"
+#include "base/result.h"
+#include "jobs/job.h"
 
 namespace gpupool::protocol {
 

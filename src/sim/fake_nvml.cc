@@ -26,8 +26,8 @@
 
 #include <fmt/format.h>
 
-#include "core/cpu_list.h"
-#include "gpu/nvml_api.h"
+#include "base/cpu_list.h"
+#include "nvml/nvml_api.h"
 #include "sim/fixture.h"
 
 // The opaque handle NVML hands out; ours remembers which GPU it stands for.
@@ -158,7 +158,11 @@ class Simulator {
  private:
   Result<void> load() {
     TRY_ASSIGN(std::string name_or_path, environment("GPUPOOL_SIM"));
-    TRY_ASSIGN(std::string path, locate_fixture(name_or_path, {fixture_dir_beside_library()}));
+    // The same search as gpupool's (sim/open_backend): GPUPOOL_FIXTURE_DIR, then beside us.
+    std::vector<std::string> dirs;
+    if (const char* dir = std::getenv("GPUPOOL_FIXTURE_DIR"); dir != nullptr && *dir != '\0') dirs.push_back(dir);
+    dirs.push_back(fixture_dir_beside_library());
+    TRY_ASSIGN(std::string path, locate_fixture(name_or_path, dirs));
     TRY_ASSIGN(std::string text, read_text_file(path));
     TRY_ASSIGN(Fixture fixture, parse_fixture(text, path));
     label_ = path;

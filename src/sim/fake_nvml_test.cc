@@ -11,11 +11,12 @@
 
 #include <gtest/gtest.h>
 
-#include "core/gpu_json.h"
 #include "gpu/gpu_backend.h"
-#include "gpu/nvml_api.h"
+#include "machine/gpu_json.h"
+#include "nvml/nvml_api.h"
 #include "sim/fixture.h"
 #include "sim/fixture_dirs_testing.h"
+#include "sim/open_backend.h"
 
 namespace gpupool::sim {
 namespace {

@@ -15,9 +15,9 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "core/cpu_list.h"
-#include "core/cuda_arch.h"
-#include "core/quote.h"
+#include "base/cpu_list.h"
+#include "base/quote.h"
+#include "machine/cuda_arch.h"
 
 namespace gpupool::sim {
 namespace {

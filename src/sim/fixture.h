@@ -11,8 +11,8 @@
 #include <string_view>
 #include <vector>
 
-#include "core/gpu.h"
-#include "core/result.h"
+#include "base/result.h"
+#include "machine/gpu.h"
 
 namespace gpupool::sim {
 

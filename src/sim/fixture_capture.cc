@@ -7,8 +7,8 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "core/cuda_arch.h"
-#include "core/gpu_json.h"
+#include "machine/cuda_arch.h"
+#include "machine/gpu_json.h"
 
 namespace gpupool::sim {
 namespace {

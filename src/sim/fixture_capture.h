@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "core/gpu.h"
-#include "core/result.h"
+#include "base/result.h"
+#include "machine/gpu.h"
 #include "sim/fixture.h"
 
 namespace gpupool::sim {

@@ -6,7 +6,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "core/gpu_json.h"
+#include "machine/gpu_json.h"
 #include "sim/fixture_dirs_testing.h"
 
 namespace gpupool::sim {

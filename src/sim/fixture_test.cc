@@ -10,7 +10,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "core/cuda_arch.h"
+#include "machine/cuda_arch.h"
 #include "sim/fixture_dirs_testing.h"
 
 namespace gpupool::sim {

@@ -7,10 +7,10 @@
 #include <string>
 #include <vector>
 
-#include "core/gpu.h"
-#include "core/result.h"
-#include "core/scheduler.h"
-#include "core/trace.h"
+#include "base/result.h"
+#include "machine/gpu.h"
+#include "sched/scheduler.h"
+#include "sched/trace.h"
 
 namespace gpupool::sim {
 

@@ -1,4 +1,4 @@
-// Proves that our own NVML declarations (src/gpu/nvml_api.h) match NVIDIA's
+// Proves that our own NVML declarations (src/nvml/nvml_api.h) match NVIDIA's
 // nvml.h: constants, struct sizes and field offsets, and every function
 // signature we call. Compiled on a GPU machine against the CUDA toolkit's
 // header (scripts/device/verify-h200); a mismatch is a compile error.
@@ -7,7 +7,7 @@
 #include <type_traits>
 
 namespace ours {
-#include "gpu/nvml_api.h"
+#include "nvml/nvml_api.h"
 }
 
 // nvml.h defines some constants as macros, which would rewrite our names once

@@ -1,0 +1,44 @@
+#include "base/text.h"
+
+#include <algorithm>
+#include <cctype>
+
+namespace gpupool {
+
+std::string lowercase(std::string_view text) {
+  std::string out(text);
+  std::transform(out.begin(), out.end(), out.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return out;
+}
+
+bool all_digits(std::string_view text) {
+  return !text.empty() &&
+         std::all_of(text.begin(), text.end(), [](unsigned char c) { return std::isdigit(c) != 0; });
+}
+
+std::vector<std::string> split(std::string_view text, char separator) {
+  std::vector<std::string> parts;
+  size_t start = 0;
+  for (;;) {
+    size_t at = text.find(separator, start);
+    parts.emplace_back(text.substr(start, at == std::string_view::npos ? std::string_view::npos : at - start));
+    if (at == std::string_view::npos) return parts;
+    start = at + 1;
+  }
+}
+
+std::vector<std::string> with_overrides(const std::vector<std::string>& environment,
+                                        const std::vector<std::string>& overrides) {
+  auto name_of = [](const std::string& entry) { return std::string_view(entry).substr(0, entry.find('=')); };
+  std::vector<std::string> merged;
+  for (const std::string& entry : environment) {
+    bool replaced = false;
+    for (const auto& o : overrides) replaced = replaced || name_of(o) == name_of(entry);
+    if (!replaced) merged.push_back(entry);
+  }
+  merged.insert(merged.end(), overrides.begin(), overrides.end());
+  return merged;
+}
+
+}  // namespace gpupool

@@ -1,0 +1,31 @@
+#include "base/text.h"
+
+#include <gtest/gtest.h>
+
+namespace gpupool {
+namespace {
+
+TEST(Text, Lowercase) { EXPECT_EQ(lowercase("GPU-16FB"), "gpu-16fb"); }
+
+TEST(Text, AllDigits) {
+  EXPECT_TRUE(all_digits("012"));
+  EXPECT_FALSE(all_digits(""));
+  EXPECT_FALSE(all_digits("1a"));
+  EXPECT_FALSE(all_digits("-1"));
+}
+
+TEST(Text, SplitKeepsEmptyPieces) {
+  EXPECT_EQ(split("a,,b", ','), (std::vector<std::string>{"a", "", "b"}));
+  EXPECT_EQ(split("", ','), (std::vector<std::string>{""}));
+  EXPECT_EQ(split("x", ','), (std::vector<std::string>{"x"}));
+}
+
+TEST(Text, WithOverridesReplacesByNameAndAppendsNewOnes) {
+  std::vector<std::string> env = {"PATH=/bin", "CUDA_VISIBLE_DEVICES=0", "EMPTY=", "NOEQUALS"};
+  EXPECT_EQ(with_overrides(env, {"CUDA_VISIBLE_DEVICES=GPU-a", "NEW=1"}),
+            (std::vector<std::string>{"PATH=/bin", "EMPTY=", "NOEQUALS", "CUDA_VISIBLE_DEVICES=GPU-a", "NEW=1"}));
+  EXPECT_EQ(with_overrides(env, {}), env);
+}
+
+}  // namespace
+}  // namespace gpupool

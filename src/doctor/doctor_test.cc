@@ -1,0 +1,473 @@
+#include "doctor/doctor.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+namespace gpupool {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr const char* kModuleText =
+    "NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.159.04  Thu Nov 13 12:00:00 UTC 2025\n"
+    "GCC version:  gcc version 12.2.0 (Debian 12.2.0-14)\n";
+
+Gpu make_gpu(unsigned index) {
+  Gpu gpu;
+  gpu.index = index;
+  gpu.uuid = fmt::format("GPU-{:08x}-0000-0000-0000-000000000000", index);
+  gpu.pci_bus_id = fmt::format("00000000:{:02X}:00.0", index + 1);
+  gpu.name = "NVIDIA H200";
+  gpu.minor_number = index;
+  gpu.persistence_mode = true;
+  gpu.ecc_corrected_volatile = 0;
+  gpu.ecc_uncorrected_volatile = 0;
+  gpu.compute_capability_major = 9;
+  gpu.compute_capability_minor = 0;
+  gpu.multiprocessors = 132;
+  return gpu;
+}
+
+// A machine where every check passes.
+DoctorFacts healthy(unsigned gpus = 2) {
+  DoctorFacts f;
+  f.module_version_text = kModuleText;
+  f.device_nodes = {{"nvidia-uvm", 0666}, {"nvidia-uvm-tools", 0666}, {"nvidiactl", 0666}};
+  f.nvml_library = "NVML: libnvidia-ml.so.1";
+  Machine m;
+  m.driver = {"580.159.04", "13.580.159.04", 13000};
+  for (unsigned i = 0; i < gpus; ++i) {
+    m.gpus.push_back(make_gpu(i));
+    f.device_nodes.push_back({fmt::format("nvidia{}", i), 0666});
+  }
+  f.machine = m;
+  f.pool = std::vector<GpuAvailability>(gpus);
+  f.leases = std::vector<LeaseFact>{};
+  f.daemon.runtime_dir = "/run/gpupool";
+  return f;
+}
+
+const Finding& check(const std::vector<Finding>& findings, const std::string& id) {
+  for (const Finding& f : findings) {
+    if (f.check == id) return f;
+  }
+  static const Finding missing{"missing", CheckStatus::Problem, "no such check", {}, ""};
+  ADD_FAILURE() << "no finding " << id;
+  return missing;
+}
+
+Finding run(const DoctorFacts& facts, const std::string& id) { return check(diagnose(facts), id); }
+
+GpuProcess process(uint32_t pid, std::optional<std::string> command = std::nullopt,
+                   ProcessKind kind = ProcessKind::Compute) {
+  GpuProcess p;
+  p.pid = pid;
+  p.kind = kind;
+  p.used_memory_mib = 100;
+  p.command = std::move(command);
+  return p;
+}
+
+TEST(DoctorTest, AHealthyMachinePassesEveryCheckInOrder) {
+  auto findings = diagnose(healthy());
+  std::vector<std::string> ids;
+  for (const Finding& f : findings) {
+    ids.push_back(f.check);
+    EXPECT_EQ(f.status, CheckStatus::Ok) << f.check << ": " << f.summary;
+    EXPECT_TRUE(f.fix.empty()) << f.check;
+  }
+  EXPECT_EQ(ids, (std::vector<std::string>{"kernel-module", "device-nodes", "nvml", "gpus", "cuda-version",
+                                           "container", "cuda-visible-devices", "persistence-mode", "ecc",
+                                           "display-server", "outside-processes", "leases", "daemon", "slurm"}));
+  EXPECT_EQ(doctor_exit_code(findings), 0);
+}
+
+TEST(DoctorTest, ExitCodeIsTheWorstStatus) {
+  std::vector<Finding> findings = {{"a", CheckStatus::Ok, "", {}, ""}, {"b", CheckStatus::Warning, "", {}, ""}};
+  EXPECT_EQ(doctor_exit_code(findings), 1);
+  findings.push_back({"c", CheckStatus::Problem, "", {}, ""});
+  EXPECT_EQ(doctor_exit_code(findings), 2);
+  EXPECT_EQ(doctor_exit_code({}), 0);
+  EXPECT_STREQ(to_string(CheckStatus::Warning), "warning");
+}
+
+TEST(DoctorTest, ReadsTheKernelModuleVersion) {
+  EXPECT_EQ(parse_kernel_module_version(kModuleText), "580.159.04");
+  EXPECT_EQ(parse_kernel_module_version("NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  570.86.15  "
+                                        "Release Build  (dvs-builder@U16-I3-B03-4-3)  Tue Jan 7 2025\n"),
+            "570.86.15");
+  EXPECT_EQ(parse_kernel_module_version("NVRM version: something else\n"), std::nullopt);
+  EXPECT_EQ(parse_kernel_module_version(""), std::nullopt);
+}
+
+TEST(DoctorTest, KernelModule) {
+  DoctorFacts f = healthy();
+  Finding ok = run(f, "kernel-module");
+  EXPECT_THAT(ok.summary, HasSubstr("580.159.04"));
+
+  f.module_version_text.reset();
+  Finding missing = run(f, "kernel-module");
+  EXPECT_EQ(missing.status, CheckStatus::Problem);
+  EXPECT_THAT(missing.fix, HasSubstr("modprobe nvidia"));
+
+  f.module_version_text = "garbage";
+  EXPECT_EQ(run(f, "kernel-module").status, CheckStatus::Warning);
+
+  f = healthy();
+  f.machine->driver.driver_version = "580.200.01";
+  Finding mismatch = run(f, "kernel-module");
+  EXPECT_EQ(mismatch.status, CheckStatus::Problem);
+  EXPECT_THAT(mismatch.summary, HasSubstr("upgraded"));
+}
+
+TEST(DoctorTest, DeviceNodes) {
+  DoctorFacts f = healthy();
+  std::erase_if(f.device_nodes, [](const DeviceNode& n) { return n.name == "nvidia-uvm"; });
+  Finding missing = run(f, "device-nodes");
+  EXPECT_EQ(missing.status, CheckStatus::Problem);
+  EXPECT_THAT(missing.summary, HasSubstr("/dev/nvidia-uvm"));
+  EXPECT_THAT(missing.fix, HasSubstr("nvidia-modprobe"));
+
+  f = healthy();
+  std::erase_if(f.device_nodes, [](const DeviceNode& n) { return n.name == "nvidia1"; });
+  EXPECT_THAT(run(f, "device-nodes").summary, HasSubstr("/dev/nvidia1"));
+
+  f = healthy();
+  f.device_nodes.back().permissions = 0660;
+  Finding group = run(f, "device-nodes");
+  EXPECT_EQ(group.status, CheckStatus::Warning);
+  EXPECT_THAT(group.evidence, ::testing::Contains("/dev/nvidia1 mode 0660"));
+  EXPECT_THAT(group.fix, HasSubstr("NVreg_DeviceFileMode"));
+
+  f.device_nodes.back().permissions = 0600;
+  Finding closed = run(f, "device-nodes");
+  EXPECT_EQ(closed.status, CheckStatus::Problem);
+  EXPECT_THAT(closed.summary, HasSubstr("cannot open /dev/nvidia1"));
+
+  f = healthy();
+  f.machine.reset();
+  EXPECT_EQ(run(f, "device-nodes").status, CheckStatus::Ok);  // nvidia0 and nvidia1 are there
+  std::erase_if(f.device_nodes, [](const DeviceNode& n) { return n.name == "nvidia0" || n.name == "nvidia1"; });
+  EXPECT_THAT(run(f, "device-nodes").summary, HasSubstr("/dev/nvidiaN"));
+}
+
+TEST(DoctorTest, Nvml) {
+  DoctorFacts f = healthy();
+  EXPECT_THAT(run(f, "nvml").evidence, ::testing::Contains("driver 580.159.04, NVML 13.580.159.04"));
+
+  f.machine.reset();
+  f.nvml_library = "libnvidia-ml.so.1";
+  f.nvml_error = "NVIDIA driver not found: libnvidia-ml.so.1: cannot open shared object file";
+  Finding absent = run(f, "nvml");
+  EXPECT_EQ(absent.status, CheckStatus::Problem);
+  EXPECT_THAT(absent.fix, HasSubstr("Install the NVIDIA driver"));
+
+  f.nvml_error = "NVML in /usr/local/cuda/lib64/stubs/libnvidia-ml.so failed to initialise: NVML error 12";
+  EXPECT_THAT(run(f, "nvml").summary, HasSubstr("stub"));
+  f.nvml_error = "NVML in libnvidia-ml.so.1 failed to initialise: NVML Shared Library Not Found (NVML error 12)";
+  EXPECT_THAT(run(f, "nvml").summary, HasSubstr("stub"));
+
+  f.nvml_error = "NVML in libnvidia-ml.so.1 failed to initialise: Driver/library version mismatch (NVML error 18)";
+  EXPECT_THAT(run(f, "nvml").fix, HasSubstr("reboot"));
+}
+
+TEST(DoctorTest, Gpus) {
+  DoctorFacts f = healthy();
+  EXPECT_EQ(run(f, "gpus").evidence.size(), 2u);
+  f.machine->gpus[1].fault = "GPU is lost";
+  Finding lost = run(f, "gpus");
+  EXPECT_EQ(lost.status, CheckStatus::Problem);
+  EXPECT_THAT(lost.summary, HasSubstr("GPU 1"));
+  EXPECT_THAT(lost.fix, HasSubstr("Xid"));
+
+  f.machine->gpus.clear();
+  EXPECT_THAT(run(f, "gpus").summary, HasSubstr("no GPU"));
+  f.machine.reset();
+  EXPECT_EQ(run(f, "gpus").status, CheckStatus::Problem);
+}
+
+TEST(DoctorTest, ReadsInstalledCudaVersions) {
+  EXPECT_EQ(parse_torch_cuda_version("__version__ = '2.3.0'\ndebug = False\ncuda = '12.1'\ngit_version = 'x'\n"),
+            "12.1");
+  EXPECT_EQ(parse_torch_cuda_version("cuda: Optional[str] = '12.4'\nhip: Optional[str] = None\n"), "12.4");
+  EXPECT_EQ(parse_torch_cuda_version("cudnn = '8.9'\ncuda = None\n"), std::nullopt);
+  EXPECT_EQ(parse_torch_cuda_version("cuda = 'twelve'\n"), std::nullopt);
+  EXPECT_EQ(parse_cuda_toolkit_version(R"({"cuda": {"name": "CUDA SDK", "version": "12.4.1"}})"), "12.4.1");
+  EXPECT_EQ(parse_cuda_toolkit_version(R"({"cuda": {"version": 12}})"), std::nullopt);
+  EXPECT_EQ(parse_cuda_toolkit_version("not json"), std::nullopt);
+}
+
+TEST(DoctorTest, CudaVersion) {
+  DoctorFacts f = healthy();
+  EXPECT_THAT(run(f, "cuda-version").summary, HasSubstr("no PyTorch"));
+
+  f.installed_cuda = {{"PyTorch in /usr/lib/python3/dist-packages", "12.1"}, {"CUDA toolkit /usr/local/cuda-13.0", "13.0.1"}};
+  EXPECT_EQ(run(f, "cuda-version").status, CheckStatus::Ok);
+
+  f.machine->driver.cuda_driver_version = 12040;
+  f.installed_cuda = {{"PyTorch in /usr/lib/python3/dist-packages", "12.6"}};
+  Finding minor = run(f, "cuda-version");
+  EXPECT_EQ(minor.status, CheckStatus::Warning);
+  EXPECT_THAT(minor.summary, HasSubstr("minor version compatibility"));
+
+  f.installed_cuda.push_back({"CUDA toolkit /usr/local/cuda-13.0", "13.0"});
+  Finding major = run(f, "cuda-version");
+  EXPECT_EQ(major.status, CheckStatus::Problem);
+  EXPECT_THAT(major.summary, HasSubstr("/usr/local/cuda-13.0"));
+  EXPECT_THAT(major.evidence.front(), HasSubstr("supports CUDA 12.4"));
+
+  f.machine->driver.cuda_driver_version.reset();
+  EXPECT_EQ(run(f, "cuda-version").status, CheckStatus::Warning);
+}
+
+TEST(DoctorTest, Container) {
+  DoctorFacts f = healthy();
+  EXPECT_THAT(run(f, "container").summary, HasSubstr("not in a container"));
+
+  f.in_container = true;
+  f.container_evidence = "/.dockerenv exists (Docker)";
+  f.environment["NVIDIA_VISIBLE_DEVICES"] = "all";
+  Finding ok = run(f, "container");
+  EXPECT_EQ(ok.status, CheckStatus::Ok);
+  EXPECT_THAT(ok.evidence, ::testing::Contains("detected: /.dockerenv exists (Docker)"));
+
+  f.environment["NVIDIA_VISIBLE_DEVICES"] = "0,1,2";
+  Finding fewer = run(f, "container");
+  EXPECT_EQ(fewer.status, CheckStatus::Warning);
+  EXPECT_THAT(fewer.summary, HasSubstr("names 3 GPU(s) but 2 device node(s)"));
+
+  f.environment["NVIDIA_VISIBLE_DEVICES"] = "0,1";
+  EXPECT_EQ(run(f, "container").status, CheckStatus::Ok);
+
+  std::erase_if(f.device_nodes, [](const DeviceNode& n) { return n.name == "nvidia0" || n.name == "nvidia1"; });
+  f.environment["NVIDIA_VISIBLE_DEVICES"] = "void";
+  Finding none = run(f, "container");
+  EXPECT_EQ(none.status, CheckStatus::Problem);
+  EXPECT_THAT(none.fix, HasSubstr("--gpus"));
+}
+
+TEST(DoctorTest, CudaVisibleDevicesGoesThroughTheResolver) {
+  DoctorFacts f = healthy();
+  EXPECT_THAT(run(f, "cuda-visible-devices").summary, HasSubstr("2 GPU(s) (variable unset)"));
+
+  f.environment["CUDA_VISIBLE_DEVICES"] = "1";
+  Finding one = run(f, "cuda-visible-devices");
+  EXPECT_EQ(one.status, CheckStatus::Ok);
+  EXPECT_THAT(one.evidence, ::testing::Contains("cuda:0 = GPU 1"));
+
+  f.environment["CUDA_VISIBLE_DEVICES"] = "0,0";
+  Finding twice = run(f, "cuda-visible-devices");
+  EXPECT_EQ(twice.status, CheckStatus::Problem);
+  EXPECT_THAT(twice.summary, HasSubstr("CUDA initialisation would fail"));
+
+  f.environment["CUDA_VISIBLE_DEVICES"] = "2";
+  EXPECT_NE(run(f, "cuda-visible-devices").status, CheckStatus::Ok);
+
+  f.environment["CUDA_VISIBLE_DEVICES"] = "GPU-";
+  EXPECT_NE(run(f, "cuda-visible-devices").status, CheckStatus::Ok);
+
+  f.environment.erase("CUDA_VISIBLE_DEVICES");
+  f.environment["CUDA_DEVICE_ORDER"] = "bogus";
+  EXPECT_EQ(run(f, "cuda-visible-devices").status, CheckStatus::Problem);
+
+  f.machine.reset();
+  EXPECT_THAT(run(f, "cuda-visible-devices").summary, HasSubstr("not checked"));
+}
+
+TEST(DoctorTest, PersistenceMode) {
+  DoctorFacts f = healthy();
+  f.machine->gpus[0].persistence_mode.reset();
+  Finding na = run(f, "persistence-mode");
+  EXPECT_EQ(na.status, CheckStatus::Ok);
+  EXPECT_THAT(na.evidence, ::testing::Contains("GPU 0: n/a"));
+  f.machine->gpus[1].persistence_mode = false;
+  Finding off = run(f, "persistence-mode");
+  EXPECT_EQ(off.status, CheckStatus::Warning);
+  EXPECT_THAT(off.summary, HasSubstr("off on GPU 1"));
+  EXPECT_THAT(off.fix, HasSubstr("nvidia-persistenced"));
+}
+
+TEST(DoctorTest, Ecc) {
+  DoctorFacts f = healthy();
+  f.machine->gpus[0].ecc_corrected_volatile.reset();
+  f.machine->gpus[0].ecc_uncorrected_volatile.reset();
+  Finding na = run(f, "ecc");
+  EXPECT_EQ(na.status, CheckStatus::Ok);
+  // Missing is n/a, never 0.
+  EXPECT_EQ(na.evidence.front(), "GPU 0: volatile ECC errors corrected n/a, uncorrected n/a; retired pages n/a "
+                                 "(pending n/a); remapped rows n/a (pending n/a, failed n/a)");
+  f.machine->gpus[1].ecc_corrected_volatile = 3;
+  EXPECT_EQ(run(f, "ecc").status, CheckStatus::Warning);
+  f.machine->gpus[1].ecc_uncorrected_volatile = 1;
+  Finding bad = run(f, "ecc");
+  EXPECT_EQ(bad.status, CheckStatus::Problem);
+  EXPECT_THAT(bad.summary, HasSubstr("uncorrected ECC errors on GPU 1"));
+}
+
+TEST(DoctorTest, MemoryRepairs) {
+  DoctorFacts f = healthy();
+  f.machine->gpus[0].remapped_rows = 2;
+  f.machine->gpus[0].row_remapping_pending = false;
+  f.machine->gpus[0].row_remapping_failed = false;
+  f.machine->gpus[1].retired_pages = 0;
+  f.machine->gpus[1].retired_pages_pending = false;
+  Finding ok = run(f, "ecc");
+  EXPECT_EQ(ok.status, CheckStatus::Ok);
+  EXPECT_THAT(ok.evidence.front(), HasSubstr("remapped rows 2 (pending no, failed no)"));
+  EXPECT_THAT(ok.evidence.back(), HasSubstr("retired pages 0 (pending no)"));
+
+  f.machine->gpus[1].retired_pages_pending = true;
+  Finding pending = run(f, "ecc");
+  EXPECT_EQ(pending.status, CheckStatus::Warning);
+  EXPECT_THAT(pending.summary, HasSubstr("waits for a reset on GPU 1"));
+  f.machine->gpus[1].retired_pages_pending = false;
+  f.machine->gpus[0].row_remapping_pending = true;
+  EXPECT_THAT(run(f, "ecc").summary, HasSubstr("GPU 0"));
+
+  f.machine->gpus[0].row_remapping_failed = true;
+  Finding failed = run(f, "ecc");
+  EXPECT_EQ(failed.status, CheckStatus::Problem);
+  EXPECT_THAT(failed.fix, HasSubstr("RMA"));
+}
+
+TEST(DoctorTest, DisplayServers) {
+  DoctorFacts f = healthy();
+  f.machine->gpus[0].processes = {process(10, "/usr/bin/python train.py")};
+  EXPECT_EQ(run(f, "display-server").status, CheckStatus::Ok);
+  f.machine->gpus[1].processes = {process(11, "/usr/lib/xorg/Xorg vt1 -displayfd 3")};
+  Finding xorg = run(f, "display-server");
+  EXPECT_EQ(xorg.status, CheckStatus::Warning);
+  EXPECT_THAT(xorg.summary, HasSubstr("GPU 1"));
+  f.machine->gpus[1].processes = {process(12, std::nullopt, ProcessKind::Graphics)};
+  Finding graphics = run(f, "display-server");
+  EXPECT_EQ(graphics.status, CheckStatus::Warning);
+  EXPECT_THAT(graphics.evidence.front(), HasSubstr("command not visible"));
+}
+
+TEST(DoctorTest, OutsideProcesses) {
+  DoctorFacts f = healthy();
+  (*f.pool)[1].external_busy = true;
+  (*f.pool)[1].external_mib = 2048;
+  (*f.pool)[1].holders = "pid 812 bob python";
+  Finding busy = run(f, "outside-processes");
+  EXPECT_EQ(busy.status, CheckStatus::Warning);
+  EXPECT_THAT(busy.evidence, ::testing::Contains("GPU 1: pid 812 bob python (2048 MiB)"));
+  f.pool.reset();
+  f.pool_error = "cannot open the lease directory";
+  EXPECT_EQ(run(f, "outside-processes").status, CheckStatus::Warning);
+}
+
+TEST(DoctorTest, LeasesHeldForDeadProcesses) {
+  DoctorFacts f = healthy();
+  f.leases->push_back({0, "GPU-00000000-0000-0000-0000-000000000000", 4242, "alice", "train", true});
+  EXPECT_THAT(run(f, "leases").summary, HasSubstr("every holder runs"));
+  f.leases->back().holder_alive = false;
+  Finding dead = run(f, "leases");
+  EXPECT_EQ(dead.status, CheckStatus::Problem);
+  EXPECT_THAT(dead.summary, HasSubstr("GPU 0 (pid 4242)"));
+  EXPECT_THAT(dead.fix, HasSubstr("fuser -v /run/gpupool/locks/UUID.lock"));
+  f.leases.reset();
+  f.lease_error = "permission denied";
+  EXPECT_EQ(run(f, "leases").status, CheckStatus::Warning);
+}
+
+TEST(DoctorTest, Daemon) {
+  DoctorFacts f = healthy();
+  EXPECT_THAT(run(f, "daemon").summary, HasSubstr("no gpupoold runs"));
+  f.daemon.running = true;
+  EXPECT_EQ(run(f, "daemon").summary, "gpupoold answers");
+  f.daemon.error = "/run/gpupool/gpupoold.sock belongs to uid 1000";
+  EXPECT_EQ(run(f, "daemon").status, CheckStatus::Problem);
+}
+
+TEST(DoctorTest, Slurm) {
+  DoctorFacts f = healthy();
+  f.environment["SLURM_JOB_ID"] = "77";
+  EXPECT_THAT(run(f, "slurm").summary, HasSubstr("no GPU allocated"));
+
+  f.environment["SLURM_JOB_GPUS"] = "2,3";
+  f.environment["GPU_DEVICE_ORDINAL"] = "0,1";
+  Finding unset = run(f, "slurm");
+  EXPECT_EQ(unset.status, CheckStatus::Warning);
+  EXPECT_THAT(unset.summary, HasSubstr("CUDA_VISIBLE_DEVICES is unset"));
+
+  f.environment["CUDA_VISIBLE_DEVICES"] = "0,1";
+  EXPECT_EQ(run(f, "slurm").status, CheckStatus::Ok);
+
+  f.environment["CUDA_VISIBLE_DEVICES"] = "1";
+  EXPECT_THAT(run(f, "slurm").summary, HasSubstr("differs from what Slurm set"));
+
+  f.environment.erase("GPU_DEVICE_ORDINAL");
+  EXPECT_THAT(run(f, "slurm").summary, HasSubstr("allocated 2 GPU(s) but CUDA_VISIBLE_DEVICES names 1"));
+}
+
+DoctorFacts with_process(const std::map<std::string, std::string>& env, std::set<unsigned> on_gpus) {
+  DoctorFacts f = healthy(4);
+  f.process = ProcessFacts{4242, env, {4242, 4000, 1}};
+  for (unsigned i : on_gpus) f.machine->gpus[i].processes.push_back(process(4242, "python train.py"));
+  return f;
+}
+
+TEST(DoctorTest, ProcessWhoseEnvironmentCannotBeRead) {
+  DoctorFacts f = healthy();
+  f.process = ProcessFacts{4242, std::nullopt, {}};
+  auto findings = diagnose(f);
+  EXPECT_EQ(check(findings, "process-environment").status, CheckStatus::Problem);
+  EXPECT_EQ(findings.back().check, "process-environment");  // nothing more can be said
+}
+
+TEST(DoctorTest, ProcessWithinItsList) {
+  DoctorFacts f = with_process({{"CUDA_VISIBLE_DEVICES", "2,3"}}, {2, 3});
+  EXPECT_EQ(run(f, "process-gpus").status, CheckStatus::Ok);
+  EXPECT_EQ(run(f, "process-environment").status, CheckStatus::Ok);
+  f = with_process({}, {});
+  EXPECT_THAT(run(f, "process-gpus").summary, HasSubstr("holds no GPU context"));
+}
+
+TEST(DoctorTest, ProcessOnEveryGpuSetItsVariableTooLate) {
+  DoctorFacts f = with_process({{"CUDA_VISIBLE_DEVICES", "1"}}, {0, 1, 2, 3});
+  Finding late = run(f, "process-gpus");
+  EXPECT_EQ(late.status, CheckStatus::Problem);
+  EXPECT_THAT(late.summary, HasSubstr("every GPU"));
+  EXPECT_THAT(late.fix, HasSubstr("before the program starts"));
+}
+
+TEST(DoctorTest, ProcessOnACardOutsideItsList) {
+  DoctorFacts f = with_process({{"CUDA_VISIBLE_DEVICES", "1"}}, {0});
+  Finding outside = run(f, "process-gpus");
+  EXPECT_EQ(outside.status, CheckStatus::Problem);
+  EXPECT_THAT(outside.summary, HasSubstr("uses GPU 0, outside"));
+
+  // On a one-GPU machine "every GPU" says nothing more than the card itself.
+  f = healthy(1);
+  f.process = ProcessFacts{4242, std::map<std::string, std::string>{{"CUDA_VISIBLE_DEVICES", "GPU-ffff"}}, {4242}};
+  f.machine->gpus[0].processes.push_back(process(4242));
+  Finding single = run(f, "process-gpus");
+  EXPECT_EQ(single.status, CheckStatus::Problem);
+  EXPECT_THAT(single.summary, HasSubstr("uses GPU 0, outside"));
+  EXPECT_THAT(single.evidence, ::testing::Contains("its variables select no GPU"));
+}
+
+TEST(DoctorTest, ProcessLeases) {
+  DoctorFacts f = with_process({{"CUDA_VISIBLE_DEVICES", "0"}}, {0});
+  Finding unleased = run(f, "process-leases");
+  EXPECT_EQ(unleased.status, CheckStatus::Warning);
+  EXPECT_THAT(unleased.summary, HasSubstr("outside any lease"));
+
+  // Leased to its parent (the `gpupool run` that started it): its own.
+  f.leases->push_back({0, f.machine->gpus[0].uuid, 4000, "alice", "mine", true});
+  EXPECT_EQ(run(f, "process-leases").status, CheckStatus::Ok);
+
+  f.leases->back().pid = 5000;
+  f.leases->back().job = "theirs";
+  Finding foreign = run(f, "process-leases");
+  EXPECT_EQ(foreign.status, CheckStatus::Problem);
+  EXPECT_THAT(foreign.summary, HasSubstr("job theirs of alice, pid 5000"));
+
+  f.leases.reset();
+  f.lease_error = "permission denied";
+  EXPECT_EQ(run(f, "process-leases").status, CheckStatus::Warning);
+}
+
+}  // namespace
+}  // namespace gpupool

@@ -1,0 +1,208 @@
+#include "isolation/device_rules.h"
+
+#include <gtest/gtest.h>
+#include <rapidcheck/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+
+namespace gpupool {
+namespace {
+
+// This machine's own files (a hybrid hierarchy: cgroup v1 controllers and the v2 mount beside them).
+constexpr const char* kHybridMountinfo =
+    "22 1 8:1 / / rw,relatime - ext4 /dev/root rw\n"
+    "30 22 0:27 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755\n"
+    "31 30 0:28 / /sys/fs/cgroup/cpu rw,relatime - cgroup cgroup rw,cpu\n"
+    "35 30 0:32 / /sys/fs/cgroup/devices rw,relatime - cgroup cgroup rw,devices\n"
+    "40 30 0:37 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw\n";
+
+TEST(DeviceCgroupMounts, HybridHierarchy) {
+  CgroupMounts mounts = parse_cgroup_mounts(kHybridMountinfo);
+  ASSERT_TRUE(mounts.devices_v1);
+  EXPECT_EQ(mounts.devices_v1->mount_point, "/sys/fs/cgroup/devices");
+  EXPECT_EQ(mounts.devices_v1->root, "/");
+  ASSERT_TRUE(mounts.unified);
+  EXPECT_EQ(mounts.unified->mount_point, "/sys/fs/cgroup/unified");
+}
+
+TEST(DeviceCgroupMounts, UnifiedOnlyWithOptionalFieldsAndEscapes) {
+  CgroupMounts mounts = parse_cgroup_mounts(
+      "25 21 0:22 / /sys/fs/cgroup rw,nosuid shared:9 master:1 - cgroup2 cgroup2 rw,nsdelegate\n"
+      "90 22 0:50 /a\\040b /mnt/x\\040y rw - cgroup2 none rw\n");
+  EXPECT_FALSE(mounts.devices_v1);
+  ASSERT_TRUE(mounts.unified);
+  EXPECT_EQ(mounts.unified->mount_point, "/sys/fs/cgroup");  // the first one counts
+  CgroupMounts escaped = parse_cgroup_mounts("90 22 0:50 /a\\040b /mnt/x\\040y rw - cgroup2 none rw\n");
+  EXPECT_EQ(escaped.unified->mount_point, "/mnt/x y");
+  EXPECT_EQ(escaped.unified->root, "/a b");
+}
+
+TEST(DeviceCgroupMounts, DevicesSharingAHierarchyAndGarbage) {
+  CgroupMounts mounts = parse_cgroup_mounts(
+      "garbage\n"
+      "1 2 3\n"
+      "36 30 0:33 / /sys/fs/cgroup/devices,memory rw - cgroup cgroup rw,memory,devices\n"
+      "37 30 0:34 / /sys/fs/cgroup/devicesx rw - cgroup cgroup rw,devicesx\n");
+  ASSERT_TRUE(mounts.devices_v1);
+  EXPECT_EQ(mounts.devices_v1->mount_point, "/sys/fs/cgroup/devices,memory");
+  EXPECT_FALSE(parse_cgroup_mounts("37 30 0:34 / /x rw - cgroup cgroup rw,devicesx\n").devices_v1);
+  EXPECT_FALSE(parse_cgroup_mounts("").unified);
+}
+
+TEST(DeviceCgroupProcess, V1AndV2Lines) {
+  ProcessCgroups cgroups = parse_process_cgroups(
+      "9:name=systemd:/\n5:devices:/system.slice/gpupoold.service\n"
+      "4:memory:/process_api/27c9\n0::/system.slice/gpupoold.service\n");
+  EXPECT_EQ(cgroups.devices_v1, "/system.slice/gpupoold.service");
+  EXPECT_EQ(cgroups.unified, "/system.slice/gpupoold.service");
+  EXPECT_EQ(parse_process_cgroups("3:cpu,devices:/a:b\n").devices_v1, "/a:b");  // colons in the path
+  ProcessCgroups none = parse_process_cgroups("0::\nrubbish\n7:devices:relative\n");
+  EXPECT_FALSE(none.unified);
+  EXPECT_FALSE(none.devices_v1);
+}
+
+TEST(DeviceCgroupDirectory, UnderTheMountsRoot) {
+  CgroupMount host{"/sys/fs/cgroup/devices", "/"};
+  EXPECT_EQ(cgroup_directory(host, "/"), "/sys/fs/cgroup/devices");
+  EXPECT_EQ(cgroup_directory(host, "/system.slice/gpupoold.service"),
+            "/sys/fs/cgroup/devices/system.slice/gpupoold.service");
+  // A container's view: the mount shows only /docker/abc of the hierarchy.
+  CgroupMount container{"/sys/fs/cgroup/devices/", "/docker/abc"};
+  EXPECT_EQ(cgroup_directory(container, "/docker/abc"), "/sys/fs/cgroup/devices");
+  EXPECT_EQ(cgroup_directory(container, "/docker/abc/sub"), "/sys/fs/cgroup/devices/sub");
+  EXPECT_EQ(cgroup_directory(container, "/docker/abcd"), std::nullopt);
+  EXPECT_EQ(cgroup_directory(container, "/"), std::nullopt);
+  EXPECT_EQ(cgroup_directory(CgroupMount{"/", "/"}, "/x"), "/x");
+}
+
+Machine machine_with_minors(std::vector<std::optional<unsigned>> minors) {
+  Machine machine;
+  for (size_t i = 0; i < minors.size(); ++i) {
+    Gpu gpu;
+    gpu.index = static_cast<unsigned>(i);
+    gpu.minor_number = minors[i];
+    machine.gpus.push_back(gpu);
+  }
+  return machine;
+}
+
+TEST(DeviceCgroupRules, DeniesEveryGpuButTheLeasedOnes) {
+  Machine eight = machine_with_minors({0, 1, 2, 3, 4, 5, 6, 7});
+  EXPECT_EQ(*denied_minors(eight, {3}), (std::vector<unsigned>{0, 1, 2, 4, 5, 6, 7}));
+  EXPECT_EQ(*denied_minors(eight, {0, 1, 2, 3, 4, 5, 6, 7}), std::vector<unsigned>{});
+  EXPECT_EQ(*denied_minors(eight, {}), (std::vector<unsigned>{0, 1, 2, 3, 4, 5, 6, 7}));
+  // Minor numbers need not follow the indices (they follow the driver's probe order).
+  Machine shuffled = machine_with_minors({5, 2, 7});
+  EXPECT_EQ(*denied_minors(shuffled, {1}), (std::vector<unsigned>{5, 7}));
+  auto unknown = denied_minors(machine_with_minors({0, std::nullopt}), {0});
+  ASSERT_FALSE(unknown);
+  EXPECT_EQ(unknown.error().message, "GPU 1 has no minor number, so its device node is unknown");
+}
+
+TEST(DeviceCgroupRules, V1DenyLines) {
+  EXPECT_EQ(device_deny_rules({0, 6}), (std::vector<std::string>{"c 195:0 rwm", "c 195:6 rwm"}));
+  EXPECT_TRUE(device_deny_rules({}).empty());
+}
+
+// A BPF interpreter for what device_filter_program emits (and nothing else): the program must
+// reach `exit` through valid jumps, and its answer is r0.
+std::optional<int64_t> run_filter(const std::vector<bpf_insn>& program, bpf_cgroup_dev_ctx context) {
+  uint64_t r[11] = {};
+  unsigned char memory[sizeof context];
+  std::memcpy(memory, &context, sizeof context);
+  size_t pc = 0;
+  for (int steps = 0; steps < 10000 && pc < program.size(); ++steps) {
+    const bpf_insn& in = program[pc];
+    ++pc;
+    if (in.code == (BPF_LDX | BPF_W | BPF_MEM)) {
+      if (in.src_reg != BPF_REG_1 || in.off < 0 || static_cast<size_t>(in.off) + 4 > sizeof memory) return std::nullopt;
+      uint32_t value = 0;
+      std::memcpy(&value, memory + in.off, 4);
+      r[in.dst_reg] = value;
+    } else if (in.code == (BPF_ALU | BPF_AND | BPF_K)) {
+      r[in.dst_reg] = static_cast<uint32_t>(r[in.dst_reg]) & static_cast<uint32_t>(in.imm);
+    } else if (in.code == (BPF_ALU64 | BPF_MOV | BPF_K)) {
+      r[in.dst_reg] = static_cast<uint64_t>(static_cast<int64_t>(in.imm));
+    } else if (in.code == (BPF_JMP | BPF_JNE | BPF_K) || in.code == (BPF_JMP | BPF_JEQ | BPF_K)) {
+      bool equal = r[in.dst_reg] == static_cast<uint64_t>(static_cast<int64_t>(in.imm));
+      bool taken = (in.code == (BPF_JMP | BPF_JEQ | BPF_K)) == equal;
+      if (taken) {
+        int64_t target = static_cast<int64_t>(pc) + in.off;
+        if (target < 0 || target >= static_cast<int64_t>(program.size())) return std::nullopt;
+        pc = static_cast<size_t>(target);
+      }
+    } else if (in.code == (BPF_JMP | BPF_EXIT)) {
+      return static_cast<int64_t>(r[BPF_REG_0]);
+    } else {
+      return std::nullopt;  // an instruction this interpreter (and the builder) does not use
+    }
+  }
+  return std::nullopt;
+}
+
+bpf_cgroup_dev_ctx access(unsigned type, unsigned major, unsigned minor, unsigned how = BPF_DEVCG_ACC_READ) {
+  return bpf_cgroup_dev_ctx{(how << 16) | type, major, minor};
+}
+
+// Every instruction is reachable (the verifier refuses a program with dead code).
+void expect_all_reachable(const std::vector<bpf_insn>& program) {
+  std::vector<bool> reached(program.size(), false);
+  std::vector<size_t> todo = {0};
+  while (!todo.empty()) {
+    size_t pc = todo.back();
+    todo.pop_back();
+    if (pc >= program.size() || reached[pc]) continue;
+    reached[pc] = true;
+    const bpf_insn& in = program[pc];
+    if (in.code == (BPF_JMP | BPF_EXIT)) continue;
+    if ((in.code & 0x07) == BPF_JMP) todo.push_back(static_cast<size_t>(static_cast<int64_t>(pc) + 1 + in.off));
+    todo.push_back(pc + 1);
+  }
+  EXPECT_TRUE(std::all_of(reached.begin(), reached.end(), [](bool b) { return b; }));
+}
+
+TEST(DeviceCgroupProgram, DeniesExactlyTheListedNvidiaMinors) {
+  auto program = device_filter_program({1, 3, 7});
+  expect_all_reachable(program);
+  for (unsigned minor = 0; minor < 10; ++minor) {
+    bool denied = minor == 1 || minor == 3 || minor == 7;
+    for (unsigned how : std::vector<unsigned>{BPF_DEVCG_ACC_READ, BPF_DEVCG_ACC_WRITE, BPF_DEVCG_ACC_MKNOD,
+                                              BPF_DEVCG_ACC_READ | BPF_DEVCG_ACC_WRITE}) {
+      EXPECT_EQ(run_filter(program, access(BPF_DEVCG_DEV_CHAR, 195, minor, how)), denied ? 0 : 1) << minor;
+    }
+    EXPECT_EQ(run_filter(program, access(BPF_DEVCG_DEV_BLOCK, 195, minor)), 1);  // a block device
+    EXPECT_EQ(run_filter(program, access(BPF_DEVCG_DEV_CHAR, 196, minor)), 1);   // another major
+  }
+  EXPECT_EQ(run_filter(program, access(BPF_DEVCG_DEV_CHAR, 195, 255)), 1);  // /dev/nvidiactl
+  EXPECT_EQ(run_filter(program, access(BPF_DEVCG_DEV_CHAR, 1, 3)), 1);      // /dev/null
+}
+
+TEST(DeviceCgroupProgram, EmptySetAllowsEverything) {
+  auto program = device_filter_program({});
+  expect_all_reachable(program);
+  EXPECT_EQ(run_filter(program, access(BPF_DEVCG_DEV_CHAR, 195, 0)), 1);
+}
+
+RC_GTEST_PROP(DeviceCgroupProgram, AgreesWithTheSet, (std::vector<uint8_t> raw, uint8_t minor, bool block)) {
+  std::vector<unsigned> minors(raw.begin(), raw.end());
+  std::sort(minors.begin(), minors.end());
+  minors.erase(std::unique(minors.begin(), minors.end()), minors.end());
+  auto program = device_filter_program(minors);
+  bool listed = std::find(minors.begin(), minors.end(), minor) != minors.end();
+  auto answer = run_filter(program, access(block ? BPF_DEVCG_DEV_BLOCK : BPF_DEVCG_DEV_CHAR, 195, minor));
+  RC_ASSERT(answer.has_value());
+  RC_ASSERT(*answer == (listed && !block ? 0 : 1));
+}
+
+TEST(DeviceCgroupNames, StablePerStateDirectory) {
+  EXPECT_EQ(isolation_group_name("/var/lib/gpupool"), isolation_group_name("/var/lib/gpupool"));
+  EXPECT_NE(isolation_group_name("/var/lib/gpupool"), isolation_group_name("/tmp/other/state"));
+  EXPECT_EQ(isolation_group_name("/var/lib/gpupool").rfind("gpupoold.", 0), 0u);
+  EXPECT_EQ(isolation_group_name("/var/lib/gpupool").size(), 17u);
+  EXPECT_EQ(attempt_group_name(12, 2), "job-12.2");
+}
+
+}  // namespace
+}  // namespace gpupool

@@ -1,0 +1,97 @@
+// A queued job as the daemon, its store, the protocol and the CLI all see it. Pure data: the
+// daemon fills in who submitted it (from the socket's peer credentials, never from the
+// message), the scheduler decides its GPUs, the supervisor reports how it ended.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "base/result.h"
+
+namespace gpupool {
+
+using JobNumber = uint64_t;  // the id users see; same values as the scheduler's JobId
+
+enum class JobState {
+  Queued,     // waiting for GPUs (or for the jobs it runs after)
+  Held,       // kept out of the queue by `gpupool hold` until `gpupool release`
+  Running,    // started (or being started) on its GPUs
+  Done,       // exited 0
+  Failed,     // exited non-zero, was killed, could not start, or a job it depends on failed
+  Cancelled,  // by `gpupool cancel`
+};
+const char* to_string(JobState state);
+Result<JobState> parse_job_state(std::string_view text);
+bool is_finished(JobState state);
+
+enum class JobKind {
+  Batch,        // `gpupool submit`: the daemon runs it, output to log files
+  Interactive,  // `gpupool run` / `launch` through the daemon: runs in the user's terminal
+};
+const char* to_string(JobKind kind);
+Result<JobKind> parse_job_kind(std::string_view text);
+
+// Job ids as users type them: "42", "7,8,9", one or several arguments.
+Result<std::vector<JobNumber>> parse_job_ids(std::span<const std::string> texts);
+
+// What a submission asks for. The client fills it in; the daemon checks it.
+struct JobSpec {
+  std::string name;                       // empty: the daemon names it after the command
+  std::vector<std::string> argv;          // batch jobs: the command (argv[0] looked up on PATH)
+  std::vector<std::string> environment;   // "NAME=value": the whole environment of the job
+  std::string cwd;                        // absolute
+  mode_t umask = 022;
+  unsigned gpu_count = 1;
+  std::optional<uint64_t> slice_mib;      // nullopt: whole GPUs; else this much of each
+  int priority = 0;                       // higher first; above 0 needs an admin
+  std::vector<JobNumber> after;           // starts only once all of these are done (exit 0)
+  unsigned retries = 0;                   // runs again after a failure, up to this many times
+  std::optional<double> time_limit_s;     // SIGTERM, a grace period, SIGKILL when exceeded
+  JobKind kind = JobKind::Batch;
+  // Interactive jobs only (a lease request's --gpus / --exclude, nvidia-smi indices): not
+  // stored, since such a job does not outlive its client's connection.
+  std::vector<unsigned> allowed_gpus = {};
+  std::vector<unsigned> excluded_gpus = {};
+};
+
+// Who submitted it, from SO_PEERCRED and the process's groups.
+struct JobOwner {
+  uid_t uid = 0;
+  gid_t gid = 0;
+  std::vector<gid_t> groups;  // supplementary groups
+  std::string user;           // name of uid (or the number when it has none)
+};
+
+struct Job {
+  JobNumber id = 0;
+  JobSpec spec;
+  JobOwner owner;
+  JobState state = JobState::Queued;
+  std::string reason;                 // why it waits, failed or was cancelled; empty otherwise
+  unsigned attempts = 0;              // runs started so far (retries make it more than 1)
+  double submit_time = 0;             // Unix seconds
+  std::optional<double> start_time;   // of the latest attempt
+  std::optional<double> end_time;
+  std::vector<unsigned> gpus;         // nvidia-smi indices while running / when it ran
+  std::vector<std::string> gpu_uuids;
+  std::optional<int> exit_code;       // the shell's view: status, or 128 + signal
+  std::optional<int> signal;          // the signal that ended it, if one did
+  // The process the daemon watches while the job runs: the supervisor of a batch job, the
+  // client of an interactive one; with its start time (clock ticks after boot, from
+  // /proc/PID/stat), so a recycled pid is never mistaken for it after a daemon restart.
+  std::optional<pid_t> pid;
+  std::optional<uint64_t> pid_start_ticks;
+  std::string stdout_path;            // batch jobs' log files
+  std::string stderr_path;
+};
+
+// The job's name, or its command's base name when it has none: what tables show.
+std::string display_name(const Job& job);
+
+}  // namespace gpupool

@@ -1,0 +1,607 @@
+#include "jobs/job_store.h"
+
+#include <sqlite3.h>
+
+#include <algorithm>
+#include <array>
+#include <concepts>
+#include <cstdint>
+#include <limits>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "jobs/sqlite_database.h"
+
+namespace gpupool {
+namespace {
+
+using sqlite::database_error;
+using sqlite::database_name;
+using sqlite::exec;
+using sqlite::prepare;
+using sqlite::Statement;
+
+constexpr int kSchemaVersion = 1;
+
+struct Column {
+  const char* name;
+  const char* type;
+};
+
+// The columns of `jobs` after `id`, in the order bind_job binds and decode_job reads them.
+// Lists are JSON arrays, the state and kind their names. Changing this changes the schema.
+constexpr std::array<Column, 30> kJobColumns = {{
+    {"name", "TEXT NOT NULL"},
+    {"argv", "TEXT NOT NULL"},
+    {"environment", "TEXT NOT NULL"},
+    {"cwd", "TEXT NOT NULL"},
+    {"umask", "INTEGER NOT NULL"},
+    {"gpu_count", "INTEGER NOT NULL"},
+    {"slice_mib", "INTEGER"},
+    {"priority", "INTEGER NOT NULL"},
+    {"after_jobs", "TEXT NOT NULL"},  // AFTER and GROUPS are SQL keywords
+    {"retries", "INTEGER NOT NULL"},
+    {"time_limit_s", "REAL"},
+    {"kind", "TEXT NOT NULL"},
+    {"uid", "INTEGER NOT NULL"},
+    {"gid", "INTEGER NOT NULL"},
+    {"user_groups", "TEXT NOT NULL"},
+    {"user", "TEXT NOT NULL"},
+    {"state", "TEXT NOT NULL"},
+    {"reason", "TEXT NOT NULL"},
+    {"attempts", "INTEGER NOT NULL"},
+    {"submit_time", "REAL NOT NULL"},
+    {"start_time", "REAL"},
+    {"end_time", "REAL"},
+    {"gpus", "TEXT NOT NULL"},
+    {"gpu_uuids", "TEXT NOT NULL"},
+    {"exit_code", "INTEGER"},
+    {"signal", "INTEGER"},
+    {"pid", "INTEGER"},
+    {"pid_start_ticks", "INTEGER"},
+    {"stdout_path", "TEXT NOT NULL"},
+    {"stderr_path", "TEXT NOT NULL"},
+}};
+
+constexpr std::array<JobState, 3> kUnfinishedStates = {JobState::Queued, JobState::Held, JobState::Running};
+
+std::string schema_sql() {
+  std::string columns;
+  for (const Column& column : kJobColumns) columns += fmt::format(", {} {}", column.name, column.type);
+  // AUTOINCREMENT: an id is never handed out twice, even when the newest row is gone.
+  return fmt::format(
+      "CREATE TABLE meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);"
+      "CREATE TABLE settings (name TEXT PRIMARY KEY, value TEXT NOT NULL);"
+      "CREATE TABLE jobs (id INTEGER PRIMARY KEY AUTOINCREMENT{});"
+      "CREATE INDEX jobs_by_state ON jobs (state);"
+      "CREATE INDEX jobs_by_user ON jobs (user);"
+      "INSERT INTO meta (name, value) VALUES ('schema_version', '{}');",
+      columns, kSchemaVersion);
+}
+
+std::string column_names() {
+  std::string names;
+  for (const Column& column : kJobColumns) {
+    if (!names.empty()) names += ", ";
+    names += column.name;
+  }
+  return names;
+}
+
+// What a SELECT reads for kJobColumns: all of them, or an empty list in place of the
+// environment, which SQLite then neither copies nor hands over.
+std::string selected_columns(bool with_environment) {
+  std::string names;
+  for (const Column& column : kJobColumns) {
+    if (!names.empty()) names += ", ";
+    bool left_out = !with_environment && std::string_view(column.name) == "environment";
+    names += left_out ? "'[]' AS environment" : column.name;
+  }
+  return names;
+}
+
+std::string placeholders() {
+  std::string marks = "?";
+  for (size_t i = 1; i < kJobColumns.size(); ++i) marks += ", ?";
+  return marks;
+}
+
+enum class StateMatch { Any, One, Unfinished };
+constexpr std::array<StateMatch, 3> kStateMatches = {StateMatch::Any, StateMatch::One,
+                                                     StateMatch::Unfinished};
+
+// The list statements, one per shape of filter, so that SQLite can pick the right index for
+// each. Parameters in order: the state(s), the user, the id to start after, the limit (-1:
+// none). The indexes keep equal keys in id order, so a page is a range of one index (or of the
+// table): it reads its own rows, not the history before it.
+std::string list_sql(bool by_user, StateMatch states, bool with_environment) {
+  std::vector<std::string> conditions;
+  if (states == StateMatch::One) conditions.emplace_back("state = ?");
+  if (states == StateMatch::Unfinished) conditions.emplace_back("state IN (?, ?, ?)");
+  // A user's history may be long, their jobs in one state usually are not: with a state given,
+  // the unary + keeps SQLite on the state index rather than the user index.
+  if (by_user) conditions.emplace_back(states == StateMatch::Any ? "user = ?" : "+user = ?");
+  conditions.emplace_back("id > ?");
+  std::string where;
+  for (const std::string& condition : conditions) where += (where.empty() ? " WHERE " : " AND ") + condition;
+  return fmt::format("SELECT id, {} FROM jobs{} ORDER BY id LIMIT ?", selected_columns(with_environment), where);
+}
+
+size_t list_index(bool by_user, StateMatch states, bool with_environment) {
+  return ((with_environment ? 2 : 0) + (by_user ? 1 : 0)) * kStateMatches.size() + static_cast<size_t>(states);
+}
+
+// Resets a statement when a call is done with it, so that no finished read keeps a
+// transaction open and the next call starts with no parameters bound.
+class StatementUse {
+ public:
+  explicit StatementUse(const Statement& statement) : statement_(statement.get()) {}
+  StatementUse(const StatementUse&) = delete;
+  StatementUse& operator=(const StatementUse&) = delete;
+  ~StatementUse() {
+    sqlite3_reset(statement_);
+    sqlite3_clear_bindings(statement_);
+  }
+  sqlite3_stmt* get() const { return statement_; }
+
+ private:
+  sqlite3_stmt* statement_;
+};
+
+// The first column of the first row of a one-off query, if there is a row.
+Result<std::optional<std::string>> query_text(sqlite3* db, const std::string& sql, std::string_view doing) {
+  TRY_ASSIGN(Statement statement, prepare(db, sql));
+  int rc = sqlite3_step(statement.get());
+  if (rc == SQLITE_DONE) return std::optional<std::string>();
+  if (rc != SQLITE_ROW) return database_error(db, doing);
+  return std::optional<std::string>(sqlite::column_text(statement.get(), 0));
+}
+
+Result<void> step_to_end(sqlite3* db, sqlite3_stmt* statement, std::string_view doing) {
+  if (sqlite3_step(statement) != SQLITE_DONE) return database_error(db, doing);
+  return {};
+}
+
+template <typename T>
+Result<std::string> encode_list(const std::vector<T>& items, std::string_view what) {
+  try {
+    return nlohmann::json(items).dump();
+  } catch (const nlohmann::json::exception&) {  // strings that are not UTF-8
+    return fail("the job's {} is not valid UTF-8", what);
+  }
+}
+
+// Binds parameters left to right, remembering the first failure.
+class Binder {
+ public:
+  explicit Binder(sqlite3_stmt* statement) : statement_(statement) {}
+
+  void add(std::string_view text) {
+    check(sqlite3_bind_text64(statement_, next_++, text.data(), text.size(), SQLITE_TRANSIENT, SQLITE_UTF8));
+  }
+  void add(double value) { check(sqlite3_bind_double(statement_, next_++, value)); }
+  // 64-bit unsigned values are stored as their bit pattern and read back the same way.
+  void add(std::integral auto value) {
+    check(sqlite3_bind_int64(statement_, next_++, static_cast<sqlite3_int64>(value)));
+  }
+  template <typename T>
+  void add(const std::optional<T>& value) {
+    if (value) add(*value);
+    else check(sqlite3_bind_null(statement_, next_++));
+  }
+  Result<void> status(sqlite3* db) const {
+    if (!ok_) return database_error(db, "binding parameters");
+    return {};
+  }
+
+ private:
+  void check(int rc) { ok_ = ok_ && rc == SQLITE_OK; }
+  sqlite3_stmt* statement_;
+  int next_ = 1;
+  bool ok_ = true;
+};
+
+// Binds every column of kJobColumns, in order.
+Result<void> bind_job(Binder& row, const Job& job) {
+  TRY_ASSIGN(std::string argv, encode_list(job.spec.argv, "command"));
+  TRY_ASSIGN(std::string environment, encode_list(job.spec.environment, "environment"));
+  TRY_ASSIGN(std::string gpu_uuids, encode_list(job.gpu_uuids, "GPU UUID list"));
+  row.add(job.spec.name);
+  row.add(argv);
+  row.add(environment);
+  row.add(job.spec.cwd);
+  row.add(job.spec.umask);
+  row.add(job.spec.gpu_count);
+  row.add(job.spec.slice_mib);
+  row.add(job.spec.priority);
+  row.add(nlohmann::json(job.spec.after).dump());
+  row.add(job.spec.retries);
+  row.add(job.spec.time_limit_s);
+  row.add(to_string(job.spec.kind));
+  row.add(job.owner.uid);
+  row.add(job.owner.gid);
+  row.add(nlohmann::json(job.owner.groups).dump());
+  row.add(job.owner.user);
+  row.add(to_string(job.state));
+  row.add(job.reason);
+  row.add(job.attempts);
+  row.add(job.submit_time);
+  row.add(job.start_time);
+  row.add(job.end_time);
+  row.add(nlohmann::json(job.gpus).dump());
+  row.add(gpu_uuids);
+  row.add(job.exit_code);
+  row.add(job.signal);
+  row.add(job.pid);
+  row.add(job.pid_start_ticks);
+  row.add(job.stdout_path);
+  row.add(job.stderr_path);
+  return {};
+}
+
+// Reads a row's columns left to right; each error names the column.
+class RowReader {
+ public:
+  RowReader(sqlite3_stmt* statement, int first) : statement_(statement), column_(first) {}
+
+  Result<std::string> text() {
+    TRY(expect(SQLITE_TEXT, "text"));
+    const auto* data = reinterpret_cast<const char*>(sqlite3_column_text(statement_, column_));
+    size_t size = static_cast<size_t>(sqlite3_column_bytes(statement_, column_));
+    ++column_;
+    return std::string(data != nullptr ? data : "", size);
+  }
+
+  template <std::integral T>
+  Result<T> integer() {
+    TRY(expect(SQLITE_INTEGER, "a whole number"));
+    sqlite3_int64 value = sqlite3_column_int64(statement_, column_);
+    if constexpr (std::is_same_v<T, uint64_t>) {
+      ++column_;
+      return static_cast<uint64_t>(value);  // stored as its bit pattern
+    } else {
+      if (!std::in_range<T>(value)) return problem(fmt::format("{} is out of range", value));
+      ++column_;
+      return static_cast<T>(value);
+    }
+  }
+
+  Result<double> real() {
+    TRY(expect(SQLITE_FLOAT, "a number"));
+    return sqlite3_column_double(statement_, column_++);
+  }
+
+  template <std::integral T>
+  Result<std::optional<T>> optional_integer() {
+    if (at_null()) return std::optional<T>();
+    TRY_ASSIGN(T value, integer<T>());
+    return std::optional<T>(value);
+  }
+
+  Result<std::optional<double>> optional_real() {
+    if (at_null()) return std::optional<double>();
+    TRY_ASSIGN(double value, real());
+    return std::optional<double>(value);
+  }
+
+  // A JSON array of strings or of whole numbers that fit T.
+  template <typename T>
+  Result<std::vector<T>> list() {
+    int column = column_;
+    TRY_ASSIGN(std::string encoded, text());
+    column_ = column;  // errors below name this column
+    auto parsed = nlohmann::json::parse(encoded, nullptr, /*allow_exceptions=*/false);
+    if (!parsed.is_array()) return problem("is not a JSON array");
+    std::vector<T> items;
+    items.reserve(parsed.size());
+    for (const auto& item : parsed) {
+      if constexpr (std::is_same_v<T, std::string>) {
+        if (!item.is_string()) return problem("holds something other than strings");
+        items.push_back(item.get<std::string>());
+      } else {
+        if (!item.is_number_unsigned() || !std::in_range<T>(item.get<uint64_t>())) {
+          return problem("holds something other than whole numbers in range");
+        }
+        items.push_back(static_cast<T>(item.get<uint64_t>()));
+      }
+    }
+    ++column_;
+    return items;
+  }
+
+  // A name that `parse` turns into an enum value.
+  template <typename T>
+  Result<T> name(Result<T> (*parse)(std::string_view)) {
+    int column = column_;
+    TRY_ASSIGN(std::string text_value, text());
+    auto value = parse(text_value);
+    if (!value.ok()) {
+      column_ = column;
+      return problem(value.error().message);
+    }
+    return value;
+  }
+
+ private:
+  bool at_null() {
+    if (sqlite3_column_type(statement_, column_) != SQLITE_NULL) return false;
+    ++column_;
+    return true;
+  }
+  Result<void> expect(int type, std::string_view what) {
+    if (sqlite3_column_type(statement_, column_) == type) return {};
+    return problem(fmt::format("is not {}", what));
+  }
+  Error problem(std::string_view what) const {
+    return fail("column '{}' {}", sqlite3_column_name(statement_, column_), what);
+  }
+
+  sqlite3_stmt* statement_;
+  int column_;
+};
+
+// Reads the columns of kJobColumns, in order, from column 1 on.
+Result<Job> decode_job(sqlite3_stmt* statement) {
+  RowReader row(statement, 1);
+  Job job;
+  TRY_ASSIGN(job.spec.name, row.text());
+  TRY_ASSIGN(job.spec.argv, row.list<std::string>());
+  TRY_ASSIGN(job.spec.environment, row.list<std::string>());
+  TRY_ASSIGN(job.spec.cwd, row.text());
+  TRY_ASSIGN(job.spec.umask, row.integer<mode_t>());
+  TRY_ASSIGN(job.spec.gpu_count, row.integer<unsigned>());
+  TRY_ASSIGN(job.spec.slice_mib, row.optional_integer<uint64_t>());
+  TRY_ASSIGN(job.spec.priority, row.integer<int>());
+  TRY_ASSIGN(job.spec.after, row.list<JobNumber>());
+  TRY_ASSIGN(job.spec.retries, row.integer<unsigned>());
+  TRY_ASSIGN(job.spec.time_limit_s, row.optional_real());
+  TRY_ASSIGN(job.spec.kind, row.name(parse_job_kind));
+  TRY_ASSIGN(job.owner.uid, row.integer<uid_t>());
+  TRY_ASSIGN(job.owner.gid, row.integer<gid_t>());
+  TRY_ASSIGN(job.owner.groups, row.list<gid_t>());
+  TRY_ASSIGN(job.owner.user, row.text());
+  TRY_ASSIGN(job.state, row.name(parse_job_state));
+  TRY_ASSIGN(job.reason, row.text());
+  TRY_ASSIGN(job.attempts, row.integer<unsigned>());
+  TRY_ASSIGN(job.submit_time, row.real());
+  TRY_ASSIGN(job.start_time, row.optional_real());
+  TRY_ASSIGN(job.end_time, row.optional_real());
+  TRY_ASSIGN(job.gpus, row.list<unsigned>());
+  TRY_ASSIGN(job.gpu_uuids, row.list<std::string>());
+  TRY_ASSIGN(job.exit_code, row.optional_integer<int>());
+  TRY_ASSIGN(job.signal, row.optional_integer<int>());
+  TRY_ASSIGN(job.pid, row.optional_integer<pid_t>());
+  TRY_ASSIGN(job.pid_start_ticks, row.optional_integer<uint64_t>());
+  TRY_ASSIGN(job.stdout_path, row.text());
+  TRY_ASSIGN(job.stderr_path, row.text());
+  return job;
+}
+
+// A row of `SELECT id, <kJobColumns>`.
+Result<Job> read_job(sqlite3* db, sqlite3_stmt* statement) {
+  auto id = static_cast<JobNumber>(sqlite3_column_int64(statement, 0));
+  auto job = decode_job(statement);
+  if (!job.ok()) {
+    return fail("state database {}: job {} cannot be read: {}", database_name(db), id, job.error().message);
+  }
+  job->id = id;
+  return job;
+}
+
+// Creates the schema in an empty database, or checks that an existing one is ours and of our
+// version. Runs inside a write transaction, so two daemons started at once create it once.
+Result<void> create_or_check_schema(sqlite3* db) {
+  const char* find_meta = "SELECT name FROM sqlite_master WHERE type = 'table' AND name = 'meta'";
+  TRY_ASSIGN(auto meta, query_text(db, find_meta, "reading the schema"));
+  if (!meta) {
+    TRY_ASSIGN(auto other, query_text(db, "SELECT name FROM sqlite_master", "reading the schema"));
+    if (other) {
+      return fail("{} is an SQLite database but not gpupoold's state (it has no schema version)",
+                  database_name(db));
+    }
+    return exec(db, schema_sql(), "creating the schema");
+  }
+  TRY_ASSIGN(auto version, query_text(db, "SELECT value FROM meta WHERE name = 'schema_version'",
+                                      "reading the schema version"));
+  if (version != std::to_string(kSchemaVersion)) {
+    return fail("state database {} has schema {}; this gpupoold reads {}", database_name(db),
+                version.value_or("(none)"), kSchemaVersion);
+  }
+  return {};
+}
+
+}  // namespace
+
+struct JobStore::Statements {
+  Statement insert, update, get, setting, set_setting;
+  std::array<Statement, 4 * kStateMatches.size()> list;  // at list_index(by_user, states, with_environment)
+};
+
+JobStore::JobStore(sqlite3* db) : db_(db) {}
+
+JobStore::JobStore(JobStore&& other) noexcept
+    : db_(std::exchange(other.db_, nullptr)), statements_(std::move(other.statements_)) {}
+
+JobStore& JobStore::operator=(JobStore&& other) noexcept {
+  std::swap(db_, other.db_);  // `other` closes what this held
+  std::swap(statements_, other.statements_);
+  return *this;
+}
+
+JobStore::~JobStore() {
+  statements_.reset();  // finalized before the connection closes
+  sqlite3_close_v2(db_);
+}
+
+Result<JobStore> JobStore::open(const std::string& path) {
+  sqlite3* db = nullptr;
+  int rc = sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nullptr);
+  JobStore store(db);  // closes the handle on every path, even when opening failed
+  if (rc != SQLITE_OK) {
+    return fail("cannot open state database {}: {}", path,
+                db != nullptr ? sqlite3_errmsg(db) : sqlite3_errstr(rc));
+  }
+  if (sqlite3_db_readonly(db, "main") == 1) return fail("state database {} is read-only", path);
+  sqlite3_busy_timeout(db, sqlite::kBusyTimeoutMs);
+
+  // The first statement reads the file's header: a file that is not a database fails here.
+  auto mode = query_text(db, "PRAGMA journal_mode = WAL", "switching to write-ahead logging");
+  if (!mode.ok()) return fail("cannot open state database {}: {}", path, sqlite3_errmsg(db));
+  if (*mode != "wal") return fail("state database {}: cannot use write-ahead logging here", path);
+  // NORMAL for updates: a commit is safe from a crash of the daemon at once and reaches the
+  // disk by the next checkpoint; after a power loss every job is dead anyway and the attempt
+  // records (synced by the supervisors) say how far each got. Submissions are synced (insert_all).
+  TRY(exec(db, "PRAGMA synchronous = NORMAL", "setting synchronous mode"));
+
+  TRY(exec(db, "BEGIN IMMEDIATE", "starting a transaction"));
+  auto schema = create_or_check_schema(db);
+  if (!schema.ok()) {
+    sqlite3_exec(db, "ROLLBACK", nullptr, nullptr, nullptr);
+    return std::move(schema).error();
+  }
+  TRY(exec(db, "COMMIT", "creating the schema"));
+
+  // Prepared once for the connection's life.
+  auto kept = [db](const std::string& sql) { return prepare(db, sql, /*persistent=*/true); };
+  auto statements = std::make_unique<Statements>();
+  std::string columns = column_names();
+  TRY_ASSIGN(statements->insert,
+             kept(fmt::format("INSERT INTO jobs ({}) VALUES ({})", columns, placeholders())));
+  TRY_ASSIGN(statements->update,
+             kept(fmt::format("UPDATE jobs SET ({}) = ({}) WHERE id = ?", columns, placeholders())));
+  TRY_ASSIGN(statements->get, kept(fmt::format("SELECT id, {} FROM jobs WHERE id = ?", columns)));
+  TRY_ASSIGN(statements->setting, kept("SELECT value FROM settings WHERE name = ?"));
+  TRY_ASSIGN(statements->set_setting,
+             kept("INSERT INTO settings (name, value) VALUES (?, ?) "
+                         "ON CONFLICT (name) DO UPDATE SET value = excluded.value"));
+  for (bool with_environment : {false, true}) {
+    for (bool by_user : {false, true}) {
+      for (StateMatch states : kStateMatches) {
+        TRY_ASSIGN(statements->list[list_index(by_user, states, with_environment)],
+                   kept(list_sql(by_user, states, with_environment)));
+      }
+    }
+  }
+  store.statements_ = std::move(statements);
+  return store;
+}
+
+// Each write below but insert_all is a single statement, which SQLite commits as its own
+// transaction before sqlite3_step returns.
+
+Result<JobNumber> JobStore::insert(const Job& job) {
+  TRY_ASSIGN(std::vector<JobNumber> ids, insert_all({job}));
+  return ids.front();
+}
+
+Result<std::vector<JobNumber>> JobStore::insert_all(const std::vector<Job>& jobs) {
+  // One transaction, one sync of the log for all of them (the daemon's group commit): the
+  // sync is what costs (milliseconds on a slow disk), not the rows.
+  TRY(exec(db_, "PRAGMA synchronous = FULL", "setting synchronous mode"));
+  TRY(exec(db_, "BEGIN IMMEDIATE", "starting a transaction"));
+  std::vector<JobNumber> ids;
+  Result<void> stored;
+  for (const Job& job : jobs) {
+    StatementUse statement(statements_->insert);
+    Binder parameters(statement.get());
+    stored = bind_job(parameters, job);
+    if (stored.ok()) stored = parameters.status(db_);
+    if (stored.ok()) stored = step_to_end(db_, statement.get(), "storing a new job");
+    if (!stored.ok()) break;
+    ids.push_back(static_cast<JobNumber>(sqlite3_last_insert_rowid(db_)));
+  }
+  if (stored.ok()) stored = exec(db_, "COMMIT", "storing new jobs");
+  if (!stored.ok()) sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
+  TRY(exec(db_, "PRAGMA synchronous = NORMAL", "setting synchronous mode"));
+  TRY(stored);
+  return ids;
+}
+
+Result<void> JobStore::update(const Job& job) {
+  StatementUse statement(statements_->update);
+  Binder parameters(statement.get());
+  TRY(bind_job(parameters, job));
+  parameters.add(job.id);
+  TRY(parameters.status(db_));
+  TRY(step_to_end(db_, statement.get(), fmt::format("updating job {}", job.id)));
+  if (sqlite3_changes(db_) == 0) return fail("no job {} in state database {}", job.id, database_name(db_));
+  return {};
+}
+
+Result<std::optional<Job>> JobStore::get(JobNumber id) const {
+  StatementUse statement(statements_->get);
+  Binder parameters(statement.get());
+  parameters.add(id);
+  TRY(parameters.status(db_));
+  int rc = sqlite3_step(statement.get());
+  if (rc == SQLITE_DONE) return std::optional<Job>();
+  if (rc != SQLITE_ROW) return database_error(db_, fmt::format("reading job {}", id));
+  TRY_ASSIGN(Job job, read_job(db_, statement.get()));
+  return std::optional<Job>(std::move(job));
+}
+
+Result<std::vector<Job>> JobStore::list(const JobFilter& filter) const {
+  // Ids are SQLite row ids, which stop at INT64_MAX; a larger cursor would bind as negative.
+  if (!std::in_range<sqlite3_int64>(filter.after_id)) return std::vector<Job>();
+  std::vector<JobState> states;
+  StateMatch match = StateMatch::Any;
+  if (filter.state) {
+    states = {*filter.state};
+    match = StateMatch::One;
+  } else if (!filter.include_finished) {
+    states.assign(kUnfinishedStates.begin(), kUnfinishedStates.end());
+    match = StateMatch::Unfinished;
+  }
+  StatementUse statement(statements_->list[list_index(filter.user.has_value(), match, filter.with_environment)]);
+  Binder parameters(statement.get());
+  for (JobState state : states) parameters.add(to_string(state));
+  if (filter.user) parameters.add(*filter.user);
+  parameters.add(filter.after_id);
+  constexpr auto kMaxLimit = static_cast<size_t>(std::numeric_limits<sqlite3_int64>::max());
+  parameters.add(filter.limit == 0 ? sqlite3_int64{-1}
+                                   : static_cast<sqlite3_int64>(std::min(filter.limit, kMaxLimit)));
+  TRY(parameters.status(db_));
+
+  std::vector<Job> jobs;
+  int rc = SQLITE_OK;
+  while ((rc = sqlite3_step(statement.get())) == SQLITE_ROW) {
+    TRY_ASSIGN(Job job, read_job(db_, statement.get()));
+    jobs.push_back(std::move(job));
+  }
+  if (rc != SQLITE_DONE) return database_error(db_, "listing jobs");
+  return jobs;
+}
+
+Result<std::vector<Job>> JobStore::unfinished() const {
+  JobFilter filter;
+  filter.with_environment = true;  // they are to run
+  return list(filter);
+}
+
+Result<std::optional<std::string>> JobStore::setting(const std::string& name) const {
+  StatementUse statement(statements_->setting);
+  Binder parameters(statement.get());
+  parameters.add(name);
+  TRY(parameters.status(db_));
+  int rc = sqlite3_step(statement.get());
+  if (rc == SQLITE_DONE) return std::optional<std::string>();
+  if (rc != SQLITE_ROW) return database_error(db_, fmt::format("reading setting '{}'", name));
+  RowReader row(statement.get(), 0);
+  TRY_ASSIGN(std::string value, row.text());
+  return std::optional<std::string>(std::move(value));
+}
+
+Result<void> JobStore::set_setting(const std::string& name, const std::string& value) {
+  StatementUse statement(statements_->set_setting);
+  Binder parameters(statement.get());
+  parameters.add(name);
+  parameters.add(value);
+  TRY(parameters.status(db_));
+  return step_to_end(db_, statement.get(), fmt::format("storing setting '{}'", name));
+}
+
+}  // namespace gpupool

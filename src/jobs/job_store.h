@@ -1,0 +1,63 @@
+// The daemon's durable state: every job ever submitted and the daemon's own settings, in
+// SQLite (WAL mode) under GPUPOOL_STATE_DIR. Every write is committed before the call returns,
+// so it survives `kill -9` of the daemon; new jobs are also synced to the disk before their ids
+// are given out, so they survive a power loss too.
+// Only the daemon's thread uses it; finished jobs live here, not in the daemon's memory.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "base/result.h"
+#include "jobs/job.h"
+
+struct sqlite3;
+
+namespace gpupool {
+
+struct JobFilter {
+  bool include_finished = false;
+  std::optional<std::string> user;
+  std::optional<JobState> state;  // when set, overrides include_finished
+  size_t limit = 0;               // 0: no limit; else the first `limit` jobs (after `after_id`)
+  JobNumber after_id = 0;         // only jobs with a larger id: where the previous page ended
+  // Listings leave the environment out (empty): it is most of a job's bytes and they do not
+  // show it. The daemon's own reload of its queue needs it.
+  bool with_environment = false;
+};
+
+class JobStore {
+ public:
+  // Opens or creates `path` (the parent directory must exist), creating the schema or
+  // checking its version ("state database has schema 3; this gpupoold reads 1").
+  static Result<JobStore> open(const std::string& path);
+  JobStore(JobStore&&) noexcept;
+  JobStore& operator=(JobStore&&) noexcept;
+  ~JobStore();
+
+  // Stores a new job, giving it the next id (ids are never reused, even after deletion of
+  // the newest row); `job.id` is ignored. On disk (synced) when it returns.
+  Result<JobNumber> insert(const Job& job);
+  // Several at once, in one transaction and one sync: all are stored or none.
+  Result<std::vector<JobNumber>> insert_all(const std::vector<Job>& jobs);
+  // Replaces every field of an existing job (an error if the id is unknown).
+  Result<void> update(const Job& job);
+  Result<std::optional<Job>> get(JobNumber id) const;
+  // In id order; a page costs what its jobs cost, however long the history.
+  Result<std::vector<Job>> list(const JobFilter& filter) const;
+  // Queued, held and running jobs: what the daemon loads at start.
+  Result<std::vector<Job>> unfinished() const;
+  // Settings that outlive a restart (e.g. "drained" = "1").
+  Result<std::optional<std::string>> setting(const std::string& name) const;
+  Result<void> set_setting(const std::string& name, const std::string& value);
+
+ private:
+  explicit JobStore(sqlite3* db);
+  struct Statements;
+  sqlite3* db_ = nullptr;
+  std::unique_ptr<Statements> statements_;  // prepared once, reused
+};
+
+}  // namespace gpupool

@@ -1,0 +1,503 @@
+#include "jobs/job_store.h"
+
+#include <signal.h>
+#include <sqlite3.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+
+#include <gtest/gtest.h>
+
+namespace gpupool {
+namespace {
+
+Job full_job() {
+  Job job;
+  job.spec.name = "train \u00e9t\u00e9 \U0001F680";
+  job.spec.argv = {"python3", "-c", "print('a\\nb')\nprint(\"\u4e2d\u6587\")", ""};
+  job.spec.environment = {"PATH=/usr/bin", "MULTI=line one\nline two", "UNICODE=\u00fc\u00f1\u00ee",
+                          "EMPTY="};
+  job.spec.cwd = "/home/ana/proj ect";
+  job.spec.umask = 077;
+  job.spec.gpu_count = 4;
+  job.spec.slice_mib = std::numeric_limits<uint64_t>::max();  // every bit survives the signed column
+  job.spec.priority = -3;
+  job.spec.after = {7, 12};
+  job.spec.retries = 2;
+  job.spec.time_limit_s = 3600.25;
+  job.spec.kind = JobKind::Interactive;
+  job.owner = JobOwner{1001, 1002, {27, 44, 1002}, "ana"};
+  job.state = JobState::Failed;
+  job.reason = "exited with status 3\nsecond line";
+  job.attempts = 3;
+  job.submit_time = 1733150000.123456;
+  job.start_time = 1733150010.5;
+  job.end_time = 1733150020.75;
+  job.gpus = {0, 3, 5, 7};
+  job.gpu_uuids = {"GPU-aaaa", "GPU-bbbb", "GPU-cccc", "GPU-dddd"};
+  job.exit_code = 137;
+  job.signal = 9;
+  job.pid = 4242;
+  job.pid_start_ticks = 123456789012;
+  job.stdout_path = "/var/lib/gpupool/logs/1.out";
+  job.stderr_path = "/var/lib/gpupool/logs/1.err";
+  return job;
+}
+
+Job job_of(const std::string& user, JobState state) {
+  Job job;
+  job.spec.argv = {"true"};
+  job.owner.user = user;
+  job.state = state;
+  return job;
+}
+
+void expect_same_job(const Job& a, const Job& b) {
+  EXPECT_EQ(a.id, b.id);
+  EXPECT_EQ(a.spec.name, b.spec.name);
+  EXPECT_EQ(a.spec.argv, b.spec.argv);
+  EXPECT_EQ(a.spec.environment, b.spec.environment);
+  EXPECT_EQ(a.spec.cwd, b.spec.cwd);
+  EXPECT_EQ(a.spec.umask, b.spec.umask);
+  EXPECT_EQ(a.spec.gpu_count, b.spec.gpu_count);
+  EXPECT_EQ(a.spec.slice_mib, b.spec.slice_mib);
+  EXPECT_EQ(a.spec.priority, b.spec.priority);
+  EXPECT_EQ(a.spec.after, b.spec.after);
+  EXPECT_EQ(a.spec.retries, b.spec.retries);
+  EXPECT_EQ(a.spec.time_limit_s, b.spec.time_limit_s);
+  EXPECT_EQ(a.spec.kind, b.spec.kind);
+  EXPECT_EQ(a.owner.uid, b.owner.uid);
+  EXPECT_EQ(a.owner.gid, b.owner.gid);
+  EXPECT_EQ(a.owner.groups, b.owner.groups);
+  EXPECT_EQ(a.owner.user, b.owner.user);
+  EXPECT_EQ(a.state, b.state);
+  EXPECT_EQ(a.reason, b.reason);
+  EXPECT_EQ(a.attempts, b.attempts);
+  EXPECT_EQ(a.submit_time, b.submit_time);
+  EXPECT_EQ(a.start_time, b.start_time);
+  EXPECT_EQ(a.end_time, b.end_time);
+  EXPECT_EQ(a.gpus, b.gpus);
+  EXPECT_EQ(a.gpu_uuids, b.gpu_uuids);
+  EXPECT_EQ(a.exit_code, b.exit_code);
+  EXPECT_EQ(a.signal, b.signal);
+  EXPECT_EQ(a.pid, b.pid);
+  EXPECT_EQ(a.pid_start_ticks, b.pid_start_ticks);
+  EXPECT_EQ(a.stdout_path, b.stdout_path);
+  EXPECT_EQ(a.stderr_path, b.stderr_path);
+}
+
+constexpr bool kFinishedToo = true;
+constexpr bool kUnfinishedOnly = false;
+
+JobFilter filter(bool include_finished, std::optional<std::string> user = std::nullopt,
+                 std::optional<JobState> state = std::nullopt, size_t limit = 0, JobNumber after_id = 0) {
+  return JobFilter{include_finished, std::move(user), state, limit, after_id};
+}
+
+std::vector<JobNumber> ids_of(const std::vector<Job>& jobs) {
+  std::vector<JobNumber> ids;
+  for (const Job& job : jobs) ids.push_back(job.id);
+  return ids;
+}
+
+class JobStoreTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char pattern[] = "/tmp/gpupool-job-store-test-XXXXXX";
+    ASSERT_NE(mkdtemp(pattern), nullptr);
+    dir_ = pattern;
+    path_ = dir_ + "/state.db";
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  // (Re)opens the store at path_; call through ASSERT_NO_FATAL_FAILURE.
+  void open_store() {
+    store_.reset();
+    auto store = JobStore::open(path_);
+    ASSERT_TRUE(store.ok()) << store.error().message;
+    store_.emplace(std::move(*store));
+  }
+
+  void insert_two_users_jobs();
+
+  JobNumber insert(const Job& job) {
+    auto id = store_->insert(job);
+    EXPECT_TRUE(id.ok()) << id.error().message;
+    return id.ok() ? *id : 0;
+  }
+
+  std::vector<JobNumber> listed(const JobFilter& filter) {
+    auto jobs = store_->list(filter);
+    EXPECT_TRUE(jobs.ok()) << jobs.error().message;
+    return jobs.ok() ? ids_of(*jobs) : std::vector<JobNumber>{};
+  }
+
+  // Runs SQL through a connection of its own, as an administrator's `sqlite3` would.
+  void raw_sql(const std::string& sql) {
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open(path_.c_str(), &db), SQLITE_OK);
+    char* message = nullptr;
+    int rc = sqlite3_exec(db, sql.c_str(), nullptr, nullptr, &message);
+    EXPECT_EQ(rc, SQLITE_OK) << (message != nullptr ? message : "");
+    sqlite3_free(message);
+    sqlite3_close(db);
+  }
+
+  std::string dir_;
+  std::string path_;
+  std::optional<JobStore> store_;
+};
+
+TEST_F(JobStoreTest, RoundTripsEveryField) {
+  ASSERT_NO_FATAL_FAILURE(open_store());
+  Job full = full_job();
+  full.id = 999;  // ignored: the store numbers jobs
+  Job bare = job_of("bob", JobState::Queued);
+  bare.spec.argv.clear();  // every list empty, every optional absent
+  JobNumber full_id = insert(full);
+  JobNumber bare_id = insert(bare);
+  full.id = full_id;
+  bare.id = bare_id;
+  EXPECT_NE(full_id, 999u);
+
+  for (const Job* job : {&full, &bare}) {
+    auto stored = store_->get(job->id);
+    ASSERT_TRUE(stored.ok()) << stored.error().message;
+    ASSERT_TRUE(stored->has_value());
+    expect_same_job(**stored, *job);
+  }
+  EXPECT_FALSE(bare.spec.slice_mib || bare.spec.time_limit_s || bare.start_time || bare.end_time ||
+               bare.exit_code || bare.signal || bare.pid || bare.pid_start_ticks);
+
+  auto missing = store_->get(12345);
+  ASSERT_TRUE(missing.ok()) << missing.error().message;
+  EXPECT_FALSE(missing->has_value());
+}
+
+TEST_F(JobStoreTest, UpdateReplacesEveryField) {
+  ASSERT_NO_FATAL_FAILURE(open_store());
+  Job job = job_of("ana", JobState::Queued);
+  job.id = insert(job);
+  Job changed = full_job();
+  changed.id = job.id;
+  ASSERT_TRUE(store_->update(changed).ok());
+  expect_same_job(**store_->get(job.id), changed);
+
+  job.exit_code.reset();  // and back: fields become absent again
+  ASSERT_TRUE(store_->update(job).ok());
+  expect_same_job(**store_->get(job.id), job);
+}
+
+TEST_F(JobStoreTest, UpdatingAnUnknownJobIsAnError) {
+  ASSERT_NO_FATAL_FAILURE(open_store());
+  Job job = job_of("ana", JobState::Queued);
+  job.id = 41;
+  auto updated = store_->update(job);
+  ASSERT_FALSE(updated.ok());
+  EXPECT_NE(updated.error().message.find("no job 41"), std::string::npos) << updated.error().message;
+  EXPECT_FALSE(store_->get(41)->has_value());  // and nothing was created
+}
+
+TEST_F(JobStoreTest, InvalidUtf8IsAnErrorNotACrash) {
+  ASSERT_NO_FATAL_FAILURE(open_store());
+  Job job = job_of("ana", JobState::Queued);
+  job.spec.argv = {"\xff\xfe"};
+  auto id = store_->insert(job);
+  ASSERT_FALSE(id.ok());
+  EXPECT_EQ(id.error().message, "the job's command is not valid UTF-8");
+}
+
+TEST_F(JobStoreTest, IdsIncreaseAndAreNeverReused) {
+  {
+    ASSERT_NO_FATAL_FAILURE(open_store());
+    EXPECT_EQ(insert(job_of("ana", JobState::Queued)), 1u);
+    EXPECT_EQ(insert(job_of("ana", JobState::Queued)), 2u);
+    EXPECT_EQ(insert(job_of("ana", JobState::Queued)), 3u);
+  }
+  raw_sql("DELETE FROM jobs WHERE id = 3");
+  ASSERT_NO_FATAL_FAILURE(open_store());
+  EXPECT_EQ(insert(job_of("ana", JobState::Queued)), 4u);
+}
+
+TEST_F(JobStoreTest, ListsUnfinishedJobsByDefault) {
+  ASSERT_NO_FATAL_FAILURE(open_store());
+  for (JobState state : {JobState::Queued, JobState::Done, JobState::Held, JobState::Failed,
+                         JobState::Running, JobState::Cancelled}) {
+    insert(job_of("ana", state));
+  }
+  EXPECT_EQ(listed({}), (std::vector<JobNumber>{1, 3, 5}));
+  EXPECT_EQ(ids_of(*store_->unfinished()), (std::vector<JobNumber>{1, 3, 5}));
+  EXPECT_EQ(listed(filter(kFinishedToo)), (std::vector<JobNumber>{1, 2, 3, 4, 5, 6}));
+}
+
+// Jobs 1 to 5: ana queued, bob running, ana done, bob done, ana running.
+void JobStoreTest::insert_two_users_jobs() {
+  insert(job_of("ana", JobState::Queued));   // 1
+  insert(job_of("bob", JobState::Running));  // 2
+  insert(job_of("ana", JobState::Done));     // 3
+  insert(job_of("bob", JobState::Done));     // 4
+  insert(job_of("ana", JobState::Running));  // 5
+}
+
+TEST_F(JobStoreTest, FiltersByUserAndState) {
+  ASSERT_NO_FATAL_FAILURE(open_store());
+  insert_two_users_jobs();
+
+  EXPECT_EQ(listed(filter(kUnfinishedOnly, "ana")), (std::vector<JobNumber>{1, 5}));
+  EXPECT_EQ(listed(filter(kFinishedToo, "ana")), (std::vector<JobNumber>{1, 3, 5}));
+  EXPECT_EQ(listed(filter(kUnfinishedOnly, "nobody")), std::vector<JobNumber>{});
+  EXPECT_EQ(listed(filter(kUnfinishedOnly, {}, JobState::Running)), (std::vector<JobNumber>{2, 5}));
+  // A state overrides include_finished either way.
+  EXPECT_EQ(listed(filter(kUnfinishedOnly, {}, JobState::Done)), (std::vector<JobNumber>{3, 4}));
+  EXPECT_EQ(listed(filter(kFinishedToo, {}, JobState::Queued)), (std::vector<JobNumber>{1}));
+  EXPECT_EQ(listed(filter(kUnfinishedOnly, "bob", JobState::Done)), (std::vector<JobNumber>{4}));
+}
+
+TEST_F(JobStoreTest, PagesFollowTheCursorInIdOrder) {
+  ASSERT_NO_FATAL_FAILURE(open_store());
+  for (int i = 0; i < 10; ++i) insert(job_of(i % 2 == 0 ? "ana" : "bob", JobState::Done));
+  EXPECT_EQ(listed(filter(kFinishedToo, {}, {}, 3)), (std::vector<JobNumber>{1, 2, 3}));
+  EXPECT_EQ(listed(filter(kFinishedToo, {}, {}, 3, 3)), (std::vector<JobNumber>{4, 5, 6}));
+  EXPECT_EQ(listed(filter(kFinishedToo, {}, {}, 3, 9)), (std::vector<JobNumber>{10}));
+  EXPECT_EQ(listed(filter(kFinishedToo, {}, {}, 3, 10)), std::vector<JobNumber>{});
+  EXPECT_EQ(listed(filter(kFinishedToo, {}, {}, 0, 7)), (std::vector<JobNumber>{8, 9, 10}));
+  EXPECT_EQ(listed(filter(kFinishedToo, {}, {}, 100)).size(), 10u);
+  EXPECT_EQ(listed(filter(kFinishedToo, {}, {}, std::numeric_limits<size_t>::max())).size(), 10u);
+  // Past the largest id SQLite can give: nothing, not everything.
+  EXPECT_EQ(listed(filter(kFinishedToo, {}, {}, 3, std::numeric_limits<JobNumber>::max())),
+            std::vector<JobNumber>{});
+
+  // Paging through the whole history gives each job once.
+  std::vector<JobNumber> all;
+  for (JobNumber after = 0;;) {
+    std::vector<JobNumber> page = listed(filter(kFinishedToo, {}, {}, 4, after));
+    if (page.empty()) break;
+    all.insert(all.end(), page.begin(), page.end());
+    after = page.back();
+  }
+  EXPECT_EQ(all, (std::vector<JobNumber>{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}));
+}
+
+TEST_F(JobStoreTest, FiltersApplyToEachPage) {
+  ASSERT_NO_FATAL_FAILURE(open_store());
+  insert_two_users_jobs();  // 1 to 5
+  insert(job_of("ana", JobState::Done));     // 6
+  insert(job_of("ana", JobState::Held));     // 7
+
+  EXPECT_EQ(listed(filter(kFinishedToo, "ana", {}, 2)), (std::vector<JobNumber>{1, 3}));
+  EXPECT_EQ(listed(filter(kFinishedToo, "ana", {}, 2, 3)), (std::vector<JobNumber>{5, 6}));
+  EXPECT_EQ(listed(filter(kFinishedToo, "ana", {}, 2, 6)), (std::vector<JobNumber>{7}));
+  EXPECT_EQ(listed(filter(kUnfinishedOnly, {}, {}, 2, 1)), (std::vector<JobNumber>{2, 5}));
+  EXPECT_EQ(listed(filter(kUnfinishedOnly, {}, {}, 2, 5)), (std::vector<JobNumber>{7}));
+  EXPECT_EQ(listed(filter(kUnfinishedOnly, "ana", {}, 1, 1)), (std::vector<JobNumber>{5}));
+  EXPECT_EQ(listed(filter(kFinishedToo, {}, JobState::Done, 1, 3)), (std::vector<JobNumber>{4}));
+  EXPECT_EQ(listed(filter(kFinishedToo, "ana", JobState::Done, 5, 3)), (std::vector<JobNumber>{6}));
+}
+
+TEST_F(JobStoreTest, ListingsLeaveTheEnvironmentUnread) {
+  ASSERT_NO_FATAL_FAILURE(open_store());
+  Job job = full_job();
+  job.state = JobState::Queued;
+  job.id = insert(job);
+  auto listed_jobs = store_->list(filter(kFinishedToo));
+  ASSERT_TRUE(listed_jobs.ok()) << listed_jobs.error().message;
+  ASSERT_EQ(listed_jobs->size(), 1u);
+  EXPECT_TRUE(listed_jobs->front().spec.environment.empty());
+  EXPECT_EQ(listed_jobs->front().spec.argv, job.spec.argv);  // the rest is all there
+  EXPECT_EQ(listed_jobs->front().stderr_path, job.stderr_path);
+  // The daemon's reload of its queue gets everything.
+  expect_same_job(store_->unfinished()->at(0), job);
+
+  // Not read at all: an environment that cannot be decoded does not stop a listing.
+  raw_sql("UPDATE jobs SET environment = 'not JSON'");
+  EXPECT_EQ(listed(filter(kFinishedToo)), (std::vector<JobNumber>{job.id}));
+  EXPECT_EQ(listed(filter(kUnfinishedOnly, "ana", JobState::Queued, 10)), (std::vector<JobNumber>{job.id}));
+  EXPECT_FALSE(store_->unfinished().ok());
+  EXPECT_FALSE(store_->get(job.id).ok());
+}
+
+TEST_F(JobStoreTest, SettingsAreStoredAndReplaced) {
+  {
+    ASSERT_NO_FATAL_FAILURE(open_store());
+    EXPECT_EQ(*store_->setting("drained"), std::nullopt);
+    ASSERT_TRUE(store_->set_setting("drained", "1").ok());
+    ASSERT_TRUE(store_->set_setting("drained", "0").ok());
+    ASSERT_TRUE(store_->set_setting("note", "").ok());
+    EXPECT_EQ(*store_->setting("drained"), "0");
+  }
+  ASSERT_NO_FATAL_FAILURE(open_store());
+  EXPECT_EQ(*store_->setting("drained"), "0");
+  EXPECT_EQ(*store_->setting("note"), "");
+}
+
+TEST_F(JobStoreTest, AMovedStoreKeepsWorking) {
+  ASSERT_NO_FATAL_FAILURE(open_store());
+  JobStore moved = std::move(*store_);
+  store_.reset();  // a moved-from store is safe to destroy
+  ASSERT_TRUE(moved.insert(job_of("ana", JobState::Queued)).ok());
+  ASSERT_NO_FATAL_FAILURE(open_store());  // a second connection to the same file
+  *store_ = std::move(moved);
+  EXPECT_EQ(listed({}), std::vector<JobNumber>{1});
+}
+
+TEST_F(JobStoreTest, WhatWasStoredSurvivesAKill) {
+  pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    auto store = JobStore::open(path_);
+    if (!store.ok() || !store->insert(full_job()).ok() || !store->set_setting("drained", "1").ok()) _exit(1);
+    kill(getpid(), SIGKILL);  // no destructor, no checkpoint: the log is left as it is
+    _exit(1);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << "child failed: status " << status;
+  EXPECT_TRUE(std::filesystem::exists(path_ + "-wal"));
+
+  ASSERT_NO_FATAL_FAILURE(open_store());
+  Job expected = full_job();
+  expected.id = 1;
+  expect_same_job(**store_->get(1), expected);
+  EXPECT_EQ(*store_->setting("drained"), "1");
+  EXPECT_EQ(insert(job_of("ana", JobState::Queued)), 2u);
+}
+
+TEST_F(JobStoreTest, UsesWriteAheadLogging) {
+  ASSERT_NO_FATAL_FAILURE(open_store());
+  insert(job_of("ana", JobState::Queued));
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(path_.c_str(), &db), SQLITE_OK);
+  sqlite3_stmt* statement = nullptr;
+  ASSERT_EQ(sqlite3_prepare_v2(db, "PRAGMA journal_mode", -1, &statement, nullptr), SQLITE_OK);
+  ASSERT_EQ(sqlite3_step(statement), SQLITE_ROW);
+  EXPECT_STREQ(reinterpret_cast<const char*>(sqlite3_column_text(statement, 0)), "wal");
+  sqlite3_finalize(statement);
+  sqlite3_close(db);
+  EXPECT_TRUE(std::filesystem::exists(path_ + "-wal"));
+}
+
+TEST_F(JobStoreTest, RefusesAnotherSchemaVersion) {
+  ASSERT_NO_FATAL_FAILURE(open_store());
+  store_.reset();
+  raw_sql("UPDATE meta SET value = '3' WHERE name = 'schema_version'");
+  auto store = JobStore::open(path_);
+  ASSERT_FALSE(store.ok());
+  EXPECT_EQ(store.error().message, "state database " + path_ + " has schema 3; this gpupoold reads 1");
+}
+
+TEST_F(JobStoreTest, RefusesADatabaseThatIsNotOurs) {
+  raw_sql("CREATE TABLE photos (id INTEGER PRIMARY KEY)");
+  auto store = JobStore::open(path_);
+  ASSERT_FALSE(store.ok());
+  EXPECT_NE(store.error().message.find("not gpupoold's state"), std::string::npos) << store.error().message;
+}
+
+TEST_F(JobStoreTest, RefusesAFileThatIsNotADatabase) {
+  for (size_t size : {10, 100, 8192}) {
+    std::ofstream(path_, std::ios::trunc) << std::string(size, 'x');
+    auto store = JobStore::open(path_);
+    ASSERT_FALSE(store.ok()) << size;
+    EXPECT_EQ(store.error().message, "cannot open state database " + path_ + ": file is not a database")
+        << size;
+  }
+}
+
+TEST_F(JobStoreTest, ReportsAMissingDirectory) {
+  auto store = JobStore::open(dir_ + "/missing/state.db");
+  ASSERT_FALSE(store.ok());
+  EXPECT_NE(store.error().message.find("cannot open state database"), std::string::npos)
+      << store.error().message;
+}
+
+TEST_F(JobStoreTest, AnUndecodableRowIsAnErrorNamingTheJob) {
+  {
+    ASSERT_NO_FATAL_FAILURE(open_store());
+    for (int i = 0; i < 3; ++i) insert(job_of("ana", JobState::Queued));
+  }
+  raw_sql("UPDATE jobs SET argv = '[\"ok\", 3' WHERE id = 2; UPDATE jobs SET state = 'lost' WHERE id = 3");
+  ASSERT_NO_FATAL_FAILURE(open_store());
+  auto second = store_->get(2);
+  ASSERT_FALSE(second.ok());
+  EXPECT_EQ(second.error().message,
+            "state database " + path_ + ": job 2 cannot be read: column 'argv' is not a JSON array");
+  auto third = store_->get(3);
+  ASSERT_FALSE(third.ok());
+  EXPECT_NE(third.error().message.find("job 3 cannot be read: column 'state' unknown job state 'lost'"),
+            std::string::npos)
+      << third.error().message;
+  auto all = store_->list(filter(kFinishedToo));
+  ASSERT_FALSE(all.ok());
+  EXPECT_NE(all.error().message.find("job 2"), std::string::npos) << all.error().message;  // the first bad one
+  EXPECT_TRUE(store_->get(1).ok());
+
+  raw_sql("UPDATE jobs SET argv = '[\"a\"]', uid = 'x', state = 'queued' WHERE id = 2");
+  auto wrong_type = store_->get(2);
+  ASSERT_FALSE(wrong_type.ok());
+  EXPECT_NE(wrong_type.error().message.find("column 'uid' is not a whole number"), std::string::npos)
+      << wrong_type.error().message;
+  raw_sql("UPDATE jobs SET uid = -1, gpus = '[1, -2]' WHERE id = 2");
+  EXPECT_NE(store_->get(2).error().message.find("column 'uid' -1 is out of range"), std::string::npos);
+  raw_sql("UPDATE jobs SET uid = 1 WHERE id = 2");
+  EXPECT_NE(store_->get(2).error().message.find("column 'gpus' holds something other"), std::string::npos);
+}
+
+// Not a test: what a long history costs. Run with --gtest_also_run_disabled_tests
+// --gtest_filter='*Measure*'. Each insert waits for an fsync, so the 100,000 jobs go to a
+// tmpfs (what SQLite itself costs) and 300 more to /tmp (what the disk adds).
+TEST_F(JobStoreTest, DISABLED_MeasureAHundredThousandJobs) {
+  using Clock = std::chrono::steady_clock;
+  auto ms_since = [](Clock::time_point start) {
+    return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+  };
+  auto time_inserts = [&](int count) {
+    Job job = full_job();
+    auto start = Clock::now();
+    for (int i = 0; i < count; ++i) {
+      job.owner.user = "user" + std::to_string(i % 20);
+      job.state = i % 1000 == 0 ? JobState::Queued : JobState::Done;
+      insert(job);
+    }
+    return ms_since(start) / count;
+  };
+  ASSERT_NO_FATAL_FAILURE(open_store());
+  std::printf("insert on /tmp's disk: %.2f ms each\n", time_inserts(300));
+
+  std::filesystem::path shm_dir = "/dev/shm" / std::filesystem::path(dir_).filename();
+  std::filesystem::create_directory(shm_dir);
+  path_ = shm_dir / "state.db";
+  ASSERT_NO_FATAL_FAILURE(open_store());
+  constexpr int kJobs = 100000;
+  double insert_ms = time_inserts(kJobs);
+  auto megabytes = [](const std::string& path) {
+    return static_cast<double>(std::filesystem::file_size(path)) / 1e6;
+  };
+  std::printf("insert %d jobs on tmpfs: %.1f s (%.3f ms each); file %.1f MB, log %.1f MB\n", kJobs,
+              insert_ms * kJobs / 1000, insert_ms, megabytes(path_), megabytes(path_ + "-wal"));
+  auto time_list = [&](const char* what, const JobFilter& jobs) {
+    auto start = Clock::now();
+    size_t count = 0;
+    for (int i = 0; i < 20; ++i) count = store_->list(jobs)->size();
+    std::printf("%s: %zu jobs, %.3f ms\n", what, count, ms_since(start) / 20);
+  };
+  time_list("50 after job 90000", filter(kFinishedToo, {}, {}, 50, 90000));
+  time_list("50 of one user after job 90000", filter(kFinishedToo, "user3", {}, 50, 90000));
+  time_list("50 done after job 90000", filter(kUnfinishedOnly, {}, JobState::Done, 50, 90000));
+  time_list("a page of 1000", filter(kFinishedToo, {}, {}, 1000, 50000));
+  time_list("unfinished", filter(kUnfinishedOnly));
+  time_list("unfinished of one user", filter(kUnfinishedOnly, "user0"));
+  struct rusage usage {};
+  getrusage(RUSAGE_SELF, &usage);
+  std::printf("max RSS of the test process: %.1f MB\n", static_cast<double>(usage.ru_maxrss) / 1024);
+  store_.reset();
+  std::filesystem::remove_all(shm_dir);
+}
+
+}  // namespace
+}  // namespace gpupool

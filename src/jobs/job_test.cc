@@ -1,0 +1,47 @@
+#include "jobs/job.h"
+
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+namespace gpupool {
+namespace {
+
+Result<std::vector<JobNumber>> ids(std::vector<std::string> texts) { return parse_job_ids(texts); }
+
+TEST(JobIds, ReadsListsAndSeveralArguments) {
+  EXPECT_EQ(*ids({"42"}), (std::vector<JobNumber>{42}));
+  EXPECT_EQ(*ids({"7,8", "9"}), (std::vector<JobNumber>{7, 8, 9}));
+  EXPECT_EQ(*ids({"999999999999999999"}), (std::vector<JobNumber>{999999999999999999ull}));
+}
+
+TEST(JobIds, RefusesWhatIsNotAnIdWithOneLine) {
+  const std::pair<std::string, std::string> cases[] = {
+      {"", "invalid job id '': expected a number like 42"},
+      {"0", "invalid job id '0': expected a number like 42"},
+      {"7,,8", "invalid job id '': expected a number like 42"},
+      {"-3", "invalid job id '-3': expected a number like 42"},
+      {"1000000000000000000", "invalid job id '1000000000000000000': expected a number like 42"},
+      {"4\n2", "invalid job id '4\\n2': expected a number like 42"},
+  };
+  for (const auto& [text, message] : cases) {
+    auto parsed = ids({text});
+    ASSERT_FALSE(parsed.ok()) << text;
+    EXPECT_EQ(parsed.error().message, message);
+  }
+}
+
+TEST(JobNames, StatesAndKindsReadBackWhatTheyWrite) {
+  for (JobState state : {JobState::Queued, JobState::Held, JobState::Running, JobState::Done, JobState::Failed,
+                         JobState::Cancelled}) {
+    EXPECT_EQ(*parse_job_state(to_string(state)), state);
+  }
+  EXPECT_EQ(*parse_job_kind("batch"), JobKind::Batch);
+  EXPECT_EQ(*parse_job_kind("interactive"), JobKind::Interactive);
+  EXPECT_EQ(parse_job_state("lost\nfound").error().message,
+            "unknown job state 'lost\\nfound' (queued, held, running, done, failed or cancelled)");
+}
+
+}  // namespace
+}  // namespace gpupool

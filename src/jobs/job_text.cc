@@ -1,0 +1,35 @@
+#include "jobs/job_text.h"
+
+#include <algorithm>
+#include <cstdint>
+
+#include <fmt/format.h>
+
+namespace gpupool {
+
+std::string duration_text(double seconds) {
+  auto s = static_cast<int64_t>(std::max(0.0, seconds));
+  if (s >= 86400) return fmt::format("{}d{:02}h", s / 86400, s % 86400 / 3600);
+  return fmt::format("{}:{:02}:{:02}", s / 3600, s % 3600 / 60, s % 60);
+}
+
+std::string gpu_list_text(std::vector<unsigned> gpus) {
+  if (gpus.empty()) return "-";
+  std::sort(gpus.begin(), gpus.end());
+  std::string text;
+  for (size_t i = 0; i < gpus.size();) {
+    size_t j = i;
+    while (j + 1 < gpus.size() && gpus[j + 1] == gpus[j] + 1) ++j;
+    if (!text.empty()) text += ',';
+    text += j == i ? fmt::format("{}", gpus[i]) : fmt::format("{}-{}", gpus[i], gpus[j]);
+    i = j + 1;
+  }
+  return text;
+}
+
+std::string request_text(const Job& job) {
+  if (job.spec.slice_mib) return fmt::format("{}x{}M", job.spec.gpu_count, *job.spec.slice_mib);
+  return fmt::format("{}", job.spec.gpu_count);
+}
+
+}  // namespace gpupool

@@ -1,0 +1,20 @@
+// How jobs read in tables (gpupool jobs, show, top): shared so they all say it the same way.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "jobs/job.h"
+
+namespace gpupool {
+
+// "0:05:07", "26:00:00" below a day; "3d02h" from a day on.
+std::string duration_text(double seconds);
+
+// "0-3,6": runs of consecutive indices shortened, as Slurm prints node lists; "-" when empty.
+std::string gpu_list_text(std::vector<unsigned> gpus);
+
+// What the job asked for: "2" whole GPUs, or "2x20480M" slices.
+std::string request_text(const Job& job);
+
+}  // namespace gpupool

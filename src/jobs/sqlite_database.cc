@@ -1,0 +1,32 @@
+#include "jobs/sqlite_database.h"
+
+namespace gpupool::sqlite {
+
+std::string database_name(sqlite3* db) {
+  const char* name = sqlite3_db_filename(db, "main");
+  return name != nullptr ? name : "";
+}
+
+Error database_error(sqlite3* db, std::string_view doing) {
+  return fail("state database {}: {}: {}", database_name(db), doing, sqlite3_errmsg(db));
+}
+
+Result<Statement> prepare(sqlite3* db, const std::string& sql, bool persistent) {
+  sqlite3_stmt* raw = nullptr;
+  int rc = sqlite3_prepare_v3(db, sql.c_str(), -1, persistent ? SQLITE_PREPARE_PERSISTENT : 0, &raw, nullptr);
+  Statement statement(raw);
+  if (rc != SQLITE_OK) return database_error(db, "preparing a statement");
+  return statement;
+}
+
+Result<void> exec(sqlite3* db, const std::string& sql, std::string_view doing) {
+  if (sqlite3_exec(db, sql.c_str(), nullptr, nullptr, nullptr) != SQLITE_OK) return database_error(db, doing);
+  return {};
+}
+
+std::string column_text(sqlite3_stmt* statement, int column) {
+  const unsigned char* text = sqlite3_column_text(statement, column);
+  return text != nullptr ? reinterpret_cast<const char*>(text) : "";
+}
+
+}  // namespace gpupool::sqlite

@@ -1,0 +1,38 @@
+// What the daemon's SQLite stores (job_store, monitor_store) share: statements that finalize
+// themselves, errors that name the database and what was being done, and one lock timeout.
+#pragma once
+
+#include <sqlite3.h>
+
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "base/result.h"
+
+namespace gpupool::sqlite {
+
+// How long a write waits for a lock held by another connection (`sqlite3` run by an admin, a
+// backup, the other store) before it fails.
+constexpr int kBusyTimeoutMs = 5000;
+
+struct StatementFinalizer {
+  void operator()(sqlite3_stmt* statement) const { sqlite3_finalize(statement); }
+};
+using Statement = std::unique_ptr<sqlite3_stmt, StatementFinalizer>;
+
+// The database's file.
+std::string database_name(sqlite3* db);
+
+// "state database PATH: DOING: SQLite's message".
+Error database_error(sqlite3* db, std::string_view doing);
+
+// `persistent`: kept for the connection's life, which SQLite then prepares for.
+Result<Statement> prepare(sqlite3* db, const std::string& sql, bool persistent = false);
+
+Result<void> exec(sqlite3* db, const std::string& sql, std::string_view doing);
+
+// Column `column` of the current row as text; "" for NULL.
+std::string column_text(sqlite3_stmt* statement, int column);
+
+}  // namespace gpupool::sqlite

@@ -1,0 +1,53 @@
+#include "machine/gpu.h"
+
+#include <fmt/format.h>
+
+namespace gpupool {
+
+const char* to_string(ComputeMode mode) {
+  switch (mode) {
+    case ComputeMode::Default: return "default";
+    case ComputeMode::ExclusiveThread: return "exclusive_thread";
+    case ComputeMode::Prohibited: return "prohibited";
+    case ComputeMode::ExclusiveProcess: return "exclusive_process";
+  }
+  return "unknown";
+}
+
+const char* to_string(ProcessKind kind) {
+  switch (kind) {
+    case ProcessKind::Compute: return "compute";
+    case ProcessKind::Graphics: return "graphics";
+    case ProcessKind::ComputeAndGraphics: return "compute+graphics";
+  }
+  return "unknown";
+}
+
+const char* to_string(PcieLevel level) {
+  switch (level) {
+    case PcieLevel::Board: return "board";
+    case PcieLevel::SingleSwitch: return "single_switch";
+    case PcieLevel::MultipleSwitches: return "multiple_switches";
+    case PcieLevel::HostBridge: return "host_bridge";
+    case PcieLevel::NumaNode: return "numa_node";
+    case PcieLevel::System: return "system";
+  }
+  return "unknown";
+}
+
+std::string topo_label(const Link& link) {
+  if (link.nvlinks > 0) return fmt::format("NV{}", link.nvlinks);
+  if (!link.pcie) return "n/a";
+  switch (*link.pcie) {
+    // nvidia-smi has no label of its own for two GPUs on one board; PIX is the closest.
+    case PcieLevel::Board:
+    case PcieLevel::SingleSwitch: return "PIX";
+    case PcieLevel::MultipleSwitches: return "PXB";
+    case PcieLevel::HostBridge: return "PHB";
+    case PcieLevel::NumaNode: return "NODE";
+    case PcieLevel::System: return "SYS";
+  }
+  return "n/a";
+}
+
+}  // namespace gpupool

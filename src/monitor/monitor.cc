@@ -1,0 +1,431 @@
+#include "monitor/monitor.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "os/clock.h"
+
+namespace gpupool {
+namespace {
+
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+// Running jobs' usage reaches the store this often (and when they stop), so a crash of the
+// daemon loses at most this much of it.
+constexpr auto kSaveEvery = std::chrono::seconds(60);
+// The ring buffer's size is bounded whatever the configuration asks (a day at 1 s).
+constexpr double kMaxHistoryTicks = 86400;
+
+const std::vector<double> kDispatchBounds = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5};
+const std::vector<double> kQueueWaitBounds = {1, 5, 15, 60, 300, 900, 3600, 4 * 3600, 12 * 3600, 86400};
+
+// Milliseconds are plenty for charts, and the JSON stays short.
+double to_millis(double seconds) { return std::round(seconds * 1000) / 1000; }
+
+template <typename T>
+json or_null(const std::optional<T>& value) {
+  return value ? json(*value) : json(nullptr);
+}
+
+json sample_json(const GpuSample& s) {
+  return {{"time", s.time},
+          {"utilization_gpu", or_null(s.utilization_gpu)},
+          {"utilization_memory", or_null(s.utilization_memory)},
+          {"memory_used_mib", or_null(s.memory_used_mib)},
+          {"memory_free_mib", or_null(s.memory_free_mib)},
+          {"temperature_c", or_null(s.temperature_c)},
+          {"power_w", or_null(s.power_w)}};
+}
+
+json usage_json(const Accounting::JobAccount* account, double now, const Accounting& accounting, JobNumber id) {
+  if (account == nullptr) return {{"gpu_hours", nullptr}, {"mean_utilization", nullptr}, {"idle", false}, {"idle_since", nullptr}};
+  return {{"gpu_hours", account->total.gpu_seconds / 3600},
+          {"mean_utilization", or_null(account->total.mean_utilization())},
+          {"idle", accounting.idle(id, now)},
+          {"idle_since", or_null(account->idle_since)}};
+}
+
+}  // namespace
+
+QueueEntry queue_entry(const Job& job) {
+  return QueueEntry{job.id,          display_name(job), job.owner.user, job.state,
+                    job.spec.kind,   job.spec.gpu_count, job.spec.slice_mib, job.spec.priority,
+                    job.gpus,        job.submit_time,   job.start_time,     job.reason};
+}
+
+Monitor::Monitor(MonitorSettings settings, Machine machine, GpuBackend& backend, UsageStore store,
+                 std::function<void(Machine)> on_sample)
+    : settings_(std::move(settings)),
+      machine_(std::move(machine)),
+      backend_(backend),
+      store_(std::move(store)),
+      on_sample_(std::move(on_sample)),
+      started_(unix_now()),
+      last_saved_(Clock::now()),
+      view_(std::make_shared<const QueueView>()),
+      pool_(machine_.gpus.size()),
+      history_(machine_.gpus.size(),
+               static_cast<size_t>(std::min(kMaxHistoryTicks, std::ceil(settings_.history_s / settings_.sample_interval_s)))),
+      accounting_(settings_.idle_flag_after_s),
+      dispatch_latency_(kDispatchBounds),
+      queue_wait_(kQueueWaitBounds) {
+  if (auto totals = store_.user_totals()) {
+    for (const auto& [user, seconds] : *totals) accounting_.seed_user(user, seconds);
+  } else {
+    fmt::print(stderr, "gpupoold: {}\n", totals.error().message);
+  }
+}
+
+Monitor::~Monitor() { stop(); }
+
+void Monitor::start() {
+  next_sample_ = Clock::now();
+  sampler_ = std::thread([this] { sample_loop(); });
+}
+
+void Monitor::stop() {
+  {
+    std::lock_guard lock(mutex_);
+    stopping_ = true;
+  }
+  wake_.notify_all();
+  if (sampler_.joinable()) sampler_.join();
+}
+
+// --- the sampler thread ---
+
+void Monitor::sample_loop() {
+  std::unique_lock lock(mutex_);
+  while (!stopping_) {
+    auto due = next_sample_;
+    if (Clock::now() < due) {
+      wake_.wait_until(lock, due);  // also woken by stop() and by a sooner sample_within()
+      continue;
+    }
+    next_sample_ = due + std::chrono::duration_cast<Clock::duration>(
+                             std::chrono::duration<double>(settings_.sample_interval_s));
+    if (next_sample_ < Clock::now()) next_sample_ = Clock::now();  // fell behind: no burst to catch up
+    lock.unlock();
+    take_sample();
+    lock.lock();
+  }
+}
+
+void Monitor::take_sample() {
+  auto began = Clock::now();
+  auto machine = backend_.discover(DiscoveryScope{.links = false, .processes = true});
+  double took = std::chrono::duration<double>(Clock::now() - began).count();
+  double now = to_millis(unix_now());
+  if (!machine) {
+    std::lock_guard lock(mutex_);
+    if (machine.error().message != last_error_) {  // once, not every second
+      fmt::print(stderr, "gpupoold: cannot read the GPUs: {}\n", machine.error().message);
+      last_error_ = machine.error().message;
+    }
+    return;
+  }
+  std::vector<GpuSample> tick;
+  std::vector<std::optional<unsigned>> utilization;
+  for (const Gpu& gpu : machine->gpus) {
+    tick.push_back(sample_of(gpu, now));
+    utilization.push_back(gpu.utilization_gpu);
+  }
+  {
+    std::lock_guard lock(mutex_);
+    last_error_.clear();
+    // An early reading (sample_within) covers less time; a late one never more than two intervals.
+    double seconds = last_sample_time_ ? std::clamp(now - *last_sample_time_, 0.0, 2 * settings_.sample_interval_s)
+                                       : settings_.sample_interval_s;
+    history_.add(tick);
+    accounting_.record(now, seconds, running_, utilization);
+    last_sample_time_ = now;
+    sample_duration_s_ = took;
+  }
+  on_sample_(std::move(*machine));
+}
+
+// --- the loop's thread ---
+
+void Monitor::sample_within(std::chrono::milliseconds delay) {
+  {
+    std::lock_guard lock(mutex_);
+    auto due = Clock::now() + delay;
+    if (due >= next_sample_) return;
+    next_sample_ = due;
+  }
+  wake_.notify_all();
+}
+
+std::vector<RunningJob> Monitor::running_jobs(const QueueView& view) const {
+  std::vector<RunningJob> running;
+  for (const QueueEntry& job : view.jobs) {
+    if (job.state != JobState::Running || job.gpus.empty()) continue;
+    std::optional<uint64_t> memory;
+    if (job.gpus.front() < machine_.gpus.size()) memory = machine_.gpus[job.gpus.front()].memory_total_mib;
+    running.push_back(RunningJob{job.id, job.user, job.name, job.gpus, gpu_share(job.slice_mib, memory)});
+  }
+  return running;
+}
+
+void Monitor::publish(QueueView view) {
+  auto shared = std::make_shared<const QueueView>(std::move(view));
+  std::vector<RunningJob> running = running_jobs(*shared);
+  std::set<JobNumber> now_running;
+  std::vector<std::pair<const RunningJob*, StoredUsage>> earlier;  // usage stored by earlier attempts or daemons
+  for (const RunningJob& job : running) {
+    now_running.insert(job.id);
+    if (known_running_.count(job.id) > 0) continue;
+    if (auto stored = store_.job(job.id); stored && *stored) earlier.emplace_back(&job, **stored);
+  }
+  std::vector<JobNumber> ended;
+  for (JobNumber id : known_running_) {
+    if (now_running.count(id) == 0) ended.push_back(id);
+  }
+  std::map<JobNumber, Accounting::JobAccount> unsaved;
+  {
+    std::lock_guard lock(mutex_);
+    for (const auto& [job, stored] : earlier) accounting_.seed_job(job->id, job->user, stored.usage, stored.first_time);
+    for (const QueueEntry& job : shared->jobs) {
+      // Jobs adopted after a restart started before this daemon: their wait was counted before.
+      if (job.state == JobState::Running && known_running_.count(job.id) == 0 && job.start_time &&
+          *job.start_time >= started_) {
+        queue_wait_.observe(std::max(0.0, *job.start_time - job.submit_time));
+      }
+    }
+    view_ = shared;
+    running_ = std::move(running);
+    if (!ended.empty() || Clock::now() - last_saved_ >= kSaveEvery) {
+      unsaved = accounting_.take_unsaved();
+      last_saved_ = Clock::now();
+    }
+    for (JobNumber id : ended) accounting_.forget(id);
+  }
+  known_running_ = std::move(now_running);
+  store_usage(unsaved);
+}
+
+void Monitor::store_usage(const std::map<JobNumber, Accounting::JobAccount>& unsaved) {
+  std::vector<StoredUsage> rows;
+  for (const auto& [id, account] : unsaved) {
+    rows.push_back(StoredUsage{id, account.user, account.name, account.unsaved, account.first_time, account.last_time});
+  }
+  if (auto stored = store_.add(rows); !stored) fmt::print(stderr, "gpupoold: {}\n", stored.error().message);
+}
+
+void Monitor::save_usage() {
+  std::map<JobNumber, Accounting::JobAccount> unsaved;
+  {
+    std::lock_guard lock(mutex_);
+    unsaved = accounting_.take_unsaved();
+  }
+  store_usage(unsaved);
+}
+
+void Monitor::set_pool(std::vector<GpuAvailability> pool) {
+  pool.resize(machine_.gpus.size());
+  std::lock_guard lock(mutex_);
+  pool_ = std::move(pool);
+}
+
+void Monitor::observe_dispatch(double seconds) {
+  std::lock_guard lock(mutex_);
+  dispatch_latency_.observe(seconds);
+}
+
+Result<protocol::ReportResponse> Monitor::report(std::optional<double> since) {
+  TRY_ASSIGN(std::vector<StoredUsage> stored, store_.since(since.value_or(0)));
+  std::map<JobNumber, protocol::JobUsageLine> jobs;
+  std::map<JobNumber, UsageTally> tallies;
+  auto line_of = [&](JobNumber id, const std::string& user, const std::string& name, double first, double last) {
+    protocol::JobUsageLine& line = jobs[id];
+    line.id = id;
+    line.user = user;
+    line.name = name;
+    line.first_time = line.first_time == 0 ? first : std::min(line.first_time, first);
+    line.last_time = std::max(line.last_time, last);
+    return &line;
+  };
+  for (const StoredUsage& row : stored) {
+    line_of(row.id, row.user, row.name, row.first_time, row.last_time);
+    tallies[row.id] += row.usage;
+  }
+  {
+    std::lock_guard lock(mutex_);
+    double now = unix_now();
+    for (const auto& [id, account] : accounting_.jobs()) {
+      // A running job's stored part may be older than `since`: it counts whole, like the rest.
+      JobNumber job_id = id;  // clang 14 cannot capture a structured binding
+      bool running =
+          std::any_of(running_.begin(), running_.end(), [job_id](const RunningJob& j) { return j.id == job_id; });
+      if (!running && account.unsaved.empty()) continue;
+      protocol::JobUsageLine* line = line_of(id, account.user, account.name, account.first_time, account.last_time);
+      line->running = running;
+      line->idle = running && accounting_.idle(id, now);
+      if (tallies.count(id) == 0) {
+        tallies[id] = account.total;
+      } else {
+        tallies[id] += account.unsaved;
+      }
+    }
+  }
+  protocol::ReportResponse report;
+  report.since = since;
+  std::map<std::string, std::pair<unsigned, UsageTally>> users;
+  for (auto& [id, line] : jobs) {
+    const UsageTally& tally = tallies[id];
+    line.gpu_hours = tally.gpu_seconds / 3600;
+    line.mean_utilization = tally.mean_utilization();
+    users[line.user].first += 1;
+    users[line.user].second += tally;
+    report.jobs.push_back(line);
+  }
+  for (const auto& [user, totals] : users) {
+    report.users.push_back(protocol::UserUsageLine{user, totals.first, totals.second.gpu_seconds / 3600,
+                                                   totals.second.mean_utilization()});
+  }
+  std::stable_sort(report.users.begin(), report.users.end(),
+                   [](const auto& a, const auto& b) { return a.gpu_hours > b.gpu_hours; });
+  return report;
+}
+
+// --- any thread ---
+
+std::string Monitor::metrics_text() {
+  std::lock_guard lock(mutex_);
+  double now = unix_now();
+  MetricsView view;
+  view.hostname = settings_.hostname;
+  for (size_t i = 0; i < machine_.gpus.size(); ++i) {
+    MetricsGpu gpu;
+    gpu.gpu = &machine_.gpus[i];
+    gpu.sample = history_.latest(i);
+    gpu.leased = pool_[i].exclusive_held;
+    gpu.leased_mib = pool_[i].shared_mib;
+    gpu.outside_busy = pool_[i].external_busy;
+    view.gpus.push_back(std::move(gpu));
+  }
+  for (const RunningJob& job : running_) {
+    for (unsigned index : job.gpus) {
+      if (index < view.gpus.size()) view.gpus[index].holders.push_back(GpuHolder{job.id, job.user});
+    }
+    const Accounting::JobAccount* account = accounting_.job(job.id);
+    view.running_jobs.push_back(MetricsJob{job.id, job.user, account != nullptr ? account->total.gpu_seconds : 0,
+                                           account != nullptr ? account->total.mean_utilization() : std::nullopt,
+                                           accounting_.idle(job.id, now)});
+  }
+  for (const QueueEntry& job : view_->jobs) {
+    if (job.state == JobState::Queued) ++view.queued;
+    if (job.state == JobState::Held) ++view.held;
+    if (job.state == JobState::Running) ++view.running;
+  }
+  view.user_gpu_seconds = accounting_.user_gpu_seconds();
+  view.dispatch_latency = &dispatch_latency_;
+  view.queue_wait = &queue_wait_;
+  view.sample_duration_s = sample_duration_s_;
+  return render_metrics(view);
+}
+
+std::string Monitor::gpus_json() {
+  std::lock_guard lock(mutex_);
+  double now = unix_now();
+  json gpus = json::array();
+  for (size_t i = 0; i < machine_.gpus.size(); ++i) {
+    const Gpu& gpu = machine_.gpus[i];
+    auto latest = history_.latest(i);
+    json holders = json::array();
+    for (const RunningJob& job : running_) {
+      if (std::find(job.gpus.begin(), job.gpus.end(), gpu.index) == job.gpus.end()) continue;
+      holders.push_back({{"id", job.id}, {"user", job.user}, {"name", job.name}, {"idle", accounting_.idle(job.id, now)}});
+    }
+    gpus.push_back({{"index", gpu.index},
+                    {"uuid", gpu.uuid},
+                    {"pci_bus_id", gpu.pci_bus_id},
+                    {"name", gpu.name},
+                    {"memory_total_mib", or_null(gpu.memory_total_mib)},
+                    {"sample", latest ? sample_json(*latest) : json(nullptr)},
+                    {"jobs", std::move(holders)},
+                    {"leased", pool_[i].exclusive_held},
+                    {"leased_mib", pool_[i].shared_mib},
+                    {"outside_busy", pool_[i].external_busy},
+                    {"holders", pool_[i].holders}});
+  }
+  return json{{"time", to_millis(now)},
+              {"hostname", settings_.hostname},
+              {"sample_interval_s", settings_.sample_interval_s},
+              {"gpus", std::move(gpus)}}
+      .dump();
+}
+
+std::string Monitor::jobs_json() {
+  std::lock_guard lock(mutex_);
+  double now = unix_now();
+  json jobs = json::array();
+  unsigned queued = 0, held = 0, running = 0;
+  for (const QueueEntry& job : view_->jobs) {
+    if (job.state == JobState::Queued) ++queued;
+    if (job.state == JobState::Held) ++held;
+    if (job.state == JobState::Running) ++running;
+    json entry = {{"id", job.id},
+                  {"name", job.name},
+                  {"user", job.user},
+                  {"state", to_string(job.state)},
+                  {"kind", to_string(job.kind)},
+                  {"gpu_count", job.gpu_count},
+                  {"mem_mib", or_null(job.slice_mib)},
+                  {"priority", job.priority},
+                  {"gpus", job.gpus},
+                  {"submit_time", job.submit_time},
+                  {"start_time", or_null(job.start_time)},
+                  {"reason", job.reason}};
+    entry.update(usage_json(accounting_.job(job.id), now, accounting_, job.id));
+    jobs.push_back(std::move(entry));
+  }
+  return json{{"time", to_millis(now)},
+              {"drained", view_->drained},
+              {"counts", {{"queued", queued}, {"held", held}, {"running", running}}},
+              {"idle_flag_after_s", accounting_.idle_flag_after_s()},
+              {"jobs", std::move(jobs)}}
+      .dump();
+}
+
+std::string Monitor::history_json(double since) {
+  std::vector<std::vector<GpuSample>> samples;
+  {
+    std::lock_guard lock(mutex_);
+    for (size_t i = 0; i < history_.gpus(); ++i) samples.push_back(history_.after(i, since));
+  }
+  json gpus = json::array();
+  for (size_t i = 0; i < samples.size(); ++i) {
+    json time = json::array(), util = json::array(), mem_util = json::array(), used = json::array(),
+         free = json::array(), temperature = json::array(), power = json::array();
+    for (const GpuSample& s : samples[i]) {
+      time.push_back(s.time);
+      util.push_back(or_null(s.utilization_gpu));
+      mem_util.push_back(or_null(s.utilization_memory));
+      used.push_back(or_null(s.memory_used_mib));
+      free.push_back(or_null(s.memory_free_mib));
+      temperature.push_back(or_null(s.temperature_c));
+      power.push_back(or_null(s.power_w));
+    }
+    gpus.push_back({{"index", machine_.gpus[i].index},
+                    {"memory_total_mib", or_null(machine_.gpus[i].memory_total_mib)},
+                    {"time", std::move(time)},
+                    {"utilization_gpu", std::move(util)},
+                    {"utilization_memory", std::move(mem_util)},
+                    {"memory_used_mib", std::move(used)},
+                    {"memory_free_mib", std::move(free)},
+                    {"temperature_c", std::move(temperature)},
+                    {"power_w", std::move(power)}});
+  }
+  return json{{"time", to_millis(unix_now())},
+              {"sample_interval_s", settings_.sample_interval_s},
+              {"history_s", settings_.history_s},
+              {"gpus", std::move(gpus)}}
+      .dump();
+}
+
+}  // namespace gpupool

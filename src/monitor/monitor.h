@@ -1,0 +1,130 @@
+// The daemon's monitoring: a sampler thread reads every GPU through the backend once per
+// sample interval (never on the event loop), keeps the samples in a ring buffer, accounts GPU
+// time to the running jobs and hands each reading to the loop (which looks for GPUs taken
+// outside gpupool). The loop publishes its view of the queue after each event; the HTTP
+// threads read both. One lock guards what the threads share; the usage store is the loop's.
+// docs/monitoring.md describes the metrics and the JSON API.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "gpu/gpu_backend.h"
+#include "jobs/job.h"
+#include "machine/gpu.h"
+#include "monitor/monitor_store.h"
+#include "monitor/prometheus_metrics.h"
+#include "monitor/sample_history.h"
+#include "monitor/usage_accounting.h"
+#include "protocol/messages.h"
+#include "sched/allocation.h"
+
+namespace gpupool {
+
+// An unfinished job as the dashboard and the API show it.
+struct QueueEntry {
+  JobNumber id = 0;
+  std::string name;
+  std::string user;
+  JobState state = JobState::Queued;
+  JobKind kind = JobKind::Batch;
+  unsigned gpu_count = 1;
+  std::optional<uint64_t> slice_mib;
+  int priority = 0;
+  std::vector<unsigned> gpus;
+  double submit_time = 0;
+  std::optional<double> start_time;
+  std::string reason;
+};
+
+QueueEntry queue_entry(const Job& job);
+
+// What the loop publishes after each event.
+struct QueueView {
+  std::vector<QueueEntry> jobs;  // queued, held and running
+  bool drained = false;
+};
+
+struct MonitorSettings {
+  double sample_interval_s = 1;
+  double history_s = 3600;
+  double idle_flag_after_s = 1800;
+  std::string hostname;
+};
+
+class Monitor {
+ public:
+  // `machine` gives the GPUs' identities (index, UUID, name, memory). `on_sample` runs on the
+  // sampler thread with every reading; it must only pass it on (asio::post to the loop).
+  Monitor(MonitorSettings settings, Machine machine, GpuBackend& backend, UsageStore store,
+          std::function<void(Machine)> on_sample);
+  ~Monitor();  // stops the sampler
+  Monitor(const Monitor&) = delete;
+  Monitor& operator=(const Monitor&) = delete;
+
+  void start();
+  void stop();
+
+  // --- the loop's thread ---
+  // The next reading comes within `delay` (sooner than the interval when the loop needs it).
+  void sample_within(std::chrono::milliseconds delay);
+  // The queue after an event: accounts jobs that stopped running, stores usage now and then.
+  void publish(QueueView view);
+  // What stands on each GPU (leases, outside processes), from the loop's survey of a reading.
+  void set_pool(std::vector<GpuAvailability> pool);
+  // How long one start took (leases, record, supervisor).
+  void observe_dispatch(double seconds);
+  // `gpupool report`: stored usage plus what is not stored yet.
+  Result<protocol::ReportResponse> report(std::optional<double> since);
+  // Stores what is not stored yet (the daemon is stopping).
+  void save_usage();
+
+  // --- any thread (the HTTP server's) ---
+  std::string metrics_text();
+  std::string gpus_json();
+  std::string jobs_json();
+  // Samples newer than `since` (Unix seconds), column by column.
+  std::string history_json(double since);
+
+ private:
+  void sample_loop();
+  void take_sample();
+  std::vector<RunningJob> running_jobs(const QueueView& view) const;
+  void store_usage(const std::map<JobNumber, Accounting::JobAccount>& unsaved);
+
+  MonitorSettings settings_;
+  const Machine machine_;
+  GpuBackend& backend_;  // the sampler thread is its only user
+  UsageStore store_;     // the loop's thread only
+  std::function<void(Machine)> on_sample_;
+  double started_ = 0;   // Unix seconds
+  std::chrono::steady_clock::time_point last_saved_;
+  std::set<JobNumber> known_running_;  // running at the previous publish
+
+  std::mutex mutex_;  // guards everything below
+  std::condition_variable wake_;
+  bool stopping_ = false;
+  std::chrono::steady_clock::time_point next_sample_;
+  std::shared_ptr<const QueueView> view_;
+  std::vector<RunningJob> running_;
+  std::vector<GpuAvailability> pool_;
+  SampleHistory history_;
+  Accounting accounting_;
+  Histogram dispatch_latency_;
+  Histogram queue_wait_;
+  std::optional<double> sample_duration_s_;
+  std::optional<double> last_sample_time_;
+  std::string last_error_;
+
+  std::thread sampler_;
+};
+
+}  // namespace gpupool

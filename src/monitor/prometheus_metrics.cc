@@ -1,0 +1,204 @@
+#include "monitor/prometheus_metrics.h"
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <iterator>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+namespace gpupool {
+namespace {
+
+using Buffer = fmt::memory_buffer;
+
+void header(Buffer& out, std::string_view name, std::string_view type, std::string_view help) {
+  fmt::format_to(std::back_inserter(out), "# HELP {} {}\n# TYPE {} {}\n", name, help, name, type);
+}
+
+// A sample value: shortest round-trip form; the text format spells infinities +Inf/-Inf.
+std::string number(double value) {
+  if (std::isnan(value)) return "NaN";
+  if (std::isinf(value)) return value > 0 ? "+Inf" : "-Inf";
+  return fmt::format("{}", value);
+}
+
+// dcgm-exporter's labels: gpu, UUID, pci_bus_id, device, modelName, Hostname; then the job
+// and user holding the GPU through gpupool, when one does.
+std::string gpu_labels(const MetricsGpu& entry, const std::string& hostname) {
+  const Gpu& gpu = *entry.gpu;
+  std::string labels = fmt::format(
+      R"(gpu="{}",UUID="{}",pci_bus_id="{}",device="nvidia{}",modelName="{}",Hostname="{}")", gpu.index,
+      escape_label_value(gpu.uuid), escape_label_value(gpu.pci_bus_id), gpu.minor_number.value_or(gpu.index),
+      escape_label_value(gpu.name), escape_label_value(hostname));
+  if (entry.holders.empty()) return labels;
+  // Slices of one GPU may belong to several jobs: their numbers and users, comma-separated.
+  std::vector<JobNumber> jobs;
+  std::vector<std::string> users;
+  for (const GpuHolder& holder : entry.holders) {
+    jobs.push_back(holder.job);
+    if (std::find(users.begin(), users.end(), holder.user) == users.end()) users.push_back(holder.user);
+  }
+  return labels + fmt::format(R"(,job_id="{}",user="{}")", fmt::join(jobs, ","),
+                              escape_label_value(fmt::format("{}", fmt::join(users, ","))));
+}
+
+struct GpuMetric {
+  const char* name;
+  const char* help;
+  std::function<std::optional<double>(const GpuSample&)> value;
+};
+
+template <typename T>
+std::optional<double> as_double(const std::optional<T>& value) {
+  if (!value) return std::nullopt;
+  return static_cast<double>(*value);
+}
+
+const GpuMetric kGpuMetrics[] = {
+    {"DCGM_FI_DEV_GPU_UTIL", "GPU utilization (in %).", [](const GpuSample& s) { return as_double(s.utilization_gpu); }},
+    {"DCGM_FI_DEV_MEM_COPY_UTIL", "Memory utilization (in %).",
+     [](const GpuSample& s) { return as_double(s.utilization_memory); }},
+    {"DCGM_FI_DEV_FB_USED", "Framebuffer memory used (in MiB).",
+     [](const GpuSample& s) { return as_double(s.memory_used_mib); }},
+    {"DCGM_FI_DEV_FB_FREE", "Framebuffer memory free (in MiB).",
+     [](const GpuSample& s) { return as_double(s.memory_free_mib); }},
+    {"DCGM_FI_DEV_GPU_TEMP", "GPU temperature (in C).", [](const GpuSample& s) { return as_double(s.temperature_c); }},
+    {"DCGM_FI_DEV_POWER_USAGE", "Power draw (in W).", [](const GpuSample& s) { return s.power_w; }},
+    {"DCGM_FI_DEV_SM_CLOCK", "SM clock frequency (in MHz).", [](const GpuSample& s) { return as_double(s.sm_clock_mhz); }},
+    {"DCGM_FI_DEV_MEM_CLOCK", "Memory clock frequency (in MHz).",
+     [](const GpuSample& s) { return as_double(s.memory_clock_mhz); }},
+};
+
+void histogram(Buffer& out, std::string_view name, std::string_view help, const Histogram& h) {
+  header(out, name, "histogram", help);
+  uint64_t cumulative = 0;
+  for (size_t i = 0; i < h.bounds().size(); ++i) {
+    cumulative += h.counts()[i];
+    fmt::format_to(std::back_inserter(out), "{}_bucket{{le=\"{}\"}} {}\n", name, number(h.bounds()[i]), cumulative);
+  }
+  fmt::format_to(std::back_inserter(out), "{}_bucket{{le=\"+Inf\"}} {}\n{}_sum {}\n{}_count {}\n", name, h.count(),
+                 name, number(h.sum()), name, h.count());
+}
+
+}  // namespace
+
+Histogram::Histogram(std::vector<double> bounds) : bounds_(std::move(bounds)), counts_(bounds_.size() + 1, 0) {}
+
+void Histogram::observe(double value) {
+  auto bucket = std::lower_bound(bounds_.begin(), bounds_.end(), value);  // le: bound >= value
+  ++counts_[static_cast<size_t>(bucket - bounds_.begin())];
+  sum_ += value;
+  ++count_;
+}
+
+std::string escape_label_value(std::string_view value) {
+  std::string escaped;
+  escaped.reserve(value.size());
+  for (char c : value) {
+    if (c == '\\') escaped += "\\\\";
+    else if (c == '"') escaped += "\\\"";
+    else if (c == '\n') escaped += "\\n";
+    else escaped += c;
+  }
+  return escaped;
+}
+
+std::string render_metrics(const MetricsView& view) {
+  Buffer out;
+  auto put = std::back_inserter(out);
+  std::vector<std::string> labels;
+  for (const MetricsGpu& gpu : view.gpus) labels.push_back(gpu_labels(gpu, view.hostname));
+
+  // A GPU that does not report a value has no series; a metric no GPU reports is left out.
+  for (const GpuMetric& metric : kGpuMetrics) {
+    bool any = false;
+    for (size_t i = 0; i < view.gpus.size(); ++i) {
+      const MetricsGpu& gpu = view.gpus[i];
+      std::optional<double> value = gpu.sample ? metric.value(*gpu.sample) : std::nullopt;
+      if (!value) continue;
+      if (!any) header(out, metric.name, "gauge", metric.help);
+      any = true;
+      fmt::format_to(put, "{}{{{}}} {}\n", metric.name, labels[i], number(*value));
+    }
+  }
+
+  header(out, "gpupool_jobs", "gauge", "Jobs in gpupoold's queue, by state.");
+  fmt::format_to(put, "gpupool_jobs{{state=\"queued\"}} {}\ngpupool_jobs{{state=\"held\"}} {}\n"
+                      "gpupool_jobs{{state=\"running\"}} {}\n",
+                 view.queued, view.held, view.running);
+
+  struct PoolMetric {
+    const char* name;
+    const char* help;
+    double (*value)(const MetricsGpu&);
+  };
+  const PoolMetric pool_metrics[] = {
+      {"gpupool_gpu_leased", "1 while an exclusive gpupool lease holds the GPU.",
+       [](const MetricsGpu& g) { return g.leased ? 1.0 : 0.0; }},
+      {"gpupool_gpu_leased_memory_bytes", "GPU memory held by gpupool slices.",
+       [](const MetricsGpu& g) { return static_cast<double>(g.leased_mib) * 1024 * 1024; }},
+      {"gpupool_gpu_outside_busy", "1 while processes gpupool did not start use the GPU.",
+       [](const MetricsGpu& g) { return g.outside_busy ? 1.0 : 0.0; }},
+  };
+  for (const PoolMetric& metric : pool_metrics) {
+    if (view.gpus.empty()) break;
+    header(out, metric.name, "gauge", metric.help);
+    for (const MetricsGpu& gpu : view.gpus) {
+      fmt::format_to(put, "{}{{gpu=\"{}\",UUID=\"{}\"}} {}\n", metric.name, gpu.gpu->index,
+                     escape_label_value(gpu.gpu->uuid), number(metric.value(gpu)));
+    }
+  }
+
+  if (!view.user_gpu_seconds.empty()) {
+    header(out, "gpupool_user_gpu_seconds_total", "counter",
+           "GPU time of each user's jobs (GPU-seconds; a slice counts its share of the GPU).");
+    for (const auto& [user, seconds] : view.user_gpu_seconds) {
+      fmt::format_to(put, "gpupool_user_gpu_seconds_total{{user=\"{}\"}} {}\n", escape_label_value(user),
+                     number(seconds));
+    }
+  }
+
+  if (!view.running_jobs.empty()) {
+    header(out, "gpupool_job_gpu_seconds", "gauge", "GPU time of each running job so far (GPU-seconds).");
+    for (const MetricsJob& job : view.running_jobs) {
+      fmt::format_to(put, "gpupool_job_gpu_seconds{{job_id=\"{}\",user=\"{}\"}} {}\n", job.id,
+                     escape_label_value(job.user), number(job.gpu_seconds));
+    }
+    bool any = false;
+    for (const MetricsJob& job : view.running_jobs) {
+      if (!job.mean_utilization) continue;
+      if (!any) header(out, "gpupool_job_mean_utilization", "gauge", "Mean utilisation of a running job's GPUs (in %).");
+      any = true;
+      fmt::format_to(put, "gpupool_job_mean_utilization{{job_id=\"{}\",user=\"{}\"}} {}\n", job.id,
+                     escape_label_value(job.user), number(*job.mean_utilization));
+    }
+    header(out, "gpupool_job_idle", "gauge",
+           "1 while a running job has held its GPUs at about 0 % utilisation for longer than idle_flag_after.");
+    for (const MetricsJob& job : view.running_jobs) {
+      fmt::format_to(put, "gpupool_job_idle{{job_id=\"{}\",user=\"{}\"}} {}\n", job.id, escape_label_value(job.user),
+                     job.idle ? 1 : 0);
+    }
+  }
+  size_t idle = static_cast<size_t>(
+      std::count_if(view.running_jobs.begin(), view.running_jobs.end(), [](const MetricsJob& j) { return j.idle; }));
+  header(out, "gpupool_idle_jobs", "gauge", "Running jobs flagged idle.");
+  fmt::format_to(put, "gpupool_idle_jobs {}\n", idle);
+
+  if (view.dispatch_latency != nullptr) {
+    histogram(out, "gpupool_dispatch_latency_seconds",
+              "Time gpupoold took to start a job the scheduler chose (leases, record, supervisor).",
+              *view.dispatch_latency);
+  }
+  if (view.queue_wait != nullptr) {
+    histogram(out, "gpupool_queue_wait_seconds", "Time from a job's submission to its start.", *view.queue_wait);
+  }
+  if (view.sample_duration_s) {
+    header(out, "gpupool_sample_duration_seconds", "gauge", "Time the latest NVML sample of every GPU took.");
+    fmt::format_to(put, "gpupool_sample_duration_seconds {}\n", number(*view.sample_duration_s));
+  }
+  return fmt::to_string(out);
+}
+
+}  // namespace gpupool

@@ -1,0 +1,73 @@
+// /metrics: the Prometheus text format (version 0.0.4). GPU series carry dcgm-exporter's names
+// and labels, so Grafana boards made for dcgm-exporter work unchanged; gpupool's own series
+// start with gpupool_. Pure: everything to print comes in a MetricsView.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "jobs/job.h"
+#include "machine/gpu.h"
+#include "monitor/sample_history.h"
+
+namespace gpupool {
+
+// A Prometheus histogram: a count per bucket (not cumulative; the last one is +Inf).
+class Histogram {
+ public:
+  explicit Histogram(std::vector<double> bounds);
+  void observe(double value);
+  const std::vector<double>& bounds() const { return bounds_; }
+  const std::vector<uint64_t>& counts() const { return counts_; }
+  double sum() const { return sum_; }
+  uint64_t count() const { return count_; }
+
+ private:
+  std::vector<double> bounds_;
+  std::vector<uint64_t> counts_;
+  double sum_ = 0;
+  uint64_t count_ = 0;
+};
+
+// Who holds a GPU through gpupool.
+struct GpuHolder {
+  JobNumber job = 0;
+  std::string user;
+};
+
+struct MetricsGpu {
+  const Gpu* gpu = nullptr;  // identity: index, UUID, PCI bus id, name, minor number
+  std::optional<GpuSample> sample;
+  std::vector<GpuHolder> holders;
+  bool leased = false;         // an exclusive lease holds it (a job's, or one taken without the daemon)
+  uint64_t leased_mib = 0;     // memory held by slices
+  bool outside_busy = false;   // processes gpupool did not start use it
+};
+
+struct MetricsJob {
+  JobNumber id = 0;
+  std::string user;
+  double gpu_seconds = 0;
+  std::optional<double> mean_utilization;
+  bool idle = false;
+};
+
+struct MetricsView {
+  std::string hostname;
+  std::vector<MetricsGpu> gpus;
+  unsigned queued = 0, held = 0, running = 0;
+  std::vector<MetricsJob> running_jobs;
+  std::map<std::string, double> user_gpu_seconds;
+  const Histogram* dispatch_latency = nullptr;
+  const Histogram* queue_wait = nullptr;
+  std::optional<double> sample_duration_s;  // of the latest NVML sample
+};
+
+std::string render_metrics(const MetricsView& view);
+
+// A label value as the text format quotes it (backslash, double quote and newline escaped).
+std::string escape_label_value(std::string_view value);
+
+}  // namespace gpupool

@@ -1,0 +1,88 @@
+#include "monitor/usage_accounting.h"
+
+#include <algorithm>
+
+namespace gpupool {
+
+void UsageTally::add(double gpu_seconds_held, std::optional<unsigned> utilization) {
+  gpu_seconds += gpu_seconds_held;
+  if (!utilization) return;
+  measured_gpu_seconds += gpu_seconds_held;
+  busy_gpu_seconds += gpu_seconds_held * std::min(*utilization, 100u) / 100.0;
+}
+
+UsageTally& UsageTally::operator+=(const UsageTally& other) {
+  gpu_seconds += other.gpu_seconds;
+  measured_gpu_seconds += other.measured_gpu_seconds;
+  busy_gpu_seconds += other.busy_gpu_seconds;
+  return *this;
+}
+
+std::optional<double> UsageTally::mean_utilization() const {
+  if (measured_gpu_seconds <= 0) return std::nullopt;
+  return std::min(100.0, 100.0 * busy_gpu_seconds / measured_gpu_seconds);  // not above by rounding
+}
+
+double gpu_share(std::optional<uint64_t> slice_mib, std::optional<uint64_t> memory_total_mib) {
+  if (!slice_mib) return 1;
+  if (!memory_total_mib || *memory_total_mib == 0) return 1;
+  return std::min(1.0, static_cast<double>(*slice_mib) / static_cast<double>(*memory_total_mib));
+}
+
+void Accounting::record(double now, double seconds, const std::vector<RunningJob>& running,
+                        const std::vector<std::optional<unsigned>>& utilization) {
+  for (const RunningJob& job : running) {
+    JobAccount& account = jobs_[job.id];
+    account.user = job.user;
+    account.name = job.name;
+    if (account.first_time == 0) account.first_time = now;
+    account.last_time = now;
+    bool idle = !job.gpus.empty();
+    UsageTally tick;
+    for (unsigned gpu : job.gpus) {
+      std::optional<unsigned> busy = gpu < utilization.size() ? utilization[gpu] : std::nullopt;
+      tick.add(job.share * seconds, busy);
+      // A GPU that does not report its utilisation is never taken for idle.
+      idle = idle && busy && *busy <= kIdleUtilizationPercent;
+    }
+    account.total += tick;
+    account.unsaved += tick;
+    user_gpu_seconds_[job.user] += tick.gpu_seconds;
+    if (!idle) {
+      account.idle_since.reset();
+    } else if (!account.idle_since) {
+      account.idle_since = now;
+    }
+  }
+}
+
+void Accounting::seed_job(JobNumber id, const std::string& user, const UsageTally& stored, double first_time) {
+  JobAccount& account = jobs_[id];
+  account.user = user;
+  account.total += stored;
+  account.first_time = first_time;
+}
+
+void Accounting::seed_user(const std::string& user, double gpu_seconds) { user_gpu_seconds_[user] += gpu_seconds; }
+
+const Accounting::JobAccount* Accounting::job(JobNumber id) const {
+  auto it = jobs_.find(id);
+  return it == jobs_.end() ? nullptr : &it->second;
+}
+
+bool Accounting::idle(JobNumber id, double now) const {
+  const JobAccount* account = job(id);
+  return account != nullptr && account->idle_since && now - *account->idle_since >= idle_flag_after_s_;
+}
+
+std::map<JobNumber, Accounting::JobAccount> Accounting::take_unsaved() {
+  std::map<JobNumber, JobAccount> unsaved;
+  for (auto& [id, account] : jobs_) {
+    if (account.unsaved.empty()) continue;
+    unsaved[id] = account;
+    account.unsaved = UsageTally{};
+  }
+  return unsaved;
+}
+
+}  // namespace gpupool

@@ -1,0 +1,87 @@
+// Accounting of GPU time: GPU-hours and mean utilisation per job and per user, from the
+// monitor's samples while a job holds its GPUs, and the idle flag (a job holding GPUs at about
+// 0 % utilisation for longer than `idle_flag_after`). Pure: time and samples come in as values.
+// Not thread-safe: the monitor guards it with its lock.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "jobs/job.h"
+
+namespace gpupool {
+
+// Utilisation readings at or below this many percent count as idle ("about 0 %": NVML rounds).
+inline constexpr unsigned kIdleUtilizationPercent = 1;
+
+// How much GPU time a job (or a user) had, and how busy those GPUs were meanwhile.
+struct UsageTally {
+  double gpu_seconds = 0;           // Σ share × seconds over the GPUs held
+  double measured_gpu_seconds = 0;  // the part of it with a utilisation reading
+  double busy_gpu_seconds = 0;      // Σ share × seconds × utilisation / 100
+
+  void add(double gpu_seconds_held, std::optional<unsigned> utilization);
+  UsageTally& operator+=(const UsageTally& other);
+  // Percent; nullopt when the GPUs never reported their utilisation.
+  std::optional<double> mean_utilization() const;
+  bool empty() const { return gpu_seconds == 0; }
+};
+
+// A job holding GPUs, as the accounting sees it.
+struct RunningJob {
+  JobNumber id = 0;
+  std::string user;
+  std::string name;
+  std::vector<unsigned> gpus;
+  double share = 1;  // of each GPU: 1 for whole GPUs, the slice's part of the memory for a slice
+};
+
+// A slice's share of a GPU: its memory over the GPU's (1 when the size is unknown).
+double gpu_share(std::optional<uint64_t> slice_mib, std::optional<uint64_t> memory_total_mib);
+
+class Accounting {
+ public:
+  struct JobAccount {
+    std::string user;
+    std::string name;
+    double first_time = 0, last_time = 0;  // Unix seconds: the first and latest tick accounted
+    UsageTally total;    // all of it, including what an earlier daemon stored
+    UsageTally unsaved;  // since it was last taken for the store
+    std::optional<double> idle_since;  // since when every GPU it holds has been idle
+  };
+
+  explicit Accounting(double idle_flag_after_s) : idle_flag_after_s_(idle_flag_after_s) {}
+
+  // One sampling tick at `now`, covering the `seconds` since the previous one; `utilization`
+  // is indexed by GPU.
+  void record(double now, double seconds, const std::vector<RunningJob>& running,
+              const std::vector<std::optional<unsigned>>& utilization);
+
+  // What the store already holds: a running job's earlier usage (after a restart), each user's
+  // total. A seeded job is accounted from then on.
+  void seed_job(JobNumber id, const std::string& user, const UsageTally& stored, double first_time);
+  void seed_user(const std::string& user, double gpu_seconds);
+
+  const JobAccount* job(JobNumber id) const;
+  const std::map<JobNumber, JobAccount>& jobs() const { return jobs_; }
+  // Flagged: it has held its GPUs at about 0 % for at least idle_flag_after.
+  bool idle(JobNumber id, double now) const;
+  double idle_flag_after_s() const { return idle_flag_after_s_; }
+
+  // Every job's usage not yet stored; from now on it counts as stored.
+  std::map<JobNumber, JobAccount> take_unsaved();
+  // A job that no longer runs; take its unsaved usage first.
+  void forget(JobNumber id) { jobs_.erase(id); }
+
+  // GPU-seconds per user: the store's totals plus what has been recorded since.
+  const std::map<std::string, double>& user_gpu_seconds() const { return user_gpu_seconds_; }
+
+ private:
+  double idle_flag_after_s_;
+  std::map<JobNumber, JobAccount> jobs_;
+  std::map<std::string, double> user_gpu_seconds_;
+};
+
+}  // namespace gpupool

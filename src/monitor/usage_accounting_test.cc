@@ -1,0 +1,269 @@
+#include "monitor/usage_accounting.h"
+
+#include <gtest/gtest.h>
+#include <rapidcheck.h>
+#include <rapidcheck/gtest.h>
+
+namespace gpupool {
+namespace {
+
+using Readings = std::vector<std::optional<unsigned>>;
+
+RunningJob job_on(JobNumber id, const std::string& user, std::vector<unsigned> gpus, double share = 1) {
+  RunningJob job;
+  job.id = id;
+  job.user = user;
+  job.name = "job" + std::to_string(id);
+  job.gpus = std::move(gpus);
+  job.share = share;
+  return job;
+}
+
+TEST(UsageAccountingTally, StartsEmptyWithNoMeanUtilization) {
+  UsageTally tally;
+  EXPECT_TRUE(tally.empty());
+  EXPECT_EQ(tally.mean_utilization(), std::nullopt);
+}
+
+TEST(UsageAccountingTally, MeanIsWeightedByGpuSeconds) {
+  UsageTally tally;
+  tally.add(10, 100u);
+  tally.add(30, 20u);
+  EXPECT_FALSE(tally.empty());
+  EXPECT_DOUBLE_EQ(tally.gpu_seconds, 40);
+  EXPECT_DOUBLE_EQ(tally.measured_gpu_seconds, 40);
+  EXPECT_DOUBLE_EQ(tally.busy_gpu_seconds, 10 + 6);
+  ASSERT_TRUE(tally.mean_utilization());
+  EXPECT_DOUBLE_EQ(*tally.mean_utilization(), 40);
+}
+
+TEST(UsageAccountingTally, TimeWithoutAReadingCountsButIsNotMeasured) {
+  UsageTally tally;
+  tally.add(5, std::nullopt);
+  EXPECT_DOUBLE_EQ(tally.gpu_seconds, 5);
+  EXPECT_DOUBLE_EQ(tally.measured_gpu_seconds, 0);
+  EXPECT_EQ(tally.mean_utilization(), std::nullopt);  // held, but never measured
+  tally.add(5, 50u);
+  EXPECT_DOUBLE_EQ(tally.gpu_seconds, 10);
+  ASSERT_TRUE(tally.mean_utilization());
+  EXPECT_DOUBLE_EQ(*tally.mean_utilization(), 50);  // the unmeasured half does not dilute it
+}
+
+TEST(UsageAccountingTally, ReadingsAboveAHundredAreClamped) {
+  UsageTally tally;
+  tally.add(2, 250u);
+  EXPECT_DOUBLE_EQ(tally.busy_gpu_seconds, 2);
+  EXPECT_DOUBLE_EQ(*tally.mean_utilization(), 100);
+}
+
+TEST(UsageAccountingTally, MeanNeverExceedsAHundred) {
+  UsageTally tally;  // as a store could hand back after rounding
+  tally.measured_gpu_seconds = 3;
+  tally.busy_gpu_seconds = 3.0000001;
+  tally.gpu_seconds = 3;
+  EXPECT_DOUBLE_EQ(*tally.mean_utilization(), 100);
+}
+
+TEST(UsageAccountingTally, AddsUp) {
+  UsageTally a, b;
+  a.add(10, 10u);
+  b.add(20, std::nullopt);
+  b.add(4, 100u);
+  a += b;
+  EXPECT_DOUBLE_EQ(a.gpu_seconds, 34);
+  EXPECT_DOUBLE_EQ(a.measured_gpu_seconds, 14);
+  EXPECT_DOUBLE_EQ(a.busy_gpu_seconds, 5);
+}
+
+RC_GTEST_PROP(UsageAccountingTally, MeanStaysWithinZeroAndAHundred, ()) {
+  // -1: no reading; readings above 100 happen (NVML rounding, broken drivers).
+  const auto readings = *rc::gen::container<std::vector<std::pair<unsigned, int>>>(
+      rc::gen::pair(rc::gen::inRange(0u, 3600u), rc::gen::inRange(-1, 1000)));
+  UsageTally tally;
+  double measured = 0;
+  for (const auto& [seconds, reading] : readings) {
+    tally.add(seconds, reading < 0 ? std::nullopt : std::optional<unsigned>(static_cast<unsigned>(reading)));
+    if (reading >= 0) measured += seconds;
+  }
+  RC_ASSERT(tally.busy_gpu_seconds <= tally.measured_gpu_seconds + 1e-9);
+  RC_ASSERT(tally.measured_gpu_seconds <= tally.gpu_seconds);
+  if (measured == 0) {
+    RC_ASSERT(!tally.mean_utilization());
+  } else {
+    RC_ASSERT(*tally.mean_utilization() >= 0.0);
+    RC_ASSERT(*tally.mean_utilization() <= 100.0);
+  }
+}
+
+TEST(UsageAccountingShare, WholeGpuIsOne) { EXPECT_DOUBLE_EQ(gpu_share(std::nullopt, 81920), 1); }
+
+TEST(UsageAccountingShare, SliceIsItsPartOfTheMemory) {
+  EXPECT_DOUBLE_EQ(gpu_share(20480, 81920), 0.25);
+  EXPECT_DOUBLE_EQ(gpu_share(81920, 81920), 1);
+}
+
+TEST(UsageAccountingShare, UnknownOrZeroMemoryCountsTheWholeGpu) {
+  EXPECT_DOUBLE_EQ(gpu_share(20480, std::nullopt), 1);
+  EXPECT_DOUBLE_EQ(gpu_share(20480, 0), 1);
+}
+
+TEST(UsageAccountingShare, SliceLargerThanTheGpuIsCappedAtOne) { EXPECT_DOUBLE_EQ(gpu_share(100000, 81920), 1); }
+
+TEST(UsageAccounting, RecordsGpuSecondsTimesShareOverSeveralTicks) {
+  Accounting accounting(1800);
+  std::vector<RunningJob> running = {job_on(1, "ana", {0, 1}), job_on(2, "bob", {2}, 0.25)};
+  Readings utilization = {100u, 50u, 80u};
+  accounting.record(1000, 1, running, utilization);
+  accounting.record(1002, 2, running, utilization);
+  accounting.record(1003, 1, running, utilization);
+
+  const Accounting::JobAccount* ana = accounting.job(1);
+  ASSERT_NE(ana, nullptr);
+  EXPECT_EQ(ana->user, "ana");
+  EXPECT_EQ(ana->name, "job1");
+  EXPECT_DOUBLE_EQ(ana->first_time, 1000);
+  EXPECT_DOUBLE_EQ(ana->last_time, 1003);
+  EXPECT_DOUBLE_EQ(ana->total.gpu_seconds, 2 * 4);  // two GPUs for 4 s
+  EXPECT_DOUBLE_EQ(*ana->total.mean_utilization(), 75);
+
+  const Accounting::JobAccount* bob = accounting.job(2);
+  ASSERT_NE(bob, nullptr);
+  EXPECT_DOUBLE_EQ(bob->total.gpu_seconds, 0.25 * 4);
+  EXPECT_DOUBLE_EQ(bob->total.busy_gpu_seconds, 0.25 * 4 * 0.8);
+  EXPECT_DOUBLE_EQ(*bob->total.mean_utilization(), 80);
+
+  EXPECT_EQ(accounting.job(3), nullptr);
+  EXPECT_EQ(accounting.jobs().size(), 2u);
+}
+
+TEST(UsageAccounting, GpuWithoutAReadingCountsTimeButNotUtilization) {
+  Accounting accounting(1800);
+  // GPU 1 has no reading; GPU 5 is beyond the readings handed in.
+  accounting.record(10, 1, {job_on(1, "ana", {0, 1, 5})}, Readings{40u, std::nullopt});
+  const auto* account = accounting.job(1);
+  ASSERT_NE(account, nullptr);
+  EXPECT_DOUBLE_EQ(account->total.gpu_seconds, 3);
+  EXPECT_DOUBLE_EQ(account->total.measured_gpu_seconds, 1);
+  EXPECT_DOUBLE_EQ(*account->total.mean_utilization(), 40);
+}
+
+TEST(UsageAccounting, SumsPerUser) {
+  Accounting accounting(1800);
+  accounting.record(1, 10, {job_on(1, "ana", {0}), job_on(2, "ana", {1, 2}), job_on(3, "bob", {3}, 0.5)},
+                    Readings(4, 0u));
+  const auto& users = accounting.user_gpu_seconds();
+  ASSERT_EQ(users.size(), 2u);
+  EXPECT_DOUBLE_EQ(users.at("ana"), 30);
+  EXPECT_DOUBLE_EQ(users.at("bob"), 5);
+}
+
+TEST(UsageAccounting, UnsavedIsWhatCameSinceItWasLastTaken) {
+  Accounting accounting(1800);
+  std::vector<RunningJob> running = {job_on(1, "ana", {0}), job_on(2, "bob", {1})};
+  accounting.record(1, 1, running, Readings{10u, 20u});
+  accounting.record(2, 1, running, Readings{10u, 20u});
+
+  auto unsaved = accounting.take_unsaved();
+  ASSERT_EQ(unsaved.size(), 2u);
+  EXPECT_DOUBLE_EQ(unsaved.at(1).unsaved.gpu_seconds, 2);
+  EXPECT_EQ(unsaved.at(1).user, "ana");
+  EXPECT_DOUBLE_EQ(unsaved.at(2).unsaved.busy_gpu_seconds, 0.4);
+  EXPECT_TRUE(accounting.job(1)->unsaved.empty());
+  EXPECT_DOUBLE_EQ(accounting.job(1)->total.gpu_seconds, 2);  // the total stays
+
+  // Nothing new: nothing to take. Then only the job that ran since.
+  EXPECT_TRUE(accounting.take_unsaved().empty());
+  accounting.record(3, 1, {running[1]}, Readings{10u, 20u});
+  unsaved = accounting.take_unsaved();
+  ASSERT_EQ(unsaved.size(), 1u);
+  EXPECT_DOUBLE_EQ(unsaved.at(2).unsaved.gpu_seconds, 1);
+  EXPECT_DOUBLE_EQ(unsaved.at(2).total.gpu_seconds, 3);
+  EXPECT_DOUBLE_EQ(accounting.job(1)->total.gpu_seconds, 2);
+}
+
+TEST(UsageAccounting, SeededJobContinuesFromTheStore) {
+  Accounting accounting(1800);
+  UsageTally stored;
+  stored.add(100, 50u);
+  accounting.seed_job(7, "ana", stored, 500);
+  accounting.seed_user("ana", 1000);
+  accounting.seed_user("bob", 42);
+
+  const auto* seeded = accounting.job(7);
+  ASSERT_NE(seeded, nullptr);
+  EXPECT_DOUBLE_EQ(seeded->first_time, 500);
+  EXPECT_TRUE(seeded->unsaved.empty());  // already stored
+  EXPECT_TRUE(accounting.take_unsaved().empty());
+
+  accounting.record(600, 10, {job_on(7, "ana", {0})}, Readings{100u});
+  const auto* account = accounting.job(7);
+  EXPECT_DOUBLE_EQ(account->first_time, 500);  // not moved to the first tick of this daemon
+  EXPECT_DOUBLE_EQ(account->last_time, 600);
+  EXPECT_DOUBLE_EQ(account->total.gpu_seconds, 110);
+  EXPECT_DOUBLE_EQ(account->unsaved.gpu_seconds, 10);
+  EXPECT_DOUBLE_EQ(*account->total.mean_utilization(), (50.0 + 10) / 110 * 100);
+  EXPECT_DOUBLE_EQ(accounting.user_gpu_seconds().at("ana"), 1010);
+  EXPECT_DOUBLE_EQ(accounting.user_gpu_seconds().at("bob"), 42);
+}
+
+TEST(UsageAccounting, ForgetDropsTheJobButNotTheUsersTotal) {
+  Accounting accounting(1800);
+  accounting.record(1, 5, {job_on(1, "ana", {0})}, Readings{0u});
+  accounting.take_unsaved();
+  accounting.forget(1);
+  EXPECT_EQ(accounting.job(1), nullptr);
+  EXPECT_TRUE(accounting.jobs().empty());
+  EXPECT_DOUBLE_EQ(accounting.user_gpu_seconds().at("ana"), 5);
+  accounting.forget(99);  // unknown: nothing happens
+}
+
+TEST(UsageAccountingIdle, IdleSinceTheFirstTickWithEveryGpuIdle) {
+  Accounting accounting(60);
+  std::vector<RunningJob> running = {job_on(1, "ana", {0, 1})};
+  accounting.record(100, 1, running, Readings{0u, 30u});
+  EXPECT_EQ(accounting.job(1)->idle_since, std::nullopt);  // one GPU busy
+  accounting.record(101, 1, running, Readings{1u, 0u});    // 1 % counts as idle
+  EXPECT_EQ(accounting.job(1)->idle_since, 101);
+  accounting.record(102, 1, running, Readings{0u, 0u});
+  EXPECT_EQ(accounting.job(1)->idle_since, 101);  // kept, not moved
+}
+
+TEST(UsageAccountingIdle, ABusyTickResetsIt) {
+  Accounting accounting(60);
+  std::vector<RunningJob> running = {job_on(1, "ana", {0})};
+  accounting.record(100, 1, running, Readings{0u});
+  accounting.record(150, 50, running, Readings{2u});  // just above "about 0 %"
+  EXPECT_EQ(accounting.job(1)->idle_since, std::nullopt);
+  accounting.record(151, 1, running, Readings{0u});
+  EXPECT_EQ(accounting.job(1)->idle_since, 151);
+  EXPECT_FALSE(accounting.idle(1, 200));
+  EXPECT_TRUE(accounting.idle(1, 211));
+}
+
+TEST(UsageAccountingIdle, AGpuWithoutAReadingIsNeverIdle) {
+  Accounting accounting(0);
+  accounting.record(100, 1, {job_on(1, "ana", {0, 1})}, Readings{0u, std::nullopt});
+  EXPECT_EQ(accounting.job(1)->idle_since, std::nullopt);
+  EXPECT_FALSE(accounting.idle(1, 1000));
+  accounting.record(100, 1, {job_on(2, "bob", {3})}, Readings{0u});  // beyond the readings
+  EXPECT_FALSE(accounting.idle(2, 1000));
+}
+
+TEST(UsageAccountingIdle, AJobWithoutGpusIsNeverIdle) {
+  Accounting accounting(0);
+  accounting.record(100, 1, {job_on(1, "ana", {})}, Readings{0u});
+  EXPECT_FALSE(accounting.idle(1, 1000));
+}
+
+TEST(UsageAccountingIdle, FlaggedOnlyAfterIdleFlagAfter) {
+  Accounting accounting(1800);
+  EXPECT_DOUBLE_EQ(accounting.idle_flag_after_s(), 1800);
+  std::vector<RunningJob> running = {job_on(1, "ana", {0})};
+  for (double now = 1000; now <= 2800; now += 1) accounting.record(now, 1, running, Readings{0u});
+  EXPECT_FALSE(accounting.idle(1, 1000 + 1799));
+  EXPECT_TRUE(accounting.idle(1, 1000 + 1800));
+  EXPECT_FALSE(accounting.idle(2, 5000));  // unknown job
+}
+
+}  // namespace
+}  // namespace gpupool

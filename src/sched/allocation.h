@@ -1,0 +1,51 @@
+// Which GPUs a request gets, given what is held and what is busy: pure logic,
+// shared by `gpupool run`/`launch` now and the daemon's scheduler later.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "base/result.h"
+#include "machine/gpu.h"
+
+namespace gpupool {
+
+// What stands on one GPU right now.
+struct GpuAvailability {
+  bool usable = true;            // false: faulted, or unknown memory size for a slice
+  bool exclusive_held = false;   // an exclusive gpupool lease holds it
+  uint64_t shared_mib = 0;       // MiB held by gpupool slices
+  bool external_busy = false;    // processes gpupool did not start use it (or memory above the threshold)
+  uint64_t external_mib = 0;     // memory those processes use
+  std::string holders;           // who, for the waiting line: "alice (train-3)", "pid 812 bob python"
+};
+
+struct GpuRequest {
+  unsigned count = 1;
+  std::optional<uint64_t> slice_mib;   // nullopt: whole GPUs
+  std::vector<unsigned> allowed;       // nvidia-smi indices; empty: any
+  std::vector<unsigned> excluded;
+};
+
+// The GPUs to take, in placement order; nullopt when the request must wait. An error when
+// it can never be met on this machine (more GPUs than allowed, a slice larger than any GPU).
+Result<std::optional<std::vector<unsigned>>> choose_gpus(const Machine& machine,
+                                                         const std::vector<GpuAvailability>& availability,
+                                                         const GpuRequest& request);
+
+// "waiting for 2 GPUs: 3 busy (GPU 0: alice (train-3); GPU 1: pid 812 bob python; ...)".
+std::string describe_wait(const Machine& machine, const std::vector<GpuAvailability>& availability,
+                          const GpuRequest& request);
+
+// The environment of a process that uses `gpus` of `machine` for job `job`: CUDA_VISIBLE_DEVICES
+// (full UUIDs in the order of `gpus`), CUDA_DEVICE_ORDER=PCI_BUS_ID, and GPUPOOL_JOB,
+// GPUPOOL_GPUS, GPUPOOL_GPU_UUIDS (and GPUPOOL_MEM_MIB for a slice), as "NAME=value".
+std::vector<std::string> gpu_environment(const Machine& machine, const std::vector<unsigned>& gpus,
+                                         const std::string& job, const std::optional<uint64_t>& slice_mib);
+
+// Parses a memory size: "20G", "20GiB", "512M", "1.5T", or a plain number of MiB.
+Result<uint64_t> parse_memory_mib(const std::string& text);
+
+}  // namespace gpupool

@@ -1,0 +1,705 @@
+#include "sched/scheduler.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numbers>
+#include <tuple>
+
+namespace gpupool {
+
+Result<Policy> parse_policy(std::string_view name) {
+  if (name == "fifo") return Policy::Fifo;
+  if (name == "backfill") return Policy::Backfill;
+  if (name == "gpupool") return Policy::Gpupool;
+  return fail("unknown policy '{}': expected fifo, backfill or gpupool", name);
+}
+
+const char* to_string(Policy policy) {
+  switch (policy) {
+    case Policy::Fifo:
+      return "fifo";
+    case Policy::Backfill:
+      return "backfill";
+    case Policy::Gpupool:
+      return "gpupool";
+  }
+  return "unknown";
+}
+
+namespace {
+
+// Whether the job may run on `gpu`, as its allowed and excluded GPUs say.
+bool may_use(const JobRequest& job, unsigned gpu) {
+  if (!job.allowed.empty() && std::find(job.allowed.begin(), job.allowed.end(), gpu) == job.allowed.end()) {
+    return false;
+  }
+  return std::find(job.excluded.begin(), job.excluded.end(), gpu) == job.excluded.end();
+}
+
+bool restricted(const JobRequest& job) { return !job.allowed.empty() || !job.excluded.empty(); }
+
+double limit_or_never(const JobRequest& job) {
+  return job.time_limit_s.value_or(std::numeric_limits<double>::infinity());
+}
+
+// As choose_gpus() counts them: outside use keeps whole-GPU jobs off, slices fit around it.
+bool whole_gpu_free(const GpuAvailability& gpu) {
+  return gpu.usable && !gpu.exclusive_held && gpu.shared_mib == 0 && !gpu.external_busy;
+}
+
+uint64_t slice_room(const Gpu& gpu, const GpuAvailability& state) {
+  if (!state.usable || state.exclusive_held || !gpu.memory_total_mib) return 0;
+  uint64_t taken = state.shared_mib + state.external_mib;
+  return *gpu.memory_total_mib - std::min(*gpu.memory_total_mib, taken);
+}
+
+void take(std::vector<GpuAvailability>& state, const JobRequest& job,
+          const std::vector<unsigned>& gpus) {
+  for (unsigned gpu : gpus) {
+    if (job.slice_mib) {
+      state[gpu].shared_mib += *job.slice_mib;
+    } else {
+      state[gpu].exclusive_held = true;
+    }
+  }
+}
+
+void give_back(std::vector<GpuAvailability>& state, const JobRequest& job,
+               const std::vector<unsigned>& gpus) {
+  for (unsigned gpu : gpus) {
+    if (job.slice_mib) {
+      state[gpu].shared_mib -= std::min(state[gpu].shared_mib, *job.slice_mib);
+    } else {
+      state[gpu].exclusive_held = false;
+    }
+  }
+}
+
+}  // namespace
+
+Scheduler::Scheduler(Machine machine, SchedulerConfig config)
+    : machine_(std::move(machine)), config_(config), availability_(machine_.gpus.size()) {
+  for (const Gpu& gpu : machine_.gpus) {
+    availability_[gpu.index].usable = !gpu.fault.has_value();
+    largest_gpu_mib_ = std::max(largest_gpu_mib_, gpu.memory_total_mib.value_or(0));
+  }
+}
+
+Result<Scheduler> Scheduler::create(Machine machine, SchedulerConfig config) {
+  if (machine.gpus.empty()) return fail("the machine has no GPU to schedule");
+  for (size_t i = 0; i < machine.gpus.size(); ++i) {
+    if (machine.gpus[i].index != i) {
+      return fail("GPU {} is listed at position {}: expected indices 0 to {} in order",
+                  machine.gpus[i].index, i, machine.gpus.size() - 1);
+    }
+  }
+  if (machine.links.size() != machine.gpus.size()) {
+    return fail("the link matrix has {} rows for {} GPUs", machine.links.size(),
+                machine.gpus.size());
+  }
+  if (config.quota_gpus && !(*config.quota_gpus > 0)) return fail("a quota must be positive");
+  for (const auto& [user, quota] : config.user_quota_gpus) {
+    if (!(quota > 0)) return fail("the quota of {} must be positive", user);
+  }
+  if (!(config.fair_share_half_life_s > 0))
+    return fail("the fair-share half-life must be positive");
+  if (!(config.overdue_after_s >= 0)) return fail("the overdue time must not be negative");
+  return Scheduler(std::move(machine), config);
+}
+
+size_t Scheduler::user_index(const std::string& name) {
+  auto [entry, inserted] = user_by_name_.try_emplace(name, users_.size());
+  if (inserted) users_.push_back(UserState{name, quota_of(name), 0, 0});
+  return entry->second;
+}
+
+std::optional<double> Scheduler::quota_of(const std::string& user) const {
+  auto own = config_.user_quota_gpus.find(user);
+  if (own != config_.user_quota_gpus.end()) return own->second;
+  return config_.quota_gpus;
+}
+
+double Scheduler::weight_of(const JobRequest& request) const {
+  if (!request.slice_mib) return request.gpus;
+  return request.gpus * static_cast<double>(*request.slice_mib) /
+         static_cast<double>(largest_gpu_mib_);
+}
+
+// Decayed usage: each GPU-second counts 2^(-age / half-life). Held GPUs accrue continuously,
+// so one GPU held for `elapsed` seconds up to the last accounting adds the integral of that.
+double Scheduler::accrued_per_gpu(double elapsed) const {
+  double half_life = config_.fair_share_half_life_s;
+  return (1 - std::exp2(-elapsed / half_life)) * half_life / std::numbers::ln2;
+}
+
+void Scheduler::account_usage(double now) {
+  double elapsed = now - last_accounted_s_;
+  if (elapsed <= 0) return;
+  double decay = std::exp2(-elapsed / config_.fair_share_half_life_s);
+  double accrued = accrued_per_gpu(elapsed);
+  for (UserState& user : users_) user.usage = user.usage * decay + user.held * accrued;
+  last_accounted_s_ = now;
+}
+
+bool Scheduler::over_quota(const QueuedJob& job) const {
+  // A tolerance, so that slices adding up to a whole GPU are not refused for rounding.
+  const std::optional<double>& quota = users_[job.user].quota;
+  return quota && users_[job.user].held + job.weight > *quota + 1e-9;
+}
+
+Result<void> Scheduler::admissible(const JobRequest& request) const {
+  if (request.gpus == 0) return fail("asks for no GPU");
+  if (request.gpus > machine_.gpus.size()) {
+    return fail("asks for {} GPUs, the machine has {}", request.gpus, machine_.gpus.size());
+  }
+  for (const std::vector<unsigned>* listed : {&request.allowed, &request.excluded}) {
+    for (unsigned gpu : *listed) {
+      if (gpu >= machine_.gpus.size()) {
+        return fail("names GPU {}, which does not exist: the machine has GPUs 0 to {}", gpu, machine_.gpus.size() - 1);
+      }
+    }
+  }
+  if (restricted(request)) {
+    std::vector<unsigned> usable;
+    for (const Gpu& gpu : machine_.gpus) {
+      bool large_enough = !request.slice_mib || gpu.memory_total_mib.value_or(0) >= *request.slice_mib;
+      if (may_use(request, gpu.index) && large_enough) usable.push_back(gpu.index);
+    }
+    if (usable.size() < request.gpus) {
+      return fail("asks for {} GPU{}{} but may use only {}{}", request.gpus, request.gpus == 1 ? "" : "s",
+                  request.slice_mib ? fmt::format(" with {} MiB", *request.slice_mib) : "", usable.size(),
+                  usable.empty() ? "" : fmt::format(" (GPU {})", fmt::join(usable, ",")));
+    }
+  }
+  if (request.slice_mib) {
+    size_t large_enough = static_cast<size_t>(
+        std::count_if(machine_.gpus.begin(), machine_.gpus.end(), [&](const Gpu& gpu) {
+          return gpu.memory_total_mib && *gpu.memory_total_mib >= *request.slice_mib;
+        }));
+    if (large_enough < request.gpus) {
+      return fail("asks for {} MiB on {} GPU{}, only {} GPU{} that much memory", *request.slice_mib,
+                  request.gpus, request.gpus == 1 ? "" : "s", large_enough,
+                  large_enough == 1 ? " has" : "s have");
+    }
+  }
+  double weight = weight_of(request);
+  if (std::optional<double> quota = quota_of(request.user); quota && weight > *quota + 1e-9) {
+    bool own = config_.user_quota_gpus.contains(request.user);
+    return fail("asks for {:.2f} GPUs, above the quota of {:.2f} {}", weight, *quota,
+                own ? "for " + request.user : std::string("per user"));
+  }
+  return {};
+}
+
+Result<void> Scheduler::submit(const JobRequest& request, double now) {
+  TRY(admissible(request));
+  if (queued_.contains(request.id) || running_.contains(request.id)) {
+    return fail("job {} is already submitted", request.id);
+  }
+  account_usage(now);
+  enqueue(QueuedJob{request, arrivals_++, now, user_index(request.user), weight_of(request)});
+  return {};
+}
+
+void Scheduler::enqueue(const QueuedJob& job) {
+  const JobRequest& request = job.request;
+  auto [entry, inserted] = group_index_.try_emplace({request.priority, job.user}, groups_.size());
+  if (inserted) groups_.push_back(Group{request.priority, job.user, {}});
+  groups_[entry->second].jobs.emplace(job.arrival, job);
+  queued_.emplace(request.id, std::pair{entry->second, job.arrival});
+  queued_limits_.insert(limit_or_never(request));
+}
+
+Result<void> Scheduler::remove(JobId id) {
+  auto where = queued_.find(id);
+  if (where == queued_.end()) return fail("job {} is not queued", id);
+  auto [group, arrival] = where->second;
+  auto job = groups_[group].jobs.find(arrival);
+  queued_limits_.erase(queued_limits_.find(limit_or_never(job->second.request)));
+  groups_[group].jobs.erase(job);
+  queued_.erase(where);
+  if (reservation_ && reservation_->id == id) reservation_.reset();
+  return {};
+}
+
+void Scheduler::release(std::unordered_map<JobId, RunningJob>::iterator job) {
+  give_back(availability_, job->second.request, job->second.gpus);
+  UserState& user = users_[job->second.user];
+  user.held = std::max(0.0, user.held - job->second.weight);
+  running_.erase(job);
+}
+
+Result<void> Scheduler::finish(JobId id, double now) {
+  auto job = running_.find(id);
+  if (job == running_.end()) return fail("job {} is not running", id);
+  account_usage(now);
+  release(job);
+  return {};
+}
+
+Result<void> Scheduler::requeue(JobId id, double now) {
+  auto job = running_.find(id);
+  if (job == running_.end()) return fail("job {} is not running", id);
+  account_usage(now);
+  QueuedJob queued = job->second;
+  release(job);
+  enqueue(queued);
+  // The job that waits first may be this one again: the next pass plans afresh.
+  reservation_.reset();
+  return {};
+}
+
+Result<void> Scheduler::adopt(const JobRequest& request, const std::vector<unsigned>& gpus,
+                              double start_s) {
+  if (queued_.contains(request.id) || running_.contains(request.id)) {
+    return fail("job {} is already submitted", request.id);
+  }
+  if (gpus.size() != request.gpus) {
+    return fail("job {} asks for {} GPUs but runs on {}", request.id, request.gpus, gpus.size());
+  }
+  for (unsigned gpu : gpus) {
+    if (gpu >= machine_.gpus.size()) {
+      return fail("job {} runs on GPU {}, the machine has {}", request.id, gpu,
+                  machine_.gpus.size());
+    }
+    if (std::count(gpus.begin(), gpus.end(), gpu) > 1) {
+      return fail("job {} lists GPU {} twice", request.id, gpu);
+    }
+    const GpuAvailability& on = availability_[gpu];
+    if (on.exclusive_held || (!request.slice_mib && on.shared_mib > 0)) {
+      return fail("job {} runs on GPU {}, which another job holds", request.id, gpu);
+    }
+    uint64_t memory = machine_.gpus[gpu].memory_total_mib.value_or(0);
+    if (request.slice_mib && on.shared_mib + *request.slice_mib > memory) {
+      return fail("job {} takes {} MiB of GPU {}, which has {} MiB left", request.id,
+                  *request.slice_mib, gpu, memory - std::min(memory, on.shared_mib));
+    }
+  }
+  take(availability_, request, gpus);
+  account_usage(start_s);
+  size_t user = user_index(request.user);
+  double weight = weight_of(request);
+  // What it has run before the last accounting counts as if it had been accounted all along.
+  if (start_s < last_accounted_s_) {
+    users_[user].usage += weight * accrued_per_gpu(last_accounted_s_ - start_s);
+  }
+  users_[user].held += weight;
+  QueuedJob as_queued{request, arrivals_++, start_s, user, weight};
+  running_.emplace(request.id, RunningJob{as_queued, start_s, gpus});
+  return {};
+}
+
+Result<void> Scheduler::set_outside_use(const std::vector<GpuAvailability>& outside) {
+  if (outside.size() != machine_.gpus.size()) {
+    return fail("outside use lists {} GPUs, the machine has {}", outside.size(),
+                machine_.gpus.size());
+  }
+  for (const Gpu& gpu : machine_.gpus) {
+    const GpuAvailability& from = outside[gpu.index];
+    GpuAvailability& state = availability_[gpu.index];
+    state.usable = !gpu.fault && from.usable;
+    state.external_busy = from.exclusive_held || from.shared_mib > 0 || from.external_busy;
+    // Nothing fits beside an exclusive lease, not even a slice.
+    state.external_mib = from.exclusive_held ? gpu.memory_total_mib.value_or(0)
+                                             : from.shared_mib + from.external_mib;
+    state.holders = from.holders;
+  }
+  return {};
+}
+
+std::string Scheduler::waiting_reason(JobId id) const {
+  auto where = queued_.find(id);
+  if (where == queued_.end()) return "";
+  const QueuedJob& job = groups_[where->second.first].jobs.at(where->second.second);
+  const UserState& user = users_[job.user];
+  if (over_quota(job)) {
+    return fmt::format("over quota: {} holds {:g} of {:g} GPUs", user.name, user.held, user.quota.value_or(0));
+  }
+  if (reservation_ && reservation_->id == id) {
+    return fmt::format("next in line: GPU {} reserved for it", fmt::join(reservation_->gpus, ","));
+  }
+  GpuRequest request{job.request.gpus, job.request.slice_mib, job.request.allowed, job.request.excluded};
+  auto fits = choose_gpus(machine_, availability_, request);
+  if (fits && !*fits) return describe_wait(machine_, availability_, request);
+  return "behind jobs that go first (priority, fair share, the reservation)";
+}
+
+double Scheduler::held_gpus(const std::string& user) const {
+  auto entry = user_by_name_.find(user);
+  return entry == user_by_name_.end() ? 0 : users_[entry->second].held;
+}
+
+double Scheduler::fair_share_usage(const std::string& user) const {
+  auto entry = user_by_name_.find(user);
+  return entry == user_by_name_.end() ? 0 : users_[entry->second].usage;
+}
+
+FairShareUsage Scheduler::export_fair_share(double now) {
+  account_usage(now);
+  FairShareUsage saved{last_accounted_s_, {}};
+  for (const UserState& user : users_) {
+    if (user.usage > 0) saved.usage[user.name] = user.usage;
+  }
+  return saved;
+}
+
+Result<void> Scheduler::import_fair_share(const FairShareUsage& saved, double now) {
+  if (!std::isfinite(saved.as_of_s)) return fail("the fair-share usage has no valid time");
+  for (const auto& [user, usage] : saved.usage) {
+    if (!std::isfinite(usage) || usage < 0) return fail("the fair-share usage of {} is not a valid number", user);
+  }
+  account_usage(now);
+  double decay = std::exp2(-std::max(0.0, last_accounted_s_ - saved.as_of_s) / config_.fair_share_half_life_s);
+  for (UserState& user : users_) user.usage = 0;
+  for (const auto& [user, usage] : saved.usage) users_[user_index(user)].usage = usage * decay;
+  for (const auto& [id, job] : running_) {
+    double ran_since = last_accounted_s_ - std::max(job.start_s, saved.as_of_s);
+    if (ran_since > 0) users_[job.user].usage += job.weight * accrued_per_gpu(ran_since);
+  }
+  return {};
+}
+
+void Scheduler::start(const QueuedJob& job, std::vector<unsigned> gpus, double now) {
+  take(availability_, job.request, gpus);
+  users_[job.user].held += job.weight;
+  queued_.erase(job.request.id);
+  queued_limits_.erase(queued_limits_.find(limit_or_never(job.request)));
+  running_.emplace(job.request.id, RunningJob{job, now, std::move(gpus)});
+}
+
+// One scheduling pass: walks the queue in policy order, merging the (priority, user) groups.
+class Scheduler::Pass {
+ public:
+  Pass(Scheduler& scheduler, double now) : s_(scheduler), now_(now) {
+    if (s_.reservation_) holder_ = s_.reservation_->id;
+    for (size_t group = 0; group < s_.groups_.size(); ++group) {
+      Cursor cursor{group, s_.groups_[group].jobs.begin()};
+      if (skip_holder(cursor)) push(cursor);
+    }
+    // The holder is visited on its own, ahead of its priority level, even of its own user's
+    // earlier jobs; its group's cursor passes over it.
+    if (auto where = holder_ ? s_.queued_.find(*holder_) : s_.queued_.end(); where != s_.queued_.end()) {
+      auto [group, arrival] = where->second;
+      push(Cursor{group, s_.groups_[group].jobs.find(arrival), true});
+    }
+  }
+
+  std::vector<JobStart> run() {
+    std::optional<size_t> examined_behind;  // jobs examined since the first one that waits
+    while (!heads_.empty() && anything_can_start() &&
+           (!examined_behind || *examined_behind < s_.config_.backfill_depth)) {
+      std::pop_heap(heads_.begin(), heads_.end(), later);
+      Cursor cursor = heads_.back().cursor;
+      heads_.pop_back();
+      const QueuedJob& job = cursor.job->second;
+      std::optional<std::vector<unsigned>> gpus;
+      if (!s_.over_quota(job)) gpus = choose(job);
+      if (gpus) {
+        bool drained_for_it = holder_ == job.request.id && !tried_reservation_;
+        unsigned width = job.request.slice_mib ? 0 : job.request.gpus;
+        if (gpus->empty()) {
+          unplaced_.push_back(started_.size());
+          unplaced_gpus_ += job.request.gpus;
+        }
+        s_.start(job, *gpus, now_);
+        room_.reset();
+        started_.push_back(JobStart{job.request.id, std::move(*gpus)});
+        cursor.job = s_.groups_[cursor.group].jobs.erase(cursor.job);
+        if (drained_for_it && width > 1) hand_over(width);
+      } else {
+        if (s_.config_.policy == Policy::Fifo) break;  // the head blocks everyone
+        if (examined_behind)
+          ++*examined_behind;
+        else
+          examined_behind = 0;
+        // One reservation per pass, for the first job in order that only lacks GPUs.
+        if (s_.config_.policy == Policy::Gpupool && !tried_reservation_ && !s_.over_quota(job)) {
+          tried_reservation_ = true;
+          if (holder_ != job.request.id) s_.chain_before_.reset();
+          reserve(job);
+        }
+        ++cursor.job;
+      }
+      if (!cursor.alone && skip_holder(cursor)) push(cursor);
+    }
+    place_unplaced();
+    bool holder_waits = holder_ && s_.queued_.contains(*holder_);
+    if (!tried_reservation_ && !holder_waits && s_.config_.policy == Policy::Gpupool) {
+      // Nothing more could start: the first job in order that waits gets its plan all the same,
+      // so that it keeps its place when GPUs free up.
+      for (; !heads_.empty() && !tried_reservation_; heads_.pop_back()) {
+        std::pop_heap(heads_.begin(), heads_.end(), later);
+        const QueuedJob& job = heads_.back().cursor.job->second;
+        if (s_.over_quota(job)) continue;
+        tried_reservation_ = true;
+        s_.chain_before_.reset();
+        reserve(job);
+      }
+    }
+    // A pass that stopped before planning keeps the last plan for the job that still waits.
+    if (tried_reservation_ || !holder_waits) s_.reservation_ = reservation_;
+    return std::move(started_);
+  }
+
+ private:
+  using JobIterator = std::map<uint64_t, QueuedJob>::iterator;
+  struct Cursor {
+    size_t group;
+    JobIterator job;
+    bool alone = false;  // the holder's own visit: not followed by the rest of its group
+  };
+
+  // Moves a group's cursor past the holder, which has a cursor of its own; false at the end.
+  bool skip_holder(Cursor& cursor) const {
+    auto end = s_.groups_[cursor.group].jobs.end();
+    if (cursor.job != end && holder_ == cursor.job->second.request.id) ++cursor.job;
+    return cursor.job != end;
+  }
+  // Policy order, smallest first: gpupool by priority, then the holder of the reservation, then
+  // overdue jobs, then fair-share usage, then arrival; the others by arrival alone.
+  using Key = std::tuple<int, int, double, uint64_t>;
+  struct Head {
+    Key key;
+    Cursor cursor;
+  };
+  static bool later(const Head& a, const Head& b) { return a.key > b.key; }
+
+  Key order_key(const QueuedJob& job) const {
+    if (s_.config_.policy != Policy::Gpupool) return {0, 0, 0.0, job.arrival};
+    // The job that holds the reservation stays ahead of its priority level until it starts:
+    // were fair share to reorder it behind others, they would take the GPUs it was waiting for
+    // and the drain would start over. A group's jobs stay in arrival order (earlier ones are
+    // overdue first), which the merge of the groups relies on.
+    if (holder_ == job.request.id) return {-job.request.priority, 0, 0.0, job.arrival};
+    if (now_ - job.submit_s >= s_.config_.overdue_after_s) {
+      return {-job.request.priority, 1, 0.0, job.arrival};
+    }
+    return {-job.request.priority, 2, s_.users_[job.user].usage, job.arrival};
+  }
+
+  void push(Cursor cursor) {
+    heads_.push_back(Head{order_key(cursor.job->second), cursor});
+    std::push_heap(heads_.begin(), heads_.end(), later);
+  }
+
+  // The holder has started on GPUs drained for it: the first waiting job in order that is at
+  // least as wide inherits the reservation, so drained GPUs pass from one wide job to the next
+  // instead of being refilled with small jobs and drained all over again.
+  void hand_over(unsigned width) {
+    if (!s_.chain_before_) s_.chain_before_ = s_.arrivals_;
+    const QueuedJob* next = nullptr;
+    Key best;
+    size_t examined = 0;  // bounded like a pass's walk
+    for (const Group& group : s_.groups_) {
+      for (const auto& [arrival, queued] : group.jobs) {
+        if (arrival >= *s_.chain_before_ || ++examined > s_.config_.backfill_depth) break;
+        if (queued.request.slice_mib || queued.request.gpus < width || s_.over_quota(queued)) continue;
+        Key key = order_key(queued);
+        if (!next || key < best) std::tie(next, best) = std::pair{&queued, key};
+        break;  // the group's later jobs come after this one
+      }
+    }
+    if (!next) {
+      s_.chain_before_.reset();
+      return;
+    }
+    tried_reservation_ = true;
+    reserve(*next);
+  }
+
+  // False when no queued job can start: no GPU has room, or only reserved ones do and even the
+  // shortest time limit queued would not end before the reservation.
+  bool anything_can_start() const {
+    const Room& room = this->room();
+    if (room.shared_outside || room.whole_outside > unplaced_gpus_) return true;
+    const std::optional<Reservation>& reservation = reservation_;
+    return room.inside && (!reservation || s_.queued_limits_.empty() ||
+                           now_ + *s_.queued_limits_.begin() <= reservation->start_s);
+  }
+
+  // What has room, outside the reserved GPUs and on all of them: worked out once per change of
+  // state, since a pass may examine a thousand jobs that do not fit.
+  struct Room {
+    unsigned whole_outside = 0;    // whole GPUs free
+    unsigned whole_all = 0;
+    uint64_t slice_outside = 0;    // the most memory free on one GPU
+    uint64_t slice_all = 0;
+    bool shared_outside = false;   // a GPU that slices share has memory free
+    bool inside = false;           // a reserved GPU has room
+  };
+  const Room& room() const {
+    if (room_) return *room_;
+    Room& room = room_.emplace(Room{});
+    for (const Gpu& gpu : s_.machine_.gpus) {
+      const GpuAvailability& state = s_.availability_[gpu.index];
+      bool whole = whole_gpu_free(state);
+      uint64_t memory = slice_room(gpu, state);
+      if (!whole && memory == 0) continue;
+      room.whole_all += whole;
+      room.slice_all = std::max(room.slice_all, memory);
+      if (!reserved_mask_.empty() && reserved_mask_[gpu.index]) {
+        room.inside = true;
+        continue;
+      }
+      room.whole_outside += whole;
+      room.slice_outside = std::max(room.slice_outside, memory);
+      room.shared_outside = room.shared_outside || !whole;
+    }
+    return room;
+  }
+
+  // False when the job certainly does not fit (on the GPUs outside the reservation, or on all).
+  bool may_fit(const JobRequest& job, bool outside_only) const {
+    const Room& room = this->room();
+    if (!job.slice_mib) {
+      return (outside_only ? room.whole_outside : room.whole_all) >= job.gpus + unplaced_gpus_;
+    }
+    return job.gpus > 1 || (outside_only ? room.slice_outside : room.slice_all) >= *job.slice_mib;
+  }
+
+  // Enough GPUs for the job in `state`, leaving out `excluded` (a mask, or empty) and the whole
+  // GPUs promised to unplaced jobs.
+  bool enough(const std::vector<GpuAvailability>& state, const JobRequest& job,
+              const std::vector<bool>& excluded) const {
+    unsigned needed = job.gpus + (job.slice_mib ? 0 : unplaced_gpus_);
+    unsigned suitable = 0;
+    for (const Gpu& gpu : s_.machine_.gpus) {
+      if ((!excluded.empty() && excluded[gpu.index]) || !may_use(job, gpu.index)) continue;
+      const GpuAvailability& on = state[gpu.index];
+      if (job.slice_mib ? slice_room(gpu, on) >= *job.slice_mib : whole_gpu_free(on)) {
+        if (++suitable == needed) return true;
+      }
+    }
+    return false;
+  }
+
+  // Until a job has to wait, gpupool's whole-GPU jobs only count GPUs as they start; they are
+  // placed together when someone waits or the pass ends, widest first (first fit decreasing):
+  // a wide job then still finds a whole NVSwitch island free, which is both the better place
+  // and far the cheaper search than among the leftovers of narrower jobs.
+  bool defers_placement(const JobRequest& job) const {
+    return s_.config_.policy == Policy::Gpupool && !reservation_ && !job.slice_mib && !restricted(job);
+  }
+
+  void place_unplaced() {
+    std::stable_sort(unplaced_.begin(), unplaced_.end(), [&](size_t a, size_t b) {
+      return s_.running_.at(started_[a].id).request.gpus > s_.running_.at(started_[b].id).request.gpus;
+    });
+    unplaced_gpus_ = 0;
+    for (size_t position : unplaced_) {
+      JobStart& start = started_[position];
+      RunningJob& job = s_.running_.at(start.id);
+      // The GPUs were counted when it started, so there is room.
+      start.gpus = *place_in(s_.availability_, job.request, {});
+      take(s_.availability_, job.request, start.gpus);
+      job.gpus = start.gpus;
+    }
+    unplaced_.clear();
+    room_.reset();
+  }
+
+  // The baselines take the lowest-numbered GPUs that fit; gpupool places by topology and packs
+  // slices best-fit, as `gpupool run` does.
+  std::optional<std::vector<unsigned>> place_in(const std::vector<GpuAvailability>& state,
+                                                const JobRequest& job,
+                                                const std::vector<bool>& excluded) const {
+    if (!enough(state, job, excluded)) return std::nullopt;
+    if (s_.config_.policy != Policy::Gpupool) {
+      std::vector<unsigned> gpus;
+      for (const Gpu& gpu : s_.machine_.gpus) {
+        if ((!excluded.empty() && excluded[gpu.index]) || !may_use(job, gpu.index)) continue;
+        const GpuAvailability& on = state[gpu.index];
+        if (job.slice_mib ? slice_room(gpu, on) >= *job.slice_mib : whole_gpu_free(on)) {
+          gpus.push_back(gpu.index);
+        }
+        if (gpus.size() == job.gpus) break;
+      }
+      return gpus;
+    }
+    GpuRequest request{job.gpus, job.slice_mib, job.allowed, job.excluded};
+    for (unsigned gpu = 0; gpu < excluded.size(); ++gpu) {
+      if (excluded[gpu]) request.excluded.push_back(gpu);
+    }
+    Result<std::optional<std::vector<unsigned>>> chosen = choose_gpus(s_.machine_, state, request);
+    return chosen.ok() ? *chosen : std::nullopt;
+  }
+
+  // The GPUs for a job that can start now; an empty list when it starts but is placed later.
+  std::optional<std::vector<unsigned>> choose(const QueuedJob& job) {
+    const std::optional<Reservation>& reservation = reservation_;
+    const JobRequest& request = job.request;
+    if (defers_placement(request)) {
+      if (!may_fit(request, false)) return std::nullopt;
+      return std::vector<unsigned>{};
+    }
+    if (request.slice_mib && !unplaced_.empty()) {
+      // Beside other slices while whole GPUs are promised; a fresh GPU only once those are placed.
+      std::vector<bool> fresh(s_.availability_.size());
+      for (unsigned gpu = 0; gpu < fresh.size(); ++gpu) fresh[gpu] = whole_gpu_free(s_.availability_[gpu]);
+      if (std::optional<std::vector<unsigned>> gpus = place_in(s_.availability_, request, fresh)) return gpus;
+      place_unplaced();
+    }
+    // A whole-GPU job kept to some GPUs is placed at once; those promised to the deferred jobs
+    // are placed first, so that it cannot take one of theirs.
+    if (!request.slice_mib && !unplaced_.empty()) place_unplaced();
+    bool ends_in_time =
+        reservation && request.time_limit_s && now_ + *request.time_limit_s <= reservation->start_s;
+    bool anywhere = !reservation || ends_in_time || reservation->id == request.id;
+    if (!may_fit(request, !anywhere)) return std::nullopt;
+    return place_in(s_.availability_, request, anywhere ? std::vector<bool>{} : reserved_mask_);
+  }
+
+  // When a running job is expected to end: at its time limit, else after the default run time
+  // or twice what it has run so far (a job that has run long tends to run long).
+  double expected_end(const RunningJob& job) const {
+    double run_time = job.request.time_limit_s.value_or(
+        std::max(s_.config_.default_runtime_s, 2 * (now_ - job.start_s)));
+    return std::max(now_, job.start_s + run_time);
+  }
+
+  // EASY backfilling: the first job that cannot start gets the GPUs that free up first for it.
+  void reserve(const QueuedJob& job) {
+    place_unplaced();  // where the jobs started so far run decides what frees up first
+    std::vector<std::pair<double, const RunningJob*>> by_end;
+    for (const auto& [id, running] : s_.running_)
+      by_end.emplace_back(expected_end(running), &running);
+    std::sort(by_end.begin(), by_end.end(), [](const auto& a, const auto& b) {
+      return std::tie(a.first, a.second->request.id) < std::tie(b.first, b.second->request.id);
+    });
+    std::vector<GpuAvailability> future = s_.availability_;
+    for (size_t i = 0; i < by_end.size(); ++i) {
+      give_back(future, by_end[i].second->request, by_end[i].second->gpus);
+      if (i + 1 < by_end.size() && by_end[i + 1].first == by_end[i].first) continue;
+      if (std::optional<std::vector<unsigned>> gpus = place_in(future, job.request, {})) {
+        reserved_mask_.assign(s_.availability_.size(), false);
+        for (unsigned gpu : *gpus) reserved_mask_[gpu] = true;
+        room_.reset();
+        reservation_ = Reservation{job.request.id, by_end[i].first, std::move(*gpus)};
+        return;
+      }
+    }
+  }
+
+  Scheduler& s_;
+  double now_;
+  std::vector<Head> heads_;
+  std::vector<JobStart> started_;
+  std::vector<bool> reserved_mask_;
+  mutable std::optional<Room> room_;
+  std::vector<size_t> unplaced_;  // positions in started_ of jobs not yet given GPUs
+  unsigned unplaced_gpus_ = 0;    // the whole GPUs they need
+  std::optional<JobId> holder_;             // of the last pass's reservation
+  std::optional<Reservation> reservation_;  // this pass's
+  bool tried_reservation_ = false;
+};
+
+std::vector<JobStart> Scheduler::schedule(double now) {
+  account_usage(now);
+  return Pass(*this, now).run();
+}
+
+}  // namespace gpupool

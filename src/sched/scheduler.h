@@ -1,0 +1,208 @@
+// The job scheduler: which queued jobs start now, on which GPUs. Pure logic over state and a
+// clock that the caller passes in (the daemon's wall clock, or the simulator's virtual one), so
+// what the simulator measures is what the daemon runs. It sees only what a real scheduler knows:
+// the requests, their declared time limits and how long running jobs have run so far; never how
+// long a job will actually take. docs/scheduling.md explains the policies.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "base/result.h"
+#include "machine/gpu.h"
+#include "sched/allocation.h"
+
+namespace gpupool {
+
+enum class Policy {
+  Fifo,      // strict arrival order, first-fit GPUs: the head blocks everyone (task-spooler)
+  Backfill,  // arrival order, first-fit GPUs, any job that fits starts: big jobs may starve
+  Gpupool,   // priority, aged fair share, arrival; topology placement, memory packing, EASY backfill
+};
+
+Result<Policy> parse_policy(std::string_view name);  // "fifo", "backfill", "gpupool"
+const char* to_string(Policy policy);
+
+using JobId = uint64_t;
+
+struct JobRequest {
+  JobId id = 0;
+  std::string user;
+  unsigned gpus = 1;
+  std::optional<uint64_t> slice_mib;   // nullopt: whole GPUs; else this much memory on each
+  int priority = 0;                    // higher first (gpupool policy)
+  std::optional<double> time_limit_s;  // the job is ended when it runs longer (by the caller)
+  std::vector<unsigned> allowed = {};  // only these GPUs (nvidia-smi indices); empty: any
+  std::vector<unsigned> excluded = {}; // never these
+};
+
+// The users' decayed GPU-seconds as of `as_of_s`: what outlives a daemon restart, so that a
+// heavy user does not go back to the front of the queue.
+struct FairShareUsage {
+  double as_of_s = 0;
+  std::map<std::string, double> usage;
+};
+
+struct SchedulerConfig {
+  Policy policy = Policy::Gpupool;
+  // GPUs one user may hold at once, a memory slice counting as its share of the largest GPU.
+  std::optional<double> quota_gpus;
+  // Per-user quotas, replacing quota_gpus for those users (who may then have more than it).
+  std::map<std::string, double> user_quota_gpus;
+  // Fair share: GPU-seconds used count half as much after this long.
+  double fair_share_half_life_s = 24 * 3600;
+  // A job that has waited this long is past fair share: it goes ahead of the jobs that have not
+  // (within its priority), in arrival order, so that a heavy user's jobs wait a bounded time.
+  double overdue_after_s = 6 * 3600;
+  // A running job without a time limit is expected to run this long, or twice as long as it
+  // has run so far when that is more: only reservations use the estimate.
+  double default_runtime_s = 3600;
+  // How many queued jobs a pass examines for backfill behind a reservation (Slurm's
+  // bf_max_job_test): bounds the cost of a pass whatever the length of the queue.
+  size_t backfill_depth = 1000;
+};
+
+struct JobStart {
+  JobId id = 0;
+  std::vector<unsigned> gpus;  // nvidia-smi indices
+};
+
+// Where the first waiting job in order will run (gpupool policy): jobs that backfill must end
+// before `start_s` by their time limit, or keep off `gpus`. The job keeps its reservation, and
+// its place ahead of fair share, until it starts; a pass that cannot start anything keeps the
+// last plan.
+struct Reservation {
+  JobId id = 0;
+  double start_s = 0;
+  std::vector<unsigned> gpus;
+};
+
+class Scheduler {
+ public:
+  // The machine's GPUs must be indexed 0..n-1 in order, with links filled (Machine::links).
+  static Result<Scheduler> create(Machine machine, SchedulerConfig config);
+
+  // Queues a job at `now`. An error when it is not admissible() or its id is already known.
+  Result<void> submit(const JobRequest& request, double now);
+  // An error when the job could never run here: more GPUs than the machine has ("asks for 9
+  // GPUs, the machine has 8"), a slice larger than its GPUs, more than its user's quota, or
+  // fewer GPUs allowed (and not excluded) than it asks for. The daemon asks before storing it.
+  Result<void> admissible(const JobRequest& request) const;
+  // A running job has ended at `now` (exited, or killed at its time limit): its GPUs are free.
+  Result<void> finish(JobId id, double now);
+  // Starts what the policy allows at `now`; the jobs returned are running from then on.
+  std::vector<JobStart> schedule(double now);
+
+  // The daemon's needs beyond the simulator's:
+  // Takes a queued job out of the queue (cancelled, held); an error when it is not queued.
+  Result<void> remove(JobId id);
+  // Puts a job that was returned by schedule() back in the queue with its original place
+  // (its GPUs turned out to be taken by someone outside the scheduler); its GPUs are free.
+  // An error when it is not running.
+  Result<void> requeue(JobId id, double now);
+  // Records a job that is already running on `gpus` since `start_s` (adopted after a daemon
+  // restart); it is not subject to quotas, which it may exceed, and counts towards its user's
+  // fair share from `start_s`. An error when its id is known, a GPU index is out of range or
+  // repeated, there are not `request.gpus` of them, or a GPU is already taken by the
+  // scheduler's other jobs (a whole GPU held, or its memory full): two jobs on one GPU would
+  // make the scheduler's view wrong. Outside use is not checked.
+  Result<void> adopt(const JobRequest& request, const std::vector<unsigned>& gpus, double start_s);
+  // What stands on each GPU apart from the scheduler's own jobs (indexed like the machine's
+  // GPUs): processes gpupool did not start, leases taken without the daemon. Replaces the
+  // previous call's view; placement avoids those GPUs and memory, and reservations treat them
+  // as taken for good. An exclusive lease, or `external_busy`, keeps whole-GPU jobs off a
+  // GPU; slices fit around `shared_mib` + `external_mib` (nothing fits beside an exclusive
+  // lease); `usable = false` keeps every job off. finish() never clears outside use.
+  // An error when the vector does not have one entry per GPU.
+  Result<void> set_outside_use(const std::vector<GpuAvailability>& outside);
+
+  size_t queued() const { return queued_.size(); }
+  size_t running() const { return running_.size(); }
+  // What placement sees: the scheduler's jobs as `exclusive_held` / `shared_mib`, outside use
+  // as `external_busy` / `external_mib` / `holders`, and `usable` false where either says so.
+  const std::vector<GpuAvailability>& availability() const { return availability_; }
+  const std::optional<Reservation>& reservation() const { return reservation_; }
+  // Why a queued job has not started, as of the last pass (empty when it is not queued): over
+  // its user's quota, next in line with GPUs reserved, waiting for busy GPUs (and who holds
+  // them), or behind jobs that go first.
+  std::string waiting_reason(JobId id) const;
+  // GPUs the user holds now (slices as fractions, as for quotas).
+  double held_gpus(const std::string& user) const;
+  // The user's decayed GPU-seconds, as of the last call.
+  double fair_share_usage(const std::string& user) const;
+  // Every user's decayed GPU-seconds as of `now` (accounted up to then).
+  FairShareUsage export_fair_share(double now);
+  // Takes up usage exported before a restart, after the running jobs have been adopted and
+  // before the first pass: it decays over the time since it was exported, and the adopted jobs
+  // add what they ran since then (what they ran before, it holds already). Replaces every
+  // user's usage. An error when `saved` has a negative or non-finite value.
+  Result<void> import_fair_share(const FairShareUsage& saved, double now);
+
+ private:
+  struct UserState {
+    std::string name;
+    std::optional<double> quota;  // GPU-equivalents
+    double held = 0;              // GPU-equivalents of the running jobs
+    double usage = 0;             // decayed GPU-seconds
+  };
+  struct QueuedJob {
+    JobRequest request;
+    uint64_t arrival = 0;  // submission order
+    double submit_s = 0;
+    size_t user = 0;
+    double weight = 0;  // GPU-equivalents
+  };
+  // Keeps what it had in the queue, should it be requeued.
+  struct RunningJob : QueuedJob {
+    double start_s = 0;
+    std::vector<unsigned> gpus;
+  };
+  class Pass;
+  friend class Pass;
+
+  Scheduler(Machine machine, SchedulerConfig config);
+  size_t user_index(const std::string& name);
+  std::optional<double> quota_of(const std::string& user) const;
+  double accrued_per_gpu(double elapsed) const;
+  void account_usage(double now);
+  double weight_of(const JobRequest& request) const;
+  bool over_quota(const QueuedJob& job) const;
+  void enqueue(const QueuedJob& job);
+  void start(const QueuedJob& job, std::vector<unsigned> gpus, double now);
+  void release(std::unordered_map<JobId, RunningJob>::iterator job);
+
+  Machine machine_;
+  SchedulerConfig config_;
+  uint64_t largest_gpu_mib_ = 0;
+  std::vector<GpuAvailability> availability_;  // the scheduler's jobs and outside use together
+  std::vector<UserState> users_;
+  std::unordered_map<std::string, size_t> user_by_name_;
+  // Queued jobs by (priority, user), each in arrival order; a pass merges them in policy order.
+  struct Group {
+    int priority = 0;
+    size_t user = 0;
+    std::map<uint64_t, QueuedJob> jobs;  // by arrival
+  };
+  std::vector<Group> groups_;
+  std::map<std::pair<int, size_t>, size_t> group_index_;
+  // Where each queued job is: its group and arrival.
+  std::unordered_map<JobId, std::pair<size_t, uint64_t>> queued_;
+  // The queued jobs' time limits (infinity for none): behind a reservation, when the shortest
+  // one does not fit before it and only reserved GPUs have room, a pass can stop.
+  std::multiset<double> queued_limits_;
+  uint64_t arrivals_ = 0;
+  std::unordered_map<JobId, RunningJob> running_;
+  std::optional<Reservation> reservation_;
+  double last_accounted_s_ = 0;
+  // While reservations pass from one wide job to the next, only jobs that arrived before the
+  // first hand-over take part, so that the jobs the chain passes by wait a bounded time.
+  std::optional<uint64_t> chain_before_;
+};
+
+}  // namespace gpupool

@@ -1,0 +1,856 @@
+#include "sched/scheduler.h"
+
+#include <gtest/gtest.h>
+#include <rapidcheck/gtest.h>
+
+#include <algorithm>
+#include <limits>
+#include <map>
+#include <set>
+
+#include "sim/replay.h"
+
+namespace gpupool {
+namespace {
+
+constexpr uint64_t kGpuMib = 80000;
+
+// `count` GPUs of kGpuMib, all joined by an NVSwitch, unless `links` says otherwise.
+Machine make_machine(unsigned count) {
+  Machine machine;
+  for (unsigned i = 0; i < count; ++i) {
+    Gpu gpu;
+    gpu.index = i;
+    gpu.memory_total_mib = kGpuMib;
+    machine.gpus.push_back(gpu);
+  }
+  machine.links.assign(count, std::vector<Link>(count, Link{12, true, PcieLevel::System}));
+  return machine;
+}
+
+Scheduler make_scheduler(unsigned gpus, Policy policy, std::optional<double> quota = std::nullopt) {
+  SchedulerConfig config;
+  config.policy = policy;
+  config.quota_gpus = quota;
+  auto scheduler = Scheduler::create(make_machine(gpus), config);
+  EXPECT_TRUE(scheduler.ok());
+  return std::move(*scheduler);
+}
+
+JobRequest job(JobId id, unsigned gpus, std::optional<double> limit = std::nullopt,
+               std::string user = "u") {
+  return JobRequest{id, std::move(user), gpus, std::nullopt, 0, limit};
+}
+
+std::vector<JobId> ids(const std::vector<JobStart>& starts) {
+  std::vector<JobId> out;
+  for (const JobStart& start : starts) out.push_back(start.id);
+  return out;
+}
+
+// Four GPUs: job 1 holds two until t=100 (its limit); job 2 wants all four; job 3 wants one.
+std::vector<JobId> behind_a_big_job(Policy policy, std::optional<double> small_limit) {
+  Scheduler s = make_scheduler(4, policy);
+  EXPECT_TRUE(s.submit(job(1, 2, 100), 0).ok());
+  EXPECT_EQ(ids(s.schedule(0)), std::vector<JobId>{1});
+  EXPECT_TRUE(s.submit(job(2, 4, 100), 1).ok());
+  EXPECT_TRUE(s.submit(job(3, 1, small_limit), 2).ok());
+  return ids(s.schedule(2));
+}
+
+TEST(SchedulerTest, StrictFifoLetsTheHeadBlockEveryone) {
+  EXPECT_TRUE(behind_a_big_job(Policy::Fifo, 10).empty());
+}
+
+TEST(SchedulerTest, GreedyBackfillStartsWhateverFits) {
+  EXPECT_EQ(behind_a_big_job(Policy::Backfill, std::nullopt), std::vector<JobId>{3});
+}
+
+TEST(SchedulerTest, GpupoolBackfillsOnlyJobsThatEndBeforeTheReservation) {
+  EXPECT_EQ(behind_a_big_job(Policy::Gpupool, 50), std::vector<JobId>{3});
+  EXPECT_TRUE(behind_a_big_job(Policy::Gpupool, 500).empty());
+  EXPECT_TRUE(behind_a_big_job(Policy::Gpupool, std::nullopt).empty());
+}
+
+TEST(SchedulerTest, TheReservationNamesTheWaitingJobAndWhenItStarts) {
+  Scheduler s = make_scheduler(4, Policy::Gpupool);
+  ASSERT_TRUE(s.submit(job(1, 2, 100), 0).ok());
+  s.schedule(0);
+  ASSERT_TRUE(s.submit(job(2, 4), 10).ok());
+  EXPECT_TRUE(s.schedule(10).empty());
+  ASSERT_TRUE(s.reservation());
+  EXPECT_EQ(s.reservation()->id, 2u);
+  EXPECT_EQ(s.reservation()->start_s, 100);
+  EXPECT_EQ(s.reservation()->gpus, (std::vector<unsigned>{0, 1, 2, 3}));
+  ASSERT_TRUE(s.finish(1, 60).ok());
+  EXPECT_EQ(ids(s.schedule(60)), std::vector<JobId>{2});
+}
+
+TEST(SchedulerTest, JobsOffTheReservedGpusMayRunLonger) {
+  Scheduler s = make_scheduler(4, Policy::Gpupool);
+  ASSERT_TRUE(s.submit(job(1, 3, 100), 0).ok());
+  s.schedule(0);
+  ASSERT_TRUE(s.submit(job(2, 2), 1).ok());  // needs one of job 1's GPUs: reserved at t=100
+  ASSERT_TRUE(s.submit(job(3, 1), 2).ok());  // no limit, but GPU 3 is left over
+  std::vector<JobStart> starts = s.schedule(2);
+  ASSERT_TRUE(s.reservation());
+  ASSERT_EQ(ids(starts), std::vector<JobId>{3});
+  const std::vector<unsigned>& reserved = s.reservation()->gpus;
+  EXPECT_EQ(std::count(reserved.begin(), reserved.end(), starts[0].gpus[0]), 0);
+}
+
+TEST(SchedulerTest, PriorityThenFairShareThenArrival) {
+  Scheduler s = make_scheduler(1, Policy::Gpupool);
+  ASSERT_TRUE(s.submit(job(1, 1, 10, "heavy"), 0).ok());
+  s.schedule(0);
+  ASSERT_TRUE(s.finish(1, 1000).ok());  // "heavy" has used a GPU for 1000 s
+  ASSERT_TRUE(s.submit(job(2, 1, 10, "heavy"), 1000).ok());
+  ASSERT_TRUE(s.submit(job(3, 1, 10, "light"), 1000).ok());
+  JobRequest urgent = job(4, 1, 10, "heavy");
+  urgent.priority = 5;
+  ASSERT_TRUE(s.submit(urgent, 1000).ok());
+  EXPECT_GT(s.fair_share_usage("heavy"), 900);
+  std::vector<JobId> order;
+  for (double t = 1000; s.queued() > 0; t += 10) {
+    for (JobId id : ids(s.schedule(t))) {
+      order.push_back(id);
+      ASSERT_TRUE(s.finish(id, t + 10).ok());
+    }
+  }
+  EXPECT_EQ(order, (std::vector<JobId>{4, 3, 2}));
+}
+
+TEST(SchedulerTest, SlicesArePackedSoWholeGpusStayFree) {
+  for (Policy policy : {Policy::Gpupool, Policy::Backfill}) {
+    Scheduler s = make_scheduler(2, policy);
+    JobRequest first{1, "u", 1, 30000, 0, std::nullopt};
+    JobRequest second{2, "u", 1, 30000, 0, std::nullopt};
+    ASSERT_TRUE(s.submit(first, 0).ok());
+    s.schedule(0);
+    ASSERT_TRUE(s.submit(second, 1).ok());
+    ASSERT_TRUE(s.submit(job(3, 1), 1).ok());
+    std::vector<JobStart> starts = s.schedule(1);
+    ASSERT_EQ(starts.size(), 2u) << to_string(policy);
+    EXPECT_EQ(s.availability()[0].shared_mib + s.availability()[1].shared_mib, 60000u);
+    EXPECT_TRUE(s.availability()[0].exclusive_held || s.availability()[1].exclusive_held);
+  }
+}
+
+TEST(SchedulerTest, AQuotaHoldsJobsBackWithoutBlockingOthers) {
+  Scheduler s = make_scheduler(4, Policy::Gpupool, 2.0);
+  ASSERT_TRUE(s.submit(job(1, 2, 100, "a"), 0).ok());
+  ASSERT_TRUE(s.submit(job(2, 1, 100, "a"), 0).ok());
+  ASSERT_TRUE(s.submit(job(3, 2, 100, "b"), 0).ok());
+  EXPECT_EQ(ids(s.schedule(0)), (std::vector<JobId>{1, 3}));
+  EXPECT_EQ(s.held_gpus("a"), 2);
+  ASSERT_TRUE(s.finish(1, 50).ok());
+  EXPECT_EQ(ids(s.schedule(50)), std::vector<JobId>{2});
+}
+
+TEST(SchedulerTest, AQueuedJobSaysWhyItWaits) {
+  Scheduler s = make_scheduler(4, Policy::Gpupool, 3.0);
+  ASSERT_TRUE(s.submit(job(1, 2, 100, "a"), 0).ok());
+  ASSERT_TRUE(s.submit(job(2, 2, 100, "a"), 0).ok());  // would put a over its quota of 3
+  ASSERT_TRUE(s.submit(job(3, 2, 100, "b"), 0).ok());
+  ASSERT_TRUE(s.submit(job(4, 2, std::nullopt, "c"), 0).ok());  // no room: the next in line
+  ASSERT_TRUE(s.submit(job(5, 2, std::nullopt, "d"), 0).ok());  // no room either
+  EXPECT_EQ(ids(s.schedule(0)), (std::vector<JobId>{1, 3}));
+  EXPECT_EQ(s.waiting_reason(1), "");  // running
+  EXPECT_EQ(s.waiting_reason(99), "");  // unknown
+  EXPECT_EQ(s.waiting_reason(2), "over quota: a holds 2 of 3 GPUs");
+  ASSERT_TRUE(s.reservation());
+  EXPECT_EQ(s.waiting_reason(s.reservation()->id).rfind("next in line: GPU ", 0), 0u);
+  JobId other = s.reservation()->id == 4 ? 5 : 4;
+  EXPECT_EQ(s.waiting_reason(other).rfind("waiting for 2 GPUs: 4 busy", 0), 0u) << s.waiting_reason(other);
+  // Room, but a job that goes first keeps it: a reservation on an idle machine.
+  ASSERT_TRUE(s.finish(1, 10).ok());
+  ASSERT_TRUE(s.finish(3, 10).ok());
+  EXPECT_EQ(s.waiting_reason(other), "behind jobs that go first (priority, fair share, the reservation)");
+}
+
+TEST(SchedulerTest, JobsThatCanNeverRunAreRefused) {
+  Scheduler s = make_scheduler(2, Policy::Gpupool, 1.5);
+  EXPECT_EQ(s.submit(job(1, 3), 0).error().message, "asks for 3 GPUs, the machine has 2");
+  EXPECT_EQ(s.submit(job(2, 2), 0).error().message,
+            "asks for 2.00 GPUs, above the quota of 1.50 per user");
+  EXPECT_EQ(s.submit(JobRequest{3, "u", 1, 90000, 0, std::nullopt}, 0).error().message,
+            "asks for 90000 MiB on 1 GPU, only 0 GPUs have that much memory");
+  ASSERT_TRUE(s.submit(job(4, 1), 0).ok());
+  EXPECT_EQ(s.submit(job(4, 1), 0).error().message, "job 4 is already submitted");
+  EXPECT_EQ(s.finish(9, 0).error().message, "job 9 is not running");
+  EXPECT_EQ(parse_policy("sjf").error().message,
+            "unknown policy 'sjf': expected fifo, backfill or gpupool");
+}
+
+// Four GPUs; "heavy" has used GPUs before, so fair share puts "light" first.
+TEST(SchedulerTest, TheReservationStaysWithItsJobWhenFairShareWouldReorder) {
+  Scheduler s = make_scheduler(4, Policy::Gpupool);
+  ASSERT_TRUE(s.submit(job(1, 2, 100, "heavy"), 0).ok());
+  ASSERT_TRUE(s.submit(job(2, 2, 200, "other"), 0).ok());
+  EXPECT_EQ(ids(s.schedule(0)), (std::vector<JobId>{1, 2}));
+  ASSERT_TRUE(s.submit(job(3, 4, 50, "heavy"), 1).ok());
+  EXPECT_TRUE(s.schedule(1).empty());
+  ASSERT_TRUE(s.submit(job(4, 1, std::nullopt, "light"), 2).ok());
+  EXPECT_TRUE(s.schedule(2).empty());  // a full machine: the plan stands
+  ASSERT_TRUE(s.reservation());
+  EXPECT_EQ(s.reservation()->id, 3u);
+  ASSERT_TRUE(s.finish(1, 100).ok());
+  // Light's job comes first by fair share, but would take a GPU drained for job 3.
+  EXPECT_TRUE(s.schedule(100).empty());
+  EXPECT_EQ(s.reservation()->id, 3u);
+  EXPECT_EQ(s.reservation()->start_s, 200);
+  ASSERT_TRUE(s.finish(2, 150).ok());
+  EXPECT_EQ(ids(s.schedule(150)), std::vector<JobId>{3});
+}
+
+TEST(SchedulerTest, DrainedGpusPassToTheNextWideJobThatWasWaiting) {
+  Scheduler s = make_scheduler(4, Policy::Gpupool);
+  ASSERT_TRUE(s.submit(job(1, 1, 100, "a"), 0).ok());
+  EXPECT_EQ(ids(s.schedule(0)), std::vector<JobId>{1});
+  ASSERT_TRUE(s.submit(job(2, 4, 100, "b"), 1).ok());
+  ASSERT_TRUE(s.submit(job(3, 1, std::nullopt, "c"), 2).ok());  // narrow: never handed over to
+  ASSERT_TRUE(s.submit(job(4, 4, 100, "c"), 3).ok());
+  EXPECT_TRUE(s.schedule(3).empty());
+  ASSERT_TRUE(s.finish(1, 50).ok());
+  EXPECT_EQ(ids(s.schedule(50)), std::vector<JobId>{2});
+  // Job 4 inherits the reservation, ahead of its own user's earlier job 3.
+  ASSERT_TRUE(s.reservation());
+  EXPECT_EQ(s.reservation()->id, 4u);
+  EXPECT_EQ(s.reservation()->start_s, 150);
+  ASSERT_TRUE(s.submit(job(5, 4, 100, "c"), 55).ok());  // arrived after the hand-over began
+  ASSERT_TRUE(s.finish(2, 60).ok());
+  EXPECT_EQ(ids(s.schedule(60)), std::vector<JobId>{4});
+  // The chain ends with the jobs that were waiting when it began: job 3 goes before job 5.
+  ASSERT_TRUE(s.finish(4, 70).ok());
+  EXPECT_EQ(ids(s.schedule(70)), std::vector<JobId>{3});
+}
+
+TEST(SchedulerTest, AnOverdueJobGoesAheadOfFairShare) {
+  for (double overdue_after : {100.0, 1000.0}) {
+    SchedulerConfig config;
+    config.overdue_after_s = overdue_after;
+    auto created = Scheduler::create(make_machine(1), config);
+    ASSERT_TRUE(created.ok());
+    Scheduler& s = *created;
+    ASSERT_TRUE(s.submit(job(1, 1, 1000, "heavy"), 0).ok());
+    s.schedule(0);
+    ASSERT_TRUE(s.submit(job(2, 1, 1000, "heavy"), 1).ok());
+    ASSERT_TRUE(s.submit(job(3, 1, 1000, "light"), 150).ok());
+    ASSERT_TRUE(s.finish(1, 200).ok());
+    // Job 2 has waited 199 s, job 3 50 s: past 100 s, arrival order wins over fair share.
+    EXPECT_EQ(ids(s.schedule(200)), std::vector<JobId>{overdue_after == 100 ? 2u : 3u});
+  }
+}
+
+// Two NVSwitch islands of four GPUs, joined by PCIe across sockets.
+Machine two_islands() {
+  Machine machine = make_machine(8);
+  for (unsigned a = 0; a < 8; ++a) {
+    for (unsigned b = 0; b < 8; ++b) {
+      if (a / 4 != b / 4) machine.links[a][b] = Link{0, false, PcieLevel::System};
+    }
+  }
+  return machine;
+}
+
+TEST(SchedulerTest, APassPlacesTheJobsItStartsWidestFirst) {
+  auto created = Scheduler::create(two_islands(), SchedulerConfig{});
+  ASSERT_TRUE(created.ok());
+  Scheduler& s = *created;
+  ASSERT_TRUE(s.submit(job(1, 1), 0).ok());
+  ASSERT_TRUE(s.submit(job(2, 1), 0).ok());
+  ASSERT_TRUE(s.submit(job(3, 4), 0).ok());
+  std::vector<JobStart> starts = s.schedule(0);
+  // In policy order; the 4-GPU job was placed first, on a whole island.
+  ASSERT_EQ(ids(starts), (std::vector<JobId>{1, 2, 3}));
+  EXPECT_EQ(starts[2].gpus, (std::vector<unsigned>{0, 1, 2, 3}));
+  EXPECT_GE(starts[0].gpus[0], 4u);
+  EXPECT_GE(starts[1].gpus[0], 4u);
+  EXPECT_NE(starts[0].gpus, starts[1].gpus);
+}
+
+TEST(SchedulerTest, PerUserQuotasReplaceTheDefault) {
+  SchedulerConfig config;
+  config.quota_gpus = 1;
+  config.user_quota_gpus = {{"big", 3}, {"small", 0.5}};
+  auto created = Scheduler::create(make_machine(4), config);
+  ASSERT_TRUE(created.ok());
+  Scheduler& s = *created;
+  EXPECT_EQ(s.submit(job(1, 4, 100, "big"), 0).error().message,
+            "asks for 4.00 GPUs, above the quota of 3.00 for big");
+  EXPECT_EQ(s.submit(job(2, 1, 100, "small"), 0).error().message,
+            "asks for 1.00 GPUs, above the quota of 0.50 for small");
+  EXPECT_EQ(s.submit(job(3, 2, 100, "other"), 0).error().message,
+            "asks for 2.00 GPUs, above the quota of 1.00 per user");
+  ASSERT_TRUE(s.submit(JobRequest{4, "small", 1, 40000, 0, 100.0}, 0).ok());
+  ASSERT_TRUE(s.submit(JobRequest{5, "small", 1, 40000, 0, 100.0}, 0).ok());
+  ASSERT_TRUE(s.submit(job(6, 2, 100, "big"), 0).ok());
+  ASSERT_TRUE(s.submit(job(7, 1, 100, "big"), 0).ok());
+  ASSERT_TRUE(s.submit(job(8, 1, 100, "big"), 0).ok());
+  // big stops at 3 GPUs, small at half of one; the fourth GPU waits for big's next job.
+  EXPECT_EQ(ids(s.schedule(0)), (std::vector<JobId>{4, 6, 7}));
+  EXPECT_EQ(s.held_gpus("big"), 3);
+  EXPECT_EQ(s.held_gpus("small"), 0.5);
+
+  config.user_quota_gpus = {{"nobody", 0}};
+  EXPECT_EQ(Scheduler::create(make_machine(4), config).error().message,
+            "the quota of nobody must be positive");
+}
+
+TEST(SchedulerTest, RemoveTakesAQueuedJobOut) {
+  Scheduler s = make_scheduler(2, Policy::Gpupool);
+  ASSERT_TRUE(s.submit(job(1, 1, 100), 0).ok());
+  ASSERT_TRUE(s.submit(job(2, 2, 100), 0).ok());
+  ASSERT_TRUE(s.submit(job(3, 1, 500), 0).ok());
+  EXPECT_EQ(ids(s.schedule(0)), std::vector<JobId>{1});
+  ASSERT_TRUE(s.reservation());
+  EXPECT_EQ(s.reservation()->id, 2u);
+  ASSERT_TRUE(s.remove(2).ok());
+  EXPECT_FALSE(s.reservation());
+  EXPECT_EQ(s.queued(), 1u);
+  EXPECT_EQ(s.remove(2).error().message, "job 2 is not queued");
+  EXPECT_EQ(s.remove(1).error().message, "job 1 is not queued");  // running
+  ASSERT_TRUE(s.finish(1, 10).ok());
+  EXPECT_EQ(ids(s.schedule(10)), std::vector<JobId>{3});
+  EXPECT_EQ(s.queued(), 0u);
+  // A removed job may be submitted again, at the back of the queue.
+  ASSERT_TRUE(s.submit(job(2, 1, 100), 10).ok());
+  EXPECT_EQ(s.queued(), 1u);
+}
+
+TEST(SchedulerTest, RequeueGivesTheJobItsPlaceBack) {
+  Scheduler s = make_scheduler(2, Policy::Gpupool);
+  for (JobId id = 1; id <= 4; ++id) ASSERT_TRUE(s.submit(job(id, 1, 100), 0).ok());
+  EXPECT_EQ(ids(s.schedule(0)), (std::vector<JobId>{1, 2}));
+  ASSERT_TRUE(s.requeue(1, 1).ok());
+  EXPECT_EQ(s.running(), 1u);
+  EXPECT_EQ(s.queued(), 3u);
+  EXPECT_EQ(s.held_gpus("u"), 1);
+  EXPECT_EQ(s.requeue(1, 1).error().message, "job 1 is not running");
+  // Its GPU is free again, and it goes before the jobs that arrived after it.
+  EXPECT_EQ(ids(s.schedule(1)), std::vector<JobId>{1});
+  ASSERT_TRUE(s.finish(2, 5).ok());
+  EXPECT_EQ(ids(s.schedule(5)), std::vector<JobId>{3});
+}
+
+TEST(SchedulerTest, AdoptedJobsHoldTheirGpusAndShapeTheReservation) {
+  SchedulerConfig config;
+  config.user_quota_gpus = {{"a", 1}};
+  auto created = Scheduler::create(make_machine(4), config);
+  ASSERT_TRUE(created.ok());
+  Scheduler& s = *created;
+  ASSERT_TRUE(s.schedule(1000).empty());
+  // Over the quota of 1: adopted anyway, and it counts towards fair share from its start.
+  ASSERT_TRUE(s.adopt(job(1, 2, 1200, "a"), {2, 3}, 0).ok());
+  EXPECT_EQ(s.running(), 1u);
+  EXPECT_EQ(s.held_gpus("a"), 2);
+  EXPECT_NEAR(s.fair_share_usage("a"), 2000, 20);  // 2 GPUs for 1000 s, barely decayed
+  EXPECT_TRUE(s.availability()[2].exclusive_held && s.availability()[3].exclusive_held);
+  ASSERT_TRUE(s.adopt(JobRequest{2, "b", 1, 30000, 0, std::nullopt}, {1}, 900).ok());
+  ASSERT_TRUE(s.adopt(JobRequest{3, "b", 1, 50000, 0, std::nullopt}, {1}, 900).ok());
+
+  EXPECT_EQ(s.adopt(job(1, 1), {0}, 0).error().message, "job 1 is already submitted");
+  EXPECT_EQ(s.adopt(job(4, 2), {0}, 0).error().message, "job 4 asks for 2 GPUs but runs on 1");
+  EXPECT_EQ(s.adopt(job(4, 1), {4}, 0).error().message, "job 4 runs on GPU 4, the machine has 4");
+  EXPECT_EQ(s.adopt(job(4, 2), {0, 0}, 0).error().message, "job 4 lists GPU 0 twice");
+  EXPECT_EQ(s.adopt(job(4, 2), {0, 3}, 0).error().message,
+            "job 4 runs on GPU 3, which another job holds");
+  EXPECT_EQ(s.adopt(job(4, 1), {1}, 0).error().message,
+            "job 4 runs on GPU 1, which another job holds");
+  EXPECT_EQ(s.adopt(JobRequest{4, "b", 1, 1000, 0, std::nullopt}, {1}, 0).error().message,
+            "job 4 takes 1000 MiB of GPU 1, which has 0 MiB left");
+  EXPECT_EQ(s.running(), 3u);
+
+  // A 4-GPU job waits for job 1's time limit, and a short job may run on GPU 0 meanwhile.
+  ASSERT_TRUE(s.submit(job(5, 4, 100, "c"), 1000).ok());
+  ASSERT_TRUE(s.submit(job(6, 1, 100, "d"), 1000).ok());
+  EXPECT_EQ(ids(s.schedule(1000)), std::vector<JobId>{6});
+  ASSERT_TRUE(s.reservation());
+  EXPECT_EQ(s.reservation()->id, 5u);
+  ASSERT_TRUE(s.finish(1, 1100).ok());
+  ASSERT_TRUE(s.finish(2, 1100).ok());
+  ASSERT_TRUE(s.finish(3, 1100).ok());
+  ASSERT_TRUE(s.finish(6, 1100).ok());
+  EXPECT_EQ(ids(s.schedule(1100)), std::vector<JobId>{5});
+}
+
+GpuAvailability outside_process(uint64_t mib) {
+  GpuAvailability use;
+  use.external_busy = true;
+  use.external_mib = mib;
+  use.holders = "pid 812 bob python";
+  return use;
+}
+
+TEST(SchedulerTest, OutsideUseKeepsJobsOffAndOutlastsFinish) {
+  Scheduler s = make_scheduler(4, Policy::Gpupool);
+  EXPECT_EQ(s.set_outside_use({}).error().message, "outside use lists 0 GPUs, the machine has 4");
+  std::vector<GpuAvailability> outside(4);
+  outside[0] = outside_process(70000);
+  ASSERT_TRUE(s.set_outside_use(outside).ok());
+  ASSERT_TRUE(s.submit(job(1, 4, 100), 0).ok());
+  ASSERT_TRUE(s.submit(job(2, 3, 100), 0).ok());
+  std::vector<JobStart> starts = s.schedule(0);
+  ASSERT_EQ(ids(starts), std::vector<JobId>{2});
+  EXPECT_EQ(starts[0].gpus, (std::vector<unsigned>{1, 2, 3}));
+  // Busy for good as far as planning goes: no reservation for a job that needs GPU 0.
+  EXPECT_FALSE(s.reservation());
+  EXPECT_EQ(s.availability()[0].holders, "pid 812 bob python");
+
+  // A slice fits beside the outside process's memory, but not beside an exclusive lease.
+  ASSERT_TRUE(s.submit(JobRequest{3, "u", 1, 10000, 0, 100.0}, 1).ok());
+  ASSERT_TRUE(s.submit(JobRequest{4, "u", 1, 20000, 0, 100.0}, 1).ok());
+  starts = s.schedule(1);
+  ASSERT_EQ(ids(starts), std::vector<JobId>{3});
+  EXPECT_EQ(starts[0].gpus, std::vector<unsigned>{0});
+
+  ASSERT_TRUE(s.finish(2, 50).ok());
+  ASSERT_TRUE(s.finish(3, 50).ok());
+  EXPECT_TRUE(s.availability()[0].external_busy);
+  EXPECT_EQ(s.availability()[0].external_mib, 70000u);
+  outside[0] = GpuAvailability{};
+  outside[1].exclusive_held = true;
+  outside[2].usable = false;
+  ASSERT_TRUE(s.set_outside_use(outside).ok());
+  starts = s.schedule(50);
+  ASSERT_EQ(ids(starts), std::vector<JobId>{4});
+  EXPECT_TRUE(starts[0].gpus[0] == 0 || starts[0].gpus[0] == 3);
+  EXPECT_EQ(s.availability()[1].external_mib, kGpuMib);
+  EXPECT_FALSE(s.availability()[2].usable);
+
+  ASSERT_TRUE(s.set_outside_use(std::vector<GpuAvailability>(4)).ok());
+  ASSERT_TRUE(s.finish(4, 60).ok());
+  EXPECT_EQ(ids(s.schedule(60)), std::vector<JobId>{1});
+}
+
+// A random entry of a map that is not empty.
+template <typename Map>
+auto random_entry(Map& map) {
+  return std::next(map.begin(), *rc::gen::inRange<long>(0, static_cast<long>(map.size())));
+}
+
+// The daemon's operations in random order on 1-GPU whole jobs under strict FIFO: every pass
+// starts exactly the first jobs of the queue, in arrival order, as many as there are GPUs free
+// of the scheduler's jobs and of outside use, whatever was removed or requeued.
+RC_GTEST_PROP(SchedulerProperties, RemoveAndRequeueKeepTheQueueOrder, ()) {
+  unsigned gpus = *rc::gen::inRange(1u, 5u);
+  Scheduler s = make_scheduler(gpus, *rc::gen::element(Policy::Fifo, Policy::Gpupool));
+  std::set<JobId> queue;              // the model: queued jobs, numbered in arrival order
+  std::map<JobId, unsigned> running;  // and running ones, with their GPU
+  std::vector<bool> outside_busy(gpus, false);
+  JobId next = 1;
+  double now = 0;
+  size_t steps = *rc::gen::inRange<size_t>(1, 60);
+  for (size_t step = 0; step < steps; ++step, now += 1) {
+    switch (*rc::gen::inRange(0, 6)) {
+      case 0:
+        RC_ASSERT(s.submit(job(next, 1, 50), now).ok());
+        queue.insert(next++);
+        break;
+      case 1:
+        if (!queue.empty()) {
+          auto victim = random_entry(queue);
+          RC_ASSERT(s.remove(*victim).ok());
+          queue.erase(victim);
+        }
+        break;
+      case 2:
+      case 3:
+        if (!running.empty()) {
+          JobId id = random_entry(running)->first;
+          running.erase(id);
+          if (*rc::gen::arbitrary<bool>()) {
+            RC_ASSERT(s.requeue(id, now).ok());
+            queue.insert(id);
+          } else {
+            RC_ASSERT(s.finish(id, now).ok());
+          }
+        }
+        break;
+      case 4: {
+        std::vector<GpuAvailability> outside(gpus);
+        for (unsigned gpu = 0; gpu < gpus; ++gpu) {
+          outside_busy[gpu] = *rc::gen::inRange(0, 4) == 0;
+          if (outside_busy[gpu]) outside[gpu] = outside_process(1000);
+        }
+        RC_ASSERT(s.set_outside_use(outside).ok());
+        break;
+      }
+      default: {
+        std::vector<bool> taken = outside_busy;
+        for (const auto& [id, gpu] : running) taken[gpu] = true;
+        size_t room = static_cast<size_t>(std::count(taken.begin(), taken.end(), false));
+        std::vector<JobId> expected;
+        for (auto it = queue.begin(); it != queue.end() && expected.size() < room; ++it)
+          expected.push_back(*it);
+        std::vector<JobStart> starts = s.schedule(now);
+        RC_ASSERT(ids(starts) == expected);
+        for (const JobStart& start : starts) {
+          RC_ASSERT(start.gpus.size() == 1u);
+          RC_ASSERT(!taken[start.gpus[0]]);
+          taken[start.gpus[0]] = true;
+          queue.erase(start.id);
+          running[start.id] = start.gpus[0];
+        }
+      }
+    }
+    RC_ASSERT(s.queued() == queue.size());
+    RC_ASSERT(s.running() == running.size());
+  }
+}
+
+// Mixed jobs, slices, adopted jobs and changing outside use: at every pass, the jobs it starts
+// fit beside outside use, and the scheduler's jobs together never over-commit a GPU.
+RC_GTEST_PROP(SchedulerProperties, NoGpuOvercommittedWithOutsideUse, ()) {
+  unsigned gpus = *rc::gen::inRange(1u, 9u);
+  SchedulerConfig config;
+  config.policy = *rc::gen::element(Policy::Fifo, Policy::Backfill, Policy::Gpupool);
+  auto created = Scheduler::create(make_machine(gpus), config);
+  RC_ASSERT(created.ok());
+  Scheduler& s = *created;
+  std::map<JobId, JobRequest> requests;
+  std::map<JobId, std::vector<unsigned>> running;
+  std::vector<GpuAvailability> outside(gpus);
+  JobId next = 1;
+  double now = 0;
+  auto random_request = [&](JobId id) {
+    JobRequest request = job(id, *rc::gen::inRange(1u, gpus + 1), *rc::gen::inRange(1, 100),
+                             *rc::gen::element<std::string>("a", "b"));
+    if (request.gpus == 1 && *rc::gen::arbitrary<bool>())
+      request.slice_mib = *rc::gen::inRange<uint64_t>(1000, kGpuMib + 1);
+    return request;
+  };
+  size_t steps = *rc::gen::inRange<size_t>(1, 60);
+  for (size_t step = 0; step < steps; ++step, now += 1) {
+    switch (*rc::gen::inRange(0, 6)) {
+      case 0: {
+        JobRequest request = random_request(next++);
+        RC_ASSERT(s.submit(request, now).ok());
+        requests[request.id] = request;
+        break;
+      }
+      case 1: {
+        // Adoption succeeds exactly when the GPUs have room among the scheduler's jobs.
+        JobRequest request = random_request(next++);
+        auto on = *rc::gen::unique<std::vector<unsigned>>(request.gpus, rc::gen::inRange(0u, gpus));
+        bool room = true;
+        for (unsigned gpu : on) {
+          uint64_t shared = 0;
+          for (const auto& [id, held] : running) {
+            if (std::find(held.begin(), held.end(), gpu) == held.end()) continue;
+            if (!requests[id].slice_mib || !request.slice_mib) room = false;
+            shared += requests[id].slice_mib.value_or(0);
+          }
+          if (request.slice_mib && shared + *request.slice_mib > kGpuMib) room = false;
+        }
+        RC_ASSERT(s.adopt(request, on, now).ok() == room);
+        if (room) {
+          requests[request.id] = request;
+          running[request.id] = on;
+        }
+        break;
+      }
+      case 2:
+        if (!running.empty()) {
+          auto victim = random_entry(running);
+          RC_ASSERT((*rc::gen::arbitrary<bool>() ? s.requeue(victim->first, now)
+                                                 : s.finish(victim->first, now))
+                        .ok());
+          running.erase(victim);
+        }
+        break;
+      case 3:
+        for (GpuAvailability& use : outside) {
+          use = GpuAvailability{};
+          switch (*rc::gen::inRange(0, 5)) {
+            case 0:
+              use = outside_process(*rc::gen::inRange<uint64_t>(0, kGpuMib + 1));
+              break;
+            case 1:
+              use.exclusive_held = true;
+              break;
+            case 2:
+              use.shared_mib = *rc::gen::inRange<uint64_t>(0, kGpuMib + 1);
+              break;
+            case 3:
+              use.usable = *rc::gen::arbitrary<bool>();
+              break;
+            default:
+              break;
+          }
+        }
+        RC_ASSERT(s.set_outside_use(outside).ok());
+        break;
+      default: {
+        std::vector<JobStart> starts = s.schedule(now);
+        std::vector<uint64_t> outside_mib(gpus);
+        for (unsigned gpu = 0; gpu < gpus; ++gpu) {
+          outside_mib[gpu] = outside[gpu].exclusive_held
+                                 ? kGpuMib
+                                 : outside[gpu].shared_mib + outside[gpu].external_mib;
+        }
+        std::vector<uint64_t> shared(gpus, 0);
+        std::vector<unsigned> whole(gpus, 0);
+        for (const JobStart& start : starts) running[start.id] = start.gpus;
+        for (const auto& [id, on] : running) {
+          const JobRequest& request = requests[id];
+          RC_ASSERT(on.size() == request.gpus);
+          for (unsigned gpu : on) {
+            if (request.slice_mib) {
+              shared[gpu] += *request.slice_mib;
+            } else {
+              ++whole[gpu];
+            }
+          }
+        }
+        for (unsigned gpu = 0; gpu < gpus; ++gpu) {
+          RC_ASSERT(whole[gpu] + (shared[gpu] > 0 ? 1u : 0u) <= 1u);
+          RC_ASSERT(shared[gpu] <= kGpuMib);
+        }
+        for (const JobStart& start : starts) {
+          const JobRequest& request = requests[start.id];
+          for (unsigned gpu : start.gpus) {
+            RC_ASSERT(outside[gpu].usable);
+            if (request.slice_mib) {
+              RC_ASSERT(shared[gpu] + outside_mib[gpu] <= kGpuMib);
+            } else {
+              RC_ASSERT(!outside[gpu].exclusive_held && !outside[gpu].external_busy &&
+                        outside[gpu].shared_mib == 0);
+            }
+          }
+        }
+      }
+    }
+    RC_ASSERT(s.running() == running.size());
+  }
+}
+
+// A random workload on a random machine, replayed to the end.
+struct Scenario {
+  unsigned gpus = 1;
+  std::vector<PcieLevel> levels;  // per GPU pair, above the diagonal
+  Policy policy = Policy::Gpupool;
+  std::optional<double> quota;
+  std::vector<TraceJob> trace;
+};
+
+rc::Gen<Scenario> scenarios() {
+  return rc::gen::exec([] {
+    Scenario s;
+    s.gpus = *rc::gen::inRange(1u, 9u);
+    s.levels = *rc::gen::container<std::vector<PcieLevel>>(
+        s.gpus * s.gpus,
+        rc::gen::element(PcieLevel::SingleSwitch, PcieLevel::HostBridge, PcieLevel::System));
+    s.policy = *rc::gen::element(Policy::Fifo, Policy::Backfill, Policy::Gpupool);
+    if (*rc::gen::arbitrary<bool>()) s.quota = *rc::gen::inRange(1, 9);
+    size_t count = *rc::gen::inRange<size_t>(1, 40);
+    for (size_t i = 0; i < count; ++i) {
+      TraceJob job;
+      job.id = std::to_string(i);
+      job.submit_s = *rc::gen::inRange(0, 200);
+      // At least a second: a job of none starts and ends at one instant, which the check below
+      // could not tell from one that overlaps.
+      job.duration_s = *rc::gen::inRange(1, 300);
+      job.gpus = *rc::gen::inRange(1u, s.gpus + 1);
+      if (job.gpus == 1 && *rc::gen::arbitrary<bool>())
+        job.gpu_mem_mib = *rc::gen::inRange(1000, 80001);
+      job.user = *rc::gen::element<std::string>("a", "b", "c");
+      job.priority = *rc::gen::inRange(0, 3);
+      if (*rc::gen::arbitrary<bool>()) job.time_limit_s = *rc::gen::inRange(1, 400);
+      if (s.quota && job.gpus > *s.quota) job.gpus = static_cast<unsigned>(*s.quota);
+      s.trace.push_back(job);
+    }
+    return s;
+  });
+}
+
+Machine scenario_machine(const Scenario& s) {
+  Machine machine = make_machine(s.gpus);
+  for (unsigned a = 0; a < s.gpus; ++a) {
+    for (unsigned b = 0; b < s.gpus; ++b) {
+      machine.links[a][b] = Link{0, false, s.levels[std::min(a, b) * s.gpus + std::max(a, b)]};
+    }
+  }
+  return machine;
+}
+
+// Every job that fits the machine is eventually scheduled (the replay fails otherwise), and
+// at each start no GPU is over-committed and no user is over quota.
+RC_GTEST_PROP(SchedulerProperties, NoOvercommitNoQuotaBreachEveryJobRuns, ()) {
+  Scenario s = *scenarios();
+  SchedulerConfig config;
+  config.policy = s.policy;
+  config.quota_gpus = s.quota;
+  auto result = sim::replay(scenario_machine(s), s.trace, config);
+  RC_ASSERT(result.ok());
+  const std::vector<sim::ScheduledJob>& schedule = result->schedule;
+  for (size_t i = 0; i < schedule.size(); ++i) {
+    double at = schedule[i].start_s;
+    RC_ASSERT(at >= s.trace[i].submit_s);
+    std::vector<bool> exclusive(s.gpus, false);
+    std::vector<uint64_t> shared(s.gpus, 0);
+    std::map<std::string, double> held;
+    for (size_t j = 0; j < schedule.size(); ++j) {
+      bool running = j == i || (schedule[j].start_s <= at && at < schedule[j].end_s);
+      if (!running) continue;
+      const TraceJob& job = s.trace[j];
+      RC_ASSERT(schedule[j].gpus.size() == job.gpus);
+      for (unsigned gpu : schedule[j].gpus) {
+        if (job.gpu_mem_mib) {
+          shared[gpu] += *job.gpu_mem_mib;
+        } else {
+          RC_ASSERT(!exclusive[gpu]);
+          exclusive[gpu] = true;
+        }
+      }
+      held[job.user] +=
+          job.gpu_mem_mib ? static_cast<double>(*job.gpu_mem_mib) / kGpuMib : job.gpus;
+    }
+    for (unsigned gpu = 0; gpu < s.gpus; ++gpu) {
+      RC_ASSERT(shared[gpu] <= kGpuMib);
+      RC_ASSERT(!(exclusive[gpu] && shared[gpu] > 0));
+    }
+    for (const auto& [user, gpus] : held) RC_ASSERT(!s.quota || gpus <= *s.quota + 1e-9);
+  }
+}
+
+JobRequest kept_to(JobRequest request, std::vector<unsigned> allowed, std::vector<unsigned> excluded = {}) {
+  request.allowed = std::move(allowed);
+  request.excluded = std::move(excluded);
+  return request;
+}
+
+TEST(SchedulerTest, AllowedAndExcludedGpusHoldForEveryPolicy) {
+  for (Policy policy : {Policy::Fifo, Policy::Backfill, Policy::Gpupool}) {
+    Scheduler s = make_scheduler(4, policy);
+    ASSERT_TRUE(s.submit(kept_to(job(1, 1), {3}), 0).ok());
+    ASSERT_TRUE(s.submit(kept_to(job(2, 2), {}, {0}), 0).ok());
+    ASSERT_TRUE(s.submit(job(3, 1), 0).ok());
+    std::map<JobId, std::vector<unsigned>> placed;
+    for (JobStart& start : s.schedule(0)) {
+      std::sort(start.gpus.begin(), start.gpus.end());
+      placed[start.id] = start.gpus;
+    }
+    EXPECT_EQ(placed[1], std::vector<unsigned>{3}) << to_string(policy);
+    EXPECT_EQ(placed[2], (std::vector<unsigned>{1, 2})) << to_string(policy);
+    EXPECT_EQ(placed[3], std::vector<unsigned>{0}) << to_string(policy);
+  }
+}
+
+TEST(SchedulerTest, AJobKeptToBusyGpusWaitsForThemAndReservesThem) {
+  Scheduler s = make_scheduler(4, Policy::Gpupool);
+  ASSERT_TRUE(s.submit(kept_to(job(1, 1, 100), {3}), 0).ok());
+  ASSERT_EQ(ids(s.schedule(0)), std::vector<JobId>{1});
+  ASSERT_TRUE(s.submit(kept_to(job(2, 1), {3}), 1).ok());
+  ASSERT_TRUE(s.submit(job(3, 1), 2).ok());  // no limit: it may run anywhere but GPU 3
+  std::vector<JobStart> starts = s.schedule(2);
+  ASSERT_EQ(ids(starts), std::vector<JobId>{3});
+  EXPECT_NE(starts[0].gpus, std::vector<unsigned>{3});
+  ASSERT_TRUE(s.reservation());
+  EXPECT_EQ(s.reservation()->id, 2u);
+  EXPECT_EQ(s.reservation()->gpus, std::vector<unsigned>{3});
+  EXPECT_EQ(s.waiting_reason(2), "next in line: GPU 3 reserved for it");
+  // Kept to GPU 3 and not first in line: the wait names that GPU alone.
+  ASSERT_TRUE(s.submit(kept_to(job(4, 1), {3}), 3).ok());
+  EXPECT_TRUE(s.schedule(3).empty());
+  EXPECT_EQ(s.waiting_reason(4), "waiting for 1 GPU: 1 busy (GPU 3: in use)");
+  ASSERT_TRUE(s.finish(1, 50).ok());
+  EXPECT_EQ(ids(s.schedule(50)), std::vector<JobId>{2});
+}
+
+TEST(SchedulerTest, BackfillKeepsToAJobsGpus) {
+  Scheduler s = make_scheduler(4, Policy::Gpupool);
+  ASSERT_TRUE(s.submit(job(1, 2, 100), 0).ok());
+  s.schedule(0);
+  ASSERT_TRUE(s.submit(job(2, 4), 1).ok());  // reserves all four at t=100
+  ASSERT_TRUE(s.submit(kept_to(job(3, 1, 500), {}, {0, 1}), 2).ok());  // too long for the gap
+  ASSERT_TRUE(s.submit(kept_to(job(4, 1, 50), {}, {0, 1}), 3).ok());
+  std::vector<JobStart> starts = s.schedule(3);
+  ASSERT_EQ(ids(starts), std::vector<JobId>{4});
+  EXPECT_TRUE(starts[0].gpus == std::vector<unsigned>{2} || starts[0].gpus == std::vector<unsigned>{3});
+}
+
+TEST(SchedulerTest, GpuSetsThatCanNeverServeTheJobAreRefused) {
+  Scheduler s = make_scheduler(4, Policy::Gpupool);
+  EXPECT_EQ(s.admissible(kept_to(job(1, 2), {1})).error().message, "asks for 2 GPUs but may use only 1 (GPU 1)");
+  EXPECT_EQ(s.submit(kept_to(job(2, 1), {}, {0, 1, 2, 3}), 0).error().message,
+            "asks for 1 GPU but may use only 0");
+  EXPECT_EQ(s.admissible(kept_to(job(3, 1), {7})).error().message,
+            "names GPU 7, which does not exist: the machine has GPUs 0 to 3");
+  EXPECT_EQ(s.admissible(kept_to(job(4, 4), {0, 1, 2, 3}, {2})).error().message,
+            "asks for 4 GPUs but may use only 3 (GPU 0,1,3)");
+  EXPECT_TRUE(s.admissible(kept_to(job(5, 3), {0, 1, 2, 3}, {2})).ok());
+  EXPECT_EQ(s.admissible(kept_to(JobRequest{6, "u", 1, 90000, 0, std::nullopt}, {0})).error().message,
+            "asks for 1 GPU with 90000 MiB but may use only 0");
+  EXPECT_EQ(s.queued(), 0u);
+}
+
+TEST(SchedulerTest, AdmissibleRefusesWhatTheQuotaCanNeverAllow) {
+  SchedulerConfig config;
+  config.quota_gpus = 2;
+  config.user_quota_gpus["big"] = 4;
+  Scheduler s = *Scheduler::create(make_machine(8), config);
+  EXPECT_EQ(s.admissible(job(1, 3, std::nullopt, "small")).error().message,
+            "asks for 3.00 GPUs, above the quota of 2.00 per user");
+  EXPECT_TRUE(s.admissible(job(2, 4, std::nullopt, "big")).ok());
+  // A slice counts as its share of the largest GPU: three halves are 1.5 GPUs.
+  EXPECT_TRUE(s.admissible(JobRequest{3, "small", 3, kGpuMib / 2, 0, std::nullopt}).ok());
+  EXPECT_EQ(s.admissible(JobRequest{4, "small", 5, kGpuMib / 2, 0, std::nullopt}).error().message,
+            "asks for 2.50 GPUs, above the quota of 2.00 per user");
+}
+
+// "heavy" ran one GPU from 0 to 1000.
+Scheduler after_heavy_use() {
+  Scheduler s = make_scheduler(1, Policy::Gpupool);
+  EXPECT_TRUE(s.submit(job(1, 1, std::nullopt, "heavy"), 0).ok());
+  s.schedule(0);
+  EXPECT_TRUE(s.finish(1, 1000).ok());
+  return s;
+}
+
+TEST(SchedulerTest, FairShareUsageDecaysOverTheTimeTheDaemonWasDown) {
+  Scheduler before = after_heavy_use();
+  FairShareUsage saved = before.export_fair_share(1000);
+  EXPECT_EQ(saved.as_of_s, 1000);
+  ASSERT_EQ(saved.usage.size(), 1u);
+  EXPECT_NEAR(saved.usage["heavy"], before.fair_share_usage("heavy"), 1e-9);
+  EXPECT_GT(saved.usage["heavy"], 990);
+
+  Scheduler after = make_scheduler(1, Policy::Gpupool);
+  ASSERT_TRUE(after.import_fair_share(saved, 1000 + 24 * 3600).ok());  // one half-life later
+  EXPECT_NEAR(after.fair_share_usage("heavy"), saved.usage["heavy"] / 2, 1e-6);
+  // The order still reflects it: "light" goes first although "heavy" came first.
+  ASSERT_TRUE(after.submit(job(2, 1, 10, "heavy"), 1000 + 24 * 3600).ok());
+  ASSERT_TRUE(after.submit(job(3, 1, 10, "light"), 1000 + 24 * 3600).ok());
+  EXPECT_EQ(ids(after.schedule(1000 + 24 * 3600)), std::vector<JobId>{3});
+}
+
+TEST(SchedulerTest, AJobThatRanThroughARestartCountsOnce) {
+  // Without a restart: "heavy" runs from 0, and is looked at at 800.
+  Scheduler continuous = make_scheduler(2, Policy::Gpupool);
+  ASSERT_TRUE(continuous.submit(job(1, 1, std::nullopt, "heavy"), 0).ok());
+  continuous.schedule(0);
+  double expected = continuous.export_fair_share(800).usage["heavy"];
+  // With one: the usage saved at 500, the job adopted at 800.
+  Scheduler before = make_scheduler(2, Policy::Gpupool);
+  ASSERT_TRUE(before.submit(job(1, 1, std::nullopt, "heavy"), 0).ok());
+  before.schedule(0);
+  FairShareUsage saved = before.export_fair_share(500);
+  Scheduler after = make_scheduler(2, Policy::Gpupool);
+  ASSERT_TRUE(after.adopt(job(1, 1, std::nullopt, "heavy"), {0}, 0).ok());
+  ASSERT_TRUE(after.import_fair_share(saved, 800).ok());
+  EXPECT_NEAR(after.fair_share_usage("heavy"), expected, 1e-6);
+  EXPECT_GT(expected, 790);
+}
+
+TEST(SchedulerTest, ImportedFairShareReplacesAndIsChecked) {
+  Scheduler s = after_heavy_use();
+  EXPECT_FALSE(s.import_fair_share(FairShareUsage{1000, {{"x", -1}}}, 1000).ok());
+  EXPECT_FALSE(s.import_fair_share(FairShareUsage{std::numeric_limits<double>::quiet_NaN(), {}}, 1000).ok());
+  ASSERT_TRUE(s.import_fair_share(FairShareUsage{1000, {{"light", 5}}}, 1000).ok());
+  EXPECT_EQ(s.fair_share_usage("heavy"), 0);
+  EXPECT_EQ(s.fair_share_usage("light"), 5);
+}
+
+}  // namespace
+}  // namespace gpupool
