@@ -1,5 +1,5 @@
 // gpupool completion SHELL: prints the completion script for bash, zsh or fish, rendered from
-// the command line's own definitions (cli/docgen.h).
+// the command line's own definitions (docgen/docgen.h).
 #include <fmt/format.h>
 
 #include "cli/app.h"

@@ -1,6 +1,6 @@
 // Collects what `gpupool doctor` judges: /proc, /dev and /sys under the host files' root, NVML
 // through the GPU backend (real or simulated), the leases, the daemon's socket and this
-// process's environment. Nothing here decides; src/core/doctor does.
+// process's environment. Nothing here decides; src/doctor/doctor does.
 #pragma once
 
 #include <cstdint>

@@ -53,7 +53,7 @@ void report_finished(LeasedGpus& leased, int exit_code);
 // for a process that uses `gpus`, a subset of the lease.
 std::vector<std::string> job_environment(const LeasedGpus& leased, const std::vector<unsigned>& gpus);
 
-// core's parse_duration_s in milliseconds: --wait, --time, --grace, --idle-after, report --since.
+// base's parse_duration_s in milliseconds: --wait, --time, --grace, --idle-after, report --since.
 Result<std::chrono::milliseconds> parse_duration(const std::string& text);
 
 }  // namespace gpupool::cli

@@ -1,6 +1,6 @@
 // The queue commands: submit, jobs, show, cancel, hold, release, wait, logs, drain, resume.
 // Each is one request to gpupoold (src/protocol/messages.h) and a way to print the answer; jobs
-// handed to Slurm (submit --slurm, ids slurm:ID) go through cli/slurm_jobs instead.
+// handed to Slurm (submit --slurm, ids slurm:ID) go through cli/slurm_queue instead.
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/stat.h>

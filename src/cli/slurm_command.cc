@@ -1,5 +1,5 @@
 // gpupool slurm gres-conf and node-conf: a Slurm node's gres.conf and slurm.conf line from the
-// GPUs gpupool discovers (core/slurm_gres, docs/slurm.md "Node configuration").
+// GPUs gpupool discovers (slurm/slurm_gres, docs/slurm.md "Node configuration").
 #include <unistd.h>
 
 #include <cerrno>
@@ -82,7 +82,7 @@ Result<int> run_node_conf(const NodeOptions& options) {
   return kExitOk;
 }
 
-// CLI11 checks from core's, so that a bad value is a wrong command line (exit 2).
+// CLI11 checks from slurm's, so that a bad value is a wrong command line (exit 2).
 CLI::Validator slurm_check(Result<void> (*check)(std::string_view), const std::string& name) {
   return CLI::Validator(
       [check](std::string& value) {

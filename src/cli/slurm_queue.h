@@ -1,7 +1,7 @@
 // The queue commands' Slurm side (docs/slurm.md, "Submitting to Slurm"): `submit --slurm` hands
 // a job to sbatch and records it; jobs, show, cancel, hold, release, wait and logs take
 // slurm:ID. Slurm's programs are run from PATH with argument vectors (os/program), what they
-// say is read by core/slurm_jobs.
+// say is read by slurm/slurm_jobs.
 #pragma once
 
 #include <optional>

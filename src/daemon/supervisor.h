@@ -47,7 +47,7 @@
 namespace gpupool {
 
 // The attempt's own cgroup, which keeps the job from opening the GPUs it does not lease
-// (os/device_cgroup.h). The supervisor makes it and starts the job inside it (so the job and
+// (os/job_cgroup.h). The supervisor makes it and starts the job inside it (so the job and
 // everything it starts are inside); the daemon removes it once the supervisor has exited.
 struct AttemptIsolation {
   IsolationMechanism mechanism = IsolationMechanism::CgroupV1;

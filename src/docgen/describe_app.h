@@ -1,4 +1,4 @@
-// Reads a CLI11 command line into its plain shape (core/command_doc.h), which the completion
+// Reads a CLI11 command line into its plain shape (docgen/command_doc.h), which the completion
 // scripts and man pages are rendered from.
 #pragma once
 

@@ -2,7 +2,7 @@
 // open the /dev/nvidiaN nodes of the GPUs it does not lease (docs/daemon.md, "Device isolation").
 // cgroup v1 says so with the devices controller's devices.deny; cgroup v2 has no devices
 // controller, so an eBPF program (BPF_PROG_TYPE_CGROUP_DEVICE) attached to the cgroup decides.
-// The rules and the program are core's (core/device_cgroup.h); this is the OS side, behind
+// The rules and the program are isolation's (isolation/device_rules.h); this is the OS side, behind
 // CgroupFiles so the logic runs against a fake in unit tests.
 #pragma once
 
