@@ -1,6 +1,7 @@
-// gpupoold: the shared, durable job queue. One thread runs an Asio event loop that reacts to
-// exactly four kinds of event — a client's message, a watched process's exit (pidfd), the
-// sampling timer, a signal — and after each one asks the scheduler what may start now.
+// gpupoold: the shared, durable job queue. One thread runs an Asio event loop: clients'
+// messages, the exits of watched processes, the monitor's samples, timers and signals become
+// events of the job lifecycle (jobs/lifecycle.h), whose effects the daemon carries out, and
+// after each one the scheduler is asked what may start now. daemon_impl.h lists the parts.
 // docs/daemon.md describes the life of a job; docs/protocol.md the socket protocol.
 #pragma once
 
@@ -25,10 +26,6 @@ struct DaemonSettings {
   std::optional<pid_t> end_with;
 };
 
-// GPUPOOL_STATE_DIR, else /var/lib/gpupool for root, else $XDG_STATE_HOME/gpupool or
-// ~/.local/state/gpupool (a personal daemon).
-std::string default_state_dir();
-
 class Daemon {
  public:
   // Opens the store and the socket, and adopts the jobs a previous daemon left running.
@@ -42,8 +39,5 @@ class Daemon {
   explicit Daemon(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
-
-// The body of gpupoold's main: options, then `Daemon::run` (or `supervise`).
-int daemon_main(int argc, char** argv);
 
 }  // namespace gpupool

@@ -1,12 +1,27 @@
 #include "daemon/daemon_options.h"
 
+#include <unistd.h>
+
+#include <cstdlib>
+
 #include <fmt/format.h>
 
 #include "daemon/config.h"
-#include "daemon/daemon.h"
 #include "lease/lease_directory.h"
 
 namespace gpupool {
+
+std::string default_state_dir() {
+  if (const char* dir = std::getenv("GPUPOOL_STATE_DIR"); dir != nullptr && *dir != '\0') return dir;
+  // A Slurm job's daemon keeps its queue with the job: it ends with the allocation.
+  if (auto job = LeaseDirectory::slurm_job_directory()) return *job + "/state";
+  if (geteuid() == 0) return "/var/lib/gpupool";
+  if (const char* xdg = std::getenv("XDG_STATE_HOME"); xdg != nullptr && *xdg != '\0') {
+    return std::string(xdg) + "/gpupool";
+  }
+  const char* home = std::getenv("HOME");
+  return std::string(home != nullptr ? home : "/tmp") + "/.local/state/gpupool";
+}
 
 std::unique_ptr<CLI::App> make_daemon_app(DaemonOptions& options) {
   auto app = std::make_unique<CLI::App>("gpupoold: the GPU job queue of a shared machine", "gpupoold");

@@ -1,4 +1,4 @@
-// gpupoold's command line, built apart from daemon_main so the man page and completions can be
+// gpupoold's command line, built apart from its main so the man page and completions can be
 // generated from it without starting anything.
 #pragma once
 
@@ -17,6 +17,10 @@ struct DaemonOptions {
   std::optional<int> end_with;  // a process id: end with it (a Slurm job's daemon, docs/slurm.md)
   bool check_config = false;  // read the configuration, say whether it is valid, and exit
 };
+
+// GPUPOOL_STATE_DIR, else /var/lib/gpupool for root, else $XDG_STATE_HOME/gpupool or
+// ~/.local/state/gpupool (a personal daemon).
+std::string default_state_dir();
 
 // The options are bound to `options`, which must outlive the App; the directories start at
 // their defaults.

@@ -26,42 +26,13 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "daemon/descriptor.h"
 #include "os/child_process.h"
 
 namespace gpupool {
 namespace {
 
 using nlohmann::json;
-
-// Closes its descriptor when it goes out of scope.
-class Descriptor {
- public:
-  Descriptor() = default;
-  explicit Descriptor(int fd) : fd_(fd) {}
-  Descriptor(Descriptor&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
-  Descriptor& operator=(Descriptor&& other) noexcept {
-    if (this != &other) reset(std::exchange(other.fd_, -1));
-    return *this;
-  }
-  ~Descriptor() { reset(); }
-
-  int get() const { return fd_; }
-  bool valid() const { return fd_ >= 0; }
-  int release() { return std::exchange(fd_, -1); }
-  void reset(int fd = -1) {
-    if (fd_ >= 0) ::close(fd_);
-    fd_ = fd;
-  }
-
- private:
-  int fd_ = -1;
-};
-
-Result<std::pair<Descriptor, Descriptor>> make_pipe() {
-  int ends[2];
-  if (pipe2(ends, O_CLOEXEC) != 0) return fail("cannot create a pipe: {}", std::strerror(errno));
-  return std::make_pair(Descriptor(ends[0]), Descriptor(ends[1]));
-}
 
 double unix_time() {
   timespec now{};
@@ -577,30 +548,6 @@ class AttemptSupervisor {
   bool failed_before_exec_ = false;
 };
 
-std::optional<std::string> read_all(int fd) {
-  std::string text;
-  char buffer[65536];
-  for (;;) {
-    ssize_t got = ::read(fd, buffer, sizeof buffer);
-    if (got == 0) return text;
-    if (got < 0) {
-      if (errno == EINTR) continue;
-      return std::nullopt;
-    }
-    text.append(buffer, static_cast<size_t>(got));
-  }
-}
-
-std::optional<double> number_field(const json& event, const char* key) {
-  if (!event.contains(key) || !event[key].is_number()) return std::nullopt;
-  return event[key].get<double>();
-}
-
-std::optional<int> integer_field(const json& event, const char* key) {
-  if (!event.contains(key) || !event[key].is_number_integer()) return std::nullopt;
-  return event[key].get<int>();
-}
-
 }  // namespace
 
 Result<StandbySupervisor> StandbySupervisor::spawn(const std::string& supervisor_program) {
@@ -805,63 +752,6 @@ Result<void> cancel_supervised(pid_t supervisor_pid) {
     return fail("cannot signal the supervisor (pid {}): {}", supervisor_pid, std::strerror(errno));
   }
   return {};
-}
-
-Result<AttemptRecord> read_attempt_record(const std::string& record_path) {
-  AttemptRecord record;
-  Descriptor file(::open(record_path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
-  if (!file.valid()) {
-    if (errno == ENOENT) return record;  // NeverStarted
-    return fail("cannot open {}: {}", record_path, std::strerror(errno));
-  }
-  // The lock first: once it is free, no one writes the record any more, so what we read next is
-  // final. (Read first, and a supervisor that wrote "exited" in between would look lost.)
-  struct flock lock {};
-  lock.l_type = F_WRLCK;
-  lock.l_whence = SEEK_SET;
-  if (fcntl(file.get(), F_OFD_GETLK, &lock) != 0) {
-    return fail("cannot test the lock of {}: {}", record_path, std::strerror(errno));
-  }
-  const bool locked = lock.l_type != F_UNLCK;
-  auto text = read_all(file.get());
-  if (!text) return fail("cannot read {}: {}", record_path, std::strerror(errno));
-
-  bool started = false, exited = false;
-  size_t line_number = 0;
-  for (size_t start = 0, end; (end = text->find('\n', start)) != std::string::npos; start = end + 1) {
-    ++line_number;  // a last line without its newline is torn, and never reaches here
-    json event = json::parse(text->substr(start, end - start), nullptr, false);
-    if (!event.is_object() || !event.contains("event") || !event["event"].is_string()) {
-      return fail("{} line {} is not an attempt event", record_path, line_number);
-    }
-    const std::string kind = event["event"].get<std::string>();
-    if (kind == "supervising") {
-      record.supervisor_pid = integer_field(event, "supervisor_pid");
-    } else if (kind == "started") {
-      started = true;
-      record.job_pid = integer_field(event, "job_pid");
-      record.start_time = number_field(event, "time");
-    } else if (kind == "exited") {
-      exited = true;
-      record.exit_code = integer_field(event, "exit_code");
-      record.signal = integer_field(event, "signal");
-      record.end_time = number_field(event, "time");
-      if (event.contains("reason") && event["reason"].is_string()) {
-        record.reason = event["reason"].get<std::string>();
-      }
-    }
-  }
-  if (locked) {
-    record.progress = AttemptProgress::Running;
-  } else if (exited) {
-    record.progress = AttemptProgress::Exited;
-  } else if (started) {
-    record.progress = AttemptProgress::Lost;
-    record.reason = "supervisor lost";
-  } else {
-    record.progress = AttemptProgress::NeverStarted;
-  }
-  return record;
 }
 
 }  // namespace gpupool

@@ -41,6 +41,7 @@
 #include <vector>
 
 #include "base/result.h"
+#include "daemon/attempt_record.h"
 #include "jobs/job.h"
 #include "os/job_cgroup.h"
 
@@ -111,27 +112,5 @@ int supervise_main();
 // Asks the supervisor to cancel: it sends SIGTERM to the job's group, waits the grace period,
 // then SIGKILL, and records reason "cancelled".
 Result<void> cancel_supervised(pid_t supervisor_pid);
-
-enum class AttemptProgress {
-  NeverStarted,  // no file, or no "started": the job may be started again
-  Running,       // the record is locked: the supervisor lives
-  Exited,        // "exited" recorded
-  Lost,          // started, but the supervisor died before recording the end
-};
-
-struct AttemptRecord {
-  AttemptProgress progress = AttemptProgress::NeverStarted;
-  std::optional<pid_t> supervisor_pid;
-  std::optional<pid_t> job_pid;
-  std::optional<double> start_time;
-  std::optional<double> end_time;
-  std::optional<int> exit_code;  // shell's view: status or 128 + signal
-  std::optional<int> signal;
-  std::string reason;            // "", "time limit", "cancelled", "could not start: ...", ...
-};
-
-// Reads (and checks the lock of) an attempt's record file. A torn last line (the writer was
-// killed mid-write) is ignored.
-Result<AttemptRecord> read_attempt_record(const std::string& record_path);
 
 }  // namespace gpupool

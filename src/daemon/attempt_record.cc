@@ -1,0 +1,86 @@
+#include "daemon/attempt_record.h"
+
+#include <fcntl.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include <nlohmann/json.hpp>
+
+#include "daemon/descriptor.h"
+
+namespace gpupool {
+namespace {
+
+using nlohmann::json;
+
+std::optional<double> number_field(const json& event, const char* key) {
+  if (!event.contains(key) || !event[key].is_number()) return std::nullopt;
+  return event[key].get<double>();
+}
+
+std::optional<int> integer_field(const json& event, const char* key) {
+  if (!event.contains(key) || !event[key].is_number_integer()) return std::nullopt;
+  return event[key].get<int>();
+}
+
+}  // namespace
+
+Result<AttemptRecord> read_attempt_record(const std::string& record_path) {
+  AttemptRecord record;
+  Descriptor file(::open(record_path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
+  if (!file.valid()) {
+    if (errno == ENOENT) return record;  // NeverStarted
+    return fail("cannot open {}: {}", record_path, std::strerror(errno));
+  }
+  // The lock first: once it is free, no one writes the record any more, so what we read next is
+  // final. (Read first, and a supervisor that wrote "exited" in between would look lost.)
+  struct flock lock {};
+  lock.l_type = F_WRLCK;
+  lock.l_whence = SEEK_SET;
+  if (fcntl(file.get(), F_OFD_GETLK, &lock) != 0) {
+    return fail("cannot test the lock of {}: {}", record_path, std::strerror(errno));
+  }
+  const bool locked = lock.l_type != F_UNLCK;
+  auto text = read_all(file.get());
+  if (!text) return fail("cannot read {}: {}", record_path, std::strerror(errno));
+
+  bool started = false, exited = false;
+  size_t line_number = 0;
+  for (size_t start = 0, end; (end = text->find('\n', start)) != std::string::npos; start = end + 1) {
+    ++line_number;  // a last line without its newline is torn, and never reaches here
+    json event = json::parse(text->substr(start, end - start), nullptr, false);
+    if (!event.is_object() || !event.contains("event") || !event["event"].is_string()) {
+      return fail("{} line {} is not an attempt event", record_path, line_number);
+    }
+    const std::string kind = event["event"].get<std::string>();
+    if (kind == "supervising") {
+      record.supervisor_pid = integer_field(event, "supervisor_pid");
+    } else if (kind == "started") {
+      started = true;
+      record.job_pid = integer_field(event, "job_pid");
+      record.start_time = number_field(event, "time");
+    } else if (kind == "exited") {
+      exited = true;
+      record.exit_code = integer_field(event, "exit_code");
+      record.signal = integer_field(event, "signal");
+      record.end_time = number_field(event, "time");
+      if (event.contains("reason") && event["reason"].is_string()) {
+        record.reason = event["reason"].get<std::string>();
+      }
+    }
+  }
+  if (locked) {
+    record.progress = AttemptProgress::Running;
+  } else if (exited) {
+    record.progress = AttemptProgress::Exited;
+  } else if (started) {
+    record.progress = AttemptProgress::Lost;
+    record.reason = "supervisor lost";
+  } else {
+    record.progress = AttemptProgress::NeverStarted;
+  }
+  return record;
+}
+
+}  // namespace gpupool

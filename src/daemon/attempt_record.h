@@ -1,0 +1,36 @@
+// An attempt's record file as the daemon reads it back: how far the attempt got, proved by the
+// supervisor's lock and the events it wrote (the format is in supervisor.h).
+#pragma once
+
+#include <sys/types.h>
+
+#include <optional>
+#include <string>
+
+#include "base/result.h"
+
+namespace gpupool {
+
+enum class AttemptProgress {
+  NeverStarted,  // no file, or no "started": the job may be started again
+  Running,       // the record is locked: the supervisor lives
+  Exited,        // "exited" recorded
+  Lost,          // started, but the supervisor died before recording the end
+};
+
+struct AttemptRecord {
+  AttemptProgress progress = AttemptProgress::NeverStarted;
+  std::optional<pid_t> supervisor_pid;
+  std::optional<pid_t> job_pid;
+  std::optional<double> start_time;
+  std::optional<double> end_time;
+  std::optional<int> exit_code;  // shell's view: status or 128 + signal
+  std::optional<int> signal;
+  std::string reason;            // "", "time limit", "cancelled", "could not start: ...", ...
+};
+
+// Reads (and checks the lock of) an attempt's record file. A torn last line (the writer was
+// killed mid-write) is ignored.
+Result<AttemptRecord> read_attempt_record(const std::string& record_path);
+
+}  // namespace gpupool

@@ -1,0 +1,69 @@
+#include "daemon/process_watch.h"
+
+#include <poll.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+namespace gpupool {
+namespace {
+
+int pidfd_open(pid_t pid) { return static_cast<int>(syscall(SYS_pidfd_open, pid, 0)); }
+
+// A pidfd polls readable once its process has ended.
+bool pidfd_ended(int pidfd) {
+  pollfd ready{pidfd, POLLIN, 0};
+  int n = 0;
+  do {
+    n = poll(&ready, 1, 0);
+  } while (n < 0 && errno == EINTR);
+  return n != 0;  // an error counts as ended: the job's end is then read from its record
+}
+
+}  // namespace
+
+ProcessWatch::ProcessWatch(asio::io_context& io, std::function<void(JobNumber)> ended)
+    : io_(io), ended_(std::move(ended)) {}
+
+void ProcessWatch::watch(JobNumber id, pid_t pid) {
+  int fd = pidfd_open(pid);
+  if (fd < 0) {
+    asio::post(io_, [this, id] { ended_(id); });  // already gone
+    return;
+  }
+  watchers_[id] = std::make_unique<asio::posix::stream_descriptor>(io_, fd);
+  await(id);
+}
+
+void ProcessWatch::forget(JobNumber id) { watchers_.erase(id); }
+
+void ProcessWatch::await(JobNumber id) {
+  watchers_.at(id)->async_wait(asio::posix::stream_descriptor::wait_read, [this, id](const asio::error_code& error) {
+    if (error == asio::error::operation_aborted) return;
+    // A wake-up alone does not prove the exit: epoll can hand this watcher the event of a socket
+    // closed while a just-forked child still held a copy of it (Asio reuses its per-descriptor
+    // state), so the pidfd itself is asked.
+    auto watcher = watchers_.find(id);
+    if (watcher != watchers_.end() && !pidfd_ended(watcher->second->native_handle())) {
+      await(id);
+      return;
+    }
+    watchers_.erase(id);
+    ended_(id);
+  });
+}
+
+Result<void> ProcessWatch::watch_end_with(pid_t pid, std::function<void()> ended) {
+  int pidfd = pidfd_open(pid);
+  if (pidfd < 0) return fail("--end-with {}: {}", pid, std::strerror(errno));
+  end_with_.emplace(io_, pidfd);
+  end_with_->async_wait(asio::posix::stream_descriptor::wait_read,
+                        [ended = std::move(ended)](const asio::error_code& error) {
+                          if (!error) ended();
+                        });
+  return {};
+}
+
+}  // namespace gpupool

@@ -1,0 +1,344 @@
+#include <fcntl.h>
+#include <malloc.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "daemon/daemon_impl.h"
+#include "os/clock.h"
+
+namespace gpupool {
+
+// ---------------------------------------------------------------------------------------------
+// Sessions and their requests
+
+void Daemon::Impl::on_disconnect(const SessionPtr& session) {
+  if (!session->lease_job) return;
+  JobNumber id = *session->lease_job;
+  session->lease_job.reset();
+  lease_sessions_.erase(id);
+  auto it = active_.find(id);
+  if (it == active_.end()) return;
+  if (it->second.state == JobState::Running) {
+    // The client went away without reporting: its program may live on and keep the lease
+    // (the locks say so at the next sample), but the job as the queue knows it is over.
+    attempt_ended(id, {id, std::nullopt, std::nullopt, "exit status unknown: the client disconnected", false});
+  } else {
+    feed(lifecycle::Cancel{id, "its client, which disconnected"});
+  }
+  dispatch();
+}
+
+Result<Job> Daemon::Impl::admit(const SessionPtr& session, const protocol::SubmitRequest& request, JobKind kind) {
+  Job job;
+  job.spec = request.spec;
+  job.spec.kind = kind;
+  job.owner = session->owner;
+  if (geteuid() != 0 && job.owner.uid != geteuid()) {
+    return fail("this gpupoold runs as {} and can only run {}'s jobs", user_name(geteuid()), user_name(geteuid()));
+  }
+  if (job.spec.priority > 0 && !session->admin) {
+    return fail("only an administrator may submit with a priority above 0");
+  }
+  if (!job.spec.time_limit_s) job.spec.time_limit_s = settings_.config.default_time_limit_s;
+  if (job.spec.time_limit_s && settings_.config.max_time_limit_s &&
+      *job.spec.time_limit_s > *settings_.config.max_time_limit_s) {
+    return fail("time limit {} s is above this machine's maximum of {} s", *job.spec.time_limit_s,
+                *settings_.config.max_time_limit_s);
+  }
+  if (size_t waiting = waiting_jobs_of(job.owner.uid); waiting >= settings_.config.max_queued_jobs_per_user) {
+    return fail("user {} already has {} jobs queued (max_queued_jobs_per_user = {})", job.owner.user, waiting,
+                settings_.config.max_queued_jobs_per_user);
+  }
+  // Refused now, rather than stored to fail or wait for ever: more GPUs than the machine, the
+  // user's quota or its --gpus/--exclude can ever give it.
+  if (auto admissible = scheduler_.admissible(scheduler_request(job)); !admissible) {
+    return fail("this job {}", admissible.error().message);
+  }
+  for (JobNumber after : job.spec.after) {
+    TRY_ASSIGN(auto found, find_job(after));
+    if (!found) return fail("job {} (in --after) does not exist", after);
+  }
+  job.submit_time = unix_now();
+  return job;
+}
+
+void Daemon::Impl::handle(const SessionPtr& s, const protocol::SubmitRequest& r) {
+  auto admitted = admit(s, r, JobKind::Batch);
+  if (!admitted) return sessions_.send(s, protocol::ErrorResponse{admitted.error().message});
+  if (r.hold) {
+    // Stored held: no window in which it could start before the hold.
+    admitted->state = JobState::Held;
+    admitted->reason = fmt::format("held by {}", s->owner.user);
+  }
+  // Group commit: the submissions that arrive while the loop is busy share one sync to disk.
+  pending_submissions_.emplace_back(s, std::move(*admitted));
+  if (pending_submissions_.size() == 1) asio::post(io_, [this] { commit_submissions(); });
+}
+
+void Daemon::Impl::commit_submissions() {
+  auto pending = std::move(pending_submissions_);
+  pending_submissions_.clear();
+  std::vector<Job> jobs;
+  for (auto& [session, job] : pending) jobs.push_back(job);
+  auto ids = store_.insert_all(jobs);  // durable before the clients hear their ids
+  for (size_t i = 0; i < pending.size(); ++i) {
+    auto& [session, job] = pending[i];
+    if (!ids) {
+      sessions_.send(session, protocol::ErrorResponse{ids.error().message});
+      continue;
+    }
+    job.id = (*ids)[i];
+    fill_log_paths(job);
+    active_[job.id] = job;
+    std::optional<std::string> held_by;
+    if (job.state == JobState::Held) held_by = job.owner.user;
+    feed(lifecycle::Submitted{job.id, job.spec.kind, job.spec.retries, job.spec.after, held_by});
+    sessions_.send(session, protocol::SubmitResponse{job.id});
+  }
+  dispatch();
+}
+
+void Daemon::Impl::handle(const SessionPtr& s, const protocol::LeaseRequest& r) {
+  if (s->lease_job) return sessions_.send(s, protocol::ErrorResponse{"this connection already has a lease request"});
+  protocol::SubmitRequest submitted{r.spec};
+  submitted.spec.allowed_gpus = r.allowed;
+  submitted.spec.excluded_gpus = r.excluded;
+  auto admitted = admit(s, submitted, JobKind::Interactive);
+  if (!admitted) return sessions_.send(s, protocol::ErrorResponse{admitted.error().message});
+  Job job = std::move(*admitted);
+  job.pid = s->peer.pid;
+  job.pid_start_ticks = host_.process_start_ticks(static_cast<uint32_t>(s->peer.pid));
+  auto id = store_.insert(job);
+  if (!id) return sessions_.send(s, protocol::ErrorResponse{id.error().message});
+  job.id = *id;
+  active_[job.id] = job;
+  s->lease_job = job.id;
+  lease_sessions_[job.id] = s;
+  feed(lifecycle::Submitted{job.id, job.spec.kind, job.spec.retries, job.spec.after, std::nullopt});
+  dispatch();
+  auto queued = active_.find(job.id);  // not there: it has ended already, and its client was told
+  if (queued != active_.end() && (queued->second.state == JobState::Queued || queued->second.state == JobState::Held)) {
+    const std::string& reason = queued->second.reason;
+    sessions_.send(s, protocol::LeaseQueued{job.id, reason.empty() ? scheduler_.waiting_reason(job.id) : reason});
+  }
+}
+
+void Daemon::Impl::handle(const SessionPtr& s, const protocol::FinishedRequest& r) {
+  if (!s->lease_job || !s->granted) return sessions_.send(s, protocol::ErrorResponse{"no lease was granted on this connection"});
+  JobNumber id = *s->lease_job;
+  s->lease_job.reset();
+  lease_sessions_.erase(id);
+  attempt_ended(id, {id, r.exit_code, r.signal, "", false});
+  sessions_.send(s, protocol::Ack{});
+}
+
+void Daemon::Impl::handle(const SessionPtr& s, const protocol::JobsRequest& r) {
+  // One page: the client asks for the next after the last job of this one. The store leaves
+  // the environments out (listings stay small; `show` gives the owner everything).
+  JobFilter filter;
+  filter.include_finished = r.all;
+  filter.user = r.user;
+  filter.state = r.state;
+  filter.after_id = r.after_id;
+  filter.limit = size_t{r.limit} + 1;  // the one past the page says whether more remain
+  size_t listed = 0;
+  {
+    auto jobs = store_.list(filter);
+    if (!jobs) return sessions_.send(s, protocol::ErrorResponse{jobs.error().message});
+    listed = jobs->size();
+    protocol::JobsResponse response;
+    size_t bytes = 0;
+    for (Job& job : *jobs) {
+      if (response.jobs.size() == r.limit) {
+        response.more = true;
+        break;
+      }
+      Job shown = for_client(std::move(job), *s);
+      bytes += protocol::encoded_size(shown);
+      // Long commands could make a full page too long for one message: end it sooner. (64:
+      // room for what the answer holds besides its jobs, `{"jobs":[` and `],"more":true,"ok":true}`.)
+      if (!response.jobs.empty() && bytes > protocol::kMaxMessageBytes - 64) {
+        response.more = true;
+        break;
+      }
+      response.jobs.push_back(std::move(shown));
+    }
+    sessions_.send(s, response);
+  }
+  // Give what the page took back to the system, rather than keep the peak of the largest
+  // listing for the daemon's lifetime.
+  if (listed > 100) malloc_trim(0);
+}
+
+void Daemon::Impl::handle(const SessionPtr& s, const protocol::ShowRequest& r) {
+  auto job = find_job(r.id);
+  if (!job) return sessions_.send(s, protocol::ErrorResponse{job.error().message});
+  if (!*job) return sessions_.send(s, protocol::ErrorResponse{fmt::format("no job {}", r.id)});
+  sessions_.send(s, protocol::JobsResponse{{for_client(std::move(**job), *s)}});
+}
+
+void Daemon::Impl::handle(const SessionPtr& s, const protocol::LogsRequest& r) {
+  auto job = find_job(r.id);
+  if (!job) return sessions_.send(s, protocol::ErrorResponse{job.error().message});
+  if (!*job) return sessions_.send(s, protocol::ErrorResponse{fmt::format("no job {}", r.id)});
+  if (!may_act_on(*s, **job)) {
+    return sessions_.send(s, protocol::ErrorResponse{fmt::format("job {} belongs to {}: only they may read its logs", r.id,
+                                                    (*job)->owner.user)});
+  }
+  if ((*job)->spec.kind != JobKind::Batch) {
+    return sessions_.send(s, protocol::ErrorResponse{fmt::format("job {} ran in its user's terminal: it has no logs", r.id)});
+  }
+  Job shown = for_client(std::move(**job), *s);
+  if (!r.open) return sessions_.send(s, protocol::JobsResponse{{std::move(shown)}});
+  // The daemon opens the log for the client, who may not be able to (an administrator reading
+  // another user's, which is theirs alone). The job's user owns the file: O_NOFOLLOW, the type
+  // check and O_NONBLOCK (a FIFO would block the open) keep them from passing off a link to a
+  // file only root may read, or a device, as their log.
+  const std::string& path = *r.open == protocol::LogStream::Stderr ? shown.stderr_path : shown.stdout_path;
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY);
+  if (fd < 0 && errno == ENOENT) return sessions_.send(s, protocol::JobsResponse{{std::move(shown)}, false, 0u});
+  if (fd < 0 && errno != ELOOP) {
+    return sessions_.send(s, protocol::ErrorResponse{fmt::format("cannot open {}: {}", path, std::strerror(errno))});
+  }
+  struct stat st {};
+  if (fd < 0 || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {  // ELOOP: a symbolic link
+    if (fd >= 0) ::close(fd);
+    return sessions_.send(s, protocol::ErrorResponse{fmt::format("{} is not a regular file: not reading it", path)});
+  }
+  sessions_.send(s, protocol::JobsResponse{{std::move(shown)}, false, 1u}, {fd});
+}
+
+void Daemon::Impl::handle(const SessionPtr& s, const protocol::JobActionRequest& r) {
+  protocol::JobActionResponse response;
+  for (JobNumber id : r.ids) {
+    protocol::ActionOutcome outcome{id, std::nullopt, std::nullopt};
+    auto it = active_.find(id);
+    if (it == active_.end()) {
+      auto stored = find_job(id);
+      if (!stored) {
+        outcome.error = stored.error().message;
+      } else if (!*stored) {
+        outcome.error = fmt::format("no job {}", id);
+      } else {
+        outcome.error = fmt::format("job {} has already {}", id, to_string((*stored)->state));
+        outcome.state = (*stored)->state;
+      }
+      response.outcomes.push_back(outcome);
+      continue;
+    }
+    Job& job = it->second;
+    if (!may_act_on(*s, job)) {
+      outcome.error = fmt::format("job {} belongs to {}: only they or an administrator may change it", id,
+                                  job.owner.user);
+      outcome.state = job.state;
+      response.outcomes.push_back(outcome);
+      continue;
+    }
+    switch (r.action) {
+      case protocol::JobAction::Cancel:
+        outcome.error = feed(lifecycle::Cancel{id, s->owner.user});
+        break;
+      case protocol::JobAction::Hold:
+        outcome.error = feed(lifecycle::Hold{id, s->owner.user});
+        break;
+      case protocol::JobAction::Release:
+        outcome.error = feed(lifecycle::Release{id});
+        break;
+    }
+    auto after = active_.find(id);
+    outcome.state = after != active_.end() ? after->second.state : JobState::Cancelled;
+    response.outcomes.push_back(outcome);
+  }
+  sessions_.send(s, response);
+}
+
+void Daemon::Impl::handle(const SessionPtr& s, const protocol::WaitRequest& r) {
+  s->waiting_for.clear();
+  s->wait_ids = r.ids;
+  for (JobNumber id : r.ids) {
+    auto job = find_job(id);
+    if (!job) return sessions_.send(s, protocol::ErrorResponse{job.error().message});
+    if (!*job) return sessions_.send(s, protocol::ErrorResponse{fmt::format("no job {}", id)});
+    if (!is_finished((*job)->state)) {
+      s->waiting_for.insert(id);
+      waiters_[id].push_back(s);
+    }
+  }
+  if (s->waiting_for.empty()) answer_wait(s);
+}
+
+void Daemon::Impl::handle(const SessionPtr& s, const protocol::AdminRequest& r) {
+  if (!s->admin) return sessions_.send(s, protocol::ErrorResponse{"only root or the admin group may drain or resume"});
+  bool drain = r.action == protocol::AdminAction::Drain;
+  feed(drain ? lifecycle::Event(lifecycle::Drain{}) : lifecycle::Event(lifecycle::Resume{}));
+  auto stored = store_.set_setting("drained", drain ? "1" : "0");
+  if (!stored) return sessions_.send(s, protocol::ErrorResponse{stored.error().message});
+  sessions_.send(s, protocol::Ack{});
+}
+
+void Daemon::Impl::handle(const SessionPtr& s, const protocol::StatusRequest&) {
+  protocol::StatusResponse status;
+  status.software = std::string("gpupoold ") + GPUPOOL_VERSION;
+  status.pid = getpid();
+  status.drained = lifecycle_.drained();
+  char host[256] = {};
+  gethostname(host, sizeof(host) - 1);
+  std::string simulated = backend_->simulated_machine();
+  status.machine = simulated.empty() ? std::string(host) : fmt::format("{} (simulated {})", host, simulated);
+  status.gpus = static_cast<unsigned>(machine_.gpus.size());
+  for (const auto& [id, job] : active_) {
+    if (job.state == JobState::Queued) ++status.queued;
+    if (job.state == JobState::Held) ++status.held;
+    if (job.state == JobState::Running) ++status.running;
+  }
+  sessions_.send(s, status);
+}
+
+void Daemon::Impl::handle(const SessionPtr& s, const protocol::ReportRequest& r) {
+  auto report = monitor_->report(r.since);
+  if (!report) return sessions_.send(s, protocol::ErrorResponse{report.error().message});
+  sessions_.send(s, std::move(*report));
+}
+
+// Queued and held, submitted but not yet stored included. A walk over the active jobs (the limit
+// bounds them too), simpler than keeping a count right through every change of state.
+size_t Daemon::Impl::waiting_jobs_of(uid_t uid) const {
+  auto waiting = [uid](const Job& job) {
+    return job.owner.uid == uid && (job.state == JobState::Queued || job.state == JobState::Held);
+  };
+  size_t count = 0;
+  for (const auto& [id, job] : active_) count += waiting(job) ? 1 : 0;
+  for (const auto& [session, job] : pending_submissions_) count += waiting(job) ? 1 : 0;
+  return count;
+}
+
+bool Daemon::Impl::may_act_on(const Session& session, const Job& job) const {
+  return session.admin || session.owner.uid == job.owner.uid;
+}
+
+Job Daemon::Impl::for_client(Job job, const Session& session) const {
+  // Another user's environment may hold their secrets.
+  if (!may_act_on(session, job)) job.spec.environment.clear();
+  fill_log_paths(job);
+  if (job.state == JobState::Queued && job.reason.empty()) job.reason = scheduler_.waiting_reason(job.id);
+  return job;
+}
+
+void Daemon::Impl::answer_wait(const SessionPtr& session) {
+  protocol::JobsResponse response;
+  for (JobNumber id : session->wait_ids) {
+    auto job = find_job(id);
+    if (!job || !*job) return sessions_.send(session, protocol::ErrorResponse{fmt::format("job {} has disappeared", id)});
+    Job found = std::move(**job);
+    found.spec.environment.clear();
+    response.jobs.push_back(for_client(std::move(found), *session));
+  }
+  sessions_.send(session, response);
+}
+
+}  // namespace gpupool

@@ -1,0 +1,248 @@
+#include "daemon/session.h"
+
+#include <fcntl.h>
+#include <grp.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "base/text.h"
+
+namespace gpupool {
+namespace {
+
+using asio::local::stream_protocol;
+namespace proto = protocol;
+
+// Connections one user (root aside) may hold open: each `run`, `launch`, `wait` or Python
+// acquire() holds one while it waits. Without a cap, one user could take every descriptor the
+// daemon has (then it cannot start jobs) and up to a message's worth of memory per connection.
+constexpr unsigned kMaxConnectionsPerUser = 512;
+
+// Asio opens its sockets inheritable; a supervisor must not carry the daemon's sockets.
+void keep_from_children(int fd) { fcntl(fd, F_SETFD, FD_CLOEXEC); }
+
+// The supplementary groups of a connected process, from /proc (what the user's session has),
+// falling back to the group database.
+std::vector<gid_t> process_groups(const HostFiles& host, pid_t pid, const std::string& user, gid_t gid) {
+  std::vector<gid_t> groups;
+  if (auto status = host.read(fmt::format("/proc/{}/status", pid))) {
+    size_t at = status->find("\nGroups:");
+    if (at != std::string::npos) {
+      size_t end = status->find('\n', at + 1);
+      for (const std::string& piece : split(status->substr(at + 8, end - at - 8), ' ')) {
+        std::string word;
+        for (char c : piece) {
+          if (c != '\t') word += c;
+        }
+        if (all_digits(word)) groups.push_back(static_cast<gid_t>(std::stoul(word)));
+      }
+      return groups;
+    }
+  }
+  int count = 64;
+  groups.resize(static_cast<size_t>(count));
+  if (getgrouplist(user.c_str(), gid, groups.data(), &count) < 0) {
+    groups.resize(static_cast<size_t>(count));
+    getgrouplist(user.c_str(), gid, groups.data(), &count);
+  }
+  groups.resize(static_cast<size_t>(std::max(count, 0)));
+  return groups;
+}
+
+}  // namespace
+
+Sessions::Sessions(asio::io_context& io, const HostFiles& host) : host_(host), acceptor_(io) {}
+
+Result<void> Sessions::listen(const std::string& state_dir, const std::string& runtime_dir) {
+  // One daemon per state directory: the lock lives as long as this process.
+  std::string lock_path = state_dir + "/gpupoold.lock";
+  instance_lock_ = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (instance_lock_ < 0) return fail("cannot open {}: {}", lock_path, std::strerror(errno));
+  if (flock(instance_lock_, LOCK_EX | LOCK_NB) != 0) {
+    return fail("another gpupoold is running with state directory {}", state_dir);
+  }
+  socket_path_ = proto::socket_path(runtime_dir);
+  struct stat st {};
+  if (lstat(socket_path_.c_str(), &st) == 0) {
+    // Left by a daemon that died, unless someone else planted it there.
+    if (st.st_uid != geteuid()) {
+      return fail("{} belongs to uid {}: remove it, it is not this daemon's", socket_path_, st.st_uid);
+    }
+    if (auto fd = connect_unix_socket(socket_path_)) {
+      ::close(*fd);
+      return fail("another gpupoold is listening on {}", socket_path_);
+    }
+    unlink(socket_path_.c_str());
+  }
+  asio::error_code error;
+  acceptor_.open(stream_protocol(), error);
+  if (!error) acceptor_.bind(stream_protocol::endpoint(socket_path_), error);
+  socket_bound_ = !error;
+  if (!error) acceptor_.listen(asio::socket_base::max_listen_connections, error);
+  if (error) return fail("cannot listen on {}: {}", socket_path_, error.message());
+  keep_from_children(acceptor_.native_handle());
+  // A system daemon serves everyone (identity comes from the kernel, not the socket's mode);
+  // a personal daemon only its own user.
+  if (chmod(socket_path_.c_str(), geteuid() == 0 ? 0666 : 0600) != 0) {
+    return fail("cannot set the mode of {}: {}", socket_path_, std::strerror(errno));
+  }
+  return {};
+}
+
+void Sessions::stop_listening() {
+  asio::error_code ignored;  // also from the destructor, which must not throw
+  acceptor_.close(ignored);
+  if (socket_bound_) unlink(socket_path_.c_str());
+  socket_bound_ = false;
+}
+
+void Sessions::serve(std::optional<gid_t> admin_gid, RequestHandler requests, DisconnectHandler disconnected) {
+  admin_gid_ = admin_gid;
+  requests_ = std::move(requests);
+  disconnected_ = std::move(disconnected);
+  accept_next();
+}
+
+void Sessions::accept_next() {
+  acceptor_.async_accept([this](const asio::error_code& error, stream_protocol::socket socket) {
+    if (error) {
+      if (error != asio::error::operation_aborted) accept_next();
+      return;
+    }
+    keep_from_children(socket.native_handle());
+    auto session = std::make_shared<Session>(std::move(socket));
+    auto peer = peer_credentials(session->socket.native_handle());
+    if (peer) {
+      session->peer = *peer;
+      session->owner.uid = peer->uid;
+      session->owner.gid = peer->gid;
+      session->owner.user = user_name(peer->uid);
+      session->owner.groups = process_groups(host_, peer->pid, session->owner.user, peer->gid);
+      session->admin = peer->uid == 0 || (admin_gid_ && (peer->gid == *admin_gid_ ||
+                                                         std::find(session->owner.groups.begin(),
+                                                                   session->owner.groups.end(),
+                                                                   *admin_gid_) != session->owner.groups.end()));
+      if (peer->uid != 0 && (*connections_)[peer->uid] >= kMaxConnectionsPerUser) {
+        send_and_close(session, proto::ErrorResponse{fmt::format("user {} already has {} connections open to gpupoold",
+                                                                 session->owner.user, kMaxConnectionsPerUser)});
+      } else {
+        if (peer->uid != 0) {
+          ++(*connections_)[peer->uid];
+          session->connections = connections_;
+        }
+        read(session);
+      }
+    }
+    accept_next();
+  });
+}
+
+void Sessions::read(const SessionPtr& session) {
+  asio::async_read_until(session->socket, session->input, '\n',
+                         [this, session](const asio::error_code& error, size_t length) {
+                           if (error) {
+                             if (error == asio::error::not_found) {
+                               send_and_close(session, proto::ErrorResponse{fmt::format(
+                                                           "bad request: longer than {} bytes", proto::kMaxMessageBytes)});
+                             }
+                             hang_up(session);
+                             disconnected_(session);
+                             return;
+                           }
+                           std::string line(asio::buffers_begin(session->input.data()),
+                                            asio::buffers_begin(session->input.data()) +
+                                                static_cast<std::ptrdiff_t>(length - 1));
+                           session->input.consume(length);
+                           handle_line(session, line);
+                           if (!session->closing) read(session);
+                         });
+}
+
+void Sessions::handle_line(const SessionPtr& session, const std::string& line) {
+  if (!session->greeted) {
+    auto hello = proto::parse_hello(line);
+    if (!hello) {
+      send_and_close(session, proto::ErrorResponse{hello.error().message});
+    } else if (hello->protocol != proto::kVersion) {
+      send_and_close(session, proto::ErrorResponse{fmt::format(
+                                  "protocol {} is not supported: this gpupoold speaks {}", hello->protocol, proto::kVersion)});
+    } else {
+      session->greeted = true;
+      std::string reply = proto::encode(
+          proto::Hello{proto::kVersion, std::string("gpupoold ") + GPUPOOL_VERSION, session->owner.user});
+      session->outbox.push_back({std::move(reply), {}});
+      flush(session);
+    }
+    return;
+  }
+  auto request = proto::parse_request(line);
+  if (!request) {
+    // A malformed message says nothing trustworthy about what else the client will send.
+    send_and_close(session, proto::ErrorResponse{request.error().message});
+    return;
+  }
+  requests_(session, *request);
+}
+
+void Sessions::send(const SessionPtr& session, const proto::Response& response, std::vector<int> descriptors) {
+  session->outbox.push_back({proto::encode(response), std::move(descriptors)});
+  flush(session);
+}
+
+void Sessions::send_and_close(const SessionPtr& session, const proto::Response& response) {
+  session->outbox.push_back({proto::encode(response), {}});
+  session->closing = true;
+  flush(session);
+}
+
+void Sessions::flush(const SessionPtr& session) {
+  if (session->writing) return;
+  while (!session->outbox.empty() && !session->outbox.front().descriptors.empty()) {
+    // Descriptors go with sendmsg; the line is short and the client is waiting for it.
+    Session::Outgoing& out = session->outbox.front();
+    auto sent = send_line(session->socket.native_handle(), out.line, out.descriptors);
+    for (int fd : out.descriptors) ::close(fd);
+    session->outbox.pop_front();
+    if (!sent) {
+      hang_up(session);
+      return;
+    }
+  }
+  if (session->outbox.empty()) {
+    if (session->closing) hang_up(session);
+    return;
+  }
+  session->writing = true;
+  session->outbox.front().line += '\n';
+  asio::async_write(session->socket, asio::buffer(session->outbox.front().line),
+                    [this, session](const asio::error_code& error, size_t) {
+                      session->writing = false;
+                      session->outbox.pop_front();
+                      if (error) {
+                        hang_up(session);
+                        return;
+                      }
+                      flush(session);
+                    });
+}
+
+void Sessions::hang_up(const SessionPtr& session) {
+  for (auto& out : session->outbox) {
+    for (int fd : out.descriptors) ::close(fd);
+  }
+  // A line being written stays until its handler pops it: the write reads from it. (Clearing it
+  // too crashed the daemon on a client's oversized line, whose error reply is then in flight.)
+  session->outbox.erase(session->outbox.begin() + (session->writing ? 1 : 0), session->outbox.end());
+  asio::error_code ignored;
+  session->socket.shutdown(asio::socket_base::shutdown_both, ignored);
+  session->socket.close(ignored);
+}
+
+}  // namespace gpupool

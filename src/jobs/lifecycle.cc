@@ -1,0 +1,236 @@
+#include "jobs/lifecycle.h"
+
+#include <algorithm>
+#include <utility>
+
+#include <fmt/format.h>
+
+namespace gpupool {
+
+using namespace lifecycle;
+
+JobLifecycle::JobLifecycle(StoredState stored_state) : stored_state_(std::move(stored_state)) {}
+
+Result<std::vector<Effect>> JobLifecycle::handle(const Event& event) {
+  Effects out;
+  ended_now_.clear();
+  changed_.clear();
+  TRY(std::visit([&](const auto& e) { return on(e, out); }, event));
+  return out;
+}
+
+const TrackedJob* JobLifecycle::find(JobNumber id) const {
+  auto it = jobs_.find(id);
+  return it == jobs_.end() ? nullptr : &it->second;
+}
+
+Result<TrackedJob*> JobLifecycle::tracked(JobNumber id, JobState expected) {
+  auto it = jobs_.find(id);
+  if (it == jobs_.end()) return fail("no job {} is queued, held or running", id);
+  if (it->second.state != expected) return fail("job {} is {}, not {}", id, to_string(it->second.state), to_string(expected));
+  changed_.push_back(id);  // every caller changes it
+  return &it->second;
+}
+
+Result<void> JobLifecycle::on(const Submitted& e, Effects& out) {
+  if (jobs_.count(e.id) > 0) return fail("job {} exists already", e.id);
+  TrackedJob job;
+  job.kind = e.kind;
+  job.retries = e.retries;
+  job.after = e.after;
+  changed_.push_back(e.id);
+  if (e.held_by) {
+    job.state = JobState::Held;
+    job.reason = fmt::format("held by {}", *e.held_by);
+  }
+  jobs_[e.id] = std::move(job);
+  enqueue(e.id, out);
+  return {};
+}
+
+Result<void> JobLifecycle::on(const Adopted& e, Effects& out) {
+  if (jobs_.count(e.id) > 0) return fail("job {} exists already", e.id);
+  if (is_finished(e.state)) return fail("job {} has already {}", e.id, to_string(e.state));
+  TrackedJob& job = jobs_[e.id];
+  job.kind = e.kind;
+  job.state = e.state;
+  job.reason = e.reason;
+  job.attempts = e.attempts;
+  job.retries = e.retries;
+  job.after = e.after;
+  changed_.push_back(e.id);
+  enqueue(e.id, out);
+  return {};
+}
+
+Result<void> JobLifecycle::on(const Refused& e, Effects& out) {
+  TRY_ASSIGN(TrackedJob * job, tracked(e.id, JobState::Queued));
+  job->in_queue = false;  // the scheduler never took it
+  finish(e.id, JobState::Failed, e.why, out);
+  return {};
+}
+
+Result<void> JobLifecycle::on(const Granted& e, Effects& out) {
+  if (drained_) return fail("the queue is drained: job {} may not start", e.id);
+  TRY_ASSIGN(TrackedJob * job, tracked(e.id, JobState::Queued));
+  if (!job->in_queue) return fail("job {} was not queued for GPUs", e.id);
+  job->in_queue = false;
+  job->state = JobState::Running;
+  job->reason.clear();
+  // An interactive job runs once, in its client: only batch attempts are counted.
+  if (job->kind == JobKind::Batch) job->attempts += 1;
+  out.push_back(StartAttempt{e.id, job->attempts, e.gpus});
+  return {};
+}
+
+Result<void> JobLifecycle::on(const StartFailed& e, Effects& out) {
+  TRY_ASSIGN(TrackedJob * job, tracked(e.id, JobState::Queued));
+  // Not a failed attempt, which a retry could mend: the daemon could not run one at all, and
+  // would fail the same way again at once.
+  job->in_queue = false;
+  finish(e.id, JobState::Failed, e.why, out);
+  return {};
+}
+
+Result<void> JobLifecycle::on(const AttemptExited& e, Effects& out) {
+  TRY_ASSIGN(TrackedJob * job, tracked(e.id, JobState::Running));
+  if (e.cancelled || job->cancel_by) {
+    // "cancelled by USER" (said when the cancel was asked) over the supervisor's "cancelled".
+    bool said_who = job->reason.rfind("cancelled by", 0) == 0;
+    finish(e.id, JobState::Cancelled, said_who || e.reason.empty() ? job->reason : e.reason, out);
+    return {};
+  }
+  if (e.exit_code == 0 || (!e.exit_code && job->kind == JobKind::Interactive)) {
+    // An interactive job whose end was not reported did run: done, with the reason saying so.
+    finish(e.id, JobState::Done, e.reason, out);
+    return {};
+  }
+  std::string why = !e.reason.empty() ? e.reason
+                    : e.signal        ? fmt::format("killed by signal {}", *e.signal)
+                                      : fmt::format("exit code {}", e.exit_code.value_or(-1));
+  if (job->kind == JobKind::Batch && job->attempts <= job->retries) {
+    job->state = JobState::Queued;
+    job->reason = fmt::format("retry {} of {} after: {}", job->attempts, job->retries, why);
+    out.push_back(Record{e.id, job->state, job->reason, job->attempts});
+    enqueue(e.id, out);
+    return {};
+  }
+  finish(e.id, JobState::Failed, why, out);
+  return {};
+}
+
+Result<void> JobLifecycle::on(const AttemptNeverRan& e, Effects& out) {
+  TRY_ASSIGN(TrackedJob * job, tracked(e.id, JobState::Running));
+  if (job->cancel_by) {
+    finish(e.id, JobState::Cancelled, job->reason, out);
+    return {};
+  }
+  // Back to the queue as it was: the attempt is done again, under the same number.
+  if (job->kind == JobKind::Batch && job->attempts > 0) job->attempts -= 1;
+  job->state = JobState::Queued;
+  out.push_back(Record{e.id, job->state, job->reason, job->attempts});
+  enqueue(e.id, out);
+  return {};
+}
+
+Result<void> JobLifecycle::on(const Cancel& e, Effects& out) {
+  auto it = jobs_.find(e.id);
+  if (it == jobs_.end()) return fail("no job {} is queued, held or running", e.id);
+  TrackedJob& job = it->second;
+  changed_.push_back(e.id);
+  if (job.state != JobState::Running) {
+    finish(e.id, JobState::Cancelled, fmt::format("cancelled by {}", e.by), out);
+    return {};
+  }
+  // It ends cancelled however the attempt ends, even if it never ran.
+  job.cancel_by = e.by;
+  job.reason = fmt::format("cancelled by {}", e.by);
+  out.push_back(SignalAttempt{e.id, SignalWhy::Cancel});
+  return {};
+}
+
+Result<void> JobLifecycle::on(const Hold& e, Effects& out) {
+  auto it = jobs_.find(e.id);
+  if (it == jobs_.end()) return fail("no job {} is queued, held or running", e.id);
+  TrackedJob& job = it->second;
+  if (job.state == JobState::Running) return fail("job {} is running: cancel it instead", e.id);
+  if (job.state == JobState::Held) return {};
+  changed_.push_back(e.id);
+  if (job.in_queue) out.push_back(LeaveQueue{e.id});
+  job.in_queue = false;
+  job.state = JobState::Held;
+  job.reason = fmt::format("held by {}", e.by);
+  out.push_back(Record{e.id, job.state, job.reason, job.attempts});
+  return {};
+}
+
+Result<void> JobLifecycle::on(const Release& e, Effects& out) {
+  auto it = jobs_.find(e.id);
+  if (it == jobs_.end() || it->second.state != JobState::Held) return fail("job {} is not held", e.id);
+  changed_.push_back(e.id);
+  it->second.state = JobState::Queued;
+  it->second.reason.clear();
+  out.push_back(Record{e.id, it->second.state, it->second.reason, it->second.attempts});
+  enqueue(e.id, out);
+  return {};
+}
+
+Result<void> JobLifecycle::on(const Drain&, Effects&) {
+  drained_ = true;
+  return {};
+}
+
+Result<void> JobLifecycle::on(const Resume&, Effects&) {
+  drained_ = false;
+  return {};
+}
+
+Result<void> JobLifecycle::on(const TimeLimitReached& e, Effects& out) {
+  TRY(tracked(e.id, JobState::Running));
+  out.push_back(SignalAttempt{e.id, SignalWhy::TimeLimit});
+  return {};
+}
+
+void JobLifecycle::enqueue(JobNumber id, Effects& out) {
+  TrackedJob& job = jobs_.at(id);
+  if (job.state != JobState::Queued || job.in_queue) return;
+  changed_.push_back(id);
+  for (JobNumber after : job.after) {
+    const TrackedJob* waiting_for = find(after);
+    auto ended = ended_now_.find(after);
+    std::optional<JobState> state = waiting_for              ? std::optional(waiting_for->state)
+                                    : ended != ended_now_.end() ? std::optional(ended->second)
+                                                                : stored_state_(after);
+    if (!state) {
+      finish(id, JobState::Failed, fmt::format("job {}, which it runs after, cannot be found", after), out);
+      return;
+    }
+    if (*state == JobState::Done) continue;
+    if (is_finished(*state)) {
+      finish(id, JobState::Failed, fmt::format("job {}, which it runs after, {}", after, to_string(*state)), out);
+      return;
+    }
+    job.reason = fmt::format("waiting for job {}", after);
+    auto& list = dependents_[after];
+    if (std::find(list.begin(), list.end(), id) == list.end()) list.push_back(id);
+    return;
+  }
+  job.reason.clear();
+  job.in_queue = true;
+  out.push_back(EnterQueue{id});
+}
+
+void JobLifecycle::finish(JobNumber id, JobState state, std::string reason, Effects& out) {
+  auto it = jobs_.find(id);
+  if (it->second.in_queue) out.push_back(LeaveQueue{id});
+  jobs_.erase(it);
+  ended_now_[id] = state;
+  out.push_back(Finished{id, state, std::move(reason)});
+  auto dependents = dependents_.extract(id);
+  if (dependents.empty()) return;
+  for (JobNumber dependent : dependents.mapped()) {
+    if (jobs_.count(dependent) > 0) enqueue(dependent, out);
+  }
+}
+
+}  // namespace gpupool

@@ -1,0 +1,197 @@
+// The life of a queued job as pure logic (docs/daemon.md, "The life of a job"): events in,
+// effects out, no processes, sockets, clocks or files. The daemon is its driver: it turns
+// clients' messages, attempts' exits and its own decisions into events, and carries out the
+// effects (queue for GPUs, start or signal an attempt, store the job, answer those waiting).
+//
+// The rules it owns: a held job waits for its release; a job whose --after jobs are not all
+// done waits for them, and fails when one of them did not end done; a failed batch attempt runs
+// again while --retries allow; a cancel wins over however the attempt ends, including an attempt
+// that never ran; a job ends exactly once; a drained queue starts nothing.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "base/result.h"
+#include "jobs/job.h"
+
+namespace gpupool {
+
+namespace lifecycle {
+
+// --- Events ---------------------------------------------------------------------------------
+
+// A new job, stored: queued, or held from the start by `submit --hold`.
+struct Submitted {
+  JobNumber id = 0;
+  JobKind kind = JobKind::Batch;
+  unsigned retries = 0;
+  std::vector<JobNumber> after;
+  std::optional<std::string> held_by;
+};
+// An unfinished job a previous daemon left in the store, taken up at start. A running one keeps
+// running (its process is watched); a queued one is queued again.
+struct Adopted {
+  JobNumber id = 0;
+  JobKind kind = JobKind::Batch;
+  unsigned retries = 0;
+  std::vector<JobNumber> after;
+  JobState state = JobState::Queued;
+  unsigned attempts = 0;
+  std::string reason;
+};
+// The scheduler refused a queued job for good (it can never run here).
+struct Refused {
+  JobNumber id = 0;
+  std::string why;
+};
+// The scheduler gave a queued job its GPUs, and their leases are held.
+struct Granted {
+  JobNumber id = 0;
+  std::vector<unsigned> gpus;
+};
+// What should have run the attempt could not be had (no supervisor): no attempt began.
+struct StartFailed {
+  JobNumber id = 0;
+  std::string why;
+};
+// An attempt (or an interactive job's program) ended.
+struct AttemptExited {
+  JobNumber id = 0;
+  std::optional<int> exit_code;  // nullopt: unknown, or the program never ran
+  std::optional<int> signal;
+  std::string reason;            // the supervisor's or the driver's words, may be empty
+  bool cancelled = false;        // the attempt says it ended by a cancel
+};
+// The attempt's record proves it never ran (its supervisor ended before starting it).
+struct AttemptNeverRan {
+  JobNumber id = 0;
+};
+struct Cancel {
+  JobNumber id = 0;
+  std::string by;  // "alice", or what ended it ("its client, which disconnected")
+};
+struct Hold {
+  JobNumber id = 0;
+  std::string by;
+};
+struct Release {
+  JobNumber id = 0;
+};
+struct Drain {};
+struct Resume {};
+struct TimeLimitReached {
+  JobNumber id = 0;
+};
+
+using Event = std::variant<Submitted, Adopted, Refused, Granted, StartFailed, AttemptExited, AttemptNeverRan,
+                           Cancel, Hold, Release, Drain, Resume, TimeLimitReached>;
+
+// --- Effects --------------------------------------------------------------------------------
+
+// Put the job in the scheduler's queue; take it out again.
+struct EnterQueue {
+  JobNumber id = 0;
+};
+struct LeaveQueue {
+  JobNumber id = 0;
+};
+// Start attempt `attempt` of the job on these GPUs (a batch job's supervisor, an interactive
+// job's client).
+struct StartAttempt {
+  JobNumber id = 0;
+  unsigned attempt = 0;
+  std::vector<unsigned> gpus;
+};
+// The attempt the job is in should end: SIGTERM, the grace period, SIGKILL.
+enum class SignalWhy { Cancel, TimeLimit };
+struct SignalAttempt {
+  JobNumber id = 0;
+  SignalWhy why = SignalWhy::Cancel;
+};
+// The job's state, reason or attempt count changed in a way that must be stored: as they are
+// here (the reason a job waits with may change again before the event is done, unstored).
+struct Record {
+  JobNumber id = 0;
+  JobState state = JobState::Queued;
+  std::string reason;
+  unsigned attempts = 0;
+};
+// The job has ended, once and for all: store it, answer whoever waits for it, forget it.
+struct Finished {
+  JobNumber id = 0;
+  JobState state = JobState::Done;
+  std::string reason;
+};
+
+using Effect = std::variant<EnterQueue, LeaveQueue, StartAttempt, SignalAttempt, Record, Finished>;
+
+}  // namespace lifecycle
+
+// What the lifecycle knows of a job that has not ended.
+struct TrackedJob {
+  JobKind kind = JobKind::Batch;
+  JobState state = JobState::Queued;
+  std::string reason;  // why it waits, or "retry N of M after: ...", or "cancelled by ..."
+  unsigned attempts = 0;
+  unsigned retries = 0;
+  std::vector<JobNumber> after;
+  bool in_queue = false;                 // the scheduler has it
+  std::optional<std::string> cancel_by;  // cancelled while running: ends Cancelled however it ends
+};
+
+class JobLifecycle {
+ public:
+  // The state of a job the lifecycle does not track (ended, or never seen), for --after:
+  // nullopt when there is no such job.
+  using StoredState = std::function<std::optional<JobState>(JobNumber)>;
+  explicit JobLifecycle(StoredState stored_state);
+
+  // The effects of one event, in the order they are to be carried out. An error (nothing
+  // changed) is a refusal for whoever asked: "job 3 is not held".
+  Result<std::vector<lifecycle::Effect>> handle(const lifecycle::Event& event);
+
+  const TrackedJob* find(JobNumber id) const;
+  // The jobs whose state, reason or attempts the last event may have changed (those it ended
+  // aside: their Finished effects say how they ended).
+  const std::vector<JobNumber>& changed() const { return changed_; }
+  const std::map<JobNumber, TrackedJob>& jobs() const { return jobs_; }
+  // Drained: no job is granted GPUs until resumed.
+  bool drained() const { return drained_; }
+
+ private:
+  using Effects = std::vector<lifecycle::Effect>;
+  Result<void> on(const lifecycle::Submitted& e, Effects& out);
+  Result<void> on(const lifecycle::Adopted& e, Effects& out);
+  Result<void> on(const lifecycle::Refused& e, Effects& out);
+  Result<void> on(const lifecycle::Granted& e, Effects& out);
+  Result<void> on(const lifecycle::StartFailed& e, Effects& out);
+  Result<void> on(const lifecycle::AttemptExited& e, Effects& out);
+  Result<void> on(const lifecycle::AttemptNeverRan& e, Effects& out);
+  Result<void> on(const lifecycle::Cancel& e, Effects& out);
+  Result<void> on(const lifecycle::Hold& e, Effects& out);
+  Result<void> on(const lifecycle::Release& e, Effects& out);
+  Result<void> on(const lifecycle::Drain& e, Effects& out);
+  Result<void> on(const lifecycle::Resume& e, Effects& out);
+  Result<void> on(const lifecycle::TimeLimitReached& e, Effects& out);
+
+  Result<TrackedJob*> tracked(JobNumber id, JobState expected);
+  // Queues the job for GPUs once every job it runs after is done; fails it when one cannot be.
+  void enqueue(JobNumber id, Effects& out);
+  void finish(JobNumber id, JobState state, std::string reason, Effects& out);
+
+  StoredState stored_state_;
+  std::map<JobNumber, TrackedJob> jobs_;
+  std::map<JobNumber, std::vector<JobNumber>> dependents_;  // job → jobs waiting for it
+  // Jobs ended by the event being handled: the store has their end only once the effects are
+  // carried out, and their dependents are decided before that.
+  std::map<JobNumber, JobState> ended_now_;
+  std::vector<JobNumber> changed_;
+  bool drained_ = false;
+};
+
+}  // namespace gpupool

@@ -1,0 +1,288 @@
+#include "jobs/lifecycle.h"
+
+#include <map>
+#include <set>
+#include <type_traits>
+#include <variant>
+
+#include <gtest/gtest.h>
+#include <rapidcheck/gtest.h>
+
+namespace gpupool {
+namespace {
+
+using namespace lifecycle;
+
+// The driver's side in miniature: the store keeps the states of jobs that have ended.
+class LifecycleTest : public ::testing::Test {
+ protected:
+  std::vector<Effect> handle(const Event& event) {
+    auto effects = jobs.handle(event);
+    EXPECT_TRUE(effects.ok()) << effects.error().message;
+    if (!effects.ok()) return {};
+    for (const Effect& effect : *effects) {
+      if (auto* finished = std::get_if<Finished>(&effect)) stored[finished->id] = finished->state;
+    }
+    return *effects;
+  }
+  std::string refusal(const Event& event) {
+    auto effects = jobs.handle(event);
+    return effects.ok() ? "" : effects.error().message;
+  }
+  // Submits a batch job and grants it GPU 0: it is running its first attempt.
+  void start(JobNumber id, unsigned retries = 0) {
+    handle(Submitted{id, JobKind::Batch, retries, {}, std::nullopt});
+    handle(Granted{id, {0}});
+  }
+  JobState state(JobNumber id) {
+    if (const TrackedJob* job = jobs.find(id)) return job->state;
+    return stored.at(id);
+  }
+
+  std::map<JobNumber, JobState> stored;
+  JobLifecycle jobs{[this](JobNumber id) -> std::optional<JobState> {
+    auto it = stored.find(id);
+    return it == stored.end() ? std::nullopt : std::optional(it->second);
+  }};
+};
+
+template <class T>
+const T* only(const std::vector<Effect>& effects) {
+  return effects.size() == 1 ? std::get_if<T>(&effects[0]) : nullptr;
+}
+
+TEST_F(LifecycleTest, ASubmittedJobIsQueuedForGpusAndStartsItsFirstAttemptOnThem) {
+  ASSERT_NE(only<EnterQueue>(handle(Submitted{1, JobKind::Batch, 0, {}, std::nullopt})), nullptr);
+  auto effects = handle(Granted{1, {2, 3}});
+  const StartAttempt* started = only<StartAttempt>(effects);
+  ASSERT_NE(started, nullptr);
+  EXPECT_EQ(started->attempt, 1u);
+  EXPECT_EQ(started->gpus, (std::vector<unsigned>{2, 3}));
+  EXPECT_EQ(state(1), JobState::Running);
+}
+
+TEST_F(LifecycleTest, AnAttemptThatExitsZeroEndsTheJobDone) {
+  start(1);
+  auto finished_effects = handle(AttemptExited{1, 0, std::nullopt, "", false});
+  const Finished* finished = only<Finished>(finished_effects);
+  ASSERT_NE(finished, nullptr);
+  EXPECT_EQ(finished->state, JobState::Done);
+  EXPECT_EQ(jobs.find(1), nullptr);
+}
+
+TEST_F(LifecycleTest, AFailedAttemptRunsAgainWhileRetriesAllowThenFails) {
+  start(1, 1);
+  auto effects = handle(AttemptExited{1, 3, std::nullopt, "", false});
+  ASSERT_EQ(effects.size(), 2u);
+  EXPECT_EQ(std::get<Record>(effects[0]).reason, "retry 1 of 1 after: exit code 3");  // stored
+  EXPECT_TRUE(std::holds_alternative<EnterQueue>(effects[1]));
+  EXPECT_EQ(only<StartAttempt>(handle(Granted{1, {0}}))->attempt, 2u);
+  auto finished_effects = handle(AttemptExited{1, std::nullopt, 9, "", false});
+  const Finished* finished = only<Finished>(finished_effects);
+  ASSERT_NE(finished, nullptr);
+  EXPECT_EQ(finished->state, JobState::Failed);
+  EXPECT_EQ(finished->reason, "killed by signal 9");
+}
+
+TEST_F(LifecycleTest, AnInteractiveJobWhoseEndWasNotReportedRanAndIsDone) {
+  handle(Submitted{1, JobKind::Interactive, 3, {}, std::nullopt});
+  EXPECT_EQ(only<StartAttempt>(handle(Granted{1, {0}}))->attempt, 0u);  // not counted
+  auto finished_effects = handle(AttemptExited{1, std::nullopt, std::nullopt, "unknown", false});
+  const Finished* finished = only<Finished>(finished_effects);
+  ASSERT_NE(finished, nullptr);
+  EXPECT_EQ(finished->state, JobState::Done);
+  EXPECT_EQ(finished->reason, "unknown");
+}
+
+TEST_F(LifecycleTest, ACancelOfAQueuedJobEndsItAndTakesItOutOfTheQueue) {
+  handle(Submitted{1, JobKind::Batch, 0, {}, std::nullopt});
+  auto effects = handle(Cancel{1, "alice"});
+  ASSERT_EQ(effects.size(), 2u);
+  EXPECT_TRUE(std::holds_alternative<LeaveQueue>(effects[0]));
+  EXPECT_EQ(std::get<Finished>(effects[1]).reason, "cancelled by alice");
+  EXPECT_EQ(state(1), JobState::Cancelled);
+}
+
+TEST_F(LifecycleTest, ACancelOfARunningJobSignalsItAndWinsOverHowItEnds) {
+  start(1, 5);
+  auto signalled_effects = handle(Cancel{1, "bob"});
+  const SignalAttempt* signalled = only<SignalAttempt>(signalled_effects);
+  ASSERT_NE(signalled, nullptr);
+  EXPECT_EQ(signalled->why, SignalWhy::Cancel);
+  auto finished_effects = handle(AttemptExited{1, 0, std::nullopt, "cancelled", true});
+  const Finished* finished = only<Finished>(finished_effects);
+  ASSERT_NE(finished, nullptr);
+  EXPECT_EQ(finished->state, JobState::Cancelled);
+  EXPECT_EQ(finished->reason, "cancelled by bob");
+}
+
+TEST_F(LifecycleTest, ACancelDuringAnAttemptThatNeverRanEndsTheJobCancelled) {
+  start(1, 2);
+  handle(Cancel{1, "bob"});
+  auto finished_effects = handle(AttemptNeverRan{1});
+  const Finished* finished = only<Finished>(finished_effects);
+  ASSERT_NE(finished, nullptr);
+  EXPECT_EQ(finished->state, JobState::Cancelled);
+}
+
+TEST_F(LifecycleTest, AnAttemptThatNeverRanIsQueuedAgainUnderTheSameNumber) {
+  start(1);
+  auto effects = handle(AttemptNeverRan{1});
+  ASSERT_EQ(effects.size(), 2u);
+  EXPECT_EQ(jobs.find(1)->attempts, 0u);
+  EXPECT_EQ(only<StartAttempt>(handle(Granted{1, {0}}))->attempt, 1u);
+}
+
+TEST_F(LifecycleTest, AStartThatFailsBeforeAnyAttemptFailsTheJobWithoutARetry) {
+  handle(Submitted{1, JobKind::Batch, 0, {}, std::nullopt});
+  auto finished_effects = handle(StartFailed{1, "could not start: no supervisor"});
+  const Finished* finished = only<Finished>(finished_effects);
+  ASSERT_NE(finished, nullptr);
+  EXPECT_EQ(finished->state, JobState::Failed);
+  EXPECT_EQ(finished->reason, "could not start: no supervisor");
+}
+
+TEST_F(LifecycleTest, HoldAndRelease) {
+  handle(Submitted{1, JobKind::Batch, 0, {}, std::string("carol")});
+  EXPECT_EQ(state(1), JobState::Held);
+  EXPECT_EQ(jobs.find(1)->reason, "held by carol");
+  auto released = handle(Release{1});
+  ASSERT_EQ(released.size(), 2u);
+  EXPECT_TRUE(std::holds_alternative<EnterQueue>(released[1]));
+  auto held = handle(Hold{1, "dave"});
+  ASSERT_EQ(held.size(), 2u);
+  EXPECT_TRUE(std::holds_alternative<LeaveQueue>(held[0]));
+  EXPECT_EQ(refusal(Release{2}), "job 2 is not held");
+  handle(Release{1});
+  handle(Granted{1, {0}});
+  EXPECT_EQ(refusal(Hold{1, "dave"}), "job 1 is running: cancel it instead");
+  EXPECT_EQ(refusal(Release{1}), "job 1 is not held");
+}
+
+TEST_F(LifecycleTest, ADependentWaitsForItsJobAndStartsWhenItIsDone) {
+  start(1);
+  EXPECT_TRUE(handle(Submitted{2, JobKind::Batch, 0, {1}, std::nullopt}).empty());
+  EXPECT_EQ(jobs.find(2)->reason, "waiting for job 1");
+  auto effects = handle(AttemptExited{1, 0, std::nullopt, "", false});
+  ASSERT_EQ(effects.size(), 2u);
+  EXPECT_TRUE(std::holds_alternative<EnterQueue>(effects[1]));
+  EXPECT_EQ(std::get<EnterQueue>(effects[1]).id, 2u);
+}
+
+TEST_F(LifecycleTest, ADependentFailsWhenItsJobDoesNotEndDoneAndSoDoTheirDependents) {
+  start(1);
+  handle(Submitted{2, JobKind::Batch, 0, {1}, std::nullopt});
+  handle(Submitted{3, JobKind::Batch, 0, {2, 1}, std::nullopt});
+  auto effects = handle(AttemptExited{1, 1, std::nullopt, "", false});
+  ASSERT_EQ(effects.size(), 3u);
+  EXPECT_EQ(std::get<Finished>(effects[1]).reason, "job 1, which it runs after, failed");
+  EXPECT_EQ(std::get<Finished>(effects[2]).reason, "job 2, which it runs after, failed");
+  EXPECT_EQ(only<Finished>(handle(Submitted{4, JobKind::Batch, 0, {9}, std::nullopt}))->reason,
+            "job 9, which it runs after, cannot be found");
+}
+
+TEST_F(LifecycleTest, ADrainedQueueStartsNothingUntilResumed) {
+  handle(Submitted{1, JobKind::Batch, 0, {}, std::nullopt});
+  handle(Drain{});
+  EXPECT_TRUE(jobs.drained());
+  EXPECT_NE(refusal(Granted{1, {0}}), "");
+  handle(Resume{});
+  EXPECT_NE(only<StartAttempt>(handle(Granted{1, {0}})), nullptr);
+}
+
+TEST_F(LifecycleTest, ATimeLimitSignalsTheRunningAttempt) {
+  start(1);
+  EXPECT_EQ(only<SignalAttempt>(handle(TimeLimitReached{1}))->why, SignalWhy::TimeLimit);
+}
+
+TEST_F(LifecycleTest, AdoptedJobsGoOnWhereThePreviousDaemonLeftThem) {
+  EXPECT_TRUE(handle(Adopted{1, JobKind::Batch, 1, {}, JobState::Running, 1, ""}).empty());
+  EXPECT_TRUE(handle(Adopted{2, JobKind::Batch, 0, {1}, JobState::Queued, 0, ""}).empty());
+  EXPECT_EQ(jobs.find(2)->reason, "waiting for job 1");
+  auto retried = handle(AttemptExited{1, 2, std::nullopt, "", false});
+  ASSERT_EQ(retried.size(), 2u);
+  EXPECT_EQ(std::get<Record>(retried[0]).reason, "retry 1 of 1 after: exit code 2");
+  EXPECT_EQ(refusal(Adopted{3, JobKind::Batch, 0, {}, JobState::Done, 1, ""}), "job 3 has already done");
+}
+
+// Random events, valid or not, for a few jobs: whatever happens, a job ends once, never runs two
+// attempts at once, never more than 1 + its retries, never starts again once cancelled, and
+// nothing starts while the queue is drained.
+RC_GTEST_PROP(LifecycleProperties, InvariantsHoldForAnyEvents, ()) {
+  std::map<JobNumber, JobState> stored;
+  JobLifecycle jobs([&](JobNumber id) -> std::optional<JobState> {
+    auto it = stored.find(id);
+    return it == stored.end() ? std::nullopt : std::optional(it->second);
+  });
+  constexpr JobNumber kJobs = 5;
+  std::map<JobNumber, unsigned> retries;
+  std::set<JobNumber> running, cancelled, finished;
+  size_t steps = *rc::gen::inRange<size_t>(1, 80);
+  for (size_t step = 0; step < steps; ++step) {
+    JobNumber id = *rc::gen::inRange<JobNumber>(1, kJobs + 1);
+    Event event;
+    switch (*rc::gen::inRange(0, 11)) {
+      case 0: {
+        retries[id] = *rc::gen::inRange(0u, 3u);
+        std::vector<JobNumber> after;
+        if (id > 1 && *rc::gen::arbitrary<bool>()) after.push_back(*rc::gen::inRange<JobNumber>(1, id));
+        std::optional<std::string> held;
+        if (*rc::gen::inRange(0, 4) == 0) held = "someone";
+        event = Submitted{id, *rc::gen::element(JobKind::Batch, JobKind::Interactive), retries[id], after, held};
+        break;
+      }
+      case 1:
+      case 2: event = Granted{id, {0}}; break;
+      case 3: {
+        std::optional<int> code;
+        if (*rc::gen::arbitrary<bool>()) code = *rc::gen::inRange(0, 3);
+        event = AttemptExited{id, code, std::nullopt, "", *rc::gen::inRange(0, 5) == 0};
+        break;
+      }
+      case 4: event = AttemptNeverRan{id}; break;
+      case 5: event = Cancel{id, "someone"}; break;
+      case 6: event = Hold{id, "someone"}; break;
+      case 7: event = Release{id}; break;
+      case 8: event = *rc::gen::arbitrary<bool>() ? Event(Drain{}) : Event(Resume{}); break;
+      case 9: event = StartFailed{id, "could not start"}; break;
+      default: event = TimeLimitReached{id}; break;
+    }
+    if (finished.count(id) > 0 && std::holds_alternative<Submitted>(event)) continue;  // ids are not reused
+    bool was_drained = jobs.drained();
+    auto effects = jobs.handle(event);
+    if (!effects.ok()) continue;
+    if (auto* cancel = std::get_if<Cancel>(&event)) cancelled.insert(cancel->id);
+    for (const Effect& effect : *effects) {
+      std::visit(
+          [&](const auto& e) {
+            using T = std::decay_t<decltype(e)>;
+            RC_ASSERT(finished.count(e.id) == 0u);  // nothing happens to a job after its end
+            if constexpr (std::is_same_v<T, StartAttempt>) {
+              RC_ASSERT(!was_drained);
+              RC_ASSERT(running.count(e.id) == 0u);
+              RC_ASSERT(cancelled.count(e.id) == 0u);
+              RC_ASSERT(e.attempt <= retries[e.id] + 1);
+              running.insert(e.id);
+            } else if constexpr (std::is_same_v<T, Finished>) {
+              finished.insert(e.id);
+              running.erase(e.id);
+              stored[e.id] = e.state;
+              if (cancelled.count(e.id) > 0) RC_ASSERT(e.state == JobState::Cancelled);
+            } else if constexpr (std::is_same_v<T, Record> || std::is_same_v<T, EnterQueue>) {
+              if (const TrackedJob* job = jobs.find(e.id); job && job->state == JobState::Queued) {
+                running.erase(e.id);
+              }
+            }
+          },
+          effect);
+    }
+    for (const auto& [job_id, job] : jobs.jobs()) {
+      RC_ASSERT(!job.in_queue || job.state == JobState::Queued);
+      RC_ASSERT((job.state == JobState::Running) == (running.count(job_id) > 0));
+      if (job.kind == JobKind::Batch) RC_ASSERT(job.attempts <= job.retries + 1);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace gpupool
