@@ -43,6 +43,7 @@
 #include "os/clock.h"
 #include "os/host_files.h"
 #include "os/job_cgroup.h"
+#include "os/paths.h"
 #include "os/service_manager.h"
 #include "os/unix_socket.h"
 #include "protocol/messages.h"
@@ -207,17 +208,7 @@ Result<std::optional<DeviceIsolation>> set_up_device_isolation(DeviceIsolationMo
 
 }  // namespace
 
-std::string default_state_dir() {
-  if (const char* dir = std::getenv("GPUPOOL_STATE_DIR"); dir != nullptr && *dir != '\0') return dir;
-  // A Slurm job's daemon keeps its queue with the job: it ends with the allocation.
-  if (auto job = LeaseDirectory::slurm_job_directory()) return *job + "/state";
-  if (geteuid() == 0) return "/var/lib/gpupool";
-  if (const char* xdg = std::getenv("XDG_STATE_HOME"); xdg != nullptr && *xdg != '\0') {
-    return std::string(xdg) + "/gpupool";
-  }
-  const char* home = std::getenv("HOME");
-  return std::string(home != nullptr ? home : "/tmp") + "/.local/state/gpupool";
-}
+std::string default_state_dir() { return default_daemon_state_dir(); }
 
 class Daemon::Impl {
  public:
