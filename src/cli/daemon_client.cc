@@ -1,42 +1,30 @@
 #include "cli/daemon_client.h"
 
-#include <sys/stat.h>
-#include <unistd.h>
-
-#include <cerrno>
-#include <cstring>
-
-#include "lease/lease_directory.h"
+#include "os/files.h"
+#include "os/paths.h"
+#include "os/process.h"
 
 namespace gpupool::cli {
 
-std::string runtime_directory() { return LeaseDirectory::default_path(); }
+std::string runtime_directory() { return default_runtime_dir(); }
 
-DaemonClient::DaemonClient(int fd) : fd_(fd), reader_(std::make_unique<LineReader>(fd, protocol::kMaxMessageBytes)) {}
-
-DaemonClient::DaemonClient(DaemonClient&& other) noexcept : fd_(other.fd_), reader_(std::move(other.reader_)) {
-  other.fd_ = -1;
-}
-
-DaemonClient::~DaemonClient() {
-  reader_.reset();
-  if (fd_ >= 0) ::close(fd_);
-}
+DaemonClient::DaemonClient(Fd fd)
+    : fd_(std::move(fd)), reader_(std::make_unique<LineReader>(fd_.get(), protocol::kMaxMessageBytes)) {}
 
 Result<std::optional<DaemonClient>> DaemonClient::connect_if_running(const std::string& runtime_dir) {
   std::string path = protocol::socket_path(runtime_dir);
-  struct stat st {};
-  if (lstat(path.c_str(), &st) != 0) return std::optional<DaemonClient>();
+  auto status = link_status(path);
+  if (!status) return std::optional<DaemonClient>();
   // The runtime directory is world-writable: anyone could leave a socket there and collect
   // what clients send (their environment). Only root's or our own is the daemon.
-  if (!S_ISSOCK(st.st_mode) || (st.st_uid != 0 && st.st_uid != getuid())) {
-    return fail("{} belongs to uid {}, not to root or you: not trusting it as gpupoold", path, st.st_uid);
+  if (status->type != FileType::socket || (status->owner != 0 && status->owner != real_user_id())) {
+    return fail("{} belongs to uid {}, not to root or you: not trusting it as gpupoold", path, status->owner);
   }
   auto fd = connect_unix_socket(path);
   if (!fd) return std::optional<DaemonClient>();  // a socket left behind by a daemon that died
-  DaemonClient client(*fd);
+  DaemonClient client{Fd(*fd)};
   protocol::Hello hello{protocol::kVersion, std::string("gpupool ") + GPUPOOL_VERSION, ""};
-  TRY(send_line(client.fd_, protocol::encode(hello)));
+  TRY(send_line(client.fd_.get(), protocol::encode(hello)));
   TRY_ASSIGN(auto reply, client.reader_->read_line());
   if (!reply) return fail("gpupoold closed the connection during the greeting");
   auto greeted = protocol::parse_hello(reply->line);
@@ -55,7 +43,7 @@ Result<DaemonClient> DaemonClient::connect(const std::string& runtime_dir) {
   TRY_ASSIGN(auto client, connect_if_running(runtime_dir));
   if (!client) {
     // Inside a Slurm job the job's own daemon is the one looked for.
-    const char* start = LeaseDirectory::slurm_job_directory() ? "gpupool slurm start" : "gpupoold";
+    const char* start = slurm_job_directory() ? "gpupool slurm start" : "gpupoold";
     return fail("no gpupoold is running (no socket at {}); start one with `{}`", protocol::socket_path(runtime_dir),
                 start);
   }
@@ -63,28 +51,21 @@ Result<DaemonClient> DaemonClient::connect(const std::string& runtime_dir) {
 }
 
 Result<void> DaemonClient::send(const protocol::Request& request) {
-  return send_line(fd_, protocol::encode(request));
+  return send_line(fd_.get(), protocol::encode(request));
 }
 
 Result<ReceivedResponse> DaemonClient::receive() {
   TRY_ASSIGN(auto line, reader_->read_line());
   if (!line) return fail("gpupoold closed the connection");
   auto response = protocol::parse_response(line->line);
-  if (!response) {
-    for (int fd : line->descriptors) ::close(fd);
-    return response.error();
-  }
-  if (auto* error = std::get_if<protocol::ErrorResponse>(&*response)) {
-    for (int fd : line->descriptors) ::close(fd);
-    return Error{error->message};
-  }
+  if (!response) return response.error();
+  if (auto* error = std::get_if<protocol::ErrorResponse>(&*response)) return Error{error->message};
   return ReceivedResponse{std::move(*response), std::move(line->descriptors)};
 }
 
 Result<protocol::Response> DaemonClient::request(const protocol::Request& request) {
   TRY(send(request));
   TRY_ASSIGN(ReceivedResponse received, receive());
-  for (int fd : received.descriptors) ::close(fd);
   return std::move(received.response);
 }
 

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "base/result.h"
+#include "os/fd.h"
 #include "os/unix_socket.h"
 #include "protocol/messages.h"
 
@@ -16,7 +17,7 @@ namespace gpupool::cli {
 
 struct ReceivedResponse {
   protocol::Response response;
-  std::vector<int> descriptors;  // owned by the caller
+  std::vector<Fd> descriptors;
 };
 
 class DaemonClient {
@@ -25,24 +26,23 @@ class DaemonClient {
   static Result<std::optional<DaemonClient>> connect_if_running(const std::string& runtime_dir);
   // An error saying how to start one when none listens.
   static Result<DaemonClient> connect(const std::string& runtime_dir);
-  DaemonClient(DaemonClient&& other) noexcept;
+  DaemonClient(DaemonClient&& other) noexcept = default;
   DaemonClient& operator=(DaemonClient&&) = delete;
   DaemonClient(const DaemonClient&) = delete;
-  ~DaemonClient();
 
   Result<void> send(const protocol::Request& request);
   // The next message; an ErrorResponse becomes an Error with the daemon's words.
   Result<ReceivedResponse> receive();
   // send + receive, for the one-answer requests.
   Result<protocol::Response> request(const protocol::Request& request);
-  int descriptor() const { return fd_; }
+  int descriptor() const { return fd_.get(); }
   // receive() has a message without reading the socket (poll the descriptor only when not).
   bool has_message() const { return reader_->has_line(); }
 
  private:
-  explicit DaemonClient(int fd);
-  int fd_ = -1;
-  std::unique_ptr<LineReader> reader_;
+  explicit DaemonClient(Fd fd);
+  Fd fd_;
+  std::unique_ptr<LineReader> reader_;  // reads fd_: declared after it, so it goes first
 };
 
 // The runtime directory of this machine's daemon and leases.

@@ -8,6 +8,7 @@
 #include "cli/commands.h"
 #include "cli/doctor_facts.h"
 #include "doctor/doctor.h"
+#include "os/environment.h"
 #include "os/host_files.h"
 
 namespace gpupool::cli {
@@ -48,7 +49,7 @@ void print_json(const std::vector<Finding>& findings, int exit_code) {
 Result<int> run_doctor(const DoctorOptions& options) {
   // The backend reads /proc and /sys through GPUPOOL_HOST_ROOT too (process owners and commands):
   // one root for every fact.
-  if (!options.root.empty()) setenv("GPUPOOL_HOST_ROOT", options.root.c_str(), 1);
+  if (!options.root.empty()) set_environment_variable("GPUPOOL_HOST_ROOT", options.root);
   HostFiles host = host_files_from_environment();
   std::vector<Finding> findings = diagnose(gather_doctor_facts(host, options.pid));
   int exit_code = doctor_exit_code(findings);

@@ -1,20 +1,17 @@
 // gpupool launch: lease GPUs and start one process per GPU (or several), with the
 // environment torchrun gives its workers on a single node; all of them or none.
-#include <arpa/inet.h>
-#include <fmt/format.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
-#include <cerrno>
 #include <csignal>
-#include <cstdlib>
 #include <cstring>
+
+#include <fmt/format.h>
 
 #include "base/cpu_list.h"
 #include "cli/commands.h"
 #include "cli/lease_options.h"
 #include "os/child_group.h"
+#include "os/environment.h"
+#include "os/network.h"
+#include "os/process.h"
 
 namespace gpupool::cli {
 namespace {
@@ -26,23 +23,6 @@ struct LaunchOptions {
   std::string grace = "10s";
   std::vector<std::string> command;
 };
-
-// A TCP port nobody listens on right now, for rank 0's rendezvous store (as torchrun picks it).
-Result<unsigned> free_tcp_port() {
-  int sock = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (sock < 0) return fail("cannot pick a port for MASTER_PORT: {}", std::strerror(errno));
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  address.sin_port = 0;
-  socklen_t length = sizeof address;
-  auto* generic = reinterpret_cast<sockaddr*>(&address);
-  bool ok = bind(sock, generic, sizeof address) == 0 && getsockname(sock, generic, &length) == 0;
-  int error = errno;
-  close(sock);
-  if (!ok) return fail("cannot pick a port for MASTER_PORT: {}", std::strerror(error));
-  return static_cast<unsigned>(ntohs(address.sin_port));
-}
 
 // What torchrun sets for each worker of a single-node job (without its agent's store).
 std::vector<std::string> torchrun_environment(unsigned rank, unsigned world_size, unsigned port,
@@ -64,7 +44,7 @@ std::vector<std::string> torchrun_environment(unsigned rank, unsigned world_size
       "TORCHELASTIC_MAX_RESTARTS=0",
   };
   // Like torchrun: many processes each with a thread per CPU would oversubscribe the machine.
-  if (world_size > 1 && std::getenv("OMP_NUM_THREADS") == nullptr)
+  if (world_size > 1 && !environment_variable("OMP_NUM_THREADS"))
     env.push_back("OMP_NUM_THREADS=1");
   return env;
 }
@@ -87,9 +67,11 @@ bool bind_to_numa_node(const Gpu& gpu, ChildSpec& spec) {
 Result<int> launch_job(LaunchOptions options) {
   if (options.command.empty()) return fail("no command to launch");
   TRY_ASSIGN(auto grace, parse_duration(options.grace));
-  if (options.lease.name.empty()) options.lease.name = fmt::format("launch-{}", getpid());
+  if (options.lease.name.empty()) options.lease.name = fmt::format("launch-{}", own_pid());
   TRY_ASSIGN(LeasedGpus leased, lease_gpus(options.lease, options.command));
-  TRY_ASSIGN(unsigned port, free_tcp_port());
+  // For rank 0's rendezvous store, as torchrun picks it.
+  auto port = free_loopback_tcp_port();
+  if (!port) return fail("cannot pick a port for MASTER_PORT: {}", port.error().message);
   const unsigned world_size = static_cast<unsigned>(leased.gpus.size()) * options.per_gpu;
 
   std::vector<GroupChild> ranks;
@@ -97,7 +79,7 @@ Result<int> launch_job(LaunchOptions options) {
   for (unsigned rank = 0; rank < world_size; ++rank) {
     unsigned gpu = leased.gpus[rank / options.per_gpu];
     std::vector<std::string> env = job_environment(leased, {gpu});
-    auto torchrun = torchrun_environment(rank, world_size, port, leased.job);
+    auto torchrun = torchrun_environment(rank, world_size, *port, leased.job);
     env.insert(env.end(), torchrun.begin(), torchrun.end());
     GroupChild child{{}, fmt::format("[rank {}] ", rank)};
     child.spec.argv = options.command;

@@ -1,26 +1,21 @@
 #include "cli/lease_options.h"
 #include "sim/open_backend.h"
 
-#include <poll.h>
 #include <signal.h>
-#include <sys/signalfd.h>
-#include <unistd.h>
 
-#include <cerrno>
 #include <chrono>
-#include <climits>
 #include <cmath>
-#include <cstring>
-#include <memory>
-
-#include <cstdlib>
 #include <ctime>
+#include <memory>
 
 #include <fmt/format.h>
 
 #include "base/duration.h"
 #include "base/text.h"
 #include "machine/gpu_selection.h"
+#include "os/files.h"
+#include "os/process.h"
+#include "os/signals.h"
 
 namespace gpupool::cli {
 
@@ -64,20 +59,15 @@ Result<LeasedGpus> lease_from_daemon(DaemonClient client, GpuBackend& backend, c
   request.spec.argv = command;
   request.spec.gpu_count = acquire.request.count;
   request.spec.slice_mib = acquire.request.slice_mib;
-  char cwd[PATH_MAX];
-  request.spec.cwd = getcwd(cwd, sizeof(cwd)) != nullptr ? cwd : "/";
+  auto cwd = current_directory();
+  request.spec.cwd = cwd ? *cwd : "/";
   request.allowed = acquire.request.allowed;
   request.excluded = acquire.request.excluded;
   // `gpupool cancel` of a running job sends SIGTERM to this client: held back from before the
   // request, so that it cannot kill us between the grant and the start of the program; taken
   // here while waiting, and by start_unless_cancelled() or the program's signal forwarding after.
-  sigset_t term;
-  sigemptyset(&term);
-  sigaddset(&term, SIGTERM);
-  sigprocmask(SIG_BLOCK, &term, nullptr);
-  int term_fd = signalfd(-1, &term, SFD_CLOEXEC | SFD_NONBLOCK);
-  if (term_fd < 0) return fail("cannot watch for SIGTERM: {}", std::strerror(errno));
-  std::unique_ptr<int, void (*)(int*)> closes_term(&term_fd, [](int* fd) { ::close(*fd); });
+  block_signals({SIGTERM});
+  TRY_ASSIGN(Fd term_fd, signal_descriptor({SIGTERM}));
   TRY(client.send(request));
   auto deadline = acquire.timeout ? std::optional(std::chrono::steady_clock::now() + *acquire.timeout) : std::nullopt;
   std::optional<JobNumber> id;
@@ -87,24 +77,21 @@ Result<LeasedGpus> lease_from_daemon(DaemonClient client, GpuBackend& backend, c
   };
   for (;;) {
     if (!client.has_message()) {
-      int timeout = -1;
+      std::optional<std::chrono::milliseconds> timeout;
       if (terminated) {
-        timeout = 0;
+        timeout = std::chrono::milliseconds(0);
       } else if (deadline) {
         auto left = std::chrono::duration_cast<std::chrono::milliseconds>(*deadline - std::chrono::steady_clock::now());
-        timeout = static_cast<int>(std::max<int64_t>(0, left.count()));
+        timeout = std::max(std::chrono::milliseconds(0), left);
       }
-      pollfd ready[2] = {{client.descriptor(), POLLIN, 0}, {term_fd, POLLIN, 0}};
-      int n = poll(ready, 2, timeout);
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0) return fail("cannot wait for gpupoold: {}", std::strerror(errno));
-      if ((ready[1].revents & POLLIN) != 0) {
-        signalfd_siginfo info{};
-        (void)!read(term_fd, &info, sizeof info);
+      auto ready = wait_until_ready({client.descriptor(), term_fd.get()}, timeout);
+      if (!ready) return fail("cannot wait for gpupoold: {}", ready.error().message);
+      if ((*ready)[1]) {
+        (void)read_signal(term_fd.get());
         terminated = true;
         continue;
       }
-      if (ready[0].revents == 0) {
+      if (!(*ready)[0]) {
         if (terminated) return cancelled();
         // Closing the connection takes the request out of the queue.
         return fail("gave up waiting after {}", *options.wait);
@@ -118,7 +105,6 @@ Result<LeasedGpus> lease_from_daemon(DaemonClient client, GpuBackend& backend, c
     }
     auto* granted = std::get_if<protocol::LeaseGranted>(&received.response);
     if (granted == nullptr) {
-      for (int fd : received.descriptors) ::close(fd);
       return fail("gpupoold sent an unexpected answer: {}", protocol::encode(received.response));
     }
     HeldLeases leases = HeldLeases::from_descriptors(std::move(received.descriptors));
@@ -172,8 +158,8 @@ Result<LeasedGpus> lease_gpus(const LeaseRequestOptions& options, const std::vec
     if (!options.quiet) announce(leased);
     return leased;
   }
-  std::string job = options.name.empty() ? fmt::format("run-{}", getpid()) : options.name;
-  acquire.holder = LeaseHolder{getpid(), "", job, static_cast<int64_t>(std::time(nullptr))};
+  std::string job = options.name.empty() ? fmt::format("run-{}", own_pid()) : options.name;
+  acquire.holder = LeaseHolder{own_pid(), "", job, static_cast<int64_t>(std::time(nullptr))};
   TRY_ASSIGN(Acquired acquired, acquire_gpus(*backend, leases, host, acquire));
   LeasedGpus leased{std::move(acquired), {}, job, acquire.request.slice_mib, nullptr};
   leased.gpus = leased.acquired.gpus;
@@ -183,11 +169,7 @@ Result<LeasedGpus> lease_gpus(const LeaseRequestOptions& options, const std::vec
 
 Result<void> start_unless_cancelled(LeasedGpus& leased) {
   if (!leased.daemon) return {};
-  sigset_t term;
-  sigemptyset(&term);
-  sigaddset(&term, SIGTERM);
-  timespec now{0, 0};
-  if (sigtimedwait(&term, nullptr, &now) != SIGTERM) return {};
+  if (!take_pending_signal(SIGTERM)) return {};
   leased.acquired.leases.release();
   report_finished(leased, 128 + SIGTERM);
   return fail("job {} cancelled before it started", leased.id);

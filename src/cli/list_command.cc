@@ -10,6 +10,7 @@
 #include "cli/commands.h"
 #include "gpu/gpu_backend.h"
 #include "machine/gpu_json.h"
+#include "os/fd.h"
 #include "sim/open_backend.h"
 
 namespace gpupool::cli {
@@ -91,7 +92,7 @@ Result<int> list_gpus(const ListOptions& options) {
   }
   // Like watch(1): the screen is cleared before each table on a terminal; piped, the tables
   // follow each other. It runs until interrupted.
-  const bool clear = !options.json && isatty(STDOUT_FILENO);
+  const bool clear = !options.json && is_terminal(STDOUT_FILENO);
   for (;;) {
     if (clear) fmt::print("\x1b[H\x1b[2J");
     TRY(print_once(*backend, options));

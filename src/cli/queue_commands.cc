@@ -2,17 +2,16 @@
 // Each is one request to gpupoold (src/protocol/messages.h) and a way to print the answer; jobs
 // handed to Slurm (submit --slurm, ids slurm:ID) go through cli/slurm_queue instead.
 #include <fcntl.h>
-#include <poll.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <array>
 #include <cerrno>
-#include <climits>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <ctime>
+#include <thread>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -25,10 +24,12 @@
 #include "cli/slurm_queue.h"
 #include "jobs/job_text.h"
 #include "os/clock.h"
+#include "os/environment.h"
+#include "os/fd.h"
+#include "os/files.h"
 #include "os/host_files.h"
+#include "os/process.h"
 #include "sched/allocation.h"
-
-extern char** environ;
 
 namespace gpupool::cli {
 namespace {
@@ -145,13 +146,11 @@ Result<int> submit(const SubmitOptions& options) {
   JobSpec& spec = request.spec;
   spec.name = options.name;
   spec.argv = options.command;
-  for (char** e = environ; *e != nullptr; ++e) spec.environment.emplace_back(*e);
-  char cwd[PATH_MAX];
-  if (getcwd(cwd, sizeof(cwd)) == nullptr) return fail("cannot read the working directory: {}", std::strerror(errno));
-  spec.cwd = cwd;
-  mode_t mask = umask(0);
-  umask(mask);
-  spec.umask = mask;
+  spec.environment = own_environment_entries();
+  auto cwd = current_directory();
+  if (!cwd) return fail("cannot read the working directory: {}", cwd.error().message);
+  spec.cwd = *cwd;
+  spec.umask = current_umask();
   spec.gpu_count = options.count;
   if (!options.memory.empty()) {
     TRY_ASSIGN(uint64_t slice, parse_memory_mib(options.memory));
@@ -313,7 +312,7 @@ Result<std::vector<Job>> wait_for_ids(DaemonClient& client, const std::vector<Jo
 // The caller's jobs: with `all`, finished ones too; only those with an id above `after_id`.
 Result<std::vector<Job>> jobs_of_mine(DaemonClient& client, bool all, JobNumber after_id) {
   proto::JobsRequest request;
-  request.user = user_name(getuid());
+  request.user = user_name(real_user_id());
   request.all = all;
   request.after_id = after_id;
   std::vector<Job> jobs;
@@ -394,12 +393,12 @@ Result<void> copy_new_bytes(int fd) {
 }
 
 // How often a followed log is looked at for new bytes, and a missing one asked for again.
-constexpr int kLogPollMs = 100;
+constexpr std::chrono::milliseconds kLogPoll(100);
 
-// A job and, opened by the daemon, one of its logs (-1: not created yet).
+// A job and, opened by the daemon, one of its logs (none: not created yet).
 struct OpenedLog {
   Job job;
-  int fd = -1;
+  Fd fd;
 };
 
 // The daemon opens the log and passes the descriptor: the file is its user's alone, and an
@@ -410,16 +409,16 @@ Result<OpenedLog> request_log(DaemonClient& client, JobNumber id, proto::LogStre
   auto* answer = std::get_if<proto::JobsResponse>(&received.response);
   if (answer == nullptr || answer->jobs.size() != 1 || !answer->descriptors ||
       *answer->descriptors != received.descriptors.size()) {
-    for (int fd : received.descriptors) ::close(fd);
     if (answer != nullptr && !answer->descriptors) {
       return fail("this gpupoold is older than this gpupool and does not send logs; restart it");
     }
     return fail("the daemon sent an unexpected answer: {}", proto::encode(received.response));
   }
-  return OpenedLog{std::move(answer->jobs.front()), received.descriptors.empty() ? -1 : received.descriptors.front()};
+  return OpenedLog{std::move(answer->jobs.front()),
+                   received.descriptors.empty() ? Fd() : std::move(received.descriptors.front())};
 }
 
-// Follows a log until the job finishes: looks for new bytes every kLogPollMs (the reader may
+// Follows a log until the job finishes: looks for new bytes every kLogPoll (the reader may
 // not be allowed to watch the file itself); a `wait` on a second connection says when the job
 // has ended.
 Result<void> follow_log(int fd, JobNumber id) {
@@ -428,47 +427,49 @@ Result<void> follow_log(int fd, JobNumber id) {
   for (;;) {
     TRY(copy_new_bytes(fd));
     fflush(stdout);
-    pollfd ended = {waiter.descriptor(), POLLIN, 0};
-    int ready = poll(&ended, 1, kLogPollMs);
-    if (ready < 0 && errno != EINTR) return fail("cannot wait for the log: {}", std::strerror(errno));
-    if (ready > 0) return copy_new_bytes(fd);  // what the job wrote last
+    auto ended = wait_until_ready({waiter.descriptor()}, kLogPoll);
+    if (!ended) return fail("cannot wait for the log: {}", ended.error().message);
+    if ((*ended)[0]) return copy_new_bytes(fd);  // what the job wrote last
   }
 }
 
 // A queued job, or one whose supervisor is just starting, has no log yet: asks again every
-// kLogPollMs until the log exists or the job has ended without one (fd -1).
+// kLogPoll until the log exists or the job has ended without one (no fd).
 Result<OpenedLog> open_once_created(DaemonClient& client, JobNumber id, proto::LogStream stream) {
   TRY_ASSIGN(DaemonClient waiter, DaemonClient::connect(runtime_directory()));
   TRY(waiter.send(proto::WaitRequest{{id}}));
   for (;;) {
-    pollfd ended = {waiter.descriptor(), POLLIN, 0};
-    int ready = poll(&ended, 1, kLogPollMs);
-    if (ready < 0 && errno != EINTR) return fail("cannot wait for the log: {}", std::strerror(errno));
+    auto ended = wait_until_ready({waiter.descriptor()}, kLogPoll);
+    if (!ended) return fail("cannot wait for the log: {}", ended.error().message);
     TRY_ASSIGN(OpenedLog log, request_log(client, id, stream));
-    if (log.fd >= 0 || ready > 0) return log;
+    if (log.fd || (*ended)[0]) return log;
   }
 }
 
-// A Slurm job's log is a file of its user's, read directly: looked at every kLogPollMs, and
+// A Slurm job's log is a file of its user's, read directly: looked at every kLogPoll, and
 // Slurm asked every tenth time whether the job has ended (the last look comes after that).
-Result<void> print_slurm_log(JobNumber id, bool follow, bool errors, int& fd) {
+Result<void> print_slurm_log(JobNumber id, bool follow, bool errors) {
   TRY_ASSIGN(std::vector<SlurmJobStatus> now, slurm_jobs_now(std::array{id}, true));
   const std::string path = errors ? now.at(0).job.stderr_path : now.at(0).job.stdout_path;
   if (path.empty()) return fail("Slurm names no {} file for job {}", errors ? "error" : "output", id);
+  std::optional<Fd> fd;
   for (int look = 1;; ++look) {
     bool ended = !now.at(0).known || is_finished(now.at(0).job.state);
-    if (fd < 0) fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0 && errno != ENOENT) return fail("cannot read {}: {}", path, std::strerror(errno));
-    if (fd >= 0) TRY(copy_new_bytes(fd));
+    if (!fd) {
+      auto opened = open_existing(path, O_RDONLY);
+      if (!opened) return fail("cannot read {}: {}", path, opened.error().message);
+      fd = std::move(*opened);
+    }
+    if (fd) TRY(copy_new_bytes(fd->get()));
     fflush(stdout);
     if (!follow || ended) break;
-    poll(nullptr, 0, kLogPollMs);
+    std::this_thread::sleep_for(kLogPoll);
     if (look % 10 == 0) {
       TRY_ASSIGN(now, slurm_jobs_now(std::array{id}, false));
     }
   }
   // Not there although the job started: written on a node that does not share this directory.
-  if (fd < 0 && now.at(0).job.start_time) return fail("cannot read {}: {}", path, std::strerror(ENOENT));
+  if (!fd && now.at(0).job.start_time) return fail("cannot read {}: {}", path, std::strerror(ENOENT));
   return {};
 }
 
@@ -476,24 +477,19 @@ Result<int> show_logs(const std::string& id_text, bool follow, bool errors) {
   TRY_ASSIGN(JobIds any, parse_any_job_ids(std::array{id_text}));
   if (any.local.size() + any.slurm.size() != 1) return fail("logs takes one job id, not {}", quote(id_text));
   if (!any.slurm.empty()) {
-    int fd = -1;
-    Result<void> shown = print_slurm_log(any.slurm.front(), follow, errors, fd);
-    if (fd >= 0) ::close(fd);
-    TRY(shown);
+    TRY(print_slurm_log(any.slurm.front(), follow, errors));
     return 0;
   }
   const std::vector<JobNumber>& ids = any.local;
   TRY_ASSIGN(DaemonClient client, DaemonClient::connect(runtime_directory()));
   proto::LogStream stream = errors ? proto::LogStream::Stderr : proto::LogStream::Stdout;
   TRY_ASSIGN(OpenedLog log, request_log(client, ids.at(0), stream));
-  if (log.fd < 0) {
+  if (!log.fd) {
     if (!follow || is_finished(log.job.state)) return 0;  // never started: nothing written
     TRY_ASSIGN(log, open_once_created(client, log.job.id, stream));
-    if (log.fd < 0) return 0;
+    if (!log.fd) return 0;
   }
-  Result<void> shown = follow && !is_finished(log.job.state) ? follow_log(log.fd, log.job.id) : copy_new_bytes(log.fd);
-  ::close(log.fd);
-  TRY(shown);
+  TRY(follow && !is_finished(log.job.state) ? follow_log(log.fd.get(), log.job.id) : copy_new_bytes(log.fd.get()));
   return 0;
 }
 

@@ -2,16 +2,9 @@
 // allocation's GPUs, so that one job can pack many small ones (docs/slurm.md, "Inside an
 // allocation").
 #include <fcntl.h>
-#include <poll.h>
 #include <signal.h>
-#include <sys/syscall.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
-#include <cerrno>
 #include <chrono>
-#include <cstdlib>
-#include <cstring>
 #include <fstream>
 #include <thread>
 
@@ -21,8 +14,11 @@
 #include "cli/commands.h"
 #include "cli/daemon_client.h"
 #include "gpu/gpu_backend.h"
-#include "lease/lease_directory.h"
+#include "os/child_process.h"
+#include "os/files.h"
 #include "os/host_files.h"
+#include "os/paths.h"
+#include "os/process.h"
 #include "sim/open_backend.h"
 
 namespace gpupool::cli {
@@ -34,7 +30,7 @@ constexpr auto kStartTimeout = std::chrono::seconds(60);
 constexpr auto kPoll = std::chrono::milliseconds(50);
 
 Result<std::string> slurm_job_directory_here() {
-  auto directory = LeaseDirectory::slurm_job_directory();
+  auto directory = slurm_job_directory();
   if (!directory) return fail("not inside a Slurm job (SLURM_JOB_ID is not set)");
   return *directory;
 }
@@ -51,7 +47,7 @@ std::string last_line_of(const std::string& path) {
 
 // The status of the job's gpupoold; nullopt when none is running.
 Result<std::optional<proto::StatusResponse>> job_daemon_status() {
-  TRY_ASSIGN(auto client, DaemonClient::connect_if_running(LeaseDirectory::default_path()));
+  TRY_ASSIGN(auto client, DaemonClient::connect_if_running(default_runtime_dir()));
   if (!client) return std::optional<proto::StatusResponse>();
   TRY_ASSIGN(proto::Response response, client->request(proto::StatusRequest{}));
   auto* status = std::get_if<proto::StatusResponse>(&response);
@@ -69,8 +65,8 @@ struct StartOptions {
 // answers on its socket (or has died, when its last line says why).
 Result<int> start(const StartOptions& options) {
   TRY_ASSIGN(std::string job_directory, slurm_job_directory_here());
-  TRY(LeaseDirectory::prepare_slurm_job_directory());
-  std::string runtime = LeaseDirectory::default_path();
+  TRY(prepare_slurm_job_directory());
+  std::string runtime = default_runtime_dir();
   TRY_ASSIGN(auto running, job_daemon_status());
   if (running) {
     fmt::print("gpupoold already serves this Slurm job: pid {}, {} GPUs, socket {}\n", running->pid, running->gpus,
@@ -82,42 +78,29 @@ Result<int> start(const StartOptions& options) {
   std::string description = backend->description();
   backend.reset();
 
-  pid_t end_with = options.end_with > 0 ? options.end_with : getppid();
+  pid_t end_with = options.end_with > 0 ? options.end_with : own_parent_pid();
   std::string log = job_directory + "/gpupoold.log";
-  std::vector<std::string> argv = {executable_directory() + "/gpupoold", "--end-with", std::to_string(end_with),
-                                   "--http", options.http};
-  if (!options.config.empty()) argv.insert(argv.end(), {"--config", options.config});
-  std::vector<char*> args;
-  for (std::string& arg : argv) args.push_back(arg.data());
-  args.push_back(nullptr);
-  int log_fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
-  if (log_fd < 0) return fail("cannot open {}: {}", log, std::strerror(errno));
-  pid_t daemon = fork();
-  if (daemon < 0) {
-    ::close(log_fd);
-    return fail("cannot start gpupoold: {}", std::strerror(errno));
-  }
-  if (daemon == 0) {
-    // Its own session: a Ctrl-C or hang-up meant for the shell is not for the daemon.
-    setsid();
-    int null = ::open("/dev/null", O_RDONLY);
-    if (null >= 0) dup2(null, STDIN_FILENO);
-    dup2(log_fd, STDOUT_FILENO);
-    dup2(log_fd, STDERR_FILENO);
-    execv(args[0], args.data());
-    _exit(127);
-  }
-  ::close(log_fd);
+  ChildSpec spec;
+  spec.argv = {executable_directory() + "/gpupoold", "--end-with", std::to_string(end_with), "--http", options.http};
+  if (!options.config.empty()) spec.argv.insert(spec.argv.end(), {"--config", options.config});
+  spec.environment = environment_with({});
+  TRY_ASSIGN(Fd log_fd, open_file(log, O_WRONLY | O_CREAT | O_APPEND, 0600));
+  TRY_ASSIGN(Fd null, open_file("/dev/null", O_RDONLY));
+  spec.stdin_fd = null.get();
+  spec.stdout_fd = log_fd.get();
+  spec.stderr_fd = log_fd.get();
+  // Its own session: a Ctrl-C or hang-up meant for the shell is not for the daemon.
+  spec.own_session = true;
+  auto started = spawn_child(spec);
+  if (!started) return fail("cannot start gpupoold: {}", started.error().message);
+  pid_t daemon = *started;
   auto deadline = std::chrono::steady_clock::now() + kStartTimeout;
   for (;;) {
-    int status = 0;
-    if (waitpid(daemon, &status, WNOHANG) == daemon) {
-      return fail("gpupoold did not start ({}): {}", log, last_line_of(log));
-    }
+    if (exit_code_if_ended(daemon)) return fail("gpupoold did not start ({}): {}", log, last_line_of(log));
     TRY_ASSIGN(auto client, DaemonClient::connect_if_running(runtime));
     if (client) break;
     if (std::chrono::steady_clock::now() > deadline) {
-      kill(daemon, SIGKILL);
+      (void)send_signal(daemon, SIGKILL);
       return fail("gpupoold did not answer within {} s ({})", kStartTimeout.count(), log);
     }
     std::this_thread::sleep_for(kPoll);
@@ -140,16 +123,9 @@ Result<int> stop() {
   pid_t pid = static_cast<pid_t>(status.pid);
   // A pidfd turns readable at the exit itself: the daemon is nobody's child by now, and as a
   // zombie waiting for init it would still answer kill(pid, 0).
-  int pidfd = static_cast<int>(syscall(SYS_pidfd_open, pid, 0));
-  if (pidfd < 0) return fail("cannot watch gpupoold (pid {}): {}", pid, std::strerror(errno));
-  if (kill(pid, SIGTERM) != 0) {
-    ::close(pidfd);
-    return fail("cannot signal gpupoold (pid {}): {}", pid, std::strerror(errno));
-  }
-  pollfd exited = {pidfd, POLLIN, 0};
-  while (poll(&exited, 1, -1) < 0 && errno == EINTR) {
-  }
-  ::close(pidfd);
+  TRY_ASSIGN(Fd pidfd, open_process_fd(pid));
+  TRY(send_signal(pid, SIGTERM));
+  TRY(wait_until_ready({pidfd.get()}, std::nullopt));
   fmt::print("gpupoold (pid {}) stopped; it cancelled its {} queued and {} running jobs\n", pid, status.queued,
              status.running);
   return 0;
@@ -170,7 +146,7 @@ Result<int> status() {
     return 0;
   }
   fmt::print("gpupoold pid {} on {}: {} queued, {} held, {} running\n", daemon->pid,
-             proto::socket_path(LeaseDirectory::default_path()), daemon->queued, daemon->held, daemon->running);
+             proto::socket_path(default_runtime_dir()), daemon->queued, daemon->held, daemon->running);
   return 0;
 }
 

@@ -13,7 +13,9 @@
 #include "cli/app.h"
 #include "cli/commands.h"
 #include "gpu/gpu_backend.h"
+#include "os/environment.h"
 #include "os/host_files.h"
+#include "os/process.h"
 #include "sim/open_backend.h"
 #include "slurm/slurm_gres.h"
 
@@ -29,9 +31,7 @@ struct NodeOptions {
 };
 
 std::string short_hostname() {
-  char host[256] = {};
-  gethostname(host, sizeof(host) - 1);
-  std::string name = host;
+  std::string name = host_name();
   return name.substr(0, name.find('.'));
 }
 
@@ -51,8 +51,8 @@ Result<Node> discover_node(const NodeOptions& options) {
   facts.machine = simulated.empty() ? "host " + short_hostname() : "the simulated machine " + simulated;
   // A simulated machine's CPUs are its fixture's, not this host's: their topology comes only from
   // a tree that GPUPOOL_HOST_ROOT names.
-  const char* root = std::getenv("GPUPOOL_HOST_ROOT");
-  if (simulated.empty() || (root != nullptr && *root != '\0')) {
+  std::optional<std::string> root = environment_variable("GPUPOOL_HOST_ROOT");
+  if (simulated.empty() || (root && !root->empty())) {
     std::vector<CpuThread> cpus = host_files_from_environment().cpu_threads();
     if (!cpus.empty()) facts.cpus = std::move(cpus);
   }

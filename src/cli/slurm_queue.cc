@@ -1,16 +1,10 @@
 #include "cli/slurm_queue.h"
 
 #include <fcntl.h>
-#include <pwd.h>
-#include <sys/file.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <array>
-#include <cerrno>
 #include <chrono>
-#include <cstring>
 #include <ctime>
 #include <map>
 #include <thread>
@@ -22,7 +16,11 @@
 #include "base/text.h"
 #include "cli/app.h"
 #include "cli/commands.h"
+#include "os/file_lock.h"
+#include "os/files.h"
 #include "os/host_files.h"
+#include "os/paths.h"
+#include "os/process.h"
 #include "os/program.h"
 
 namespace gpupool::cli {
@@ -52,29 +50,11 @@ Result<ProgramOutcome> run_slurm(const std::vector<std::string>& argv, std::stri
 
 // --- the record file ---
 
-// $XDG_STATE_HOME/gpupool, else ~/.local/state/gpupool: the user's own, wherever gpupool runs.
+// The user's own (os/paths' user_state_dir()), wherever gpupool runs.
 Result<std::string> state_directory() {
-  if (const char* xdg = std::getenv("XDG_STATE_HOME"); xdg != nullptr && xdg[0] == '/') {
-    return std::string(xdg) + "/gpupool";
-  }
-  const char* home = std::getenv("HOME");
-  if (home == nullptr || home[0] != '/') {
-    passwd* entry = getpwuid(getuid());
-    home = entry != nullptr ? entry->pw_dir : nullptr;
-  }
-  if (home == nullptr || home[0] != '/') return fail("no home directory to keep the record of Slurm jobs in");
-  return std::string(home) + "/.local/state/gpupool";
-}
-
-// Creates the directory and its missing parents, mode 0700 (the XDG rule).
-Result<void> make_directories(const std::string& path) {
-  for (size_t slash = path.find('/', 1);; slash = path.find('/', slash + 1)) {
-    std::string prefix = path.substr(0, slash);
-    if (mkdir(prefix.c_str(), 0700) != 0 && errno != EEXIST) {
-      return fail("cannot create {}: {}", prefix, std::strerror(errno));
-    }
-    if (slash == std::string::npos) return {};
-  }
+  std::optional<std::string> directory = user_state_dir();
+  if (!directory) return fail("no home directory to keep the record of Slurm jobs in");
+  return *directory;
 }
 
 Result<std::string> record_file() {
@@ -88,48 +68,36 @@ class LockedFile {
  public:
   // Created if missing, locked exclusively.
   static Result<LockedFile> for_appending(const std::string& path) {
-    return locked(::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600), path, LOCK_EX);
+    TRY_ASSIGN(Fd fd, open_file(path, O_WRONLY | O_APPEND | O_CREAT | O_NOFOLLOW, 0600));
+    return locked(std::move(fd), path, LockMode::exclusive);
   }
   // Locked shared; nullopt where there is no file yet (nothing recorded).
   static Result<std::optional<LockedFile>> for_reading(const std::string& path) {
-    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-    if (fd < 0 && errno == ENOENT) return std::optional<LockedFile>();
-    TRY_ASSIGN(LockedFile file, locked(fd, path, LOCK_SH));
+    TRY_ASSIGN(std::optional<Fd> fd, open_existing(path, O_RDONLY | O_NOFOLLOW));
+    if (!fd) return std::optional<LockedFile>();
+    TRY_ASSIGN(LockedFile file, locked(std::move(*fd), path, LockMode::shared));
     return std::optional<LockedFile>(std::move(file));
   }
-  LockedFile(LockedFile&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
-  LockedFile& operator=(LockedFile&&) = delete;
-  ~LockedFile() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  int fd() const { return fd_; }
+  int fd() const { return fd_.get(); }
 
  private:
-  explicit LockedFile(int fd) : fd_(fd) {}
-  // fd is open(2)'s answer for path: -1 with errno set when it failed.
-  static Result<LockedFile> locked(int fd, const std::string& path, int lock) {
-    if (fd < 0) return fail("cannot open {}: {}", path, std::strerror(errno));
-    LockedFile file(fd);
-    while (flock(fd, lock) != 0) {
-      if (errno != EINTR) return fail("cannot lock {}: {}", path, std::strerror(errno));
-    }
-    return file;
+  explicit LockedFile(Fd fd) : fd_(std::move(fd)) {}
+  static Result<LockedFile> locked(Fd fd, const std::string& path, LockMode mode) {
+    if (auto taken = lock_file(fd.get(), mode); !taken) return fail("cannot lock {}: {}", path, taken.error().message);
+    return LockedFile(std::move(fd));
   }
-  int fd_;
+  Fd fd_;
 };
 
 Result<void> append_records(const std::vector<std::string>& lines) {
   TRY_ASSIGN(std::string directory, state_directory());
-  TRY(make_directories(directory));
+  TRY(make_directories(directory, 0700));  // the XDG rule's mode
   TRY_ASSIGN(std::string path, record_file());
   TRY_ASSIGN(LockedFile file, LockedFile::for_appending(path));
   std::string text;
   for (const std::string& line : lines) text += line + "\n";
-  for (size_t written = 0; written < text.size();) {
-    ssize_t n = ::write(file.fd(), text.data() + written, text.size() - written);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return fail("cannot write {}: {}", path, std::strerror(errno));
-    written += static_cast<size_t>(n);
+  if (auto written = write_all(file.fd(), text); !written) {
+    return fail("cannot write {}: {}", path, written.error().message);
   }
   return {};
 }
@@ -138,16 +106,9 @@ Result<std::vector<SlurmRecord>> read_records() {
   TRY_ASSIGN(std::string path, record_file());
   TRY_ASSIGN(std::optional<LockedFile> file, LockedFile::for_reading(path));
   if (!file) return std::vector<SlurmRecord>();
-  std::string text;
-  char buffer[65536];
-  for (;;) {
-    ssize_t n = ::read(file->fd(), buffer, sizeof(buffer));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return fail("cannot read {}: {}", path, std::strerror(errno));
-    if (n == 0) break;
-    text.append(buffer, static_cast<size_t>(n));
-  }
-  return parse_slurm_records(text, path);
+  auto text = read_to_end(file->fd());
+  if (!text) return fail("cannot read {}: {}", path, text.error().message);
+  return parse_slurm_records(*text, path);
 }
 
 // --- asking Slurm ---
@@ -206,7 +167,7 @@ Result<std::vector<SlurmJobStatus>> refresh(std::vector<Tracked>& tracked, bool 
     if (!t.record.ended) ask.push_back(t.record.id);
   }
   TRY_ASSIGN(auto known, ask_slurm(ask, one_by_one));
-  std::string user = user_name(getuid());
+  std::string user = user_name(real_user_id());
   std::vector<std::string> ended_lines;
   std::vector<SlurmJobStatus> statuses;
   for (Tracked& t : tracked) {
@@ -223,7 +184,7 @@ Result<std::vector<SlurmJobStatus>> refresh(std::vector<Tracked>& tracked, bool 
       t.record.partition = slurm->partition;
     }
     TRY_ASSIGN(SlurmJobStatus status, slurm_job_status(t.record, slurm, user));
-    status.job.owner.uid = getuid();
+    status.job.owner.uid = real_user_id();
     if (!t.record.ended && status.known && is_finished(status.job.state)) {
       t.record.ended = slurm;
       if (t.in_file) ended_lines.push_back(ended_record_line(*slurm));
@@ -311,7 +272,7 @@ Result<int> submit_to_slurm(const JobSpec& spec, const std::string& after, bool 
   record.name = call.name;
   record.argv = spec.argv;
   record.cwd = spec.cwd;
-  SlurmFilenameFields fields{id, call.name, user_name(getuid())};
+  SlurmFilenameFields fields{id, call.name, user_name(real_user_id())};
   TRY_ASSIGN(record.stdout_path, expand_slurm_filename(call.output_pattern, fields));
   TRY_ASSIGN(record.stderr_path, expand_slurm_filename(call.error_pattern, fields));
   record.submit_time = now;

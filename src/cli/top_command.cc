@@ -19,6 +19,9 @@
 #include "lease/lease_directory.h"
 #include "monitor/dashboard.h"
 #include "os/clock.h"
+#include "os/environment.h"
+#include "os/fd.h"
+#include "os/signals.h"
 #include "sim/open_backend.h"
 
 namespace gpupool::cli {
@@ -74,8 +77,8 @@ Result<void> sample(GpuBackend& backend, DashboardInput& input) {
 
 std::pair<size_t, size_t> plain_size() {
   auto number = [](const char* name, size_t fallback) {
-    const char* text = std::getenv(name);
-    long value = text ? std::strtol(text, nullptr, 10) : 0;
+    std::optional<std::string> text = environment_variable(name);
+    long value = text ? std::strtol(text->c_str(), nullptr, 10) : 0;
     return value > 0 ? static_cast<size_t>(value) : fallback;
   };
   return {number("COLUMNS", 80), number("LINES", 24)};
@@ -154,14 +157,10 @@ Result<int> run_top(const TopOptions& options) {
     for (const ScreenLine& line : render_dashboard(input, view, width, height)) fmt::print("{}\n", line.text);
     return 0;
   }
-  if (!isatty(STDIN_FILENO) || !isatty(STDOUT_FILENO)) {
+  if (!is_terminal(STDIN_FILENO) || !is_terminal(STDOUT_FILENO)) {
     return fail("top needs a terminal; `gpupool top --once`, `gpupool list --watch` or `--json` do not");
   }
-  struct sigaction stop {};
-  stop.sa_handler = request_stop;
-  sigaction(SIGINT, &stop, nullptr);
-  sigaction(SIGTERM, &stop, nullptr);
-  sigaction(SIGHUP, &stop, nullptr);
+  set_signal_handler({SIGINT, SIGTERM, SIGHUP}, request_stop);
   Screen screen;
   auto next_sample = std::chrono::steady_clock::now();
   std::string last_error;

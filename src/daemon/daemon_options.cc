@@ -1,32 +1,17 @@
 #include "daemon/daemon_options.h"
 
-#include <unistd.h>
-
-#include <cstdlib>
-
 #include <fmt/format.h>
 
 #include "daemon/config.h"
 #include "lease/lease_directory.h"
+#include "os/paths.h"
 
 namespace gpupool {
-
-std::string default_state_dir() {
-  if (const char* dir = std::getenv("GPUPOOL_STATE_DIR"); dir != nullptr && *dir != '\0') return dir;
-  // A Slurm job's daemon keeps its queue with the job: it ends with the allocation.
-  if (auto job = LeaseDirectory::slurm_job_directory()) return *job + "/state";
-  if (geteuid() == 0) return "/var/lib/gpupool";
-  if (const char* xdg = std::getenv("XDG_STATE_HOME"); xdg != nullptr && *xdg != '\0') {
-    return std::string(xdg) + "/gpupool";
-  }
-  const char* home = std::getenv("HOME");
-  return std::string(home != nullptr ? home : "/tmp") + "/.local/state/gpupool";
-}
 
 std::unique_ptr<CLI::App> make_daemon_app(DaemonOptions& options) {
   auto app = std::make_unique<CLI::App>("gpupoold: the GPU job queue of a shared machine", "gpupoold");
   app->set_version_flag("--version", std::string("gpupoold ") + GPUPOOL_VERSION);
-  options.state_dir = default_state_dir();
+  options.state_dir = default_daemon_state_dir();
   options.runtime_dir = LeaseDirectory::default_path();
   app->add_option("--config", options.config_path,
                   fmt::format("Configuration file (default: $GPUPOOL_CONFIG, else {})", kDefaultConfigPath))

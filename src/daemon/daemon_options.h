@@ -18,12 +18,8 @@ struct DaemonOptions {
   bool check_config = false;  // read the configuration, say whether it is valid, and exit
 };
 
-// GPUPOOL_STATE_DIR, else /var/lib/gpupool for root, else $XDG_STATE_HOME/gpupool or
-// ~/.local/state/gpupool (a personal daemon).
-std::string default_state_dir();
-
 // The options are bound to `options`, which must outlive the App; the directories start at
-// their defaults.
+// their defaults (os/paths).
 std::unique_ptr<CLI::App> make_daemon_app(DaemonOptions& options);
 
 }  // namespace gpupool

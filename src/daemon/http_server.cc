@@ -1,7 +1,5 @@
 #include "daemon/http_server.h"
 
-#include <fcntl.h>
-
 #include <cstdlib>
 #include <thread>
 
@@ -12,6 +10,8 @@
 #include "daemon/web_assets.h"
 #include "monitor/monitor.h"
 #include "os/clock.h"
+#include "os/fd.h"
+#include "os/network.h"
 
 namespace gpupool {
 namespace {
@@ -38,9 +38,8 @@ class HttpServer::Impl {
     server_.set_keep_alive_max_count(kKeepAliveRequests);
     // The daemon forks supervisors: no socket of this server may reach them.
     server_.set_socket_options([](socket_t fd) {
-      fcntl(fd, F_SETFD, FD_CLOEXEC);
-      int on = 1;
-      setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof(on));
+      (void)set_inherited_by_exec(fd, false);
+      (void)allow_address_reuse(fd);
     });
     routes();
     // Port 0: the kernel picks a free one (tests run many daemons at once).

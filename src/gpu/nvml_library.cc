@@ -1,16 +1,15 @@
 #include "gpu/nvml_library.h"
 
-#include <dlfcn.h>
-#include <signal.h>
-
 #include <fmt/format.h>
+
+#include "os/signals.h"
 
 namespace gpupool {
 
 template <typename Fn>
 bool NvmlLibrary::bind(Fn& slot, std::initializer_list<const char*> names) {
   for (const char* name : names) {
-    void* symbol = dlsym(handle_, name);
+    void* symbol = library_.symbol(name);
     if (symbol != nullptr) {
       // POSIX guarantees that data and function pointers convert through dlsym.
       slot = reinterpret_cast<Fn>(symbol);
@@ -21,45 +20,24 @@ bool NvmlLibrary::bind(Fn& slot, std::initializer_list<const char*> names) {
   return false;
 }
 
-namespace {
-
-// The driver's library starts threads of its own, which inherit the signal mask of the thread
-// that loads it. gpupool takes SIGCHLD and SIGTERM from a signalfd or sigwaitinfo with them
-// blocked; the kernel hands such a process-wide signal to any thread that does not block it,
-// where SIGCHLD's default action drops it (gpupool launch then waited forever for a rank that
-// had exited) and SIGTERM's ends gpupool without stopping its job. So the library is loaded
-// and initialised with every signal blocked.
-class SignalsBlockedWhileLoading {
- public:
-  SignalsBlockedWhileLoading() {
-    sigset_t all;
-    sigfillset(&all);
-    pthread_sigmask(SIG_BLOCK, &all, &previous_);
-  }
-  ~SignalsBlockedWhileLoading() { pthread_sigmask(SIG_SETMASK, &previous_, nullptr); }
-  SignalsBlockedWhileLoading(const SignalsBlockedWhileLoading&) = delete;
-  SignalsBlockedWhileLoading& operator=(const SignalsBlockedWhileLoading&) = delete;
-
- private:
-  sigset_t previous_{};
-};
-
-}  // namespace
-
 Result<std::unique_ptr<NvmlLibrary>> NvmlLibrary::open(const std::vector<std::string>& candidates) {
-  SignalsBlockedWhileLoading blocked;
+  // The driver's library starts threads of its own, which inherit the signal mask of the thread
+  // that loads it. gpupool takes SIGCHLD and SIGTERM from a signalfd or sigwaitinfo with them
+  // blocked; the kernel hands such a process-wide signal to any thread that does not block it,
+  // where SIGCHLD's default action drops it (gpupool launch then waited forever for a rank that
+  // had exited) and SIGTERM's ends gpupool without stopping its job. So the library is loaded
+  // and initialised with every signal blocked.
+  AllSignalsBlocked blocked;
   std::string failures;
   for (const auto& candidate : candidates) {
-    dlerror();
     // Lazy binding: the driver library is large and we call a few dozen of its functions.
-    void* handle = dlopen(candidate.c_str(), RTLD_LAZY | RTLD_LOCAL);
-    if (handle == nullptr) {
+    auto library = SharedLibrary::load(candidate);
+    if (!library) {
       // The first failure says it all ("libnvidia-ml.so.1: cannot open shared object file").
-      const char* why = dlerror();
-      if (failures.empty()) failures = why != nullptr ? why : candidate;
+      if (failures.empty()) failures = library.error().message;
       continue;
     }
-    std::unique_ptr<NvmlLibrary> lib(new NvmlLibrary(handle, candidate));
+    std::unique_ptr<NvmlLibrary> lib(new NvmlLibrary(*library, candidate));
     NvmlEntryPoints& a = lib->api_;
     bool required = lib->bind(a.init, {"nvmlInit_v2", "nvmlInit"}) &&
                     lib->bind(a.device_get_count, {"nvmlDeviceGetCount_v2", "nvmlDeviceGetCount"}) &&

@@ -9,6 +9,7 @@
 
 #include "base/result.h"
 #include "nvml/nvml_api.h"
+#include "os/shared_library.h"
 
 namespace gpupool {
 
@@ -71,11 +72,11 @@ class NvmlLibrary {
   std::string describe(nvmlReturn_t code) const;
 
  private:
-  NvmlLibrary(void* handle, std::string path) : handle_(handle), path_(std::move(path)) {}
+  NvmlLibrary(SharedLibrary library, std::string path) : library_(library), path_(std::move(path)) {}
   template <typename Fn>
   bool bind(Fn& slot, std::initializer_list<const char*> names);
 
-  void* handle_;
+  SharedLibrary library_;
   std::string path_;
   NvmlEntryPoints api_;
   std::vector<std::string> bound_;

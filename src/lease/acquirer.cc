@@ -1,19 +1,17 @@
 #include "lease/acquirer.h"
 
-#include <dirent.h>
 #include <fcntl.h>
-#include <sys/file.h>
-#include <time.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
-#include <cstring>
+#include <chrono>
 #include <thread>
 
 #include <fmt/format.h>
 
 #include "lease/gpu_pool.h"
+#include "os/file_lock.h"
+#include "os/files.h"
+#include "os/process.h"
 
 namespace gpupool {
 namespace {
@@ -22,31 +20,36 @@ namespace {
 class Ticket {
  public:
   static Result<Ticket> take(const std::string& queue_dir) {
-    timespec now{};
-    clock_gettime(CLOCK_REALTIME, &now);
-    std::string name = fmt::format("{:010}{:09}.{}", now.tv_sec, now.tv_nsec, getpid());
+    auto now = std::chrono::system_clock::now().time_since_epoch();
+    auto seconds = std::chrono::duration_cast<std::chrono::seconds>(now);
+    auto nanoseconds = std::chrono::duration_cast<std::chrono::nanoseconds>(now - seconds);
+    std::string name = fmt::format("{:010}{:09}.{}", seconds.count(), nanoseconds.count(), own_pid());
     // Made and locked under a dot-name that scanners skip, then renamed into line: a ticket
     // that is visible but not yet locked would look dead and be cleared by a waiter.
     std::string draft = queue_dir + "/." + name;
     std::string path = queue_dir + "/" + name;
-    int fd = ::open(draft.c_str(), O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
-    if (fd < 0) return fail("cannot join the queue in {}: {}", queue_dir, std::strerror(errno));
-    if (flock(fd, LOCK_EX | LOCK_NB) != 0 || rename(draft.c_str(), path.c_str()) != 0) {
-      const int error = errno;
-      ::close(fd);
-      unlink(draft.c_str());
-      return fail("cannot take a place in the queue in {}: {}", queue_dir, std::strerror(error));
+    auto created = create_file(draft, O_RDWR | O_NOFOLLOW, 0644);
+    if (!created || !*created) {
+      return fail("cannot join the queue in {}: {}", queue_dir,
+                  created ? "a ticket of that name exists" : created.error().message);
     }
-    return Ticket(queue_dir, name, fd);
+    Fd fd = std::move(**created);
+    if (!try_lock_file(fd.get(), LockMode::exclusive)) {
+      (void)remove_file(draft);
+      return fail("cannot take a place in the queue in {}: cannot lock its ticket", queue_dir);
+    }
+    if (auto renamed = rename_file(draft, path); !renamed) {
+      (void)remove_file(draft);
+      return fail("cannot take a place in the queue in {}: {}", queue_dir, renamed.error().message);
+    }
+    return Ticket(queue_dir, name, std::move(fd));
   }
-  Ticket(Ticket&& other) noexcept : dir_(other.dir_), name_(other.name_), fd_(other.fd_) { other.fd_ = -1; }
+  Ticket(Ticket&& other) = default;
   Ticket(const Ticket&) = delete;
   Ticket& operator=(const Ticket&) = delete;
   Ticket& operator=(Ticket&&) = delete;
   ~Ticket() {
-    if (fd_ < 0) return;
-    unlink((dir_ + "/" + name_).c_str());
-    ::close(fd_);
+    if (fd_) (void)remove_file(dir_ + "/" + name_);
   }
 
   size_t ahead() const { return live_tickets_before(dir_, name_); }
@@ -54,34 +57,31 @@ class Ticket {
   // How many live tickets sort before `name` (dead ones are cleared on the way).
   static size_t live_tickets_before(const std::string& dir, const std::string& name) {
     std::vector<std::string> older;
-    if (DIR* d = opendir(dir.c_str())) {
-      while (dirent* entry = readdir(d)) {
-        std::string other = entry->d_name;
+    if (auto names = directory_entries(dir)) {
+      for (const std::string& other : *names) {
         if (other.front() != '.' && other < name) older.push_back(other);
       }
-      closedir(d);
     }
     size_t live = 0;
     for (const std::string& other : older) {
       std::string path = dir + "/" + other;
       // O_NONBLOCK: a FIFO planted here must not hold everyone's run in open().
-      int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
-      if (fd < 0) continue;
-      if (flock(fd, LOCK_SH | LOCK_NB) == 0) {
-        unlink(path.c_str());  // its owner died waiting; only the owner or root can remove it
+      auto fd = open_file(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK);
+      if (!fd) continue;
+      if (try_lock_file(fd->get(), LockMode::shared)) {
+        (void)remove_file(path);  // its owner died waiting; only the owner or root can remove it
       } else {
         ++live;
       }
-      ::close(fd);
     }
     return live;
   }
 
  private:
-  Ticket(std::string dir, std::string name, int fd) : dir_(std::move(dir)), name_(std::move(name)), fd_(fd) {}
+  Ticket(std::string dir, std::string name, Fd fd) : dir_(std::move(dir)), name_(std::move(name)), fd_(std::move(fd)) {}
   std::string dir_;
   std::string name_;
-  int fd_;
+  Fd fd_;  // locked while we wait
 };
 
 }  // namespace

@@ -5,6 +5,8 @@
 
 #include <fmt/format.h>
 
+#include "os/environment.h"
+
 namespace gpupool {
 namespace {
 
@@ -28,9 +30,9 @@ std::string describe_process(const GpuProcess& p) {
 }  // namespace
 
 uint64_t busy_memory_threshold_mib() {
-  const char* text = std::getenv("GPUPOOL_BUSY_MEMORY_MIB");
-  if (text == nullptr || *text == '\0') return kDefaultBusyMemoryMib;
-  auto parsed = parse_memory_mib(text);
+  std::optional<std::string> text = environment_variable("GPUPOOL_BUSY_MEMORY_MIB");
+  if (!text || text->empty()) return kDefaultBusyMemoryMib;
+  auto parsed = parse_memory_mib(*text);
   return parsed ? *parsed : kDefaultBusyMemoryMib;
 }
 

@@ -1,61 +1,33 @@
 #include "lease/lease_directory.h"
 
-#include "os/host_files.h"
-
-#include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
-#include <climits>
-#include <cstdlib>
-#include <cstring>
+#include <limits>
 #include <map>
-#include <string_view>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
+
+#include "os/file_lock.h"
+#include "os/files.h"
+#include "os/host_files.h"
+#include "os/paths.h"
+#include "os/process.h"
 
 namespace gpupool {
 namespace {
 
 constexpr mode_t kSharedDirMode = 01777;  // everyone creates, only owners remove (like /tmp)
 constexpr mode_t kLockFileMode = 0666;    // everyone may lock; locks, not contents, matter
-constexpr off_t kWholeFile = 0;           // l_len 0: up to the end of any file
-
-struct ByteRange {
-  off_t start = 0;
-  off_t length = kWholeFile;  // kWholeFile: to infinity
-  off_t end() const { return length == kWholeFile ? std::numeric_limits<off_t>::max() : start + length; }
-};
-
-bool set_lock(int fd, short type, ByteRange range) {
-  struct flock lock {};
-  lock.l_type = type;
-  lock.l_whence = SEEK_SET;
-  lock.l_start = range.start;
-  lock.l_len = range.length;
-  return fcntl(fd, F_OFD_SETLK, &lock) == 0;
-}
-
-// Some lock held through another open file description that overlaps `range`.
-std::optional<ByteRange> find_conflict(int fd, ByteRange range) {
-  struct flock lock {};
-  lock.l_type = F_WRLCK;
-  lock.l_whence = SEEK_SET;
-  lock.l_start = range.start;
-  lock.l_len = range.length;
-  if (fcntl(fd, F_OFD_GETLK, &lock) != 0 || lock.l_type == F_UNLCK) return std::nullopt;
-  return ByteRange{lock.l_start, lock.l_len};
-}
+constexpr off_t kWholeFile = kToEndOfFile;
 
 // Every lock overlapping [lo, hi), held through other descriptions. The kernel reports one
 // conflicting lock at a time, in no particular order, so both sides of it are searched again.
 void collect_locks(int fd, off_t lo, off_t hi, std::vector<ByteRange>& out) {
   if (lo >= hi) return;
-  auto conflict = find_conflict(fd, ByteRange{lo, hi == std::numeric_limits<off_t>::max() ? kWholeFile : hi - lo});
+  auto conflict = find_range_lock(fd, ByteRange{lo, hi == std::numeric_limits<off_t>::max() ? kWholeFile : hi - lo});
   if (!conflict) return;
   out.push_back(*conflict);
   collect_locks(fd, lo, std::max(lo, conflict->start), out);
@@ -63,24 +35,18 @@ void collect_locks(int fd, off_t lo, off_t hi, std::vector<ByteRange>& out) {
 }
 
 Result<void> ensure_shared_directory(const std::string& path) {
-  if (mkdir(path.c_str(), 0700) == 0) {
-    if (chmod(path.c_str(), kSharedDirMode) != 0) {
-      return fail("cannot set mode 1777 on {}: {}", path, std::strerror(errno));
-    }
-  } else if (errno != EEXIST) {
-    return fail("cannot create the lease directory {}: {}", path, std::strerror(errno));
-  }
-  struct stat st {};
-  if (lstat(path.c_str(), &st) != 0) return fail("cannot inspect {}: {}", path, std::strerror(errno));
-  if (!S_ISDIR(st.st_mode)) return fail("{} must be a directory, not a link or file", path);
+  TRY_ASSIGN(bool created, make_directory(path, 0700));
+  if (created) TRY(change_mode(path, kSharedDirMode));
+  TRY_ASSIGN(FileStatus status, link_status(path));
+  if (status.type != FileType::directory) return fail("{} must be a directory, not a link or file", path);
   // The owner of a sticky directory can remove anyone's files in it: only root or we may own it.
-  if (st.st_uid != 0 && st.st_uid != getuid()) {
+  if (status.owner != 0 && status.owner != real_user_id()) {
     return fail("{} belongs to uid {}, who could remove other users' leases; "
-                "an administrator should create it (mode 1777, owner root)", path, st.st_uid);
+                "an administrator should create it (mode 1777, owner root)", path, status.owner);
   }
-  if ((st.st_mode & 07777) != kSharedDirMode) {
-    if (st.st_uid != getuid() || chmod(path.c_str(), kSharedDirMode) != 0) {
-      return fail("{} has mode {:o}, leases need 1777", path, st.st_mode & 07777);
+  if (status.permissions != kSharedDirMode) {
+    if (status.owner != real_user_id() || !change_mode(path, kSharedDirMode)) {
+      return fail("{} has mode {:o}, leases need 1777", path, status.permissions);
     }
   }
   return {};
@@ -98,15 +64,15 @@ Result<void> check_path_owners(const std::string& path) {
     prefix = path.substr(0, next);
     position = next;
     if (prefix.empty() || prefix.ends_with('/')) continue;
-    struct stat st {};
-    if (lstat(prefix.c_str(), &st) != 0) return fail("cannot inspect {}: {}", prefix, std::strerror(errno));
-    if (st.st_uid != 0 && st.st_uid != getuid()) {
+    TRY_ASSIGN(FileStatus status, link_status(prefix));
+    if (status.owner != 0 && status.owner != real_user_id()) {
       return fail("{} belongs to uid {}, who could put another directory in place of the lease directory {}",
-                  prefix, st.st_uid, path);
+                  prefix, status.owner, path);
     }
-    if (S_ISDIR(st.st_mode) && (st.st_mode & (S_IWGRP | S_IWOTH)) != 0 && (st.st_mode & S_ISVTX) == 0) {
+    if (status.type == FileType::directory && (status.permissions & (S_IWGRP | S_IWOTH)) != 0 &&
+        (status.permissions & S_ISVTX) == 0) {
       return fail("{} (mode {:o}) may be written by others, who could put another directory in place of "
-                  "the lease directory {}", prefix, st.st_mode & 07777, path);
+                  "the lease directory {}", prefix, status.permissions, path);
     }
   }
   return {};
@@ -116,18 +82,13 @@ Result<void> check_path_owners(const std::string& path) {
 Result<void> check_ancestors(const std::string& path) {
   std::string absolute = path;
   if (!absolute.starts_with('/')) {
-    char* cwd = getcwd(nullptr, 0);
-    if (cwd == nullptr) return fail("cannot find the current directory: {}", std::strerror(errno));
+    TRY_ASSIGN(std::string cwd, current_directory());
     absolute = fmt::format("{}/{}", cwd, path);
-    std::free(cwd);
   }
   while (absolute.size() > 1 && absolute.ends_with('/')) absolute.pop_back();
   std::string parent = absolute.substr(0, std::max<size_t>(absolute.rfind('/'), 1));
   TRY(check_path_owners(parent));
-  char* real = realpath(parent.c_str(), nullptr);
-  if (real == nullptr) return fail("cannot resolve {}: {}", parent, std::strerror(errno));
-  std::string resolved = real;
-  std::free(real);
+  TRY_ASSIGN(std::string resolved, resolve_path(parent));
   return check_path_owners(resolved);
 }
 
@@ -140,7 +101,7 @@ nlohmann::json record_json(const LeaseClaim& claim, const LeaseHolder& holder,
           {"pid", holder.pid},
           // Who holds it comes from our uid, never from $USER, which anyone can set; only root
           // may name another user (gpupoold, which knows its jobs' owners from their sockets).
-          {"user", getuid() == 0 && !holder.user.empty() ? holder.user : user_name(getuid())},
+          {"user", real_user_id() == 0 && !holder.user.empty() ? holder.user : user_name(real_user_id())},
           {"job", holder.job},
           {"since", holder.since},
           {"slice_mib", claim.slice_mib ? nlohmann::json(*claim.slice_mib) : nullptr},
@@ -150,14 +111,12 @@ nlohmann::json record_json(const LeaseClaim& claim, const LeaseHolder& holder,
 Result<void> write_record(const std::string& path, const std::string& text) {
   // A new file under a name nobody can guess: a file or link planted under a predictable one
   // would be written through (truncated) or end up as our record, theirs to rewrite.
-  std::string temp = fmt::format("{}.XXXXXX.tmp", path);
-  int fd = mkostemps(temp.data(), 4, O_CLOEXEC);
-  if (fd < 0) return fail("cannot write lease record {}: {}", path, std::strerror(errno));
-  bool written = fchmod(fd, 0644) == 0 &&
-                 ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
-  ::close(fd);
-  if (!written || rename(temp.c_str(), path.c_str()) != 0) {
-    unlink(temp.c_str());
+  auto temp = create_unique_file(path + ".", ".tmp");
+  if (!temp) return fail("cannot write lease record {}: {}", path, temp.error().message);
+  bool written = change_mode(temp->fd.get(), 0644) && write_all(temp->fd.get(), text);
+  temp->fd.reset();
+  if (!written || !rename_file(temp->path, path)) {
+    (void)remove_file(temp->path);
     return fail("cannot write lease record {}", path);
   }
   return {};
@@ -171,18 +130,14 @@ struct RecordFile {
 };
 
 std::optional<RecordFile> read_record(const std::string& path) {
-  constexpr off_t kMaxRecordBytes = 64 * 1024;
-  int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
-  if (fd < 0) return std::nullopt;
-  std::optional<RecordFile> record;
-  struct stat st {};
-  if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size <= kMaxRecordBytes) {
-    std::string buffer(static_cast<size_t>(st.st_size), '\0');
-    ssize_t got = pread(fd, buffer.data(), buffer.size(), 0);
-    if (got >= 0) record = RecordFile{buffer.substr(0, static_cast<size_t>(got)), st.st_uid};
-  }
-  ::close(fd);
-  return record;
+  constexpr uint64_t kMaxRecordBytes = 64 * 1024;
+  auto fd = open_file(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY);
+  if (!fd) return std::nullopt;
+  auto status = file_status(fd->get());
+  if (!status || status->type != FileType::regular || status->size > kMaxRecordBytes) return std::nullopt;
+  auto text = read_at(fd->get(), static_cast<size_t>(status->size), 0);
+  if (!text) return std::nullopt;
+  return RecordFile{std::move(*text), status->owner};
 }
 
 // A holder record and the first byte it claims; nullopt for anything malformed.
@@ -232,8 +187,7 @@ HeldLeases::~HeldLeases() { release(); }
 
 void HeldLeases::release() {
   // Records first: a record without its lock is stale, a lock without its record is anonymous.
-  for (const auto& path : record_paths_) unlink(path.c_str());
-  for (int fd : fds_) ::close(fd);
+  for (const auto& path : record_paths_) (void)remove_file(path);
   record_paths_.clear();
   record_texts_.clear();
   fds_.clear();
@@ -245,15 +199,23 @@ void HeldLeases::hand_over() {
   release();
 }
 
-HeldLeases HeldLeases::from_descriptors(std::vector<int> fds) {
+HeldLeases HeldLeases::from_descriptors(std::vector<Fd> fds) {
   HeldLeases held;
   held.fds_ = std::move(fds);
   return held;
 }
 
+std::vector<int> HeldLeases::descriptors() const {
+  std::vector<int> fds;
+  for (const Fd& fd : fds_) fds.push_back(fd.get());
+  return fds;
+}
+
 Result<void> HeldLeases::make_inheritable() const {
-  for (int fd : fds_) {
-    if (fcntl(fd, F_SETFD, 0) != 0) return fail("cannot pass a lease to the job: {}", std::strerror(errno));
+  for (const Fd& fd : fds_) {
+    if (auto inherited = set_inherited_by_exec(fd.get(), true); !inherited) {
+      return fail("cannot pass a lease to the job: {}", inherited.error().message);
+    }
   }
   return {};
 }
@@ -268,41 +230,15 @@ void HeldLeases::set_holder_pid(pid_t pid) {
   }
 }
 
-std::string LeaseDirectory::default_path() {
-  if (const char* dir = std::getenv("GPUPOOL_RUNTIME_DIR"); dir != nullptr && *dir != '\0') return dir;
-  if (auto job = slurm_job_directory()) return *job + "/run";
-  struct stat st {};
-  if (stat("/run/gpupool", &st) == 0 && S_ISDIR(st.st_mode)) return "/run/gpupool";
-  return "/tmp/gpupool";
-}
+std::string LeaseDirectory::default_path() { return default_runtime_dir(); }
 
-std::optional<std::string> LeaseDirectory::slurm_job_directory() {
-  const char* job = std::getenv("SLURM_JOB_ID");
-  if (job == nullptr || *job == '\0' || std::string_view(job).find('/') != std::string_view::npos) return std::nullopt;
-  return fmt::format("/tmp/gpupool-{}", job);
-}
-
-Result<void> LeaseDirectory::prepare_slurm_job_directory() {
-  std::optional<std::string> path = slurm_job_directory();
-  if (!path) return {};
-  if (mkdir(path->c_str(), 0700) != 0 && errno != EEXIST) {
-    return fail("cannot create {}: {}", *path, std::strerror(errno));
-  }
-  struct stat st {};
-  if (lstat(path->c_str(), &st) != 0) return fail("cannot inspect {}: {}", *path, std::strerror(errno));
-  if (!S_ISDIR(st.st_mode)) return fail("{} must be a directory, not a link or file", *path);
-  if (st.st_uid != getuid() || (st.st_mode & 077) != 0) {
-    return fail("{} belongs to uid {} with mode {:o}: this Slurm job's gpupool needs it private to uid {}; "
-                "remove it", *path, st.st_uid, st.st_mode & 07777, getuid());
-  }
-  return {};
-}
+Result<void> LeaseDirectory::prepare_slurm_job_directory() { return gpupool::prepare_slurm_job_directory(); }
 
 Result<LeaseDirectory> LeaseDirectory::open_default() {
   std::string path = default_path();
   // The job's own runtime directory lives in its private directory, made on first use.
   if (auto job = slurm_job_directory(); job && path == *job + "/run") TRY(prepare_slurm_job_directory());
-  return open(path);
+  return LeaseDirectory::open(path);
 }
 
 Result<LeaseDirectory> LeaseDirectory::open(const std::string& path) {
@@ -318,7 +254,7 @@ std::string LeaseDirectory::lock_path(const std::string& uuid) const {
   return fmt::format("{}/locks/{}.lock", path_, uuid);
 }
 
-Result<int> LeaseDirectory::open_lock(const std::string& uuid) const {
+Result<Fd> LeaseDirectory::open_lock(const std::string& uuid) const {
   if (uuid.empty() || uuid.find('/') != std::string::npos || uuid.front() == '.') {
     return fail("invalid GPU UUID '{}' for a lease", uuid);
   }
@@ -330,32 +266,39 @@ Result<int> LeaseDirectory::open_lock(const std::string& uuid) const {
   for (int attempt = 0; attempt < 3; ++attempt) {
     // O_CREAT only for a file that is not there: in a sticky directory the kernel may refuse
     // O_CREAT on another user's file, even to root (fs.protected_regular).
-    int fd = ::open(path.c_str(), kFlags);
-    if (fd < 0 && errno == ENOENT) {
-      fd = ::open(path.c_str(), kFlags | O_CREAT | O_EXCL, kLockFileMode);
-      if (fd < 0 && errno == EEXIST) continue;  // made by someone else meanwhile
+    auto existing = open_existing(path, kFlags);
+    if (existing && !*existing) {
+      existing = create_file(path, kFlags, kLockFileMode);
+      if (existing && !*existing) continue;  // made by someone else meanwhile
     }
-    if (fd < 0 && errno != ELOOP) return fail("cannot open lock file {}: {}", path, std::strerror(errno));
-    struct stat st {};
-    if (fd >= 0 && fstat(fd, &st) != 0) {
-      ::close(fd);
-      return fail("cannot inspect lock file {}: {}", path, std::strerror(errno));
-    }
-    std::string planted = fd < 0                 ? "a symbolic link"
-                          : !S_ISREG(st.st_mode) ? "not a regular file"
-                          : st.st_nlink != 1     ? fmt::format("a file with {} names", st.st_nlink)
+    std::string planted;
+    FileStatus status;
+    if (!existing) {
+      // O_NOFOLLOW refuses a link; anything else that keeps the file from opening is an error.
+      auto link = link_status(path);
+      if (!link || link->type != FileType::symbolic_link) {
+        return fail("unusable lock file: {}", existing.error().message);
+      }
+      planted = "a symbolic link";
+    } else {
+      TRY_ASSIGN(status, file_status((*existing)->get()));
+      planted = status.type != FileType::regular ? "not a regular file"
+                : status.links != 1              ? fmt::format("a file with {} names", status.links)
                                                  : "";
+    }
     if (planted.empty()) {
+      Fd fd = std::move(**existing);
       // Root takes over a lock file someone else created: its owner could otherwise remove it
       // (and a second lease would go to a new file while the first holds the old one), or
       // narrow its mode to lock everyone else out.
-      if (getuid() == 0 && st.st_uid != 0 && fchown(fd, 0, 0) == 0) st.st_uid = 0;
+      if (real_user_id() == 0 && status.owner != 0 && change_owner(fd.get(), 0, 0)) status.owner = 0;
       // The umask may have narrowed the mode of a file we created; others must be able to lock it.
-      if (st.st_uid == getuid() && (st.st_mode & 07777) != kLockFileMode) fchmod(fd, kLockFileMode);
+      if (status.owner == real_user_id() && status.permissions != kLockFileMode) {
+        (void)change_mode(fd.get(), kLockFileMode);
+      }
       return fd;
     }
-    if (fd >= 0) ::close(fd);
-    if (getuid() != 0 || unlink(path.c_str()) != 0) {
+    if (real_user_id() != 0 || !remove_file(path)) {
       return fail("lock file {} is {}, not a lock file: its owner or an administrator should remove it",
                   path, planted);
     }
@@ -373,10 +316,11 @@ Result<std::optional<HeldLeases>> LeaseDirectory::try_acquire(const std::vector<
   std::vector<std::vector<ByteRange>> taken(ordered.size());
   for (size_t i = 0; i < ordered.size(); ++i) {
     const LeaseClaim& claim = *ordered[i];
-    TRY_ASSIGN(int fd, open_lock(claim.uuid));
-    held.fds_.push_back(fd);
+    TRY_ASSIGN(Fd lock, open_lock(claim.uuid));
+    int fd = lock.get();
+    held.fds_.push_back(std::move(lock));
     if (!claim.slice_mib) {
-      if (!set_lock(fd, F_WRLCK, ByteRange{0, kWholeFile})) return std::optional<HeldLeases>();
+      if (!try_lock_range(fd, ByteRange{0, kWholeFile})) return std::optional<HeldLeases>();
       taken[i].push_back(ByteRange{0, kWholeFile});
       continue;
     }
@@ -391,7 +335,7 @@ Result<std::optional<HeldLeases>> LeaseDirectory::try_acquire(const std::vector<
       off_t gap_end = k < locked.size() ? std::min(locked[k].start, total) : total;
       if (gap_end > position) {
         off_t length = std::min(need, gap_end - position);
-        if (!set_lock(fd, F_WRLCK, ByteRange{position, length})) return std::optional<HeldLeases>();
+        if (!try_lock_range(fd, ByteRange{position, length})) return std::optional<HeldLeases>();
         taken[i].push_back(ByteRange{position, length});
         need -= length;
       }
@@ -400,7 +344,8 @@ Result<std::optional<HeldLeases>> LeaseDirectory::try_acquire(const std::vector<
     if (need > 0) return std::optional<HeldLeases>();  // closing the descriptors unlocks
   }
   for (size_t i = 0; i < ordered.size(); ++i) {
-    std::string path = fmt::format("{}/holders/{}.{}.{}", path_, ordered[i]->uuid, taken[i].front().start, getpid());
+    std::string path =
+        fmt::format("{}/holders/{}.{}.{}", path_, ordered[i]->uuid, taken[i].front().start, own_pid());
     std::string text = record_json(*ordered[i], holder, taken[i]).dump();
     TRY(write_record(path, text));
     held.record_paths_.push_back(path);
@@ -410,10 +355,9 @@ Result<std::optional<HeldLeases>> LeaseDirectory::try_acquire(const std::vector<
 }
 
 Result<GpuHold> LeaseDirectory::hold(const std::string& uuid, uint64_t memory_total_mib) const {
-  TRY_ASSIGN(int fd, open_lock(uuid));
+  TRY_ASSIGN(Fd fd, open_lock(uuid));
   std::vector<ByteRange> locked;
-  collect_locks(fd, 0, std::numeric_limits<off_t>::max(), locked);
-  ::close(fd);
+  collect_locks(fd.get(), 0, std::numeric_limits<off_t>::max(), locked);
   GpuHold hold;
   for (const ByteRange& r : locked) {
     if (r.length == kWholeFile || r.end() > static_cast<off_t>(memory_total_mib)) {
@@ -427,11 +371,9 @@ Result<GpuHold> LeaseDirectory::hold(const std::string& uuid, uint64_t memory_to
 
 Result<std::vector<LeaseRecord>> LeaseDirectory::list() const {
   std::string dir = path_ + "/holders";
-  DIR* d = opendir(dir.c_str());
-  if (d == nullptr) return fail("cannot read {}: {}", dir, std::strerror(errno));
+  TRY_ASSIGN(std::vector<std::string> names, directory_entries(dir));
   std::map<std::pair<std::string, int64_t>, LeaseRecord> live;  // by (uuid, first byte)
-  while (dirent* entry = readdir(d)) {
-    std::string name = entry->d_name;
+  for (const std::string& name : names) {
     if (name.front() == '.' || name.ends_with(".tmp")) continue;
     auto file = read_record(dir + "/" + name);
     if (!file) continue;
@@ -443,25 +385,22 @@ Result<std::vector<LeaseRecord>> LeaseDirectory::list() const {
     if (file->owner != 0 && lease.holder.user != user_name(file->owner)) continue;
     // Without its lock file it is left over; and opening one would create a file named by
     // whoever wrote the record.
-    struct stat lock_stat {};
-    if (lstat(lock_path(lease.uuid).c_str(), &lock_stat) != 0) {
-      unlink((dir + "/" + name).c_str());
+    if (!link_status(lock_path(lease.uuid))) {
+      (void)remove_file(dir + "/" + name);
       continue;
     }
     // Only the lock is the truth: a record whose first byte is not locked is left over.
     auto fd = open_lock(lease.uuid);
     if (!fd) continue;
-    bool locked = find_conflict(*fd, ByteRange{static_cast<off_t>(first), 1}).has_value();
-    ::close(*fd);
+    bool locked = find_range_lock(fd->get(), ByteRange{static_cast<off_t>(first), 1}).has_value();
     if (!locked) {
-      unlink((dir + "/" + name).c_str());  // best effort: only its owner or root may
+      (void)remove_file(dir + "/" + name);  // best effort: only its owner or root may
       continue;
     }
     auto key = std::make_pair(lease.uuid, first);
     auto it = live.find(key);
     if (it == live.end() || it->second.holder.since <= lease.holder.since) live[key] = lease;
   }
-  closedir(d);
   std::vector<LeaseRecord> out;
   for (auto& [key, lease] : live) out.push_back(std::move(lease));
   std::sort(out.begin(), out.end(), [](const LeaseRecord& a, const LeaseRecord& b) {

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "base/result.h"
+#include "os/fd.h"
 
 namespace gpupool {
 
@@ -64,7 +65,7 @@ class HeldLeases {
 
   // The lock descriptors, for a child to inherit (their close-on-exec flag is cleared by
   // `inheritable_descriptors`) or to pass over a socket.
-  const std::vector<int>& descriptors() const { return fds_; }
+  std::vector<int> descriptors() const;
   // Clears close-on-exec on every descriptor, so an exec'd job keeps holding the leases.
   Result<void> make_inheritable() const;
   // Records the job's pid in the holder records (when the job is a child of the acquirer).
@@ -75,11 +76,11 @@ class HeldLeases {
   // client the descriptors were sent to) holds the locks now and stands in the records.
   void hand_over();
   // Leases received over a socket from whoever took them (and wrote their records).
-  static HeldLeases from_descriptors(std::vector<int> fds);
+  static HeldLeases from_descriptors(std::vector<Fd> fds);
 
  private:
   friend class LeaseDirectory;
-  std::vector<int> fds_;
+  std::vector<Fd> fds_;
   std::vector<std::string> record_paths_;
   std::vector<std::string> record_texts_;
 };
@@ -92,14 +93,9 @@ class LeaseDirectory {
   // open(default_path()); inside a Slurm job it first makes the job's private directory, which
   // holds the default path.
   static Result<LeaseDirectory> open_default();
-  // GPUPOOL_RUNTIME_DIR, else inside a Slurm job its slurm_job_directory()'s run/, else
-  // /run/gpupool if it exists, else /tmp/gpupool.
+  // os/paths' default_runtime_dir().
   static std::string default_path();
-  // Inside a Slurm job (SLURM_JOB_ID set): /tmp/gpupool-ID, the private home of the job's own
-  // runtime and state directories (docs/slurm.md); nullopt outside one.
-  static std::optional<std::string> slurm_job_directory();
-  // Creates slurm_job_directory() (mode 0700) where missing. An error when it is someone
-  // else's or not a directory: another user could have made it first to watch our sockets.
+  // os/paths' prepare_slurm_job_directory(), which holds the default path inside a Slurm job.
   static Result<void> prepare_slurm_job_directory();
 
   // Takes every claim or none, without waiting. nullopt: some GPU is busy right now.
@@ -114,7 +110,7 @@ class LeaseDirectory {
 
  private:
   explicit LeaseDirectory(std::string path) : path_(std::move(path)) {}
-  Result<int> open_lock(const std::string& uuid) const;
+  Result<Fd> open_lock(const std::string& uuid) const;
   std::string lock_path(const std::string& uuid) const;
   std::string path_;
 };

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "base/text.h"
+#include "os/environment.h"
 
 extern char** environ;
 
@@ -24,6 +25,8 @@ constexpr int kMpolBind = 2;  // MPOL_BIND from <linux/mempolicy.h>
 
 [[noreturn]] void exec_child(const ChildSpec& spec, char** argv, char** envp) {
   if (spec.own_process_group) setpgid(0, 0);
+  if (spec.own_session) setsid();
+  if (spec.stdin_fd >= 0) dup2(spec.stdin_fd, STDIN_FILENO);
   if (spec.stdout_fd >= 0) dup2(spec.stdout_fd, STDOUT_FILENO);
   if (spec.stderr_fd >= 0) dup2(spec.stderr_fd, STDERR_FILENO);
   if (!spec.cpus.empty()) {
@@ -69,6 +72,12 @@ Result<pid_t> spawn_child(const ChildSpec& spec) {
   return pid;
 }
 
+std::optional<int> exit_code_if_ended(pid_t child) {
+  int status = 0;
+  if (waitpid(child, &status, WNOHANG) != child) return std::nullopt;
+  return exit_code_from_status(status);
+}
+
 int exit_code_from_status(int status) {
   if (WIFEXITED(status)) return WEXITSTATUS(status);
   if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
@@ -100,9 +109,7 @@ int wait_forwarding_signals(pid_t child) {
 }
 
 std::vector<std::string> environment_with(const std::vector<std::string>& overrides) {
-  std::vector<std::string> env;
-  for (char** e = environ; *e != nullptr; ++e) env.emplace_back(*e);
-  return with_overrides(env, overrides);
+  return with_overrides(own_environment_entries(), overrides);
 }
 
 }  // namespace gpupool

@@ -18,13 +18,18 @@ struct ChildSpec {
   std::vector<std::string> environment;    // "NAME=value", the whole environment
   std::vector<unsigned> cpus;              // CPU affinity; empty: unchanged
   std::optional<int> memory_node;          // bind memory allocations to this NUMA node
-  int stdout_fd = -1;                      // -1: inherit
+  int stdin_fd = -1;                       // -1: inherit
+  int stdout_fd = -1;
   int stderr_fd = -1;
   bool own_process_group = false;          // so the group can be signalled as a unit
+  bool own_session = false;                // no terminal: a Ctrl-C or hang-up is not for it
 };
 
 // Starts the child; exec failures show up as exit code 127 (not found) or 126.
 Result<pid_t> spawn_child(const ChildSpec& spec);
+
+// The shell-style exit code once `child` has ended (and is reaped); nullopt while it runs.
+std::optional<int> exit_code_if_ended(pid_t child);
 
 // The exit code a shell would report: the status, or 128 + the signal.
 int exit_code_from_status(int wait_status);

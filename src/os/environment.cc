@@ -20,11 +20,20 @@ std::optional<std::string> environment_variable(const char* name) {
   return value != nullptr ? std::optional<std::string>(value) : std::nullopt;
 }
 
+void set_environment_variable(const char* name, const std::string& value) { setenv(name, value.c_str(), 1); }
+
+void unset_environment_variable(const char* name) { unsetenv(name); }
+
 EnvironmentMap own_environment() {
   EnvironmentMap variables;
-  for (char** entry = environ; entry != nullptr && *entry != nullptr; ++entry)
-    add_entry(variables, *entry);
+  for (const std::string& entry : own_environment_entries()) add_entry(variables, entry);
   return variables;
+}
+
+std::vector<std::string> own_environment_entries() {
+  std::vector<std::string> entries;
+  for (char** entry = environ; entry != nullptr && *entry != nullptr; ++entry) entries.emplace_back(*entry);
+  return entries;
 }
 
 EnvironmentMap environment_from_block(std::string_view block) {

@@ -1,5 +1,6 @@
 #include "os/environment.h"
 
+#include <algorithm>
 #include <cstdlib>
 
 #include <gtest/gtest.h>
@@ -22,6 +23,17 @@ TEST(Environment, ReadsOneVariableTellingUnsetFromEmpty) {
   EXPECT_FALSE(own.contains("GPUPOOL_TEST_UNSET"));
   unsetenv("GPUPOOL_TEST_EMPTY");
   unsetenv("GPUPOOL_TEST_VALUE");
+}
+
+TEST(Environment, SetsAndUnsetsVariablesWhereEveryReaderSeesThem) {
+  set_environment_variable("GPUPOOL_TEST_SET", "one");
+  set_environment_variable("GPUPOOL_TEST_SET", "two");  // replaced
+  EXPECT_EQ(environment_variable("GPUPOOL_TEST_SET"), "two");
+  std::vector<std::string> entries = own_environment_entries();
+  EXPECT_EQ(std::count(entries.begin(), entries.end(), "GPUPOOL_TEST_SET=two"), 1);
+  unset_environment_variable("GPUPOOL_TEST_SET");
+  EXPECT_EQ(environment_variable("GPUPOOL_TEST_SET"), std::nullopt);
+  EXPECT_FALSE(own_environment().contains("GPUPOOL_TEST_SET"));
 }
 
 TEST(Environment, SplitsAProcEnvironBlock) {

@@ -198,8 +198,8 @@ std::vector<std::string> HostFiles::list_directory(const std::string& absolute) 
 }
 
 HostFiles host_files_from_environment() {
-  const char* root = std::getenv("GPUPOOL_HOST_ROOT");
-  return HostFiles(root != nullptr && *root != '\0' ? root : "/");
+  std::optional<std::string> root = environment_variable("GPUPOOL_HOST_ROOT");
+  return HostFiles(root && !root->empty() ? *root : "/");
 }
 
 std::string executable_directory() {

@@ -10,19 +10,22 @@
 #include <cstring>
 #include <utility>
 
+#include "os/environment.h"
+#include "os/process.h"
+
 namespace gpupool {
 
 namespace {
 
 std::optional<std::chrono::microseconds> watchdog_from_environment() {
-  const char* usec = std::getenv("WATCHDOG_USEC");
-  if (usec == nullptr) return std::nullopt;
+  std::optional<std::string> usec = environment_variable("WATCHDOG_USEC");
+  if (!usec) return std::nullopt;
   // WATCHDOG_PID names the process meant, when the variable was inherited by a child.
-  if (const char* pid = std::getenv("WATCHDOG_PID"); pid != nullptr && std::atol(pid) != getpid()) {
+  if (auto pid = environment_variable("WATCHDOG_PID"); pid && std::atol(pid->c_str()) != own_pid()) {
     return std::nullopt;
   }
   long long value = 0;
-  std::string_view text(usec);
+  std::string_view text(*usec);
   auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
   if (error != std::errc{} || end != text.data() + text.size() || value <= 0) return std::nullopt;
   return std::chrono::microseconds(value);
@@ -31,11 +34,8 @@ std::optional<std::chrono::microseconds> watchdog_from_environment() {
 }  // namespace
 
 ServiceManager ServiceManager::from_environment() {
-  const char* socket = std::getenv("NOTIFY_SOCKET");
-  ServiceManager manager(socket != nullptr ? socket : "", watchdog_from_environment());
-  unsetenv("NOTIFY_SOCKET");
-  unsetenv("WATCHDOG_USEC");
-  unsetenv("WATCHDOG_PID");
+  ServiceManager manager(environment_variable("NOTIFY_SOCKET").value_or(""), watchdog_from_environment());
+  for (const char* name : {"NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID"}) unset_environment_variable(name);
   return manager;
 }
 

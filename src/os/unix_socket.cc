@@ -4,8 +4,10 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <iterator>
 
 namespace gpupool {
 namespace {
@@ -75,12 +77,6 @@ Result<void> send_line(int socket_fd, const std::string& line, const std::vector
   return {};
 }
 
-LineReader::~LineReader() {
-  for (const Arrived& arrived : arrived_) {
-    for (int fd : arrived.fds) ::close(fd);
-  }
-}
-
 Result<std::optional<ReceivedLine>> LineReader::read_line() {
   for (;;) {
     if (size_t end = buffer_.find('\n'); end != std::string::npos) {
@@ -90,7 +86,7 @@ Result<std::optional<ReceivedLine>> LineReader::read_line() {
       // Those whose read ended within this line are its own; the others move up with the buffer.
       auto later = arrived_.begin();
       for (; later != arrived_.end() && later->end <= end + 1; ++later) {
-        received.descriptors.insert(received.descriptors.end(), later->fds.begin(), later->fds.end());
+        std::move(later->fds.begin(), later->fds.end(), std::back_inserter(received.descriptors));
       }
       arrived_.erase(arrived_.begin(), later);
       for (Arrived& arrived : arrived_) arrived.end -= end + 1;
@@ -117,7 +113,7 @@ Result<std::optional<ReceivedLine>> LineReader::read_line() {
       for (size_t i = 0; i < count; ++i) {
         int fd = -1;
         std::memcpy(&fd, CMSG_DATA(header) + i * sizeof(int), sizeof(int));
-        arrived.fds.push_back(fd);
+        arrived.fds.emplace_back(fd);
       }
     }
     if (!arrived.fds.empty()) arrived_.push_back(std::move(arrived));

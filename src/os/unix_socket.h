@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "base/result.h"
+#include "os/fd.h"
 
 namespace gpupool {
 
@@ -29,7 +30,7 @@ Result<void> send_line(int socket_fd, const std::string& line, const std::vector
 
 struct ReceivedLine {
   std::string line;              // without the '\n'
-  std::vector<int> descriptors;  // received with it (the caller owns them)
+  std::vector<Fd> descriptors;   // received with it
 };
 
 // Reads one line at a time from a blocking socket, keeping what follows it for the next call
@@ -39,7 +40,6 @@ class LineReader {
   LineReader(int socket_fd, size_t max_bytes) : fd_(socket_fd), max_bytes_(max_bytes) {}
   LineReader(const LineReader&) = delete;
   LineReader& operator=(const LineReader&) = delete;
-  ~LineReader();  // closes descriptors received but not yet handed out
   // nullopt: the peer closed the connection (cleanly, between lines).
   Result<std::optional<ReceivedLine>> read_line();
   // A whole line has been read from the socket already: poll() on it would not say so.
@@ -54,7 +54,7 @@ class LineReader {
   // holding the read's last byte; lines sent before them may arrive in the same read.
   struct Arrived {
     size_t end;  // offset in buffer_ just past the read that brought them
-    std::vector<int> fds;
+    std::vector<Fd> fds;  // closed with the reader unless handed out
   };
   std::vector<Arrived> arrived_;
 };

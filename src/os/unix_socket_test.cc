@@ -58,7 +58,6 @@ TEST(UnixSocket, DescriptorsArrivingWithLaterLinesStayWithThem) {
     auto received = reader.read_line();
     ASSERT_TRUE(received.ok() && received->has_value());
     lines.emplace_back((*received)->line, (*received)->descriptors.size());
-    for (int fd : (*received)->descriptors) ::close(fd);
   }
   EXPECT_EQ(lines, (std::vector<std::pair<std::string, size_t>>{{"queued", 0}, {"granted", 2}, {"after", 0}}));
 }
@@ -73,13 +72,12 @@ TEST(UnixSocket, DescriptorsTravelWithTheirLine) {
   auto received = reader.read_line();
   ASSERT_TRUE(received.ok() && received->has_value());
   ASSERT_EQ((*received)->descriptors.size(), 1u);
-  int fd = (*received)->descriptors[0];
+  int fd = (*received)->descriptors[0].get();
   EXPECT_NE(fcntl(fd, F_GETFD) & FD_CLOEXEC, 0);  // received close-on-exec
   ASSERT_EQ(write(fd, "x", 1), 1);  // the same pipe: what we write arrives at the other end
   char c = 0;
   ASSERT_EQ(read(pipe_fds[0], &c, 1), 1);
   EXPECT_EQ(c, 'x');
-  ::close(fd);
   ::close(pipe_fds[0]);
 }
 

@@ -28,7 +28,7 @@ getenv secure_getenv setenv unsetenv putenv clearenv
 fork vfork execv execve execvp execvpe execl execlp posix_spawn posix_spawnp
 waitpid waitid wait4 kill killpg pidfd_open pidfd_send_signal syscall
 socket socketpair connect bind listen accept accept4 getsockopt setsockopt sendmsg recvmsg
-open openat creat close pipe pipe2 dup dup2 dup3 ioctl fcntl flock lockf mmap munmap
+open openat creat close read write pread pwrite lseek pipe pipe2 dup dup2 dup3 ioctl fcntl flock lockf mmap munmap
 prctl setsid setpgid getpgid chdir fchdir chmod fchmod chown fchown lchown unlink unlinkat
 mkdir mkdirat rmdir rename renameat symlink readlink link stat lstat fstat fstatat statfs
 poll ppoll epoll_create1 epoll_ctl epoll_wait signalfd timerfd_create timerfd_settime eventfd
@@ -146,7 +146,8 @@ def main():
             for number, line in enumerate(code.splitlines(), 1):
                 for match in CALL.finditer(line):
                     before = line[:match.start()]
-                    if re.search(r'(\w|>|&|\*)\s+$', before) and not re.search(r'\breturn\s+$', before):
+                    if re.search(r'(\w|>|(?<!&)&|\*)\s+$', before) and not re.search(
+                            r'\b(return|else|do|case|co_return)\s+$', before):
                         continue  # a declaration of our own function of that name: `Result<X> open(`
                     if allowed_os_calls[relative] > 0:
                         allowed_os_calls[relative] -= 1

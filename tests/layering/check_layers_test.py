@@ -61,12 +61,14 @@ class CheckLayersTest(unittest.TestCase):
                 'const char* s = "kill(1)";\n'
                 'int f() { return std::getenv("HOME") != nullptr; }\n'
                 'int g() { return ::close(3) + environ_size(); }\n'
-                'char** e = environ;\n')
+                'char** e = environ;\n'
+                'bool h(int fd) { return fd > 0 && isatty(fd); }\n')
         result = self.tree({'app/c.cc': code, 'base/a.h': '', 'os/b.h': ''}, self.LAYERS)
         problems = [line for line in result.stdout.splitlines() if line.startswith('src/')]
         self.assertEqual(problems, ['src/app/c.cc:4: calls getenv() outside src/os (put it behind an interface there)',
                                     'src/app/c.cc:5: calls close() outside src/os (put it behind an interface there)',
-                                    'src/app/c.cc:6: reads environ outside src/os (use os/environment)'])
+                                    'src/app/c.cc:6: reads environ outside src/os (use os/environment)',
+                                    'src/app/c.cc:7: calls isatty() outside src/os (put it behind an interface there)'])
 
     def test_calls_left_may_only_go_down(self):
         files = {'app/c.cc': 'int f() { return getpid(); }\n', 'base/a.h': '', 'os/b.h': ''}

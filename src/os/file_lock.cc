@@ -1,0 +1,45 @@
+#include "os/file_lock.h"
+
+#include <fcntl.h>
+#include <sys/file.h>
+
+#include <cerrno>
+#include <cstring>
+
+namespace gpupool {
+namespace {
+
+struct flock range_lock(short type, ByteRange range) {
+  struct flock lock {};
+  lock.l_type = type;
+  lock.l_whence = SEEK_SET;
+  lock.l_start = range.start;
+  lock.l_len = range.length;
+  return lock;
+}
+
+int flock_operation(LockMode mode) { return mode == LockMode::shared ? LOCK_SH : LOCK_EX; }
+
+}  // namespace
+
+bool try_lock_range(int fd, ByteRange range) {
+  struct flock lock = range_lock(F_WRLCK, range);
+  return fcntl(fd, F_OFD_SETLK, &lock) == 0;
+}
+
+std::optional<ByteRange> find_range_lock(int fd, ByteRange range) {
+  struct flock lock = range_lock(F_WRLCK, range);
+  if (fcntl(fd, F_OFD_GETLK, &lock) != 0 || lock.l_type == F_UNLCK) return std::nullopt;
+  return ByteRange{lock.l_start, lock.l_len};
+}
+
+Result<void> lock_file(int fd, LockMode mode) {
+  while (flock(fd, flock_operation(mode)) != 0) {
+    if (errno != EINTR) return fail("cannot lock descriptor {}: {}", fd, std::strerror(errno));
+  }
+  return {};
+}
+
+bool try_lock_file(int fd, LockMode mode) { return flock(fd, flock_operation(mode) | LOCK_NB) == 0; }
+
+}  // namespace gpupool

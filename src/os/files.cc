@@ -1,0 +1,170 @@
+#include "os/files.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+
+#include <fmt/format.h>
+
+namespace gpupool {
+namespace {
+
+Error system_error(std::string_view what, const std::string& path, int error = errno) {
+  return fail("cannot {} {}: {}", what, path, std::strerror(error));
+}
+
+FileStatus status_of(const struct stat& st) {
+  FileType type = S_ISREG(st.st_mode)    ? FileType::regular
+                  : S_ISDIR(st.st_mode)  ? FileType::directory
+                  : S_ISLNK(st.st_mode)  ? FileType::symbolic_link
+                  : S_ISSOCK(st.st_mode) ? FileType::socket
+                                         : FileType::other;
+  return FileStatus{type, static_cast<unsigned>(st.st_mode & 07777), st.st_uid, static_cast<uint64_t>(st.st_nlink),
+                    static_cast<uint64_t>(st.st_size)};
+}
+
+}  // namespace
+
+Result<FileStatus> file_status(const std::string& path) {
+  struct stat st {};
+  if (stat(path.c_str(), &st) != 0) return system_error("inspect", path);
+  return status_of(st);
+}
+
+Result<FileStatus> link_status(const std::string& path) {
+  struct stat st {};
+  if (lstat(path.c_str(), &st) != 0) return system_error("inspect", path);
+  return status_of(st);
+}
+
+Result<FileStatus> file_status(int fd) {
+  struct stat st {};
+  if (fstat(fd, &st) != 0) return system_error("inspect", fmt::format("descriptor {}", fd));
+  return status_of(st);
+}
+
+Result<Fd> open_file(const std::string& path, int flags, mode_t mode) {
+  int fd = ::open(path.c_str(), flags | O_CLOEXEC, mode);
+  if (fd < 0) return system_error("open", path);
+  return Fd(fd);
+}
+
+Result<std::optional<Fd>> open_existing(const std::string& path, int flags) {
+  int fd = ::open(path.c_str(), flags | O_CLOEXEC);
+  if (fd < 0 && errno == ENOENT) return std::optional<Fd>();
+  if (fd < 0) return system_error("open", path);
+  return std::optional<Fd>(Fd(fd));
+}
+
+Result<std::optional<Fd>> create_file(const std::string& path, int flags, mode_t mode) {
+  int fd = ::open(path.c_str(), flags | O_CREAT | O_EXCL | O_CLOEXEC, mode);
+  if (fd < 0 && errno == EEXIST) return std::optional<Fd>();
+  if (fd < 0) return system_error("create", path);
+  return std::optional<Fd>(Fd(fd));
+}
+
+Result<UniqueFile> create_unique_file(const std::string& prefix, const std::string& suffix) {
+  std::string path = prefix + "XXXXXX" + suffix;
+  int fd = mkostemps(path.data(), static_cast<int>(suffix.size()), O_CLOEXEC);
+  if (fd < 0) return system_error("create", path);
+  return UniqueFile{Fd(fd), std::move(path)};
+}
+
+Result<void> write_all(int fd, std::string_view data) {
+  while (!data.empty()) {
+    ssize_t n = ::write(fd, data.data(), data.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return system_error("write to", fmt::format("descriptor {}", fd));
+    data.remove_prefix(static_cast<size_t>(n));
+  }
+  return {};
+}
+
+Result<std::string> read_to_end(int fd) {
+  std::string text;
+  char buffer[65536];
+  for (;;) {
+    ssize_t n = ::read(fd, buffer, sizeof(buffer));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return system_error("read from", fmt::format("descriptor {}", fd));
+    if (n == 0) return text;
+    text.append(buffer, static_cast<size_t>(n));
+  }
+}
+
+Result<std::string> read_at(int fd, size_t bytes, off_t offset) {
+  std::string buffer(bytes, '\0');
+  ssize_t got = pread(fd, buffer.data(), buffer.size(), offset);
+  if (got < 0) return system_error("read from", fmt::format("descriptor {}", fd));
+  buffer.resize(static_cast<size_t>(got));
+  return buffer;
+}
+
+Result<bool> make_directory(const std::string& path, mode_t mode) {
+  if (mkdir(path.c_str(), mode) == 0) return true;
+  if (errno == EEXIST) return false;
+  return system_error("create", path);
+}
+
+Result<void> make_directories(const std::string& path, mode_t mode) {
+  for (size_t slash = path.find('/', 1);; slash = path.find('/', slash + 1)) {
+    TRY(make_directory(path.substr(0, slash), mode));
+    if (slash == std::string::npos) return {};
+  }
+}
+
+Result<void> change_mode(const std::string& path, mode_t mode) {
+  if (chmod(path.c_str(), mode) != 0) return system_error("change the mode of", path);
+  return {};
+}
+
+Result<void> change_mode(int fd, mode_t mode) {
+  if (fchmod(fd, mode) != 0) return system_error("change the mode of", fmt::format("descriptor {}", fd));
+  return {};
+}
+
+Result<void> change_owner(int fd, uid_t owner, gid_t group) {
+  if (fchown(fd, owner, group) != 0) return system_error("change the owner of", fmt::format("descriptor {}", fd));
+  return {};
+}
+
+Result<void> rename_file(const std::string& from, const std::string& to) {
+  if (rename(from.c_str(), to.c_str()) != 0) return system_error("rename", fmt::format("{} to {}", from, to));
+  return {};
+}
+
+Result<void> remove_file(const std::string& path) {
+  if (unlink(path.c_str()) != 0) return system_error("remove", path);
+  return {};
+}
+
+Result<std::vector<std::string>> directory_entries(const std::string& path) {
+  std::unique_ptr<DIR, int (*)(DIR*)> dir(opendir(path.c_str()), closedir);
+  if (dir == nullptr) return system_error("read", path);
+  std::vector<std::string> names;
+  while (dirent* entry = readdir(dir.get())) {
+    std::string_view name = entry->d_name;
+    if (name != "." && name != "..") names.emplace_back(name);
+  }
+  return names;
+}
+
+Result<std::string> current_directory() {
+  std::unique_ptr<char, void (*)(void*)> cwd(getcwd(nullptr, 0), std::free);
+  if (cwd == nullptr) return fail("cannot find the current directory: {}", std::strerror(errno));
+  return std::string(cwd.get());
+}
+
+Result<std::string> resolve_path(const std::string& path) {
+  std::unique_ptr<char, void (*)(void*)> real(realpath(path.c_str(), nullptr), std::free);
+  if (real == nullptr) return system_error("resolve", path);
+  return std::string(real.get());
+}
+
+}  // namespace gpupool

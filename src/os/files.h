@@ -1,0 +1,72 @@
+// Files and directories by path: open, status, modes and owners, create, rename, remove, list.
+// Errors name the path and say why ("cannot create /run/gpupool: Permission denied").
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "base/result.h"
+#include "os/fd.h"
+
+namespace gpupool {
+
+enum class FileType { regular, directory, symbolic_link, socket, other };
+
+struct FileStatus {
+  FileType type = FileType::other;
+  unsigned permissions = 0;  // st_mode & 07777: the rwx bits, set-id and sticky bits
+  uid_t owner = 0;
+  uint64_t links = 0;        // how many names the file has
+  uint64_t size = 0;         // bytes
+};
+
+Result<FileStatus> file_status(const std::string& path);  // follows a final symbolic link
+Result<FileStatus> link_status(const std::string& path);  // the link itself
+Result<FileStatus> file_status(int fd);
+
+// Opens with open(2)'s flags, always close-on-exec.
+Result<Fd> open_file(const std::string& path, int flags, mode_t mode = 0);
+// As open_file; nullopt where nothing has that name.
+Result<std::optional<Fd>> open_existing(const std::string& path, int flags);
+// Creates the file, which must not exist yet (O_CREAT | O_EXCL); nullopt where it does.
+Result<std::optional<Fd>> create_file(const std::string& path, int flags, mode_t mode);
+
+struct UniqueFile {
+  Fd fd;
+  std::string path;
+};
+// A new file named `prefix` + six random characters + `suffix`, mode 0600, open for writing:
+// nobody can have planted a file or link under a name nobody could guess.
+Result<UniqueFile> create_unique_file(const std::string& prefix, const std::string& suffix);
+
+// Writes all of `data`, however many write(2) calls it takes.
+Result<void> write_all(int fd, std::string_view data);
+// What is left to read, up to the end of the file (or until the writer closes a pipe).
+Result<std::string> read_to_end(int fd);
+// Up to `bytes` bytes from `offset`, fewer at the end of the file.
+Result<std::string> read_at(int fd, size_t bytes, off_t offset);
+
+// true: created; false: something of that name exists already (maybe not a directory).
+Result<bool> make_directory(const std::string& path, mode_t mode);
+// make_directory for each missing component of an absolute path.
+Result<void> make_directories(const std::string& path, mode_t mode);
+
+Result<void> change_mode(const std::string& path, mode_t mode);
+Result<void> change_mode(int fd, mode_t mode);
+Result<void> change_owner(int fd, uid_t owner, gid_t group);
+Result<void> rename_file(const std::string& from, const std::string& to);
+Result<void> remove_file(const std::string& path);
+
+// The names in a directory, in the order the file system gives them, without "." and "..".
+Result<std::vector<std::string>> directory_entries(const std::string& path);
+
+Result<std::string> current_directory();
+// The absolute path with every symbolic link, "." and ".." resolved.
+Result<std::string> resolve_path(const std::string& path);
+
+}  // namespace gpupool

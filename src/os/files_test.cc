@@ -1,0 +1,92 @@
+#include "os/files.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <string>
+
+#include <gtest/gtest.h>
+
+namespace gpupool {
+namespace {
+
+class FilesTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char pattern[] = "/tmp/gpupool-files-XXXXXX";
+    ASSERT_NE(mkdtemp(pattern), nullptr);
+    dir_ = pattern;
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+  std::string dir_;
+};
+
+TEST_F(FilesTest, CreatesOnceAndOpensWhatExists) {
+  std::string path = dir_ + "/file";
+  auto missing = open_existing(path, O_RDONLY);
+  ASSERT_TRUE(missing.ok());
+  EXPECT_FALSE(missing->has_value());
+  auto created = create_file(path, O_WRONLY, 0640);
+  ASSERT_TRUE(created.ok()) << created.error().message;
+  ASSERT_TRUE(created->has_value());
+  ASSERT_TRUE(write_all((*created)->get(), "hello").ok());
+  auto again = create_file(path, O_WRONLY, 0640);
+  ASSERT_TRUE(again.ok());
+  EXPECT_FALSE(again->has_value());  // there already
+  auto opened = open_existing(path, O_RDONLY);
+  ASSERT_TRUE(opened.ok() && opened->has_value());
+  EXPECT_EQ(*read_at((*opened)->get(), 100, 1), "ello");
+  EXPECT_EQ(*read_to_end((*opened)->get()), "hello");
+  auto status = file_status((*opened)->get());
+  ASSERT_TRUE(status.ok());
+  EXPECT_EQ(status->type, FileType::regular);
+  EXPECT_EQ(status->size, 5u);
+  EXPECT_EQ(status->links, 1u);
+  EXPECT_EQ(status->owner, getuid());
+}
+
+TEST_F(FilesTest, ErrorsNameThePathAndTheReason) {
+  auto opened = open_file(dir_ + "/none", O_RDONLY);
+  ASSERT_FALSE(opened.ok());
+  EXPECT_EQ(opened.error().message, "cannot open " + dir_ + "/none: No such file or directory");
+}
+
+TEST_F(FilesTest, TellsALinkFromItsTarget) {
+  std::string target = dir_ + "/target";
+  ASSERT_TRUE(make_directory(target, 0700).ok());
+  ASSERT_EQ(symlink(target.c_str(), (dir_ + "/link").c_str()), 0);
+  EXPECT_EQ(link_status(dir_ + "/link")->type, FileType::symbolic_link);
+  EXPECT_EQ(file_status(dir_ + "/link")->type, FileType::directory);
+  EXPECT_EQ(*resolve_path(dir_ + "/link/."), *resolve_path(target));
+}
+
+TEST_F(FilesTest, MakesDirectoriesAndSaysWhetherItDid) {
+  EXPECT_EQ(*make_directory(dir_ + "/a", 0700), true);
+  EXPECT_EQ(*make_directory(dir_ + "/a", 0700), false);
+  ASSERT_TRUE(make_directories(dir_ + "/b/c/d", 0700).ok());
+  EXPECT_EQ(file_status(dir_ + "/b/c/d")->type, FileType::directory);
+  ASSERT_TRUE(change_mode(dir_ + "/a", 01777).ok());
+  EXPECT_EQ(file_status(dir_ + "/a")->permissions, 01777u);
+}
+
+TEST_F(FilesTest, ListsRenamesAndRemoves) {
+  auto unique = create_unique_file(dir_ + "/record.", ".tmp");
+  ASSERT_TRUE(unique.ok()) << unique.error().message;
+  EXPECT_TRUE(unique->path.starts_with(dir_ + "/record."));
+  EXPECT_TRUE(unique->path.ends_with(".tmp"));
+  EXPECT_EQ(file_status(unique->fd.get())->permissions, 0600u);
+  ASSERT_TRUE(change_mode(unique->fd.get(), 0644).ok());
+  ASSERT_TRUE(rename_file(unique->path, dir_ + "/record").ok());
+  auto names = directory_entries(dir_);
+  ASSERT_TRUE(names.ok());
+  EXPECT_EQ(*names, std::vector<std::string>{"record"});
+  ASSERT_TRUE(remove_file(dir_ + "/record").ok());
+  EXPECT_FALSE(remove_file(dir_ + "/record").ok());
+  EXPECT_TRUE(directory_entries(dir_)->empty());
+  EXPECT_FALSE(directory_entries(dir_ + "/none").ok());
+}
+
+}  // namespace
+}  // namespace gpupool

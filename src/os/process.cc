@@ -1,0 +1,57 @@
+#include "os/process.h"
+
+#include <pwd.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <climits>
+#include <cstring>
+#include <vector>
+
+namespace gpupool {
+
+uid_t real_user_id() { return getuid(); }
+uid_t effective_user_id() { return geteuid(); }
+pid_t own_pid() { return getpid(); }
+pid_t own_parent_pid() { return getppid(); }
+
+std::optional<std::string> home_directory_of(uid_t uid) {
+  long size = sysconf(_SC_GETPW_R_SIZE_MAX);
+  std::vector<char> buffer(size > 0 ? static_cast<size_t>(size) : 16384);
+  passwd entry{};
+  passwd* found = nullptr;
+  if (getpwuid_r(uid, &entry, buffer.data(), buffer.size(), &found) != 0 || found == nullptr ||
+      found->pw_dir == nullptr) {
+    return std::nullopt;
+  }
+  return std::string(found->pw_dir);
+}
+
+Result<void> send_signal(pid_t pid, int signal) {
+  if (kill(pid, signal) != 0) return fail("cannot signal process {}: {}", pid, std::strerror(errno));
+  return {};
+}
+
+Result<Fd> open_process_fd(pid_t pid) {
+  int fd = static_cast<int>(syscall(SYS_pidfd_open, pid, 0));
+  if (fd < 0) return fail("cannot watch process {}: {}", pid, std::strerror(errno));
+  return Fd(fd);
+}
+
+mode_t current_umask() {
+  // umask(2) can only be read by setting it: set and put back at once.
+  mode_t mask = umask(0);
+  umask(mask);
+  return mask;
+}
+
+std::string host_name() {
+  char name[HOST_NAME_MAX + 1] = {};
+  if (gethostname(name, sizeof(name) - 1) != 0) return "";
+  return name;
+}
+
+}  // namespace gpupool

@@ -1,0 +1,35 @@
+// This process and others: who we are, signals to a process, a descriptor that watches one, the
+// umask and the host's name.
+#pragma once
+
+#include <sys/types.h>
+
+#include <optional>
+#include <string>
+
+#include "base/result.h"
+#include "os/fd.h"
+
+namespace gpupool {
+
+uid_t real_user_id();
+uid_t effective_user_id();
+pid_t own_pid();
+pid_t own_parent_pid();
+
+// The home directory the user database gives a uid; nullopt when it names none.
+std::optional<std::string> home_directory_of(uid_t uid);
+
+Result<void> send_signal(pid_t pid, int signal);
+
+// A pidfd: readable once the process has ended, whether or not it is our child, and never
+// confused with a later process that gets the same pid.
+Result<Fd> open_process_fd(pid_t pid);
+
+// The file mode creation mask, left as it is.
+mode_t current_umask();
+
+// This machine's name; "" when it has none.
+std::string host_name();
+
+}  // namespace gpupool
