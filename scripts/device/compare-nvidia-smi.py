@@ -72,9 +72,9 @@ for row, gpu, x in zip(rows, ours, xml.findall("gpu")):
     compare(i, "compute_mode", gpu["compute_mode"], modes.get(row["compute_mode"]))
     compare(i, "mig_enabled", gpu["mig_enabled"],
             None if row["mig.mode.current"] in ("[N/A]", "N/A") else row["mig.mode.current"] == "Enabled")
-    compare(i, "ecc_errors_corrected_volatile", gpu["ecc_errors_corrected_volatile"],
+    compare(i, "ecc_corrected_volatile", gpu["ecc_corrected_volatile"],
             number(row["ecc.errors.corrected.volatile.total"]))
-    compare(i, "ecc_errors_uncorrected_volatile", gpu["ecc_errors_uncorrected_volatile"],
+    compare(i, "ecc_uncorrected_volatile", gpu["ecc_uncorrected_volatile"],
             number(row["ecc.errors.uncorrected.volatile.total"]))
     theirs = sorted((int(pid), float(mem)) for uuid, pid, mem in apps if uuid.strip() == gpu["uuid"])
     mine = sorted((p["pid"], p["used_memory_mib"]) for p in gpu["processes"] if "compute" in p["type"])

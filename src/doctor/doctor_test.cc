@@ -22,8 +22,7 @@ Gpu make_gpu(unsigned index) {
   gpu.persistence_mode = true;
   gpu.ecc_corrected_volatile = 0;
   gpu.ecc_uncorrected_volatile = 0;
-  gpu.compute_capability_major = 9;
-  gpu.compute_capability_minor = 0;
+  gpu.compute_capability = ComputeCapability{9, 0};
   gpu.multiprocessors = 132;
   return gpu;
 }

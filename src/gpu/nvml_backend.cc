@@ -155,8 +155,7 @@ class NvmlBackend final : public GpuBackend {
     read_memory_repairs(handle, gpu);
     int major = 0, minor = 0;
     if (call_ok(api.device_get_cuda_compute_capability, handle, &major, &minor)) {
-      gpu.compute_capability_major = major;
-      gpu.compute_capability_minor = minor;
+      gpu.compute_capability = ComputeCapability{major, minor};
       unsigned cores = 0;
       unsigned per_sm = cores_per_multiprocessor(major, minor);
       if (per_sm > 0 && call_ok(api.device_get_num_gpu_cores, handle, &cores)) gpu.multiprocessors = cores / per_sm;

@@ -131,7 +131,7 @@ UuidText read_uuid_text(std::string_view after_prefix) {
 // Whether the FASTEST_FIRST model has what it sorts by.
 bool speeds_known(std::span<const Gpu> gpus) {
   return std::all_of(gpus.begin(), gpus.end(), [](const Gpu& gpu) {
-    return gpu.compute_capability_major && gpu.compute_capability_minor && gpu.multiprocessors;
+    return gpu.compute_capability && gpu.multiprocessors;
   });
 }
 
@@ -535,7 +535,7 @@ std::vector<std::size_t> cuda_enumeration_order(std::span<const Gpu> gpus, Devic
   for (std::size_t i = 0; i < positions.size(); ++i) positions[i] = i;
   if (order == DeviceOrder::PciBusId || !speeds_known(gpus)) return positions;
   const auto speed = [&](std::size_t i) {
-    return std::tuple(*gpus[i].compute_capability_major, *gpus[i].compute_capability_minor,
+    return std::tuple(gpus[i].compute_capability->major, gpus[i].compute_capability->minor,
                       *gpus[i].multiprocessors);
   };
   std::stable_sort(positions.begin(), positions.end(),

@@ -31,8 +31,7 @@ Gpu make_gpu(unsigned index, std::string uuid, std::string name, int major, int 
   gpu.uuid = std::move(uuid);
   gpu.pci_bus_id = fmt::format("00000000:{:02X}:00.0", 0x10 + index);
   gpu.name = std::move(name);
-  gpu.compute_capability_major = major;
-  gpu.compute_capability_minor = minor;
+  gpu.compute_capability = ComputeCapability{major, minor};
   gpu.multiprocessors = multiprocessors;
   return gpu;
 }
@@ -470,7 +469,7 @@ TEST(CudaVisibleDevicesRules, UnknownSpeedsAssumePciOrder) {
   EXPECT_THAT(nvml_indices(resolution), ElementsAre(0u, 1u, 2u, 3u));
   EXPECT_THAT(all_warnings(resolution), HasSubstr("cannot be told"));
   std::vector<Gpu> same = identical_machine(2);
-  same[0].compute_capability_major.reset();
+  same[0].compute_capability.reset();
   EXPECT_THAT(resolve(same, std::nullopt).warnings, IsEmpty());
 }
 

@@ -35,6 +35,10 @@ const char* to_string(PcieLevel level) {
   return "unknown";
 }
 
+std::string to_string(const ComputeCapability& capability) {
+  return fmt::format("{}.{}", capability.major, capability.minor);
+}
+
 std::string topo_label(const Link& link) {
   if (link.nvlinks > 0) return fmt::format("NV{}", link.nvlinks);
   if (!link.pcie) return "n/a";

@@ -9,11 +9,19 @@
 #include <string>
 #include <vector>
 
+#include "machine/gpu_readings.h"
+
 namespace gpupool {
 
 enum class ComputeMode { Default, ExclusiveThread, Prohibited, ExclusiveProcess };
 
 enum class ProcessKind { Compute, Graphics, ComputeAndGraphics };
+
+struct ComputeCapability {
+  int major = 0;
+  int minor = 0;
+  friend bool operator==(const ComputeCapability&, const ComputeCapability&) = default;
+};
 
 struct GpuProcess {
   uint32_t pid = 0;
@@ -24,6 +32,7 @@ struct GpuProcess {
   std::optional<std::string> command;
 };
 
+// A GPU's identity, its readings (machine/gpu_readings.h) and its processes.
 struct Gpu {
   unsigned index = 0;  // NVML / nvidia-smi index (PCI bus order)
   std::string uuid;
@@ -32,35 +41,9 @@ struct Gpu {
   // Set when the GPU answered its identity calls but fails the rest (e.g. fallen off the bus).
   std::optional<std::string> fault;
 
-  std::optional<unsigned> minor_number;
-  std::optional<uint64_t> memory_total_mib;
-  std::optional<uint64_t> memory_used_mib;
-  std::optional<uint64_t> memory_free_mib;
-  std::optional<unsigned> utilization_gpu;
-  std::optional<unsigned> utilization_memory;
-  std::optional<unsigned> temperature_c;
-  // Current clocks in MHz, as nvidia-smi's "Clocks" section shows them.
-  std::optional<unsigned> sm_clock_mhz;
-  std::optional<unsigned> memory_clock_mhz;
-  std::optional<double> power_w;
-  std::optional<double> power_limit_w;
-  std::optional<bool> persistence_mode;
-  std::optional<ComputeMode> compute_mode;
-  std::optional<bool> mig_enabled;
-  std::optional<uint64_t> ecc_corrected_volatile;
-  std::optional<uint64_t> ecc_uncorrected_volatile;
-  // Memory repairs: pages retired after ECC errors (before Ampere), rows remapped (Ampere on).
-  // A pending repair takes effect at the next GPU reset or driver load; a failed remap needs service.
-  std::optional<unsigned> retired_pages;
-  std::optional<bool> retired_pages_pending;
-  std::optional<unsigned> remapped_rows;
-  std::optional<bool> row_remapping_pending;
-  std::optional<bool> row_remapping_failed;
-  std::optional<int> numa_node;
-  std::optional<std::string> cpu_affinity;  // CPU list, as in /sys: "0-15,32-47"
-  std::optional<int> compute_capability_major;
-  std::optional<int> compute_capability_minor;
-  std::optional<unsigned> multiprocessors;
+#define GPUPOOL_READING_FIELD(type, field, ...) std::optional<type> field;
+  GPUPOOL_GPU_READINGS(GPUPOOL_READING_FIELD)
+#undef GPUPOOL_READING_FIELD
   std::vector<GpuProcess> processes;
 };
 
@@ -90,7 +73,18 @@ struct Machine {
 const char* to_string(ComputeMode mode);
 const char* to_string(ProcessKind kind);
 const char* to_string(PcieLevel level);
+// "MAJOR.MINOR", as nvidia-smi prints it.
+std::string to_string(const ComputeCapability& capability);
 // nvidia-smi topo -m's legend: NV#, PIX, PXB, PHB, NODE, SYS.
 std::string topo_label(const Link& link);
+
+// Calls visit(info, value) for each reading of `gpu` (any Gpu), in the table's
+// order; value is the std::optional member.
+template <typename G, typename Visit>
+void for_each_reading(G&& gpu, Visit&& visit) {
+#define GPUPOOL_VISIT_READING(type, field, ...) visit(GPUPOOL_READING_INFO(type, field, __VA_ARGS__), gpu.field);
+  GPUPOOL_GPU_READINGS(GPUPOOL_VISIT_READING)
+#undef GPUPOOL_VISIT_READING
+}
 
 }  // namespace gpupool

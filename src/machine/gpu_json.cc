@@ -1,6 +1,7 @@
 #include "machine/gpu_json.h"
 
 #include <cmath>
+#include <type_traits>
 
 #include <fmt/format.h>
 
@@ -12,10 +13,18 @@ nlohmann::json optional_json(const std::optional<T>& value) {
   return value ? nlohmann::json(*value) : nlohmann::json(nullptr);
 }
 
-// Watts with two decimals, as NVML's milliwatts allow and nvidia-smi prints.
-nlohmann::json watts_json(const std::optional<double>& watts) {
-  if (!watts) return nullptr;
-  return std::round(*watts * 100.0) / 100.0;
+// A reading's JSON value. Watts get two decimals, as NVML's milliwatts allow and nvidia-smi
+// prints (every reading of type double is in watts).
+template <typename T>
+nlohmann::json reading_json(const std::optional<T>& value) {
+  if (!value) return nullptr;
+  if constexpr (std::is_same_v<T, double>) {
+    return std::round(*value * 100.0) / 100.0;
+  } else if constexpr (std::is_same_v<T, ComputeMode> || std::is_same_v<T, ComputeCapability>) {
+    return to_string(*value);
+  } else {
+    return *value;
+  }
 }
 
 }  // namespace
@@ -35,36 +44,16 @@ nlohmann::json to_json(const GpuProcess& process) {
 nlohmann::json to_json(const Gpu& gpu) {
   nlohmann::json processes = nlohmann::json::array();
   for (const auto& process : gpu.processes) processes.push_back(to_json(process));
-  nlohmann::json compute_capability = nullptr;
-  if (gpu.compute_capability_major && gpu.compute_capability_minor) {
-    compute_capability = fmt::format("{}.{}", *gpu.compute_capability_major, *gpu.compute_capability_minor);
-  }
-  return {{"index", gpu.index},
-          {"uuid", gpu.uuid},
-          {"pci_bus_id", gpu.pci_bus_id},
-          {"name", gpu.name},
-          {"fault", optional_json(gpu.fault)},
-          {"minor_number", optional_json(gpu.minor_number)},
-          {"memory_total_mib", optional_json(gpu.memory_total_mib)},
-          {"memory_used_mib", optional_json(gpu.memory_used_mib)},
-          {"memory_free_mib", optional_json(gpu.memory_free_mib)},
-          {"utilization_gpu", optional_json(gpu.utilization_gpu)},
-          {"utilization_memory", optional_json(gpu.utilization_memory)},
-          {"temperature_c", optional_json(gpu.temperature_c)},
-          {"sm_clock_mhz", optional_json(gpu.sm_clock_mhz)},
-          {"memory_clock_mhz", optional_json(gpu.memory_clock_mhz)},
-          {"power_w", watts_json(gpu.power_w)},
-          {"power_limit_w", watts_json(gpu.power_limit_w)},
-          {"persistence_mode", optional_json(gpu.persistence_mode)},
-          {"compute_mode", gpu.compute_mode ? nlohmann::json(to_string(*gpu.compute_mode)) : nullptr},
-          {"mig_enabled", optional_json(gpu.mig_enabled)},
-          {"ecc_errors_corrected_volatile", optional_json(gpu.ecc_corrected_volatile)},
-          {"ecc_errors_uncorrected_volatile", optional_json(gpu.ecc_uncorrected_volatile)},
-          {"numa_node", optional_json(gpu.numa_node)},
-          {"cpu_affinity", optional_json(gpu.cpu_affinity)},
-          {"compute_capability", compute_capability},
-          {"multiprocessors", optional_json(gpu.multiprocessors)},
-          {"processes", processes}};
+  nlohmann::json out = {{"index", gpu.index},
+                        {"uuid", gpu.uuid},
+                        {"pci_bus_id", gpu.pci_bus_id},
+                        {"name", gpu.name},
+                        {"fault", optional_json(gpu.fault)},
+                        {"processes", processes}};
+  for_each_reading(gpu, [&](const ReadingInfo& reading, const auto& value) {
+    if (reading.json == JsonUse::InJson) out[reading.key] = reading_json(value);
+  });
+  return out;
 }
 
 nlohmann::json to_json(const DriverInfo& driver) {

@@ -18,8 +18,7 @@ Gpu make_gpu(unsigned index, std::string uuid, int major, unsigned multiprocesso
   gpu.pci_bus_id = fmt::format("00000000:{:02X}:00.0", index + 1);
   gpu.name = fmt::format("GPU model {}", major);
   gpu.minor_number = index;
-  gpu.compute_capability_major = major;
-  gpu.compute_capability_minor = 0;
+  gpu.compute_capability = ComputeCapability{major, 0};
   gpu.multiprocessors = multiprocessors;
   return gpu;
 }

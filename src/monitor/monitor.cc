@@ -31,14 +31,13 @@ json or_null(const std::optional<T>& value) {
   return value ? json(*value) : json(nullptr);
 }
 
+// The readings the API shows (the clocks are for /metrics only).
 json sample_json(const GpuSample& s) {
-  return {{"time", s.time},
-          {"utilization_gpu", or_null(s.utilization_gpu)},
-          {"utilization_memory", or_null(s.utilization_memory)},
-          {"memory_used_mib", or_null(s.memory_used_mib)},
-          {"memory_free_mib", or_null(s.memory_free_mib)},
-          {"temperature_c", or_null(s.temperature_c)},
-          {"power_w", or_null(s.power_w)}};
+  json out = {{"time", s.time}};
+  for_each_sampled_reading(s, [&](const ReadingInfo& reading, const auto& value) {
+    if (reading.sample == SampleUse::Sampled) out[reading.key] = or_null(value);
+  });
+  return out;
 }
 
 json usage_json(const Accounting::JobAccount* account, double now, const Accounting& accounting, JobNumber id) {
@@ -400,26 +399,19 @@ std::string Monitor::history_json(double since) {
   }
   json gpus = json::array();
   for (size_t i = 0; i < samples.size(); ++i) {
-    json time = json::array(), util = json::array(), mem_util = json::array(), used = json::array(),
-         free = json::array(), temperature = json::array(), power = json::array();
+    json gpu = {{"index", machine_.gpus[i].index},
+                {"memory_total_mib", or_null(machine_.gpus[i].memory_total_mib)},
+                {"time", json::array()}};
+    for_each_sampled_reading(GpuSample{}, [&](const ReadingInfo& reading, const auto&) {
+      if (reading.sample == SampleUse::Sampled) gpu[reading.key] = json::array();
+    });
     for (const GpuSample& s : samples[i]) {
-      time.push_back(s.time);
-      util.push_back(or_null(s.utilization_gpu));
-      mem_util.push_back(or_null(s.utilization_memory));
-      used.push_back(or_null(s.memory_used_mib));
-      free.push_back(or_null(s.memory_free_mib));
-      temperature.push_back(or_null(s.temperature_c));
-      power.push_back(or_null(s.power_w));
+      gpu["time"].push_back(s.time);
+      for_each_sampled_reading(s, [&](const ReadingInfo& reading, const auto& value) {
+        if (reading.sample == SampleUse::Sampled) gpu[reading.key].push_back(or_null(value));
+      });
     }
-    gpus.push_back({{"index", machine_.gpus[i].index},
-                    {"memory_total_mib", or_null(machine_.gpus[i].memory_total_mib)},
-                    {"time", std::move(time)},
-                    {"utilization_gpu", std::move(util)},
-                    {"utilization_memory", std::move(mem_util)},
-                    {"memory_used_mib", std::move(used)},
-                    {"memory_free_mib", std::move(free)},
-                    {"temperature_c", std::move(temperature)},
-                    {"power_w", std::move(power)}});
+    gpus.push_back(std::move(gpu));
   }
   return json{{"time", to_millis(unix_now())},
               {"sample_interval_s", settings_.sample_interval_s},

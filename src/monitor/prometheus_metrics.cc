@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <functional>
 #include <iterator>
 
 #include <fmt/format.h>
@@ -44,32 +43,20 @@ std::string gpu_labels(const MetricsGpu& entry, const std::string& hostname) {
                               escape_label_value(fmt::format("{}", fmt::join(users, ","))));
 }
 
-struct GpuMetric {
-  const char* name;
-  const char* help;
-  std::function<std::optional<double>(const GpuSample&)> value;
-};
-
-template <typename T>
-std::optional<double> as_double(const std::optional<T>& value) {
-  if (!value) return std::nullopt;
-  return static_cast<double>(*value);
+// The sampled readings' values as the text format writes them, in the table's order.
+std::vector<std::optional<double>> reading_values(const GpuSample& sample) {
+  std::vector<std::optional<double>> values;
+  for_each_sampled_reading(sample, [&](const ReadingInfo&, const auto& value) {
+    values.push_back(value ? std::optional<double>(static_cast<double>(*value)) : std::nullopt);
+  });
+  return values;
 }
 
-const GpuMetric kGpuMetrics[] = {
-    {"DCGM_FI_DEV_GPU_UTIL", "GPU utilization (in %).", [](const GpuSample& s) { return as_double(s.utilization_gpu); }},
-    {"DCGM_FI_DEV_MEM_COPY_UTIL", "Memory utilization (in %).",
-     [](const GpuSample& s) { return as_double(s.utilization_memory); }},
-    {"DCGM_FI_DEV_FB_USED", "Framebuffer memory used (in MiB).",
-     [](const GpuSample& s) { return as_double(s.memory_used_mib); }},
-    {"DCGM_FI_DEV_FB_FREE", "Framebuffer memory free (in MiB).",
-     [](const GpuSample& s) { return as_double(s.memory_free_mib); }},
-    {"DCGM_FI_DEV_GPU_TEMP", "GPU temperature (in C).", [](const GpuSample& s) { return as_double(s.temperature_c); }},
-    {"DCGM_FI_DEV_POWER_USAGE", "Power draw (in W).", [](const GpuSample& s) { return s.power_w; }},
-    {"DCGM_FI_DEV_SM_CLOCK", "SM clock frequency (in MHz).", [](const GpuSample& s) { return as_double(s.sm_clock_mhz); }},
-    {"DCGM_FI_DEV_MEM_CLOCK", "Memory clock frequency (in MHz).",
-     [](const GpuSample& s) { return as_double(s.memory_clock_mhz); }},
-};
+std::vector<ReadingInfo> sampled_readings() {
+  std::vector<ReadingInfo> readings;
+  for_each_sampled_reading(GpuSample{}, [&](const ReadingInfo& reading, const auto&) { readings.push_back(reading); });
+  return readings;
+}
 
 void histogram(Buffer& out, std::string_view name, std::string_view help, const Histogram& h) {
   header(out, name, "histogram", help);
@@ -111,16 +98,19 @@ std::string render_metrics(const MetricsView& view) {
   std::vector<std::string> labels;
   for (const MetricsGpu& gpu : view.gpus) labels.push_back(gpu_labels(gpu, view.hostname));
 
+  std::vector<std::vector<std::optional<double>>> values;
+  for (const MetricsGpu& gpu : view.gpus) {
+    values.push_back(gpu.sample ? reading_values(*gpu.sample) : std::vector<std::optional<double>>());
+  }
   // A GPU that does not report a value has no series; a metric no GPU reports is left out.
-  for (const GpuMetric& metric : kGpuMetrics) {
+  std::vector<ReadingInfo> readings = sampled_readings();
+  for (size_t r = 0; r < readings.size(); ++r) {
     bool any = false;
     for (size_t i = 0; i < view.gpus.size(); ++i) {
-      const MetricsGpu& gpu = view.gpus[i];
-      std::optional<double> value = gpu.sample ? metric.value(*gpu.sample) : std::nullopt;
-      if (!value) continue;
-      if (!any) header(out, metric.name, "gauge", metric.help);
+      if (values[i].empty() || !values[i][r]) continue;
+      if (!any) header(out, readings[r].metric, "gauge", readings[r].help);
       any = true;
-      fmt::format_to(put, "{}{{{}}} {}\n", metric.name, labels[i], number(*value));
+      fmt::format_to(put, "{}{{{}}} {}\n", readings[r].metric, labels[i], number(*values[i][r]));
     }
   }
 

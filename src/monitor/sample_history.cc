@@ -7,14 +7,10 @@ namespace gpupool {
 GpuSample sample_of(const Gpu& gpu, double time) {
   GpuSample sample;
   sample.time = time;
-  sample.utilization_gpu = gpu.utilization_gpu;
-  sample.utilization_memory = gpu.utilization_memory;
-  sample.memory_used_mib = gpu.memory_used_mib;
-  sample.memory_free_mib = gpu.memory_free_mib;
-  sample.temperature_c = gpu.temperature_c;
-  sample.sm_clock_mhz = gpu.sm_clock_mhz;
-  sample.memory_clock_mhz = gpu.memory_clock_mhz;
-  sample.power_w = gpu.power_w;
+#define GPUPOOL_COPY_SAMPLED(type, field, fixture, json, sample_use, ...) \
+  GPUPOOL_IF_SAMPLED(sample_use, sample.field = gpu.field;)
+  GPUPOOL_GPU_READINGS(GPUPOOL_COPY_SAMPLED)
+#undef GPUPOOL_COPY_SAMPLED
   return sample;
 }
 

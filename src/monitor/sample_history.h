@@ -11,18 +11,26 @@
 
 namespace gpupool {
 
-// The measurements of one GPU at one moment; a field the GPU does not report stays empty.
+// The sampled readings (machine/gpu_readings.h) of one GPU at one moment; a reading the GPU does
+// not report stays empty.
 struct GpuSample {
   double time = 0;  // Unix seconds
-  std::optional<unsigned> utilization_gpu;     // percent
-  std::optional<unsigned> utilization_memory;  // percent (memory copy engine)
-  std::optional<uint64_t> memory_used_mib;
-  std::optional<uint64_t> memory_free_mib;
-  std::optional<unsigned> temperature_c;
-  std::optional<unsigned> sm_clock_mhz;
-  std::optional<unsigned> memory_clock_mhz;
-  std::optional<double> power_w;
+#define GPUPOOL_SAMPLE_FIELD(type, field, fixture, json, sample, ...) \
+  GPUPOOL_IF_SAMPLED(sample, std::optional<type> field;)
+  GPUPOOL_GPU_READINGS(GPUPOOL_SAMPLE_FIELD)
+#undef GPUPOOL_SAMPLE_FIELD
 };
+
+// Calls visit(info, value) for each reading of `sample` (any GpuSample), in the
+// table's order; value is the std::optional member.
+template <typename S, typename Visit>
+void for_each_sampled_reading(S&& sample, Visit&& visit) {
+#define GPUPOOL_VISIT_SAMPLED(type, field, fixture, json, sample_use, metric, help) \
+  GPUPOOL_IF_SAMPLED(sample_use,                                                 \
+                     visit(GPUPOOL_READING_INFO(type, field, fixture, json, sample_use, metric, help), sample.field);)
+  GPUPOOL_GPU_READINGS(GPUPOOL_VISIT_SAMPLED)
+#undef GPUPOOL_VISIT_SAMPLED
+}
 
 GpuSample sample_of(const Gpu& gpu, double time);
 

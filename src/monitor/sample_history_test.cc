@@ -29,6 +29,23 @@ std::vector<double> times(const std::vector<GpuSample>& samples) {
   return result;
 }
 
+TEST(SampleOf, CopiesEverySampledReading) {
+  Gpu gpu;
+  size_t sampled = 0;
+  for_each_reading(gpu, [&](const ReadingInfo& reading, auto& value) {
+    value.emplace();
+    if (reading.sample != SampleUse::NotSampled) ++sampled;
+  });
+  GpuSample s = sample_of(gpu, 5);
+  EXPECT_EQ(s.time, 5);
+  size_t copied = 0;
+  for_each_sampled_reading(s, [&](const ReadingInfo& reading, const auto& value) {
+    EXPECT_TRUE(value.has_value()) << reading.key;
+    ++copied;
+  });
+  EXPECT_EQ(copied, sampled);
+}
+
 TEST(SampleHistory, StartsEmpty) {
   SampleHistory history(2, 10);
   EXPECT_EQ(history.gpus(), 2u);

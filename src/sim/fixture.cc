@@ -33,10 +33,53 @@ std::string join(const std::vector<std::string>& items) {
   return out;
 }
 
+Result<std::string> one_of(const std::string& value, const std::vector<std::string>& allowed,
+                           const std::string& where) {
+  if (std::find(allowed.begin(), allowed.end(), value) != allowed.end()) return value;
+  return fail("{}: '{}' is not one of: {}", where, value, join(allowed));
+}
+
+// Maps a JSON string onto an enum through the enum's to_string spelling.
+template <typename Enum>
+Result<Enum> parse_enum(const std::string& value, std::initializer_list<Enum> values,
+                        const std::string& where) {
+  std::vector<std::string> names;
+  for (Enum candidate : values) names.emplace_back(to_string(candidate));
+  TRY_ASSIGN(std::string chosen, one_of(value, names, where));
+  auto position = std::find(names.begin(), names.end(), chosen) - names.begin();
+  return *(values.begin() + position);
+}
+
+Result<ComputeCapability> parse_compute_capability(const std::string& text,
+                                                   const std::string& where) {
+  auto number = [](std::string_view digits, int& out) {
+    auto [end, error] = std::from_chars(digits.data(), digits.data() + digits.size(), out);
+    return !digits.empty() && std::isdigit(static_cast<unsigned char>(digits.front())) &&
+           error == std::errc() && end == digits.data() + digits.size();
+  };
+  ComputeCapability cc;
+  size_t dot = text.find('.');
+  std::string_view view = text;
+  if (dot == std::string::npos || !number(view.substr(0, dot), cc.major) ||
+      !number(view.substr(dot + 1), cc.minor)) {
+    return fail("{}: '{}' is not of the form MAJOR.MINOR", where, text);
+  }
+  return cc;
+}
+
 // Converts one JSON value, naming `where` in the error line.
 template <typename T>
 Result<T> convert(const json& value, const std::string& where) {
-  if constexpr (std::is_same_v<T, std::string>) {
+  if constexpr (std::is_same_v<T, ComputeMode>) {
+    TRY_ASSIGN(std::string mode, convert<std::string>(value, where));
+    return parse_enum(mode,
+                      {ComputeMode::Default, ComputeMode::ExclusiveThread, ComputeMode::Prohibited,
+                       ComputeMode::ExclusiveProcess},
+                      where);
+  } else if constexpr (std::is_same_v<T, ComputeCapability>) {
+    TRY_ASSIGN(std::string capability, convert<std::string>(value, where));
+    return parse_compute_capability(capability, where);
+  } else if constexpr (std::is_same_v<T, std::string>) {
     if (!value.is_string()) return fail("{}: expected a string", where);
     return value.get<std::string>();
   } else if constexpr (std::is_same_v<T, bool>) {
@@ -65,23 +108,6 @@ Result<T> convert(const json& value, const std::string& where) {
     }
     return static_cast<T>(number);
   }
-}
-
-Result<std::string> one_of(const std::string& value, const std::vector<std::string>& allowed,
-                           const std::string& where) {
-  if (std::find(allowed.begin(), allowed.end(), value) != allowed.end()) return value;
-  return fail("{}: '{}' is not one of: {}", where, value, join(allowed));
-}
-
-// Maps a JSON string onto an enum through the enum's to_string spelling.
-template <typename Enum>
-Result<Enum> parse_enum(const std::string& value, std::initializer_list<Enum> values,
-                        const std::string& where) {
-  std::vector<std::string> names;
-  for (Enum candidate : values) names.emplace_back(to_string(candidate));
-  TRY_ASSIGN(std::string chosen, one_of(value, names, where));
-  auto position = std::find(names.begin(), names.end(), chosen) - names.begin();
-  return *(values.begin() + position);
 }
 
 // Reads the keys of one JSON object, remembering which were read so that any
@@ -224,23 +250,6 @@ Result<std::map<int, std::string>> parse_numa_cpus(const json* value) {
   return nodes;
 }
 
-Result<ComputeCapability> parse_compute_capability(const std::string& text,
-                                                   const std::string& where) {
-  auto number = [](std::string_view digits, int& out) {
-    auto [end, error] = std::from_chars(digits.data(), digits.data() + digits.size(), out);
-    return !digits.empty() && std::isdigit(static_cast<unsigned char>(digits.front())) &&
-           error == std::errc() && end == digits.data() + digits.size();
-  };
-  ComputeCapability cc;
-  size_t dot = text.find('.');
-  std::string_view view = text;
-  if (dot == std::string::npos || !number(view.substr(0, dot), cc.major) ||
-      !number(view.substr(dot + 1), cc.minor)) {
-    return fail("{}: '{}' is not of the form MAJOR.MINOR", where, text);
-  }
-  return cc;
-}
-
 Result<PcieLocation> parse_pcie(ObjectReader& reader) {
   PcieLocation pcie;
   TRY_ASSIGN(pcie.numa_node, reader.required<int>("numa_node"));
@@ -278,6 +287,43 @@ Result<NvLinkPeer> parse_nvlink(ObjectReader& reader) {
   return link;
 }
 
+// A reading of the table, read as its FixtureKey says.
+template <typename T>
+Result<void> parse_reading(ObjectReader& reader, const ReadingInfo& reading, std::optional<T>& value) {
+  switch (reading.fixture) {
+    case FixtureKey::Required: {
+      TRY_ASSIGN(value, reader.required_nullable<T>(reading.key));
+      break;
+    }
+    case FixtureKey::Zero: {
+      TRY_ASSIGN(value, reader.optional_nullable<T>(reading.key, T{}));
+      break;
+    }
+    case FixtureKey::Null: {
+      TRY_ASSIGN(value, reader.optional_nullable<T>(reading.key, std::nullopt));
+      break;
+    }
+    case FixtureKey::ZeroNotNull:  // a plain value, below
+    case FixtureKey::ByHand:       // parse_gpu reads it
+    case FixtureKey::Derived: break;
+  }
+  return {};
+}
+
+template <typename T>
+Result<void> parse_reading(ObjectReader& reader, const ReadingInfo& reading, T& value) {
+  TRY_ASSIGN(value, reader.optional<T>(reading.key, T{}));
+  return {};
+}
+
+Result<void> parse_readings(ObjectReader& reader, FixtureGpu& gpu) {
+  Result<void> result;
+  for_each_fixture_reading(gpu, [&](const ReadingInfo& reading, auto& value) {
+    if (result) result = parse_reading(reader, reading, value);
+  });
+  return result;
+}
+
 Result<FixtureGpu> parse_gpu(ObjectReader& reader, unsigned index,
                              const std::map<int, std::string>& numa_cpus) {
   FixtureGpu gpu;
@@ -289,18 +335,15 @@ Result<FixtureGpu> parse_gpu(ObjectReader& reader, unsigned index,
     TRY_ASSIGN(gpu.fault, one_of(*fault, {"lost"}, reader.where("fault")));
   }
 
+  TRY(parse_readings(reader, gpu));
   TRY_ASSIGN(gpu.minor_number, reader.optional_nullable<unsigned>("minor_number", index));
-  TRY_ASSIGN(gpu.memory_total_mib, reader.required_nullable<uint64_t>("memory_total_mib"));
   TRY_ASSIGN(gpu.memory_reserved_mib, reader.optional<uint64_t>("memory_reserved_mib", 0));
-  TRY_ASSIGN(gpu.memory_used_mib, reader.optional<uint64_t>("memory_used_mib", 0));
   if (gpu.memory_total_mib &&
       gpu.memory_reserved_mib + gpu.memory_used_mib > *gpu.memory_total_mib) {
     return fail("{}: {} MiB used plus {} MiB reserved exceed memory_total_mib ({} MiB)",
                 reader.where("memory_used_mib"), gpu.memory_used_mib, gpu.memory_reserved_mib,
                 *gpu.memory_total_mib);
   }
-  TRY_ASSIGN(gpu.utilization_gpu, reader.optional_nullable<unsigned>("utilization_gpu", 0u));
-  TRY_ASSIGN(gpu.utilization_memory, reader.optional_nullable<unsigned>("utilization_memory", 0u));
   if (gpu.utilization_gpu.has_value() != gpu.utilization_memory.has_value()) {
     return fail("{}: must be null exactly when utilization_gpu is null (NVML reports both at once)",
                 reader.where("utilization_memory"));
@@ -308,35 +351,6 @@ Result<FixtureGpu> parse_gpu(ObjectReader& reader, unsigned index,
   for (auto [key, value] : {std::pair{"utilization_gpu", gpu.utilization_gpu},
                             std::pair{"utilization_memory", gpu.utilization_memory}}) {
     if (value && *value > 100) return fail("{}: {} is not a percentage", reader.where(key), *value);
-  }
-  TRY_ASSIGN(gpu.temperature_c, reader.required_nullable<unsigned>("temperature_c"));
-  TRY_ASSIGN(gpu.sm_clock_mhz, reader.optional_nullable<unsigned>("sm_clock_mhz", std::nullopt));
-  TRY_ASSIGN(gpu.memory_clock_mhz, reader.optional_nullable<unsigned>("memory_clock_mhz", std::nullopt));
-  TRY_ASSIGN(gpu.power_w, reader.required_nullable<double>("power_w"));
-  TRY_ASSIGN(gpu.power_limit_w, reader.required_nullable<double>("power_limit_w"));
-  TRY_ASSIGN(gpu.persistence_mode, reader.required_nullable<bool>("persistence_mode"));
-  TRY_ASSIGN(auto compute_mode, reader.required_nullable<std::string>("compute_mode"));
-  if (compute_mode) {
-    TRY_ASSIGN(gpu.compute_mode,
-               parse_enum(*compute_mode,
-                          {ComputeMode::Default, ComputeMode::ExclusiveThread,
-                           ComputeMode::Prohibited, ComputeMode::ExclusiveProcess},
-                          reader.where("compute_mode")));
-  }
-  TRY_ASSIGN(gpu.mig_enabled, reader.required_nullable<bool>("mig_enabled"));
-  TRY_ASSIGN(gpu.ecc_corrected_volatile,
-             reader.optional_nullable<uint64_t>("ecc_corrected_volatile", 0));
-  TRY_ASSIGN(gpu.ecc_uncorrected_volatile,
-             reader.optional_nullable<uint64_t>("ecc_uncorrected_volatile", 0));
-  TRY_ASSIGN(gpu.retired_pages, reader.optional_nullable<unsigned>("retired_pages", std::nullopt));
-  TRY_ASSIGN(gpu.retired_pages_pending, reader.optional<bool>("retired_pages_pending", false));
-  TRY_ASSIGN(gpu.remapped_rows, reader.optional_nullable<unsigned>("remapped_rows", std::nullopt));
-  TRY_ASSIGN(gpu.row_remapping_pending, reader.optional<bool>("row_remapping_pending", false));
-  TRY_ASSIGN(gpu.row_remapping_failed, reader.optional<bool>("row_remapping_failed", false));
-  TRY_ASSIGN(auto capability, reader.required_nullable<std::string>("compute_capability"));
-  if (capability) {
-    TRY_ASSIGN(gpu.compute_capability,
-               parse_compute_capability(*capability, reader.where("compute_capability")));
   }
   TRY_ASSIGN(gpu.cuda_cores, reader.required_nullable<unsigned>("cuda_cores"));
 
@@ -609,44 +623,34 @@ Gpu gpu_from_fixture(const FixtureGpu& source, unsigned index, bool legacy) {
   gpu.uuid = source.uuid;
   gpu.pci_bus_id = source.pci_bus_id;
   gpu.name = source.name;
-  gpu.minor_number = source.minor_number;
   if (source.fault) {
+    gpu.minor_number = source.minor_number;  // an identity call: a lost GPU answers it
     gpu.fault = kLostGpuFault;
     return gpu;
   }
+#define GPUPOOL_COPY_FIXTURE_READING(type, field, fixture, ...) \
+  GPUPOOL_IF_IN_FIXTURE(fixture, gpu.field = source.field;)
+  GPUPOOL_GPU_READINGS(GPUPOOL_COPY_FIXTURE_READING)
+#undef GPUPOOL_COPY_FIXTURE_READING
+
+  // What NVML's calls derive, or do not answer, beyond the plain copy above.
   if (source.memory_total_mib) {
-    gpu.memory_total_mib = source.memory_total_mib;
     // Without the v2 memory call the driver's reserved memory counts as used.
-    gpu.memory_used_mib = source.memory_used_mib + (legacy ? source.memory_reserved_mib : 0);
+    if (legacy) gpu.memory_used_mib = source.memory_used_mib + source.memory_reserved_mib;
     gpu.memory_free_mib =
         *source.memory_total_mib - source.memory_reserved_mib - source.memory_used_mib;
+  } else {
+    gpu.memory_used_mib.reset();
   }
-  gpu.utilization_gpu = source.utilization_gpu;
-  gpu.utilization_memory = source.utilization_memory;
-  gpu.temperature_c = source.temperature_c;
-  gpu.sm_clock_mhz = source.sm_clock_mhz;  // an old call: the legacy generation answers it too
-  gpu.memory_clock_mhz = source.memory_clock_mhz;
-  gpu.power_w = source.power_w;
-  gpu.power_limit_w = source.power_limit_w;
-  gpu.persistence_mode = source.persistence_mode;
-  gpu.compute_mode = source.compute_mode;
-  if (!legacy) gpu.mig_enabled = source.mig_enabled;
-  gpu.ecc_corrected_volatile = source.ecc_corrected_volatile;
-  gpu.ecc_uncorrected_volatile = source.ecc_uncorrected_volatile;
-  if (source.retired_pages) {
-    gpu.retired_pages = source.retired_pages;
-    gpu.retired_pages_pending = source.retired_pages_pending;
+  if (!source.retired_pages) gpu.retired_pages_pending.reset();
+  if (legacy || !source.remapped_rows) {  // row remapping came with Ampere's drivers
+    gpu.remapped_rows.reset();
+    gpu.row_remapping_pending.reset();
+    gpu.row_remapping_failed.reset();
   }
-  if (!legacy && source.remapped_rows) {  // row remapping came with Ampere's drivers
-    gpu.remapped_rows = source.remapped_rows;
-    gpu.row_remapping_pending = source.row_remapping_pending;
-    gpu.row_remapping_failed = source.row_remapping_failed;
-  }
-  if (!legacy) gpu.numa_node = source.numa_node;
-  gpu.cpu_affinity = source.cpu_affinity;
-  if (source.compute_capability) {
-    gpu.compute_capability_major = source.compute_capability->major;
-    gpu.compute_capability_minor = source.compute_capability->minor;
+  if (legacy) {
+    gpu.mig_enabled.reset();
+    gpu.numa_node.reset();
   }
   if (!legacy && source.cuda_cores && source.compute_capability) {
     unsigned per_multiprocessor = cores_per_multiprocessor(source.compute_capability->major,

@@ -35,50 +35,43 @@ struct FixtureProcess {
   ProcessKind kind = ProcessKind::Compute;
 };
 
-struct ComputeCapability {
-  int major = 0;
-  int minor = 0;
-};
+// A reading's member of FixtureGpu: a plain value where the fixture never gives null.
+#define GPUPOOL_FIXTURE_READING(type, field, fixture, ...) GPUPOOL_FIXTURE_READING_##fixture(type, field)
+#define GPUPOOL_FIXTURE_READING_Required(type, field) std::optional<type> field;
+#define GPUPOOL_FIXTURE_READING_Zero(type, field) std::optional<type> field;
+#define GPUPOOL_FIXTURE_READING_Null(type, field) std::optional<type> field;
+#define GPUPOOL_FIXTURE_READING_ZeroNotNull(type, field) type field{};
+#define GPUPOOL_FIXTURE_READING_ByHand(type, field) std::optional<type> field;
+#define GPUPOOL_FIXTURE_READING_Derived(type, field)
 
-// One GPU. A std::optional field is null in the fixture when the driver answers
-// NVML_ERROR_NOT_SUPPORTED for it.
+// One GPU: its identity, the readings a fixture gives (machine/gpu_readings.h: all but the
+// Derived ones) and its place in the machine. A std::optional field is null in the fixture when
+// the driver answers NVML_ERROR_NOT_SUPPORTED for it.
 struct FixtureGpu {
   std::string uuid;
   std::string pci_bus_id;  // "00000000:3B:00.0"
   std::string name;
   std::optional<std::string> fault;  // "lost": only identity calls answer
 
-  std::optional<unsigned> minor_number;
-  std::optional<uint64_t> memory_total_mib;
+  GPUPOOL_GPU_READINGS(GPUPOOL_FIXTURE_READING)
   uint64_t memory_reserved_mib = 0;  // held by the driver, neither used nor free
-  uint64_t memory_used_mib = 0;
-  std::optional<unsigned> utilization_gpu;  // null together with utilization_memory
-  std::optional<unsigned> utilization_memory;
-  std::optional<unsigned> temperature_c;
-  std::optional<unsigned> sm_clock_mhz;  // null: no clock readings (the default)
-  std::optional<unsigned> memory_clock_mhz;
-  std::optional<double> power_w;
-  std::optional<double> power_limit_w;
-  std::optional<bool> persistence_mode;
-  std::optional<ComputeMode> compute_mode;
-  std::optional<bool> mig_enabled;
-  std::optional<uint64_t> ecc_corrected_volatile;
-  std::optional<uint64_t> ecc_uncorrected_volatile;
-  std::optional<unsigned> retired_pages;  // null: no page retirement (the default)
-  bool retired_pages_pending = false;
-  std::optional<unsigned> remapped_rows;  // null: no row remapping (the default)
-  bool row_remapping_pending = false;
-  bool row_remapping_failed = false;
-  std::optional<int> numa_node;             // what NVML reports; pcie.numa_node is the topology
-  std::optional<std::string> cpu_affinity;  // canonical CPU list ("0-19,40-59")
-  std::optional<ComputeCapability> compute_capability;
-  std::optional<unsigned> cuda_cores;
+  std::optional<unsigned> cuda_cores;  // the simulated library derives multiprocessors from it
 
   PcieLocation pcie;
   std::vector<NvLinkPeer> nvlinks;
   unsigned nvswitch_links = 0;  // links into the NVSwitch fabric
   std::vector<FixtureProcess> processes;
 };
+
+// Calls visit(info, value) for each reading of `gpu` (any FixtureGpu) that a fixture gives, in
+// the table's order; value is a std::optional, or a plain value for ZeroNotNull readings.
+template <typename G, typename Visit>
+void for_each_fixture_reading(G&& gpu, Visit&& visit) {
+#define GPUPOOL_VISIT_FIXTURE_READING(type, field, fixture, ...) \
+  GPUPOOL_IF_IN_FIXTURE(fixture, visit(GPUPOOL_READING_INFO(type, field, fixture, __VA_ARGS__), gpu.field);)
+  GPUPOOL_GPU_READINGS(GPUPOOL_VISIT_FIXTURE_READING)
+#undef GPUPOOL_VISIT_FIXTURE_READING
+}
 
 struct Fixture {
   std::string name;

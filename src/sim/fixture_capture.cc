@@ -2,7 +2,9 @@
 
 #include <map>
 #include <numeric>
+#include <optional>
 #include <set>
+#include <type_traits>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -131,54 +133,50 @@ void add_nvlinks(const Machine& machine, std::vector<FixtureGpu>& gpus) {
   }
 }
 
+// A fixture's plain value for a ZeroNotNull reading, its std::optional for the others.
+template <typename T>
+void set_reading(T& out, const std::optional<T>& value) {
+  out = value.value_or(T{});
+}
+
+template <typename T>
+void set_reading(std::optional<T>& out, const std::optional<T>& value) {
+  out = value;
+}
+
 FixtureGpu fixture_gpu(const Gpu& gpu) {
   FixtureGpu out;
   out.uuid = gpu.uuid;
   out.pci_bus_id = gpu.pci_bus_id;
   out.name = gpu.name;
-  out.minor_number = gpu.minor_number;
   if (gpu.fault) {
+    out.minor_number = gpu.minor_number;  // an identity call: a lost GPU answers it
     out.fault = "lost";
     return out;
   }
-  out.memory_total_mib = gpu.memory_total_mib;
+#define GPUPOOL_SET_FIXTURE_READING(type, field, fixture, ...) \
+  GPUPOOL_IF_IN_FIXTURE(fixture, set_reading(out.field, gpu.field);)
+  GPUPOOL_GPU_READINGS(GPUPOOL_SET_FIXTURE_READING)
+#undef GPUPOOL_SET_FIXTURE_READING
+
+  // What the fixture keeps apart from what NVML derives from it.
   if (gpu.memory_total_mib) {
-    uint64_t used = gpu.memory_used_mib.value_or(0);
-    uint64_t free = gpu.memory_free_mib.value_or(*gpu.memory_total_mib - used);
-    out.memory_used_mib = used;
+    uint64_t free = gpu.memory_free_mib.value_or(*gpu.memory_total_mib - out.memory_used_mib);
     // NVML's v2 memory call leaves what the driver holds out of both used and free.
-    out.memory_reserved_mib = used + free <= *gpu.memory_total_mib
-                                  ? *gpu.memory_total_mib - used - free
+    out.memory_reserved_mib = out.memory_used_mib + free <= *gpu.memory_total_mib
+                                  ? *gpu.memory_total_mib - out.memory_used_mib - free
                                   : 0;
+  } else {
+    out.memory_used_mib = 0;
   }
-  if (gpu.utilization_gpu && gpu.utilization_memory) {
-    out.utilization_gpu = gpu.utilization_gpu;
-    out.utilization_memory = gpu.utilization_memory;
+  if (!gpu.utilization_gpu || !gpu.utilization_memory) {
+    out.utilization_gpu.reset();
+    out.utilization_memory.reset();
   }
-  out.temperature_c = gpu.temperature_c;
-  out.sm_clock_mhz = gpu.sm_clock_mhz;
-  out.memory_clock_mhz = gpu.memory_clock_mhz;
-  out.power_w = gpu.power_w;
-  out.power_limit_w = gpu.power_limit_w;
-  out.persistence_mode = gpu.persistence_mode;
-  out.compute_mode = gpu.compute_mode;
-  out.mig_enabled = gpu.mig_enabled;
-  out.ecc_corrected_volatile = gpu.ecc_corrected_volatile;
-  out.ecc_uncorrected_volatile = gpu.ecc_uncorrected_volatile;
-  out.retired_pages = gpu.retired_pages;
-  out.retired_pages_pending = gpu.retired_pages_pending.value_or(false);
-  out.remapped_rows = gpu.remapped_rows;
-  out.row_remapping_pending = gpu.row_remapping_pending.value_or(false);
-  out.row_remapping_failed = gpu.row_remapping_failed.value_or(false);
-  out.numa_node = gpu.numa_node;
-  out.cpu_affinity = gpu.cpu_affinity;
-  if (gpu.compute_capability_major && gpu.compute_capability_minor) {
-    out.compute_capability =
-        ComputeCapability{*gpu.compute_capability_major, *gpu.compute_capability_minor};
+  if (gpu.compute_capability && gpu.multiprocessors) {
     unsigned per_multiprocessor =
-        cores_per_multiprocessor(*gpu.compute_capability_major, *gpu.compute_capability_minor);
-    if (gpu.multiprocessors && per_multiprocessor > 0)
-      out.cuda_cores = *gpu.multiprocessors * per_multiprocessor;
+        cores_per_multiprocessor(gpu.compute_capability->major, gpu.compute_capability->minor);
+    if (per_multiprocessor > 0) out.cuda_cores = *gpu.multiprocessors * per_multiprocessor;
   }
   for (const GpuProcess& process : gpu.processes)
     out.processes.push_back(FixtureProcess{process.pid, process.used_memory_mib, process.kind});
@@ -190,37 +188,28 @@ ordered_json nullable(const std::optional<T>& value) {
   return value ? ordered_json(*value) : ordered_json(nullptr);
 }
 
+// A reading as a fixture spells it.
+template <typename T>
+ordered_json reading_json(const T& value) {
+  if constexpr (std::is_same_v<T, ComputeMode> || std::is_same_v<T, ComputeCapability>) {
+    return to_string(value);
+  } else {
+    return value;
+  }
+}
+
+template <typename T>
+ordered_json reading_json(const std::optional<T>& value) {
+  return value ? reading_json(*value) : ordered_json(nullptr);
+}
+
 ordered_json gpu_json(const FixtureGpu& gpu) {
   ordered_json out = {{"uuid", gpu.uuid}, {"pci_bus_id", gpu.pci_bus_id}, {"name", gpu.name}};
   if (gpu.fault) out["fault"] = *gpu.fault;
-  out["minor_number"] = nullable(gpu.minor_number);
-  out["memory_total_mib"] = nullable(gpu.memory_total_mib);
+  for_each_fixture_reading(gpu, [&](const ReadingInfo& reading, const auto& value) {
+    out[reading.key] = reading_json(value);
+  });
   out["memory_reserved_mib"] = gpu.memory_reserved_mib;
-  out["memory_used_mib"] = gpu.memory_used_mib;
-  out["utilization_gpu"] = nullable(gpu.utilization_gpu);
-  out["utilization_memory"] = nullable(gpu.utilization_memory);
-  out["temperature_c"] = nullable(gpu.temperature_c);
-  out["sm_clock_mhz"] = nullable(gpu.sm_clock_mhz);
-  out["memory_clock_mhz"] = nullable(gpu.memory_clock_mhz);
-  out["power_w"] = nullable(gpu.power_w);
-  out["power_limit_w"] = nullable(gpu.power_limit_w);
-  out["persistence_mode"] = nullable(gpu.persistence_mode);
-  out["compute_mode"] = gpu.compute_mode ? ordered_json(to_string(*gpu.compute_mode)) : nullptr;
-  out["mig_enabled"] = nullable(gpu.mig_enabled);
-  out["ecc_corrected_volatile"] = nullable(gpu.ecc_corrected_volatile);
-  out["ecc_uncorrected_volatile"] = nullable(gpu.ecc_uncorrected_volatile);
-  out["retired_pages"] = nullable(gpu.retired_pages);
-  out["retired_pages_pending"] = gpu.retired_pages_pending;
-  out["remapped_rows"] = nullable(gpu.remapped_rows);
-  out["row_remapping_pending"] = gpu.row_remapping_pending;
-  out["row_remapping_failed"] = gpu.row_remapping_failed;
-  out["numa_node"] = nullable(gpu.numa_node);
-  out["cpu_affinity"] = nullable(gpu.cpu_affinity);
-  out["compute_capability"] =
-      gpu.compute_capability
-          ? ordered_json(fmt::format("{}.{}", gpu.compute_capability->major,
-                                     gpu.compute_capability->minor))
-          : nullptr;
   out["cuda_cores"] = nullable(gpu.cuda_cores);
   out["pcie"] = {{"numa_node", gpu.pcie.numa_node},
                  {"host_bridge", gpu.pcie.host_bridge},

@@ -44,8 +44,7 @@ Machine plain_machine(size_t n, PcieLevel level) {
     gpu.memory_total_mib = 1000;
     gpu.memory_used_mib = 0;
     gpu.memory_free_mib = 1000;
-    gpu.compute_capability_major = 9;
-    gpu.compute_capability_minor = 0;
+    gpu.compute_capability = ComputeCapability{9, 0};
     gpu.multiprocessors = 132;
     machine.gpus.push_back(gpu);
   }
@@ -162,7 +161,7 @@ TEST(CaptureFixture, RefusesAPairTheDriverWouldNotPlace) {
 
 TEST(CaptureFixture, SaysWhichFieldsItCannotCarry) {
   Machine machine = plain_machine(1, PcieLevel::HostBridge);
-  machine.gpus[0].compute_capability_major = 99;  // no core count known for it
+  machine.gpus[0].compute_capability = ComputeCapability{99, 0};  // no core count known for it
   machine.gpus[0].utilization_gpu = 40;           // without utilization_memory
   auto captured = capture_fixture(machine, "odd", "");
   ASSERT_TRUE(captured.ok()) << captured.error().message;

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -106,6 +107,49 @@ TEST(FixtureParse, NullMeansNotSupported) {
                gpu.compute_mode || gpu.mig_enabled || gpu.ecc_corrected_volatile ||
                gpu.ecc_uncorrected_volatile || gpu.numa_node || gpu.cpu_affinity ||
                gpu.compute_capability || gpu.cuda_cores);
+}
+
+template <typename T>
+bool is_empty(const std::optional<T>& value) {
+  return !value;
+}
+template <typename T>
+bool is_empty(const T&) {
+  return false;
+}
+template <typename T>
+bool is_zero(const std::optional<T>& value) {
+  return value == T{};
+}
+template <typename T>
+bool is_zero(const T& value) {
+  return value == T{};
+}
+
+// Each reading the table reads generically: left out, it is what its FixtureKey says.
+TEST(FixtureParse, AReadingLeftOutReadsAsTheTableSays) {
+  for_each_fixture_reading(FixtureGpu{}, [](const ReadingInfo& reading, const auto&) {
+    json document = minimal_fixture();
+    document["gpus"][0].erase(reading.key);
+    auto fixture = parse_fixture(document.dump(), "t.json");
+    if (reading.fixture == FixtureKey::Required) {
+      EXPECT_EQ(fixture.ok() ? "(parsed)" : fixture.error().message,
+                fmt::format("fixture t.json: gpus[0].{}: missing", reading.key));
+      return;
+    }
+    ASSERT_TRUE(fixture.ok()) << reading.key << ": " << fixture.error().message;
+    for_each_fixture_reading(fixture->gpus[0], [&](const ReadingInfo& parsed, const auto& value) {
+      if (std::string_view(parsed.key) != reading.key) return;
+      switch (reading.fixture) {
+        case FixtureKey::Zero:
+        case FixtureKey::ZeroNotNull: EXPECT_TRUE(is_zero(value)) << reading.key; break;
+        case FixtureKey::Null: EXPECT_TRUE(is_empty(value)) << reading.key; break;
+        case FixtureKey::Required:
+        case FixtureKey::ByHand:
+        case FixtureKey::Derived: break;
+      }
+    });
+  });
 }
 
 TEST(FixtureParse, MemoryRepairsDefaultToNotSupported) {
@@ -408,8 +452,7 @@ TEST(FixtureShipped, H200MatchesTheRealMachine) {
   EXPECT_EQ(gpu.memory_clock_mhz, 3201u);
   EXPECT_FALSE(gpu.numa_node.has_value());
   EXPECT_EQ(gpu.cpu_affinity, "0-15");
-  EXPECT_EQ(gpu.compute_capability_major, 9);
-  EXPECT_EQ(gpu.compute_capability_minor, 0);
+  EXPECT_EQ(gpu.compute_capability, (ComputeCapability{9, 0}));
   EXPECT_EQ(gpu.multiprocessors, 132u);
   EXPECT_TRUE(gpu.processes.empty());
   EXPECT_TRUE(fixture.gpus[0].nvlinks.empty());

@@ -1,0 +1,99 @@
+// The table of GPU readings: every value NVML reports about a GPU beyond its identity, one line
+// each. The machine model (Gpu), the fixture's GPU (sim::FixtureGpu), the monitor's samples
+// (GpuSample), the JSON of `gpupool list --json` and the daemon's API, fixture reading and
+// writing, and /metrics are all generated from it, so a new reading is a line here plus its
+// NVML calls (gpu/nvml_backend.cc, sim/fake_nvml.cc). docs/architecture.md says how.
+//
+// R(type, field, fixture, json, sample, metric, help):
+//   type     the value: Gpu holds std::optional<type>, empty when the driver does not report it
+//   field    the C++ member, and the key in JSON and in fixtures; its suffix names the unit
+//            (_mib, _c, _w, _mhz; utilizations are percent)
+//   fixture  how a fixture gives it (FixtureKey): Required (null: not supported), Zero (absent:
+//            0 or false), Null (absent: not supported), ZeroNotNull (absent: 0 or false, never
+//            null), ByHand (sim/fixture.cc reads it: its default comes from other keys), Derived
+//            (no key: the simulated library computes it from others)
+//   json     InJson or NotInJson: whether the GPU's JSON carries it
+//   sample   NotSampled; Sampled: in every monitor sample, its history, the API and /metrics;
+//            SampledForMetrics: sampled for /metrics only
+//   metric   for sampled readings, dcgm-exporter's metric name and its help text; else ""
+//
+// Sampled readings come in the order /metrics lists them.
+#pragma once
+
+#define GPUPOOL_GPU_READINGS(R)                                                                   \
+  R(unsigned, minor_number, ByHand, InJson, NotSampled, "", "")                                   \
+  R(uint64_t, memory_total_mib, Required, InJson, NotSampled, "", "")                             \
+  R(unsigned, utilization_gpu, Zero, InJson, Sampled, "DCGM_FI_DEV_GPU_UTIL",                     \
+    "GPU utilization (in %).")                                                                    \
+  R(unsigned, utilization_memory, Zero, InJson, Sampled, "DCGM_FI_DEV_MEM_COPY_UTIL",             \
+    "Memory utilization (in %).")                                                                 \
+  R(uint64_t, memory_used_mib, ZeroNotNull, InJson, Sampled, "DCGM_FI_DEV_FB_USED",               \
+    "Framebuffer memory used (in MiB).")                                                          \
+  R(uint64_t, memory_free_mib, Derived, InJson, Sampled, "DCGM_FI_DEV_FB_FREE",                   \
+    "Framebuffer memory free (in MiB).")                                                          \
+  R(unsigned, temperature_c, Required, InJson, Sampled, "DCGM_FI_DEV_GPU_TEMP",                   \
+    "GPU temperature (in C).")                                                                    \
+  R(double, power_w, Required, InJson, Sampled, "DCGM_FI_DEV_POWER_USAGE", "Power draw (in W).")  \
+  R(unsigned, sm_clock_mhz, Null, InJson, SampledForMetrics, "DCGM_FI_DEV_SM_CLOCK",              \
+    "SM clock frequency (in MHz).")                                                               \
+  R(unsigned, memory_clock_mhz, Null, InJson, SampledForMetrics, "DCGM_FI_DEV_MEM_CLOCK",         \
+    "Memory clock frequency (in MHz).")                                                           \
+  R(double, power_limit_w, Required, InJson, NotSampled, "", "")                                  \
+  R(bool, persistence_mode, Required, InJson, NotSampled, "", "")                                 \
+  R(ComputeMode, compute_mode, Required, InJson, NotSampled, "", "")                              \
+  R(bool, mig_enabled, Required, InJson, NotSampled, "", "")                                      \
+  R(uint64_t, ecc_corrected_volatile, Zero, InJson, NotSampled, "", "")                           \
+  R(uint64_t, ecc_uncorrected_volatile, Zero, InJson, NotSampled, "", "")                         \
+  /* Memory repairs: pages retired after ECC errors (before Ampere), rows remapped (Ampere on). \
+     A pending repair takes effect at the next GPU reset or driver load; a failed remap needs  \
+     service. */                                                                                  \
+  R(unsigned, retired_pages, Null, NotInJson, NotSampled, "", "")                                 \
+  R(bool, retired_pages_pending, ZeroNotNull, NotInJson, NotSampled, "", "")                      \
+  R(unsigned, remapped_rows, Null, NotInJson, NotSampled, "", "")                                 \
+  R(bool, row_remapping_pending, ZeroNotNull, NotInJson, NotSampled, "", "")                      \
+  R(bool, row_remapping_failed, ZeroNotNull, NotInJson, NotSampled, "", "")                       \
+  R(int, numa_node, ByHand, InJson, NotSampled, "", "")                                           \
+  /* A CPU list, as in /sys: "0-15,32-47". */                                                     \
+  R(std::string, cpu_affinity, ByHand, InJson, NotSampled, "", "")                                \
+  R(ComputeCapability, compute_capability, Required, InJson, NotSampled, "", "")                  \
+  /* A fixture gives the CUDA cores instead, as NVML does. */                                     \
+  R(unsigned, multiprocessors, Derived, InJson, NotSampled, "", "")
+
+// `__VA_ARGS__` where a reading with this `sample` value is sampled, nothing where it is not.
+#define GPUPOOL_IF_SAMPLED(sample, ...) GPUPOOL_IF_SAMPLED_##sample(__VA_ARGS__)
+#define GPUPOOL_IF_SAMPLED_NotSampled(...)
+#define GPUPOOL_IF_SAMPLED_Sampled(...) __VA_ARGS__
+#define GPUPOOL_IF_SAMPLED_SampledForMetrics(...) __VA_ARGS__
+
+// `__VA_ARGS__` where a reading with this `fixture` value has a fixture key.
+#define GPUPOOL_IF_IN_FIXTURE(fixture, ...) GPUPOOL_IF_IN_FIXTURE_##fixture(__VA_ARGS__)
+#define GPUPOOL_IF_IN_FIXTURE_Required(...) __VA_ARGS__
+#define GPUPOOL_IF_IN_FIXTURE_Zero(...) __VA_ARGS__
+#define GPUPOOL_IF_IN_FIXTURE_Null(...) __VA_ARGS__
+#define GPUPOOL_IF_IN_FIXTURE_ZeroNotNull(...) __VA_ARGS__
+#define GPUPOOL_IF_IN_FIXTURE_ByHand(...) __VA_ARGS__
+#define GPUPOOL_IF_IN_FIXTURE_Derived(...)
+
+namespace gpupool {
+
+enum class FixtureKey { Required, Zero, Null, ZeroNotNull, ByHand, Derived };
+enum class JsonUse { InJson, NotInJson };
+enum class SampleUse { NotSampled, Sampled, SampledForMetrics };
+
+// One line of the table, as the code that handles readings alike sees it.
+struct ReadingInfo {
+  const char* key;
+  FixtureKey fixture;
+  JsonUse json;
+  SampleUse sample;
+  const char* metric;
+  const char* help;
+};
+
+}  // namespace gpupool
+
+#define GPUPOOL_READING_INFO(type, field, fixture, json, sample, metric, help)               \
+  ::gpupool::ReadingInfo {                                                                    \
+    #field, ::gpupool::FixtureKey::fixture, ::gpupool::JsonUse::json,                         \
+        ::gpupool::SampleUse::sample, metric, help                                            \
+  }
