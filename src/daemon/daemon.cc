@@ -1010,6 +1010,7 @@ void Daemon::Impl::handle(const SessionPtr& s, const proto::StatusRequest&) {
     if (job.state == JobState::Held) ++status.held;
     if (job.state == JobState::Running) ++status.running;
   }
+  status.samples = monitor_->samples_surveyed();
   send(s, status);
 }
 

@@ -348,6 +348,16 @@ class Daemon:
         except (OSError, AssertionError, ValueError):
             return None
 
+    def wait_for_samples(self, count=2, timeout=30):
+        """Waits until the daemon has acted on `count` more readings of the GPUs (its status counts
+        them), each followed by a scheduling pass: what a test waits for before it checks that
+        something did not happen. Two by default, as the first may have been read from the GPUs
+        before the caller's precondition held."""
+        def samples():
+            return self.request({"op": "status"})["status"]["samples"]
+        first = samples()
+        wait_until(lambda: samples() >= first + count, timeout, what=f"gpupoold acting on {count} more samples")
+
     def answers(self):
         """True when something accepts connections on the daemon's socket."""
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
