@@ -4,9 +4,10 @@
     bench/daemon_bench.py BIN_DIR OUT.json [--check] [--only NAME ...] [--machine NAME|real]
 
 BIN_DIR holds `gpupool` and `gpupoold` of a build tree (the simulated NVML and the fixtures are
-found beside it, as for the installed programs). Each benchmark starts its own daemon with a
-fresh state directory and lease directory under --work-dir, serving GPUPOOL_SIM=hgx-h200 (or
-the fixture --machine names; `--machine real`: the GPUs the real NVML shows):
+found beside it, as for the installed programs). Each benchmark starts its own daemon (the
+end-to-end tests' harness.Daemon) with a fresh state directory and lease directory under
+--work-dir, serving GPUPOOL_SIM=hgx-h200 (or the fixture --machine names; `--machine real`: the
+GPUs the real NVML shows):
 
   submit      `gpupool submit -- true` timed from the process's start to its printed id, once
               with the queue drained (nothing starts) and once while the submitted jobs run;
@@ -37,14 +38,17 @@ import json
 import os
 import resource
 import shutil
-import signal
-import socket
 import sqlite3
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+
+SOURCE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path[:0] = [os.path.join(SOURCE_DIR, "tests", "e2e"), os.path.join(SOURCE_DIR, "python")]
+import gpupool  # noqa: E402
+import harness  # noqa: E402
 
 SIM = "hgx-h200"
 DISPATCH_CASES = ("busy", "one GPU", "idle machine")
@@ -115,104 +119,21 @@ def load_average():
         return [float(x) for x in f.read().split()[:3]]
 
 
-class Client:
-    """One connection speaking the protocol directly (docs/protocol.md), with no size limit on answers."""
+class Daemon(harness.Daemon):
+    """harness's gpupoold on the benchmark's machine, sampling at the default interval; the user's
+    primary group is its admin group (the benchmarks drain and resume)."""
 
-    def __init__(self, socket_path):
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.connect(socket_path)
-        self.buffer = bytearray()
-        hello = self.exchange({"hello": "gpupool", "protocol": 1, "software": "daemon_bench", "user": ""})
-        if "hello" not in hello:
-            raise RuntimeError(f"bad hello from gpupoold: {hello}")
-
-    def exchange(self, message):
-        self.sock.sendall(json.dumps(message, separators=(",", ":")).encode() + b"\n")
-        return json.loads(self.read_line())
-
-    def request(self, message):
-        answer = self.exchange(message)
-        if answer.get("ok") is False:
-            raise RuntimeError(f"gpupoold: {answer.get('error')}")
-        return answer
-
-    def read_line(self):
-        searched = 0
-        while True:
-            at = self.buffer.find(b"\n", searched)
-            if at >= 0:
-                line = bytes(self.buffer[:at])
-                del self.buffer[:at + 1]
-                return line
-            searched = len(self.buffer)
-            chunk = self.sock.recv(1 << 20)
-            if not chunk:
-                raise RuntimeError("gpupoold closed the connection")
-            self.buffer += chunk
-
-    def close(self):
-        self.sock.close()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-
-class Daemon:
-    """A gpupoold with its own state and lease directories; the user's primary group is its admin group."""
-
-    def __init__(self, bench, name, config=""):
-        self.bench = bench
-        self.dir = os.path.join(bench.work_dir, name)
-        self.state_dir = os.path.join(self.dir, "state")
-        self.runtime_dir = os.path.join(self.dir, "run")
-        os.makedirs(self.state_dir)
-        self.config = os.path.join(self.dir, "gpupool.toml")
-        with open(self.config, "w") as f:
-            f.write(f'[daemon]\nadmin_group = "{grp.getgrgid(os.getgid()).gr_name}"\n{config}')
-        self.env = bench.user_env(GPUPOOL_RUNTIME_DIR=self.runtime_dir, GPUPOOL_STATE_DIR=self.state_dir,
-                                  GPUPOOL_CONFIG=self.config)
-        self.socket = os.path.join(self.runtime_dir, "gpupoold.sock")
-        self.process = None
-
-    def start(self):
-        log = open(os.path.join(self.dir, "gpupoold.log"), "a")
-        started = time.monotonic()
-        self.process = subprocess.Popen([self.bench.gpupoold], env=self.env, stdout=log, stderr=log,
-                                        stdin=subprocess.DEVNULL)
-        log.close()
-        while time.monotonic() - started < 60:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"gpupoold exited with {self.process.returncode}; see {self.dir}/gpupoold.log")
-            try:
-                Client(self.socket).close()
-                return time.monotonic() - started
-            except OSError:
-                time.sleep(0.005)
-        raise RuntimeError("gpupoold did not answer within 60 s")
-
-    def stop(self):
-        if self.process and self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        self.process = None
+    def __init__(self, bench, config=""):
+        admin = f'[daemon]\nadmin_group = "{grp.getgrgid(os.getgid()).gr_name}"\n'
+        super().__init__(sim=bench.sim, bin_dir=bench.bin_dir, base_config=admin, config=config,
+                         parent_dir=bench.work_dir, keep_root=bench.keep)
 
     def client(self):
-        if self.process.poll() is not None:
-            with open(os.path.join(self.dir, "gpupoold.log")) as f:
-                tail = f.read()[-2000:]
-            raise RuntimeError(f"gpupoold exited with {self.process.returncode}; its log ends:\n{tail}")
-        return Client(self.socket)
+        return harness.RawConnection(self.socket, software="daemon_bench")
 
     def memory_mb(self):
         values = {}
-        with open(f"/proc/{self.process.pid}/status") as f:
+        with open(f"/proc/{self.proc.pid}/status") as f:
             for line in f:
                 key, _, rest = line.partition(":")
                 if key in ("VmRSS", "VmHWM"):
@@ -221,20 +142,16 @@ class Daemon:
 
     def cpu_seconds(self):
         """(the daemon's own CPU time, that of its reaped children: the supervisors and their jobs)"""
-        with open(f"/proc/{self.process.pid}/stat") as f:
+        with open(f"/proc/{self.proc.pid}/stat") as f:
             fields = [int(x) for x in f.read().rsplit(")", 1)[1].split()[11:15]]
         tick = os.sysconf("SC_CLK_TCK")
         return (fields[0] + fields[1]) / tick, (fields[2] + fields[3]) / tick
 
-    def spec(self, command, gpu_count=1):
-        return {"command": command, "cwd": self.bench.work_dir, "environment": self.bench.environment_list(),
-                "gpu_count": gpu_count, "kind": "batch", "umask": 0o22}
-
-    def gpupool(self, *args):
-        """Runs the CLI; returns (seconds from its start until its first line of output, that line)."""
+    def timed(self, *args):
+        """Runs gpupool ARGS; returns (seconds from its start until its first line of output, that line)."""
         started = time.perf_counter()
-        process = subprocess.Popen([self.bench.gpupool, *args], env=self.env, stdout=subprocess.PIPE,
-                                   stderr=subprocess.PIPE, cwd=self.bench.work_dir)
+        process = subprocess.Popen([self.gpupool, *args], env=self.env, stdout=subprocess.PIPE,
+                                   stderr=subprocess.PIPE, cwd=self.work)
         line = process.stdout.readline()
         elapsed = time.perf_counter() - started
         _, errors = process.communicate()
@@ -244,52 +161,30 @@ class Daemon:
 
     def wait_idle(self, timeout=600):
         """Waits until no job is queued or running."""
-        deadline = time.monotonic() + timeout
-        with self.client() as client:
-            while time.monotonic() < deadline:
-                status = client.request({"op": "status"})["status"]
-                if status["queued"] == 0 and status["running"] == 0:
-                    return
-                time.sleep(0.02)
-        raise RuntimeError(f"jobs still queued or running after {timeout} s")
-
-    def all_jobs(self):
-        with self.client() as client:
-            return page_through(client)[0]
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.stop()
-
+        with gpupool.Client(self.socket) as client:
+            def idle():
+                status = client.status()
+                return status["queued"] == 0 and status["running"] == 0
+            harness.wait_until(idle, timeout, interval=0.02, what="the queue emptying")
 
 
 class Bench:
     def __init__(self, args):
-        self.gpupool = os.path.abspath(os.path.join(args.bin_dir, "gpupool"))
-        self.gpupoold = os.path.abspath(os.path.join(args.bin_dir, "gpupoold"))
+        self.bin_dir = os.path.abspath(args.bin_dir)
+        self.gpupool = os.path.join(self.bin_dir, "gpupool")
+        self.gpupoold = os.path.join(self.bin_dir, "gpupoold")
         for program in (self.gpupool, self.gpupoold):
             if not os.access(program, os.X_OK):
                 sys.exit(f"daemon_bench: {program} is not an executable")
         self.work_dir = tempfile.mkdtemp(prefix="gpupoold-bench-", dir=args.work_dir)
-        self.base_env = {k: v for k, v in os.environ.items()
-                         if not k.startswith("GPUPOOL_") and k not in ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER")}
         self.sim = None if args.machine == "real" else args.machine
-        topo = subprocess.run([self.gpupool, "topo", "--json"], env=self.user_env(), capture_output=True, text=True)
+        self.keep = args.keep
+        topo = subprocess.run([self.gpupool, "topo", "--json"], env=harness.clean_env(GPUPOOL_SIM=self.sim),
+                              capture_output=True, text=True)
         if topo.returncode != 0:
             sys.exit(f"daemon_bench: gpupool topo failed: {topo.stderr.strip()}")
         self.gpus = len(json.loads(topo.stdout)["gpus"])
         self.stamp, self.stamp_exact = self.build_stamp()
-
-    def user_env(self, **overrides):
-        env = dict(self.base_env, **({"GPUPOOL_SIM": self.sim} if self.sim else {}))
-        env.update(overrides)
-        return env
-
-    def environment_list(self):
-        """What `gpupool submit` sends as the job's environment: its own (daemon variables aside)."""
-        return [f"{k}={v}" for k, v in self.user_env().items()]
 
     def build_stamp(self):
         source = os.path.join(self.work_dir, "stamp.c")
@@ -310,7 +205,7 @@ class Bench:
 
 
 def timed_submits(daemon, count, command=("true",)):
-    return [daemon.gpupool("submit", "--", *command)[0] for _ in range(count)]
+    return [daemon.timed("submit", "--", *command)[0] for _ in range(count)]
 
 
 def timed_requests(client, count, message):
@@ -324,30 +219,29 @@ def timed_requests(client, count, message):
 
 def bench_submit(bench, count):
     result = {}
-    with Daemon(bench, "submit") as daemon:
-        daemon.start()
-        daemon.gpupool("drain")
+    with Daemon(bench) as daemon:
+        daemon.timed("drain")
         floor = []
         for _ in range(count // 4):
-            floor.append(daemon.gpupool("--version")[0])
+            floor.append(daemon.timed("--version")[0])
         result["gpupool --version (process start floor)"] = summary_ms(floor)
         timed_submits(daemon, 5)  # warm-up: page cache, the database's first pages
         result["gpupool submit, queue drained"] = summary_ms(timed_submits(daemon, count))
         with daemon.client() as client:
-            submit = {"op": "submit", "job": daemon.spec(["true"])}
+            submit = {"op": "submit", "job": daemon.job_spec(["true"])}
             result["daemon: submit round trip, drained"] = summary_ms(timed_requests(client, count, submit))
         connects = []
         for _ in range(count):
             started = time.perf_counter()
-            Client(daemon.socket).close()
+            daemon.client().close()
             connects.append(time.perf_counter() - started)
         result["daemon: connect + hello"] = summary_ms(connects)
-        daemon.gpupool("resume")
+        daemon.timed("resume")
         daemon.wait_idle()
         result["gpupool submit, jobs starting"] = summary_ms(timed_submits(daemon, count))
         daemon.wait_idle()
         with daemon.client() as client:
-            times = timed_requests(client, count, {"op": "submit", "job": daemon.spec(["true"])})
+            times = timed_requests(client, count, {"op": "submit", "job": daemon.job_spec(["true"])})
         result["daemon: submit round trip, jobs starting"] = summary_ms(times)
         daemon.wait_idle()
     return result
@@ -404,17 +298,16 @@ def bench_dispatch(bench, rounds, job_ms, which=DISPATCH_CASES):
     # With one GPU, "one GPU" is "busy" again.
     cases = [case for case in cases if case[0] in which and (case[0] != "one GPU" or gpus > 1)]
     for name, description, count, ms in cases:
-        with Daemon(bench, "dispatch-" + name.replace(" ", "-")) as daemon:
-            daemon.start()
-            stamp_file = os.path.join(daemon.dir, "stamps")
+        with Daemon(bench) as daemon:
+            stamp_file = os.path.join(daemon.root, "stamps")
             with daemon.client() as client:
                 if name == "one GPU":
-                    blocker = client.request({"op": "submit", "job": daemon.spec(["sleep", "3600"], gpus - 1)})["id"]
+                    blocker = client.request({"op": "submit", "job": daemon.job_spec(["sleep", "3600"], gpus - 1)})["id"]
                     while client.request({"op": "show", "id": blocker})["jobs"][0]["state"] != "running":
                         time.sleep(0.01)
                 client.request({"op": "drain"})
                 for _ in range(count):
-                    client.request({"op": "submit", "job": daemon.spec([*bench.stamp, stamp_file, str(ms)])})
+                    client.request({"op": "submit", "job": daemon.job_spec([*bench.stamp, stamp_file, str(ms)])})
                 client.request({"op": "resume"})  # the queue is full before the first job starts
                 while True:
                     status = client.request({"op": "status"})["status"]
@@ -426,6 +319,8 @@ def bench_dispatch(bench, rounds, job_ms, which=DISPATCH_CASES):
                     client.request({"op": "cancel", "ids": [blocker]})
             parts = dispatch_gaps(daemon, stamp_file)
             result[name] = {"setup": description, **{part: summary_ms(values) for part, values in parts.items()}}
+            if bench.keep:  # where the stamps, the database and the log stay
+                result[name]["directory"] = daemon.root
             daemon.wait_idle()
     if "idle machine" in which:
         result["idle machine"] = submit_to_start(bench, rounds * 2)
@@ -447,12 +342,11 @@ def wait_for_lines(path, count, timeout=60):
 def submit_to_start(bench, count):
     """`gpupool submit` of one job on an idle machine: from the submit process's start to the job's first instruction."""
     latencies, daemon_side = [], []
-    with Daemon(bench, "dispatch-idle") as daemon:
-        daemon.start()
-        stamp_file = os.path.join(daemon.dir, "stamps")
+    with Daemon(bench) as daemon:
+        stamp_file = os.path.join(daemon.root, "stamps")
         for i in range(count):
             started = time.time()
-            daemon.gpupool("submit", "--", *bench.stamp, stamp_file, "0")
+            daemon.timed("submit", "--", *bench.stamp, stamp_file, "0")
             latencies.append(float(wait_for_lines(stamp_file, i + 1)[i].split()[2]) - started)
             time.sleep(0.05)
         daemon.wait_idle()
@@ -465,8 +359,7 @@ def submit_to_start(bench, count):
 
 def bench_throughput(bench, count, submitters):
     result = {"jobs": count, "submitters": submitters, "command": "true"}
-    with Daemon(bench, "throughput") as daemon:
-        daemon.start()
+    with Daemon(bench) as daemon:
         cpu_before = daemon.cpu_seconds()
         clients_before = resource.getrusage(resource.RUSAGE_CHILDREN)
         failures = []
@@ -517,7 +410,7 @@ def bench_throughput(bench, count, submitters):
         started = time.time()
         with daemon.client() as client:
             for _ in range(count):
-                answer = client.request({"op": "submit", "job": daemon.spec(["true"])})
+                answer = client.request({"op": "submit", "job": daemon.job_spec(["true"])})
                 first_id = first_id or answer["id"]
         submitted = time.time()
         daemon.wait_idle()
@@ -536,9 +429,8 @@ def page_through(client):
     """Every job, page after page over one connection: (the jobs, pages, bytes of the largest answer)."""
     jobs, pages, largest, after = [], 0, 0, 0
     while True:
-        message = json.dumps({"op": "jobs", "all": True, "after_id": after}).encode() + b"\n"
-        client.sock.sendall(message)
-        line = client.read_line()
+        client.send({"op": "jobs", "all": True, "after_id": after})
+        line = client.receive()
         page = json.loads(line)
         jobs += page["jobs"]
         pages += 1
@@ -577,10 +469,9 @@ def copy_history(database, history):
 
 def bench_memory(bench, history):
     result = {}
-    with Daemon(bench, "memory") as daemon:
-        daemon.start()
+    with Daemon(bench) as daemon:
         for _ in range(10):
-            daemon.gpupool("submit", "--", "true")
+            daemon.timed("submit", "--", "true")
         daemon.wait_idle()
         result["fresh daemon, 10 jobs"] = daemon.memory_mb()
         daemon.stop()
@@ -589,11 +480,13 @@ def bench_memory(bench, history):
         result["jobs in the database"] = total
         result["database MB"] = round(os.path.getsize(database) / 2**20, 1)
         result["environment bytes per job"] = environment_bytes
-        result["start seconds"] = round(daemon.start(), 3)
-        time.sleep(2.5)  # two sampling ticks
+        started = time.monotonic()
+        daemon.start()
+        result["start seconds"] = round(time.monotonic() - started, 3)
+        daemon.wait_for_samples()  # its memory once settled into sampling
         result["idle"] = daemon.memory_mb()
 
-        elapsed, _ = daemon.gpupool("jobs")
+        elapsed, _ = daemon.timed("jobs")
         result["after gpupool jobs"] = dict(daemon.memory_mb(), ms=round(elapsed * 1000, 1))
         for args in (["jobs", "--all"], ["jobs", "--all", "--json"]):
             started = time.perf_counter()

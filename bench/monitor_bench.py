@@ -23,13 +23,13 @@ import grp
 import http.client
 import json
 import os
-import re
 import shutil
-import signal
-import subprocess
 import sys
 import tempfile
 import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "e2e"))
+import harness  # noqa: E402
 
 SIM = "hgx-h200"
 GPUS = 8
@@ -51,50 +51,28 @@ def load_average():
         return [float(x) for x in f.read().split()[:3]]
 
 
-class Daemon:
-    """A gpupoold with its own state and runtime directories, serving HTTP on a port the kernel picks."""
+class Daemon(harness.Daemon):
+    """harness's gpupoold on the simulated machine, sampling once a second and serving HTTP on a
+    port the kernel picks."""
 
-    def __init__(self, gpupoold, work_dir):
-        self.dir = work_dir
-        self.log_path = os.path.join(work_dir, "gpupoold.log")
-        state_dir = os.path.join(work_dir, "state")
-        os.makedirs(state_dir)
-        config = os.path.join(work_dir, "gpupool.toml")
-        with open(config, "w") as f:
-            f.write(f'[daemon]\nadmin_group = "{grp.getgrgid(os.getgid()).gr_name}"\nsample_interval_s = 1\n')
-        env = {k: v for k, v in os.environ.items()
-               if not k.startswith("GPUPOOL_") and k not in ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER")}
-        env.update(GPUPOOL_SIM=SIM, GPUPOOL_STATE_DIR=state_dir, GPUPOOL_CONFIG=config,
-                   GPUPOOL_RUNTIME_DIR=os.path.join(work_dir, "run"))
-        with open(self.log_path, "w") as log:
-            self.process = subprocess.Popen([gpupoold, "--http", "127.0.0.1:0"], env=env, stdin=subprocess.DEVNULL,
-                                            stdout=log, stderr=log)
-        self.host, self.port = self.wait_for_http()
+    def __init__(self, bin_dir, work_dir, keep):
+        admin = f'[daemon]\nadmin_group = "{grp.getgrgid(os.getgid()).gr_name}"\nsample_interval_s = 1\n'
+        super().__init__(sim=SIM, bin_dir=bin_dir, base_config=admin, http="127.0.0.1:0", parent_dir=work_dir,
+                         keep_root=keep)
 
-    def wait_for_http(self, timeout=60):
-        """The address from the daemon's "HTTP on http://HOST:PORT/" line."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            with open(self.log_path) as f:
-                found = re.search(r"HTTP on http://([^/\s]+):(\d+)/", f.read())
-            if found:
-                return found.group(1), int(found.group(2))
-            if self.process.poll() is not None:
-                raise RuntimeError(f"gpupoold exited with {self.process.returncode}:\n{self.log_tail()}")
-            time.sleep(0.02)
-        raise RuntimeError(f"gpupoold printed no HTTP address within {timeout} s:\n{self.log_tail()}")
-
-    def log_tail(self):
-        with open(self.log_path) as f:
-            return f.read()[-2000:]
+    def __enter__(self):
+        super().__enter__()
+        self.host, port = self.http_address().rsplit(":", 1)
+        self.port = int(port)
+        return self
 
     def cpu_seconds(self):
-        with open(f"/proc/{self.process.pid}/stat") as f:
+        with open(f"/proc/{self.proc.pid}/stat") as f:
             utime, stime = (int(x) for x in f.read().rsplit(")", 1)[1].split()[11:13])
         return (utime + stime) / os.sysconf("SC_CLK_TCK")
 
     def memory_mb(self):
-        with open(f"/proc/{self.process.pid}/status") as f:
+        with open(f"/proc/{self.proc.pid}/status") as f:
             for line in f:
                 if line.startswith("VmRSS:"):
                     return round(int(line.split()[1]) / 1024, 1)
@@ -112,19 +90,10 @@ class Daemon:
         finally:
             connection.close()
 
-    def stop(self):
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-
 
 def bench_cpu(daemon, duration):
     """The daemon's CPU while it only samples; the samples counted prove it sampled meanwhile."""
-    time.sleep(3)  # past the start: database, first readings
+    daemon.wait_for_samples()  # past the start: database, first readings
     began_wall, began_cpu, began_unix = time.monotonic(), daemon.cpu_seconds(), time.time()
     time.sleep(duration)
     wall, cpu = time.monotonic() - began_wall, daemon.cpu_seconds() - began_cpu
@@ -219,15 +188,13 @@ def main():
         "kernel": os.uname().release, "cpus": os.cpu_count(), "simulated_machine": SIM, "gpupoold": gpupoold,
         "load_before": load_average(),
     }}
-    daemon = None
     try:
-        daemon = Daemon(gpupoold, work_dir)
-        for name in args.only or ["cpu", "scrape"]:
-            print(f"monitor_bench: {name} ...", file=sys.stderr, flush=True)
-            results[name] = bench_cpu(daemon, args.duration) if name == "cpu" else bench_scrape(daemon, args.requests)
+        with Daemon(args.bin_dir, work_dir, args.keep) as daemon:
+            for name in args.only or ["cpu", "scrape"]:
+                print(f"monitor_bench: {name} ...", file=sys.stderr, flush=True)
+                results[name] = (bench_cpu(daemon, args.duration) if name == "cpu"
+                                 else bench_scrape(daemon, args.requests))
     finally:
-        if daemon:
-            daemon.stop()
         results["meta"]["load_after"] = load_average()
         if args.output:
             with open(args.output, "w") as f:

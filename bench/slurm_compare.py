@@ -27,6 +27,7 @@ the load average before and after. Prints a Markdown table and writes every figu
 """
 import argparse
 import datetime
+import importlib
 import json
 import os
 import re
@@ -51,8 +52,8 @@ def import_e2e(bin_dir):
     """tests/e2e's harness and throwaway Slurm, told where the binaries are (read at import)."""
     os.environ["GPUPOOL_BIN_DIR"] = os.path.abspath(bin_dir)
     os.environ["GPUPOOL_SOURCE_DIR"] = SOURCE_DIR
-    sys.path.insert(0, os.path.join(SOURCE_DIR, "tests", "e2e"))
     import harness
+    importlib.reload(harness)  # daemon_bench imported it before the binaries were named
     import slurm_cluster
     return harness, slurm_cluster
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Renders the dashboard as it was at one moment, from JSON saved from a daemon's API
-(scripts/device/verify-monitoring.py saves TAG-gpus.json, TAG-jobs.json, TAG-history.json): serves
+(the monitoring step of scripts/device/verify saves TAG-gpus.json, TAG-jobs.json, TAG-history.json): serves
 the page's own files and those answers on a local port and takes a screenshot in headless
 Chromium. For pictures of a run on a machine without a browser.
 Usage: scripts/render-dashboard.py SNAPSHOT_DIR TAG OUT.png [MINUTES]"""

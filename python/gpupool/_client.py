@@ -1,4 +1,4 @@
-"""The queue requests: submit, jobs, show, cancel, hold, release, wait (docs/protocol.md)."""
+"""The queue requests: submit, jobs, show, cancel, hold, release, wait, status (docs/protocol.md)."""
 import os
 
 from ._connection import Connection, Error
@@ -124,3 +124,8 @@ class Client:
         for first in range(0, len(ids), _WAIT_BATCH):
             ended += self._request({"op": "wait", "ids": ids[first:first + _WAIT_BATCH]})["jobs"]
         return ended
+
+    def status(self):
+        """The daemon's status, as docs/protocol.md lists it: software, pid, drained, machine, gpus,
+        the jobs queued, held and running, and samples (the readings of the GPUs it has acted on)."""
+        return self._request({"op": "status"})["status"]

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The jobs scripts/device/verify-multigpu starts on the GPUs, with torch. Every job first checks
+"""The jobs scripts/device/verify starts on the GPUs, with torch. Every job first checks
 that NVLink multicast is still switched off in its environment (the three variables below reach
 it only if gpupool passed them through) and exits 5 if not.
 
@@ -11,7 +11,7 @@ it only if gpupool passed them through) and exits 5 if not.
                                            rank 0 prints "RESULT {json}"
   multigpu-jobs.py load SECONDS            keeps its GPU busy with matrix products
 
-With VERIFY_MULTIGPU_SIM set (a dry run on a simulated machine, which has no CUDA) torch is not
+With VERIFY_SIM set (a dry run on a simulated machine, which has no CUDA) torch is not
 imported: the jobs check their environment and report what they can without it.
 """
 import json
@@ -20,7 +20,7 @@ import sys
 import time
 
 NO_MULTICAST = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
-DRY_RUN = bool(os.environ.get("VERIFY_MULTIGPU_SIM"))
+DRY_RUN = bool(os.environ.get("VERIFY_SIM"))
 
 
 def check_environment():

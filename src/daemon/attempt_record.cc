@@ -7,7 +7,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "daemon/descriptor.h"
+#include "os/fd.h"
+#include "os/files.h"
 
 namespace gpupool {
 namespace {
@@ -28,7 +29,7 @@ std::optional<int> integer_field(const json& event, const char* key) {
 
 Result<AttemptRecord> read_attempt_record(const std::string& record_path) {
   AttemptRecord record;
-  Descriptor file(::open(record_path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
+  Fd file(::open(record_path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
   if (!file.valid()) {
     if (errno == ENOENT) return record;  // NeverStarted
     return fail("cannot open {}: {}", record_path, std::strerror(errno));
@@ -42,8 +43,8 @@ Result<AttemptRecord> read_attempt_record(const std::string& record_path) {
     return fail("cannot test the lock of {}: {}", record_path, std::strerror(errno));
   }
   const bool locked = lock.l_type != F_UNLCK;
-  auto text = read_all(file.get());
-  if (!text) return fail("cannot read {}: {}", record_path, std::strerror(errno));
+  auto text = read_to_end(file.get());
+  if (!text) return fail("cannot read {}: {}", record_path, text.error().message);
 
   bool started = false, exited = false;
   size_t line_number = 0;

@@ -296,6 +296,7 @@ void Daemon::Impl::handle(const SessionPtr& s, const protocol::StatusRequest&) {
     if (job.state == JobState::Held) ++status.held;
     if (job.state == JobState::Running) ++status.running;
   }
+  status.samples = monitor_->samples_surveyed();
   sessions_.send(s, status);
 }
 

@@ -26,8 +26,9 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "daemon/descriptor.h"
 #include "os/child_process.h"
+#include "os/fd.h"
+#include "os/files.h"
 
 namespace gpupool {
 namespace {
@@ -280,15 +281,15 @@ std::string could_not_start(const SupervisedAttempt& attempt, const ChildReport&
   return "could not start";
 }
 
-Result<Descriptor> open_log(const std::string& path, uid_t uid, gid_t gid) {
+Result<Fd> open_log(const std::string& path, uid_t uid, gid_t gid) {
   if (path.empty()) {
-    Descriptor null(::open("/dev/null", O_WRONLY | O_CLOEXEC));
+    Fd null(::open("/dev/null", O_WRONLY | O_CLOEXEC));
     if (!null.valid()) return fail("cannot open /dev/null: {}", std::strerror(errno));
     return null;
   }
   // Opened here, where we may still be root, and handed to the job's owner: the log directory is
   // not writable by users, so nobody can plant a link where the log goes.
-  Descriptor log(::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_CLOEXEC, 0600));
+  Fd log(::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_CLOEXEC, 0600));
   if (!log.valid()) return fail("cannot open {}: {}", path, std::strerror(errno));
   if (fchown(log.get(), uid, gid) != 0) {
     return fail("cannot hand {} to uid {}: {}", path, uid, std::strerror(errno));
@@ -322,8 +323,8 @@ class AttemptSupervisor {
     if (!signal_fd_.valid() || !timer_fd_.valid()) {
       return fail("cannot wait for signals: {}", std::strerror(errno));
     }
-    TRY_ASSIGN(Descriptor out, open_log(attempt_.stdout_path, attempt_.uid, attempt_.gid));
-    TRY_ASSIGN(Descriptor err, open_log(attempt_.stderr_path, attempt_.uid, attempt_.gid));
+    TRY_ASSIGN(Fd out, open_log(attempt_.stdout_path, attempt_.uid, attempt_.gid));
+    TRY_ASSIGN(Fd err, open_log(attempt_.stderr_path, attempt_.uid, attempt_.gid));
     TRY_ASSIGN(auto report_pipe, make_pipe());
     TRY_ASSIGN(auto go_pipe, make_pipe());
     if (attempt_.isolation) TRY(prepare_own_group(err.get()));
@@ -539,8 +540,8 @@ class AttemptSupervisor {
 
   SupervisedAttempt attempt_;
   int record_fd_;
-  Descriptor signal_fd_, timer_fd_, report_fd_, go_fd_;
-  Descriptor group_fd_;  // the attempt's cgroup v2 directory, which the job is forked into
+  Fd signal_fd_, timer_fd_, report_fd_, go_fd_;
+  Fd group_fd_;  // the attempt's cgroup v2 directory, which the job is forked into
   pid_t job_ = -1;  // also its process group
   std::optional<int> leader_status_;
   std::optional<std::string> stop_reason_;
@@ -557,7 +558,7 @@ Result<StandbySupervisor> StandbySupervisor::spawn(const std::string& supervisor
   if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sockets) != 0) {
     return fail("cannot create a socket pair: {}", std::strerror(errno));
   }
-  Descriptor ours(sockets[0]), theirs(sockets[1]);
+  Fd ours(sockets[0]), theirs(sockets[1]);
   if (theirs.get() <= STDERR_FILENO) {  // a daemon started with closed standard descriptors
     theirs.reset(fcntl(theirs.get(), F_DUPFD_CLOEXEC, STDERR_FILENO + 1));
     if (!theirs.valid()) return fail("cannot move a descriptor: {}", std::strerror(errno));
@@ -625,7 +626,7 @@ Result<void> StandbySupervisor::hand(const SupervisedAttempt& attempt, const std
   } catch (const nlohmann::json::exception&) {
     return fail("job {}: its command, environment or paths are not valid UTF-8", attempt.id);
   }
-  Descriptor record(::open(attempt.record_path.c_str(),
+  Fd record(::open(attempt.record_path.c_str(),
                            O_WRONLY | O_APPEND | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
   if (!record.valid()) return fail("cannot create {}: {}", attempt.record_path, std::strerror(errno));
   // Whatever goes wrong from here on, the record goes too, so the attempt can be started again,
@@ -736,7 +737,7 @@ int supervise_main() {
   for (size_t i = 1; i < descriptors.size(); ++i) {
     if (fcntl(descriptors[i], F_SETFD, 0) != 0) return 2;
   }
-  auto rest = read_all(STDIN_FILENO);
+  auto rest = read_to_end(STDIN_FILENO);
   auto attempt = rest ? parse_attempt(text + *rest) : Result<SupervisedAttempt>(fail("cannot read the attempt"));
   if (!attempt) return 3;
   // The job's stdin is /dev/null; the daemon's socket goes.

@@ -36,7 +36,7 @@ TEST(DocgenRoffText, NonAsciiAsUnicodeEscapes) {
 
 using testing_support::option;
 
-CommandDoc example() {
+CommandDoc man_page_example() {
   OptionDoc help = option({"help"}, {"h"}, "", "Print this help message and exit");
   OptionDoc policy = option({"policy"}, {}, "", "The policy", "TEXT");
   policy.choices = {"fifo", "backfill"};
@@ -52,7 +52,7 @@ CommandDoc example() {
 }
 
 TEST(DocgenManPage, OverviewListsCommandPagesAndSections) {
-  CommandDoc tool = example();
+  CommandDoc tool = man_page_example();
   ManPageSpec spec{"tool", 1, "tool 1.0", "User Commands", {"tool"}, true, {}, {"tool-sim(1)"}};
   spec.sections.push_back({"EXIT STATUS", "", {{"0", "Success."}}});
   std::string page = man_page(tool, spec);
@@ -67,7 +67,7 @@ TEST(DocgenManPage, OverviewListsCommandPagesAndSections) {
 }
 
 TEST(DocgenManPage, NestedCommandsAreSectionsOfTheirParentsPage) {
-  CommandDoc tool = example();
+  CommandDoc tool = man_page_example();
   ManPageSpec spec{"tool-sim", 1, "tool 1.0", "User Commands", {"tool", "sim"}, false, {}, {"tool(1)"}};
   std::string page = man_page(tool.commands[0], spec);
   EXPECT_THAT(page, HasSubstr(".SS \"tool sim replay\"\n\\fBtool sim replay\\fR \\fB\\-\\-trace\\fR \\fIFILE\\fR "
@@ -78,7 +78,7 @@ TEST(DocgenManPage, NestedCommandsAreSectionsOfTheirParentsPage) {
 }
 
 TEST(DocgenManPage, PositionalsAreArguments) {
-  CommandDoc tool = example();
+  CommandDoc tool = man_page_example();
   ManPageSpec spec{"tool-cancel", 1, "tool 1.0", "User Commands", {"tool", "cancel"}, false, {}, {}};
   std::string page = man_page(tool.commands[1], spec);
   EXPECT_THAT(page, HasSubstr(".SH SYNOPSIS\n\\fBtool cancel\\fR [\\fIOPTIONS\\fR] \\fIids\\fR ...\n"));

@@ -223,12 +223,12 @@ RC_GTEST_PROP(LifecycleProperties, InvariantsHoldForAnyEvents, ()) {
     Event event;
     switch (*rc::gen::inRange(0, 11)) {
       case 0: {
-        retries[id] = *rc::gen::inRange(0u, 3u);
+        unsigned allowed = *rc::gen::inRange(0u, 3u);
         std::vector<JobNumber> after;
         if (id > 1 && *rc::gen::arbitrary<bool>()) after.push_back(*rc::gen::inRange<JobNumber>(1, id));
         std::optional<std::string> held;
         if (*rc::gen::inRange(0, 4) == 0) held = "someone";
-        event = Submitted{id, *rc::gen::element(JobKind::Batch, JobKind::Interactive), retries[id], after, held};
+        event = Submitted{id, *rc::gen::element(JobKind::Batch, JobKind::Interactive), allowed, after, held};
         break;
       }
       case 1:
@@ -251,6 +251,7 @@ RC_GTEST_PROP(LifecycleProperties, InvariantsHoldForAnyEvents, ()) {
     bool was_drained = jobs.drained();
     auto effects = jobs.handle(event);
     if (!effects.ok()) continue;
+    if (auto* submitted = std::get_if<Submitted>(&event)) retries[submitted->id] = submitted->retries;
     if (auto* cancel = std::get_if<Cancel>(&event)) cancelled.insert(cancel->id);
     for (const Effect& effect : *effects) {
       std::visit(

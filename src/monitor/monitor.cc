@@ -225,6 +225,7 @@ void Monitor::save_usage() {
 }
 
 void Monitor::set_pool(std::vector<GpuAvailability> pool) {
+  ++samples_surveyed_;
   pool.resize(machine_.gpus.size());
   std::lock_guard lock(mutex_);
   pool_ = std::move(pool);

@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -80,6 +81,9 @@ class Monitor {
   void publish(QueueView view);
   // What stands on each GPU (leases, outside processes), from the loop's survey of a reading.
   void set_pool(std::vector<GpuAvailability> pool);
+  // Readings the loop has surveyed (set_pool) since the start. Counted on the loop, so an answer
+  // the loop sends after N has also seen what it did with the Nth reading.
+  uint64_t samples_surveyed() const { return samples_surveyed_; }
   // How long one start took (leases, record, supervisor).
   void observe_dispatch(double seconds);
   // `gpupool report`: stored usage plus what is not stored yet.
@@ -108,6 +112,7 @@ class Monitor {
   double started_ = 0;   // Unix seconds
   std::chrono::steady_clock::time_point last_saved_;
   std::set<JobNumber> known_running_;  // running at the previous publish
+  uint64_t samples_surveyed_ = 0;
 
   std::mutex mutex_;  // guards everything below
   std::condition_variable wake_;

@@ -51,4 +51,10 @@ Result<std::vector<bool>> wait_until_ready(const std::vector<int>& fds,
   }
 }
 
+Result<std::pair<Fd, Fd>> make_pipe() {
+  int ends[2];
+  if (pipe2(ends, O_CLOEXEC) != 0) return fail("cannot create a pipe: {}", std::strerror(errno));
+  return std::make_pair(Fd(ends[0]), Fd(ends[1]));
+}
+
 }  // namespace gpupool

@@ -43,6 +43,9 @@ Result<void> set_inherited_by_exec(int fd, bool inherited);
 // takes the place of a standard stream).
 Result<Fd> duplicate(int fd);
 
+// A pipe, both ends close-on-exec: the read end first.
+Result<std::pair<Fd, Fd>> make_pipe();
+
 // Whether the descriptor is a terminal (and so a person may be reading or typing).
 bool is_terminal(int fd);
 

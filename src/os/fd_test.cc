@@ -83,5 +83,17 @@ TEST(Fd, WaitsUntilADescriptorIsReadyOrTimeUp) {
   EXPECT_TRUE((*wait_until_ready({read_end.get()}, std::chrono::milliseconds(0)))[0]);
 }
 
+TEST(Fd, PipesCarryBytesFromTheWriteEndToTheReadEndCloseOnExec) {
+  auto pipe = make_pipe();
+  ASSERT_TRUE(pipe.ok()) << pipe.error().message;
+  auto& [read_end, write_end] = *pipe;
+  EXPECT_NE(fcntl(read_end.get(), F_GETFD) & FD_CLOEXEC, 0);
+  EXPECT_NE(fcntl(write_end.get(), F_GETFD) & FD_CLOEXEC, 0);
+  ASSERT_EQ(write(write_end.get(), "x", 1), 1);
+  char got = 0;
+  ASSERT_EQ(read(read_end.get(), &got, 1), 1);
+  EXPECT_EQ(got, 'x');
+}
+
 }  // namespace
 }  // namespace gpupool

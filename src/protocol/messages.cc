@@ -440,7 +440,8 @@ json response_json(const StatusResponse& response) {
             {"gpus", response.gpus},
             {"queued", response.queued},
             {"held", response.held},
-            {"running", response.running}}}};
+            {"running", response.running},
+            {"samples", response.samples}}}};
 }
 json response_json(const LeaseQueued& response) {
   return {{"ok", true}, {"event", "queued"}, {"id", response.id}, {"reason", response.reason}};
@@ -545,6 +546,7 @@ Result<StatusResponse> as_status(const json& value, const Field& field) {
   TRY_ASSIGN(status.queued, defaulted(value, "queued", 0u, count));
   TRY_ASSIGN(status.held, defaulted(value, "held", 0u, count));
   TRY_ASSIGN(status.running, defaulted(value, "running", 0u, count));
+  TRY_ASSIGN(status.samples, defaulted(value, "samples", uint64_t{0}, whole_from<uint64_t>(0)));
   return status;
 }
 

@@ -120,6 +120,9 @@ struct StatusResponse {
   std::string machine;  // fixture name or host name
   unsigned gpus = 0;
   unsigned queued = 0, held = 0, running = 0;
+  // GPU readings the daemon has acted on since it started: a test waits for more of them to
+  // know that the scheduler has looked again, instead of sleeping.
+  uint64_t samples = 0;
 };
 struct LeaseQueued {
   JobNumber id = 0;

@@ -520,10 +520,10 @@ TEST(ProtocolResponseTest, ActionOutcomes) {
 }
 
 TEST(ProtocolResponseTest, Status) {
-  StatusResponse status{"gpupoold 0.1.0", 812, true, "hgx-h200", 8, 3, 1, 2};
+  StatusResponse status{"gpupoold 0.1.0", 812, true, "hgx-h200", 8, 3, 1, 2, 40};
   EXPECT_EQ(encode(Response(status)),
             R"({"ok":true,"status":{"drained":true,"gpus":8,"held":1,"machine":"hgx-h200","pid":812,)"
-            R"("queued":3,"running":2,"software":"gpupoold 0.1.0"}})");
+            R"("queued":3,"running":2,"samples":40,"software":"gpupoold 0.1.0"}})");
   auto parsed = through_the_wire(status);
   EXPECT_EQ(parsed.software, "gpupoold 0.1.0");
   EXPECT_EQ(parsed.pid, 812);
@@ -533,9 +533,11 @@ TEST(ProtocolResponseTest, Status) {
   EXPECT_EQ(parsed.queued, 3u);
   EXPECT_EQ(parsed.held, 1u);
   EXPECT_EQ(parsed.running, 2u);
+  EXPECT_EQ(parsed.samples, 40u);
   auto minimal = parsed_response<StatusResponse>(R"({"ok":true,"status":{}})");
   EXPECT_FALSE(minimal.drained);
   EXPECT_EQ(minimal.gpus, 0u);
+  EXPECT_EQ(minimal.samples, 0u);
 }
 
 TEST(ProtocolResponseTest, LeaseEvents) {

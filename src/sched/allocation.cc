@@ -21,17 +21,17 @@ bool considered(const GpuRequest& request, unsigned index) {
   return std::find(request.excluded.begin(), request.excluded.end(), index) == request.excluded.end();
 }
 
-bool whole_gpu_free(const GpuAvailability& a) {
-  return a.usable && !a.exclusive_held && a.shared_mib == 0 && !a.external_busy;
+}  // namespace
+
+bool whole_gpu_free(const GpuAvailability& gpu) {
+  return gpu.usable && !gpu.exclusive_held && gpu.shared_mib == 0 && !gpu.external_busy;
 }
 
-uint64_t slice_room(const Gpu& gpu, const GpuAvailability& a) {
-  if (!a.usable || a.exclusive_held || !gpu.memory_total_mib) return 0;
-  uint64_t taken = a.shared_mib + a.external_mib;
+uint64_t slice_room(const Gpu& gpu, const GpuAvailability& state) {
+  if (!state.usable || state.exclusive_held || !gpu.memory_total_mib) return 0;
+  uint64_t taken = state.shared_mib + state.external_mib;
   return taken >= *gpu.memory_total_mib ? 0 : *gpu.memory_total_mib - taken;
 }
-
-}  // namespace
 
 Result<std::optional<std::vector<unsigned>>> choose_gpus(const Machine& machine,
                                                          const std::vector<GpuAvailability>& availability,

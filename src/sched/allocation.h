@@ -22,6 +22,12 @@ struct GpuAvailability {
   std::string holders;           // who, for the waiting line: "alice (train-3)", "pid 812 bob python"
 };
 
+// Whether a whole-GPU request may take it: no lease, no slice, no outside use.
+bool whole_gpu_free(const GpuAvailability& gpu);
+
+// The MiB a new slice could take on it (outside use counts against it); 0 when it takes none.
+uint64_t slice_room(const Gpu& gpu, const GpuAvailability& state);
+
 struct GpuRequest {
   unsigned count = 1;
   std::optional<uint64_t> slice_mib;   // nullopt: whole GPUs

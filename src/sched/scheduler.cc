@@ -46,17 +46,6 @@ double limit_or_never(const JobRequest& job) {
   return job.time_limit_s.value_or(std::numeric_limits<double>::infinity());
 }
 
-// As choose_gpus() counts them: outside use keeps whole-GPU jobs off, slices fit around it.
-bool whole_gpu_free(const GpuAvailability& gpu) {
-  return gpu.usable && !gpu.exclusive_held && gpu.shared_mib == 0 && !gpu.external_busy;
-}
-
-uint64_t slice_room(const Gpu& gpu, const GpuAvailability& state) {
-  if (!state.usable || state.exclusive_held || !gpu.memory_total_mib) return 0;
-  uint64_t taken = state.shared_mib + state.external_mib;
-  return *gpu.memory_total_mib - std::min(*gpu.memory_total_mib, taken);
-}
-
 void take(std::vector<GpuAvailability>& state, const JobRequest& job,
           const std::vector<unsigned>& gpus) {
   for (unsigned gpu : gpus) {

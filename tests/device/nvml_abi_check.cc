@@ -1,7 +1,7 @@
 // Proves that our own NVML declarations (src/nvml/nvml_api.h) match NVIDIA's
 // nvml.h: constants, struct sizes and field offsets, and every function
 // signature we call. Compiled on a GPU machine against the CUDA toolkit's
-// header (scripts/device/verify-h200); a mismatch is a compile error.
+// header (the abi step of scripts/device/verify); a mismatch is a compile error.
 #include <cstddef>
 #include <cstdio>
 #include <type_traits>

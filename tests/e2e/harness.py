@@ -236,6 +236,56 @@ class LineReader:
             raise AssertionError(f"no line within {timeout} s") from None
 
 
+class RawConnection:
+    """One connection to gpupoold that speaks docs/protocol.md itself: the hello, then one answer
+    per request, however long. For what the Python client does not offer: the tests' cheap
+    queries of the queue, a benchmark's round trips."""
+
+    def __init__(self, socket_path, timeout=None, software="gpupool e2e tests"):
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            self.sock.settimeout(timeout)
+            self.sock.connect(socket_path)
+            self.lines = self.sock.makefile("rwb", buffering=1 << 20)
+            self.request({"hello": "gpupool", "protocol": 1, "software": software, "user": ""})
+        except BaseException:
+            self.sock.close()
+            raise
+
+    def send(self, message):
+        self.lines.write(json.dumps(message, separators=(",", ":")).encode() + b"\n")
+        self.lines.flush()
+
+    def receive(self):
+        """The next answer as it came: one line of JSON."""
+        answer = self.lines.readline()
+        if not answer:
+            raise AssertionError("gpupoold closed the connection instead of answering")
+        return answer
+
+    def exchange(self, message):
+        """Sends message; returns the answer, also a refusal."""
+        self.send(message)
+        return json.loads(self.receive())
+
+    def request(self, message):
+        """The answer to message; a refusal raises AssertionError."""
+        answer = self.exchange(message)
+        if answer.get("ok") is False:
+            raise AssertionError(f"gpupoold refused {message}: {answer.get('error')}")
+        return answer
+
+    def close(self):
+        self.lines.close()
+        self.sock.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
 class Daemon:
     """gpupoold serving a simulated machine, with a runtime directory (socket, leases), a state
     directory (database, logs), a configuration file and a work directory of its own, all under
@@ -244,12 +294,20 @@ class Daemon:
     The daemon runs as root, or as `user` (a personal daemon, which owns the whole root then);
     mode is that of the root and work directories (0755 to let other users in).
     http is gpupoold's --http: off unless a test asks (many daemons run at once); "127.0.0.1:0"
-    takes any free port, which self.http_address() reads from the daemon's log."""
+    takes any free port, which self.http_address() reads from the daemon's log.
+    Benchmarks and the GPU-machine verification use it too: sim=None serves the real GPUs,
+    bin_dir names another build's programs, base_config replaces the tests' fast sampling,
+    parent_dir puts the root elsewhere than $TMPDIR and keep_root leaves it there for a person to
+    read (the logs, the database)."""
 
-    def __init__(self, sim="hgx-h200", config="", mode=0o700, user=None, http="off", env=None):
+    def __init__(self, sim="hgx-h200", config="", mode=0o700, user=None, http="off", env=None, bin_dir=BIN_DIR,
+                 base_config=DAEMON_CONFIG, parent_dir=None, keep_root=False):
         self.user = user
+        self.keep_root = keep_root
         self.http = http
-        self.root = tempfile.mkdtemp(prefix="gpupool-e2e-")
+        self.gpupool = os.path.join(bin_dir, "gpupool")
+        self.gpupoold = os.path.join(bin_dir, "gpupoold")
+        self.root = tempfile.mkdtemp(prefix="gpupool-e2e-", dir=parent_dir)
         os.chmod(self.root, mode)
         self.runtime_dir = os.path.join(self.root, "run")
         self.state_dir = os.path.join(self.root, "state")
@@ -258,7 +316,7 @@ class Daemon:
         os.chmod(self.work, mode)
         self.config = os.path.join(self.root, "gpupool.toml")
         with open(self.config, "w") as f:
-            f.write(DAEMON_CONFIG + config)
+            f.write(base_config + config)
         os.chmod(self.config, 0o644)
         self.log = os.path.join(self.root, "gpupoold.log")
         self.socket = os.path.join(self.runtime_dir, "gpupoold.sock")
@@ -286,14 +344,15 @@ class Daemon:
             sys.stderr.write(f"--- gpupoold's log ({self.log}):\n{self.log_text()[-6000:]}\n")
             for problem in problems:
                 sys.stderr.write(f"--- also: {problem}\n")
-        shutil.rmtree(self.root, ignore_errors=True)
+        if not self.keep_root:
+            shutil.rmtree(self.root, ignore_errors=True)
         if kind is None and problems:
             raise AssertionError("; ".join(problems))
         return False
 
     def popen(self, *args):
         """gpupoold ARGS in the background, its stderr appended to self.log."""
-        argv, env = [GPUPOOLD, *args], self.env
+        argv, env = [self.gpupoold, *args], self.env
         if self.user:
             argv, env = as_user(self.user, argv, env)
         with open(self.log, "a") as log:
@@ -310,7 +369,8 @@ class Daemon:
             # in a child forked just before (until it closes what it inherited).
             status = self.status()
             return status is not None and status.get("pid") == self.proc.pid
-        wait_until(serving, timeout, what="gpupoold answering on its socket")
+        # Polled often: daemon_bench reports how long the start took.
+        wait_until(serving, timeout, interval=0.01, what="gpupoold answering on its socket")
         return self.proc
 
     def http_address(self, starts=1):
@@ -325,21 +385,8 @@ class Daemon:
         """Sends one request to the daemon over its socket as docs/protocol.md says, as this process's
         user, and returns the answer. Cheaper than a gpupool process (which costs a second under
         ASan), so the tests watch the queue this way and run gpupool for what they test."""
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-            s.settimeout(timeout)
-            s.connect(self.socket)
-            lines = s.makefile("rwb")
-            for line in ({"hello": "gpupool", "protocol": 1, "software": "gpupool e2e tests", "user": ""},
-                         message):
-                lines.write(json.dumps(line).encode() + b"\n")
-                lines.flush()
-                answer = lines.readline()
-                if not answer:
-                    raise AssertionError(f"gpupoold closed the connection instead of answering {line}")
-                answer = json.loads(answer)
-                if answer.get("ok") is False:
-                    raise AssertionError(f"gpupoold refused {message}: {answer.get('error')}")
-            return answer
+        with RawConnection(self.socket, timeout) as connection:
+            return connection.request(message)
 
     def status(self):
         """The daemon's `status` (software, pid, drained, queued...), or None when none comes."""
@@ -347,6 +394,16 @@ class Daemon:
             return self.request({"op": "status"}, timeout=2)["status"]
         except (OSError, AssertionError, ValueError):
             return None
+
+    def wait_for_samples(self, count=2, timeout=30):
+        """Waits until the daemon has acted on `count` more readings of the GPUs (its status counts
+        them), each followed by a scheduling pass: what a test waits for before it checks that
+        something did not happen. Two by default, as the first may have been read from the GPUs
+        before the caller's precondition held."""
+        def samples():
+            return self.request({"op": "status"})["status"]["samples"]
+        first = samples()
+        wait_until(lambda: samples() >= first + count, timeout, what=f"gpupoold acting on {count} more samples")
 
     def answers(self):
         """True when something accepts connections on the daemon's socket."""
@@ -450,8 +507,8 @@ class Daemon:
         named (root only)."""
         user = user or self.user
         if not user:
-            return [GPUPOOL, *args], dict(self.env)
-        return as_user(user, [GPUPOOL, *args], self.env)
+            return [self.gpupool, *args], dict(self.env)
+        return as_user(user, [self.gpupool, *args], self.env)
 
     def gp(self, *args, user=None, env=None, cwd=None, check=False, timeout=60, input=None, umask=-1):
         """gpupool ARGS against this daemon; returns the CompletedProcess (text mode)."""
@@ -478,14 +535,16 @@ class Daemon:
             raise AssertionError(f"submit printed {proc.stdout!r}, not an id")
         return int(proc.stdout)
 
+    def job_spec(self, command, gpus=1, **spec):
+        """A batch job as a submit request carries it: command (argv) in the work directory with
+        this daemon's environment; spec holds further job spec fields (docs/protocol.md)."""
+        return {"command": command, "cwd": self.work, "environment": [f"{k}={v}" for k, v in self.env.items()],
+                "gpu_count": gpus, "kind": "batch", "umask": 0o022, **spec}
+
     def enqueue(self, command, gpus=1, uid=None, **spec):
-        """Submits a batch job through the protocol rather than `gpupool submit` (for tests that
-        submit many): command (argv) in the work directory with this daemon's environment; spec
-        holds further job spec fields (docs/protocol.md); uid submits as that uid (request_as).
-        Returns its id."""
-        job = {"command": command, "cwd": self.work, "environment": [f"{k}={v}" for k, v in self.env.items()],
-               "gpu_count": gpus, "kind": "batch", "umask": 0o022, **spec}
-        message = {"op": "submit", "job": job}
+        """Submits a batch job (job_spec) through the protocol rather than `gpupool submit` (for
+        tests that submit many); uid submits as that uid (request_as). Returns its id."""
+        message = {"op": "submit", "job": self.job_spec(command, gpus, **spec)}
         return (self.request(message) if uid is None else request_as(self, uid, message))["id"]
 
     def jobs(self, finished=False, state=None, user=None):

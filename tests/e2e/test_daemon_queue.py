@@ -282,7 +282,7 @@ class QueueTest(unittest.TestCase):
             self.assertIn("time limit", shown["reason"])
             d.wait_state(first, "running")
             d.wait_state(second, "running")
-            time.sleep(0.6)  # three sampling intervals, with 6 GPUs free
+            d.wait_for_samples()  # with 6 GPUs free
             shown = d.show(over_quota)
             self.assertEqual(shown["state"], "queued", "quota_gpus = 2")
             with self.subTest("a queued job says why it waits"):
@@ -306,7 +306,7 @@ class QueueTest(unittest.TestCase):
             second = d.submit("--after", str(first), *sh(job_record_script(records, "true")))
             both = d.submit("--after", f"{first},{second}", *sh(job_record_script(records, "true")))
             d.wait_state(first, "running")
-            time.sleep(0.6)  # three sampling intervals, with 7 GPUs free
+            d.wait_for_samples()  # with 7 GPUs free
             waiting = d.show(second)
             self.assertEqual(waiting["state"], "queued")
             self.assertEqual(waiting["after"], [first])
@@ -376,7 +376,7 @@ class QueueTest(unittest.TestCase):
             self.assertIn("not held", not_held.stderr)
             d.touch("go")
             d.finish(blocker)
-            time.sleep(0.6)  # three sampling intervals: a held job stays put on free GPUs
+            d.wait_for_samples()  # a held job stays put on free GPUs
             self.assertEqual(d.job_state(queued), "held")
             self.assertFalse(os.path.exists(d.path("queued-ran")))
             self.assertEqual(d.gp("release", str(queued)).returncode, 0)
@@ -385,7 +385,7 @@ class QueueTest(unittest.TestCase):
 
             # submit --hold: held from the start, even with every GPU free.
             held = d.submit("--hold", "--", "touch", d.path("held-ran"))
-            time.sleep(0.6)
+            d.wait_for_samples()
             self.assertEqual(d.job_state(held), "held")
             self.assertFalse(os.path.exists(d.path("held-ran")), "a job submitted with --hold ran")
             d.request({"op": "release", "ids": [held]})
@@ -401,7 +401,7 @@ class QueueTest(unittest.TestCase):
             self.assertEqual(d.gp("drain").returncode, 0)
             self.assertTrue(d.status()["drained"])
             waiting = d.enqueue(["true"])
-            time.sleep(0.6)  # three sampling intervals
+            d.wait_for_samples()
             self.assertEqual(d.job_state(waiting), "queued", "a drained daemon starts nothing")
             self.assertEqual(d.job_state(running), "running", "running jobs go on")
             d.touch("go")
@@ -410,7 +410,7 @@ class QueueTest(unittest.TestCase):
             # Draining is remembered across a restart.
             self.assertEqual(d.stop(), 0)
             d.start()
-            time.sleep(0.6)
+            d.wait_for_samples()
             self.assertEqual(d.job_state(waiting), "queued")
             self.assertEqual(d.gp("resume").returncode, 0)
             self.assertEqual(d.finish(waiting)[0]["state"], "done")
@@ -552,7 +552,8 @@ class QueueTest(unittest.TestCase):
             try:
                 queued = wait_until(lambda: d.jobs(state="queued"), what="the run's job queued")[0]
                 self.assertEqual(queued["kind"], "interactive")
-                time.sleep(0.5)
+                d.wait_for_samples()
+                self.assertEqual(d.job_state(queued["id"]), "queued")
                 self.assertIsNone(run.poll(), "gpupool run started while all GPUs were busy")
                 short_gpus = d.show(short)["gpus"]
                 d.touch("go")
@@ -609,7 +610,7 @@ class QueueTest(unittest.TestCase):
             wait_until(lambda: d.job_state(job) != "running", what="the job ending with its client")
             self.assertEqual(len(d.held_gpus()), 8)
             batch = d.enqueue(["true"])
-            time.sleep(0.6)  # three sampling intervals
+            d.wait_for_samples()
             self.assertEqual(d.job_state(batch), "queued", "a GPU of the orphaned program was given away")
             d.touch("go")
             self.assertEqual(d.finish(batch)[0]["state"], "done")
@@ -646,7 +647,7 @@ class QueueTest(unittest.TestCase):
                    "environment": [f"{k}={v}" for k, v in d.env.items()]}
             also = d.request({"op": "submit", "hold": True, "job": job})["id"]
             self.assertEqual(d.job_state(also), "held")
-            time.sleep(0.6)  # three sampling intervals on free GPUs
+            d.wait_for_samples()  # on free GPUs
             self.assertEqual([d.job_state(held), d.job_state(also)], ["held", "held"])
             self.assertFalse(os.path.exists(d.path("held-ran")), "a job submitted with --hold ran")
             with self.assertRaisesRegex(AssertionError, "'hold' must be true or false"):
@@ -681,7 +682,8 @@ class QueueTest(unittest.TestCase):
                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE)
                 queued = wait_until(lambda: d.jobs(state="queued"), what="the second run queued")[0]
                 self.assertIn("GPU 5", d.show(queued["id"])["reason"])
-                time.sleep(0.6)
+                d.wait_for_samples()
+                self.assertEqual(d.job_state(queued["id"]), "queued")
                 self.assertIsNone(waiter.poll(), "the run kept to GPU 5 started elsewhere")
                 d.touch("go")
                 out, err = waiter.communicate(timeout=60)

@@ -77,7 +77,7 @@ class RestartTest(unittest.TestCase):
                 self.assertEqual(shown["state"], "running", "adopted")
                 self.assertEqual(shown["gpus"], before[job]["gpus"])
                 self.assertEqual(shown["start_time"], before[job]["start_time"])
-            time.sleep(0.6)  # three sampling intervals
+            d.wait_for_samples()
             self.assertEqual(d.job_state(queued), "queued", "8 GPUs are not free yet")
             d.touch("go2")
             cancelled = d.gp("cancel", str(blocker))
@@ -107,7 +107,7 @@ class RestartTest(unittest.TestCase):
                 shown = d.show(job)
                 self.assertEqual((shown["kind"], shown["state"]), ("interactive", "running"))
                 after = d.enqueue(["true"])
-                time.sleep(0.6)
+                d.wait_for_samples()
                 self.assertEqual(d.job_state(after), "queued", "the run still holds all 8 GPUs")
                 d.touch("go")
                 out, _ = run.communicate(timeout=60)

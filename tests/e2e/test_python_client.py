@@ -126,6 +126,9 @@ class PythonClientTest(unittest.TestCase):
                 d.touch("go")
                 self.assertEqual([j["state"] for j in c.wait(first, second)], ["done", "cancelled"])
                 self.assertEqual(c.jobs(), [])
+                status = c.status()
+                self.assertEqual((status["pid"], status["queued"], status["running"]), (d.proc.pid, 0, 0))
+                self.assertEqual(status["gpus"], 8)
 
     def test_jobs_pages_through_the_listing(self):
         with Daemon() as d, gpupool.Client(d.socket) as c:

@@ -1,5 +1,5 @@
-"""scripts/device/verify-multigpu, the batched check of a real multi-GPU machine, as a dry run on a
-simulated one: multi-GPU machines are lent rarely, so the script must be known to work before one
+"""scripts/device/verify's multigpu steps, the batched check of a real multi-GPU machine, as a dry
+run on a simulated one: multi-GPU machines are lent rarely, so the script must be known to work before one
 is. The dry run drives the same gpupool commands, scorer and daemon steps; only the checks that need
 nvidia-smi, the CUDA driver or torch are left out."""
 import os
@@ -10,7 +10,7 @@ import unittest
 
 from harness import BIN_DIR, SOURCE_DIR, clean_env, main
 
-SCRIPT = os.path.join(SOURCE_DIR, "scripts", "device", "verify-multigpu")
+SCRIPT = os.path.join(SOURCE_DIR, "scripts", "device", "verify")
 # Without a real driver, nvidia-smi and torch, exactly these say SKIP.
 DRIVER_ONLY = {"1a list/topo vs nvidia-smi", "2 resolver vs driver"}
 
@@ -18,9 +18,8 @@ DRIVER_ONLY = {"1a list/topo vs nvidia-smi", "2 resolver vs driver"}
 def dry_run(fixture):
     """Runs the script on the simulated machine FIXTURE: (exit status, {check: (status, figures)}, log)."""
     with tempfile.TemporaryDirectory(prefix="verify-multigpu-") as out:
-        env = clean_env(VERIFY_MULTIGPU_SIM=fixture, VERIFY_MULTIGPU_BUDGET="240")
-        proc = subprocess.run([SCRIPT, os.path.dirname(BIN_DIR), out], env=env, capture_output=True,
-                              text=True, timeout=280)
+        proc = subprocess.run([SCRIPT, "--sim", fixture, "--budget", "240", os.path.dirname(BIN_DIR), out, "multigpu"],
+                              env=clean_env(), capture_output=True, text=True, timeout=280)
         checks = {}
         with open(os.path.join(out, "summary.txt")) as f:
             for line in f:
@@ -30,6 +29,14 @@ def dry_run(fixture):
 
 
 class DryRunTest(unittest.TestCase):
+    def test_list_names_the_steps_and_the_groups(self):
+        listed = subprocess.run([SCRIPT, "--list"], capture_output=True, text=True, timeout=30, check=True).stdout
+        groups = dict(line.split(": ", 1) for line in listed.splitlines() if ": " in line)
+        self.assertEqual(groups["multigpu"].split(), ["list", "fixture", "cvd", "placement", "scorer", "leases",
+                                                      "allreduce", "daemon-load", "end"])
+        self.assertEqual(set(groups["all"].split()) - set(groups["gpu"].split()) - set(groups["multigpu"].split()),
+                         set(), "a step in no group but all")
+
     def test_every_check_passes_on_an_unevenly_linked_8_gpu_machine(self):
         # The DGX-1's hybrid cube-mesh has pairs with 2, 1 and no NVLinks, so the placement step
         # gets its symmetry-breaking cases and the all-reduce step a worse-connected set; the

@@ -1,20 +1,15 @@
-#!/usr/bin/env python3
-"""The steps of scripts/device/verify-multigpu that drive gpupool on the GPUs (stdlib only; the
-jobs they start, scripts/device/multigpu-jobs.py, use torch).
+"""The steps of scripts/device/verify that drive gpupool on several GPUs (the jobs they start,
+scripts/device/multigpu-jobs.py, use torch):
 
-  verify-multigpu.py STEP --bin BIN_DIR --out OUT_DIR --summary SUMMARY --gpus N [options]
-
-STEP is one of
-  fixture    1b: `gpupool sim capture` of this machine; the fixture gives back `gpupool topo --json`
-  placement  3: `gpupool run -g N` beside leases that make GPUs busy, judged by the independent
-             scorer (topo_scorer.py) on --topo, and compared with `gpupool sim place` on --fixture
-  leases     4: concurrent `gpupool run -g 1|2` torch jobs: their GPUs, no overlap, no lease left
-  allreduce  5: `gpupool launch` NCCL all-reduce on every GPU, then on a best and a worse set
-  daemon     6: gpupoold on these GPUs: dispatch latency (bench/daemon_bench.py), /metrics under load
-Each step appends "PASS|FAIL|SKIP name: figures" lines to SUMMARY, details to its standard output,
-and exits 1 if it wrote a FAIL. The caller sets the environment (private GPUPOOL_RUNTIME_DIR and
-GPUPOOL_STATE_DIR, no GPUPOOL_SIM, the multicast variables); VERIFY_MULTIGPU_SIM=NAME marks a dry
-run on a simulated machine (no torch in the jobs, /metrics readings faked by an overlay).
+  fixture      `gpupool sim capture` of this machine; the fixture gives back `gpupool topo --json`
+  placement    `gpupool run -g N` beside leases that make GPUs busy, judged by the independent
+               scorer (topo_scorer.py) on the topology matrix, and compared with `gpupool sim place`
+               on the captured fixture
+  scorer       the scorer's self-test against `gpupool sim place` on every shipped fixture
+  leases       concurrent `gpupool run -g 1|2` torch jobs: their GPUs, no overlap, no lease left
+  allreduce    `gpupool launch` NCCL all-reduce on every GPU, then on a best and a worse set
+  daemon-load  gpupoold on these GPUs: dispatch latency (bench/daemon_bench.py), /metrics under load
+In a dry run (verify --sim) the jobs run without torch and /metrics readings are faked by an overlay.
 """
 import argparse
 import itertools
@@ -22,62 +17,23 @@ import json
 import math
 import os
 import re
-import shutil
 import signal
-import socket
 import sqlite3
 import subprocess
 import sys
 import time
 import urllib.request
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-sys.path.insert(0, os.path.join(HERE, "..", "..", "bench"))
-import topo_scorer  # noqa: E402
-
-DRY_RUN = os.environ.get("VERIFY_MULTIGPU_SIM")
-# Jobs run torch without the staged build's LD_LIBRARY_PATH, whose libraries are gpupool's only.
-JOB = ["env", "-u", "LD_LIBRARY_PATH", sys.executable, os.path.join(HERE, "multigpu-jobs.py")]
+import daemon_bench
+import harness
+import topo_scorer
+from verify_steps import DRY_RUN, HERE, JOB
 
 
-class Step:
-    def __init__(self, args):
-        self.args = args
-        self.gpupool = os.path.join(args.bin, "gpupool")
-        self.failed = False
-
-    def result(self, status, name, figures):
-        line = f"{status:<4} {name}: {figures}"
-        print(line, flush=True)
-        with open(self.args.summary, "a") as f:
-            f.write(line + "\n")
-        self.failed |= status == "FAIL"
-
-    def cli(self, *args, env=None, timeout=120, quiet=False):
-        proc = subprocess.run([self.gpupool, *map(str, args)], capture_output=True, text=True, timeout=timeout,
-                              env=env or os.environ)
-        if not quiet or proc.returncode != 0:
-            print(f"$ gpupool {' '.join(map(str, args))}  -> exit {proc.returncode}\n{proc.stdout}{proc.stderr}",
-                  flush=True)
-        return proc
-
-    def leases(self):
-        proc = self.cli("leases", "--json", quiet=True)
-        return json.loads(proc.stdout) if proc.returncode == 0 else None
-
-    def wait_for_leases(self, want, timeout=30):
-        """Polls until the leased GPU indices are `want`; returns the last listing."""
-        deadline = time.monotonic() + timeout
-        while True:
-            listed = self.leases() or []
-            if sorted(l["index"] for l in listed) == sorted(want) or time.monotonic() > deadline:
-                return listed
-            time.sleep(0.2)
-
-    def scores(self):
-        with open(self.args.topo) as f:
-            return topo_scorer.scores_of(topo_scorer.parse_matrix(f.read()))
+def scores_of_matrix(s):
+    """The scorer's view of the machine's topology matrix (OUT/topo-m.txt)."""
+    with open(s.args.topo) as f:
+        return topo_scorer.scores_of(topo_scorer.parse_matrix(f.read()))
 
 
 def fmt_set(gpus):
@@ -203,7 +159,7 @@ def live_choice(s, busy, count):
 
 
 def step_placement(s):
-    scores = s.scores()
+    scores = scores_of_matrix(s)
     n = len(scores)
     if n != s.args.gpus:
         s.result("FAIL", "3 placement", f"the topology matrix has {n} GPUs, the machine {s.args.gpus}")
@@ -390,7 +346,7 @@ def worse_set(scores):
 
 def step_allreduce(s):
     n = s.args.gpus
-    scores = s.scores()
+    scores = scores_of_matrix(s)
     ok, result, gpus, transports, why = launch_allreduce(s, ["-g", n], "all")
     s.result("PASS" if ok else "FAIL", f"5a all-reduce on all {n} GPUs",
              bandwidth(result, gpus, transports) if ok else why)
@@ -458,18 +414,12 @@ def metrics_problems(metrics, n, loaded):
     return problems
 
 
-def free_port():
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def dispatch_check(s, daemon_bench, bench):
+def dispatch_check(s, bench):
     rounds = math.ceil(s.args.jobs / bench.gpus)
     dispatch = daemon_bench.bench_dispatch(bench, rounds, s.args.job_ms, which=("busy",))
     with open(os.path.join(s.args.out, "daemon-dispatch.json"), "w") as f:
         json.dump(dispatch, f, indent=2)
-    case = os.path.join(bench.work_dir, "dispatch-busy")
+    case = dispatch["busy"]["directory"]
     stamps = [line.split() for line in open(os.path.join(case, "stamps"))]
     records = {f"job {job}": {"gpus": [int(g) for g in gpus.split(",")], "start": float(a), "end": float(b)}
                for job, gpus, a, b in stamps}
@@ -492,103 +442,71 @@ def dispatch_check(s, daemon_bench, bench):
              f"{'met' if met else 'not judged in a dry run' if DRY_RUN else 'MISSED'})")
 
 
-def metrics_check(s, daemon_bench, bench):
-    n = bench.gpus
-    port = free_port()
-    daemon = daemon_bench.Daemon(bench, "metrics", config=f'[monitor]\nhttp = "127.0.0.1:{port}"\n')
-    overlay = os.path.join(daemon.dir, "sim-state.json")
-    if DRY_RUN:
-        daemon.env["GPUPOOL_SIM_STATE"] = overlay
-    name = "6b daemon /metrics under load"
-    with daemon:
-        daemon.start()
+def metrics_check(s):
+    n = s.args.gpus
+    overlay = os.path.join(s.args.root, "sim-state.json")
+    with s.daemon("", http="127.0.0.1:0",
+                  env={"GPUPOOL_SIM_STATE": overlay} if DRY_RUN else None) as daemon:
+        address = daemon.http_address()
         load = 1 if n == 1 else max(2, n // 2)
-        with daemon.client() as client:
-            ids = [client.request({"op": "submit", "job": daemon.spec([*JOB, "load", "60"], 1)})["id"]
-                   for _ in range(load)]
-            deadline = time.monotonic() + 60
-            while time.monotonic() < deadline:
-                jobs = [client.request({"op": "show", "id": i})["jobs"][0] for i in ids]
-                if all(j["state"] == "running" for j in jobs) or any(j["state"] not in ("queued", "running")
-                                                                     for j in jobs):
-                    break
-                time.sleep(0.2)
-            loaded = {j["gpus"][0]: j["id"] for j in jobs if j["state"] == "running"}
-            if DRY_RUN:  # the simulated GPUs report what the overlay says
-                with open(overlay + ".new", "w") as f:
-                    json.dump({"gpus": {str(g): {"utilization_gpu": 97, "utilization_memory": 30,
-                                                 "memory_used_mib": 500} for g in loaded}}, f)
-                os.rename(overlay + ".new", overlay)
-            problems, text = ["no load job running: " + str([(j["id"], j["state"]) for j in jobs])], ""
-            deadline = time.monotonic() + 45
-            while loaded and time.monotonic() < deadline:
-                try:
-                    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
-                except OSError as e:
-                    text, problems = "", [f"GET /metrics: {e}"]
-                else:
-                    problems = metrics_problems(gpu_metrics(text), n, loaded)
-                if not problems:
-                    break
-                time.sleep(1)
-            with open(os.path.join(s.args.out, "metrics.txt"), "w") as f:
-                f.write(text)
-            metrics = gpu_metrics(text)
-            client.request({"op": "cancel", "ids": ids})
-        daemon.wait_idle(timeout=60)
+        ids = [daemon.enqueue([*JOB, "load", "60"]) for _ in range(load)]
+
+        def settled():
+            jobs = [daemon.show(i) for i in ids]
+            return jobs if all(j["state"] != "queued" for j in jobs) else None
+        jobs = harness.wait_until(settled, 60, interval=0.2, what="the load jobs starting")
+        loaded = {j["gpus"][0]: j["id"] for j in jobs if j["state"] == "running"}
+        if DRY_RUN:  # the simulated GPUs report what the overlay says
+            with open(overlay + ".new", "w") as f:
+                json.dump({"gpus": {str(g): {"utilization_gpu": 97, "utilization_memory": 30,
+                                             "memory_used_mib": 500} for g in loaded}}, f)
+            os.rename(overlay + ".new", overlay)
+        problems, text = ["no load job running: " + str([(j["id"], j["state"]) for j in jobs])], ""
+        deadline = time.monotonic() + 45
+        while loaded and time.monotonic() < deadline:
+            try:
+                text = urllib.request.urlopen(f"http://{address}/metrics", timeout=5).read().decode()
+            except OSError as e:
+                text, problems = "", [f"GET /metrics: {e}"]
+            else:
+                problems = metrics_problems(gpu_metrics(text), n, loaded)
+            if not problems:
+                break
+            time.sleep(1)
+        with open(os.path.join(s.args.out, "metrics.txt"), "w") as f:
+            f.write(text)
+        metrics = gpu_metrics(text)
     util = {g: v for g, (v, _) in sorted(metrics.get("DCGM_FI_DEV_GPU_UTIL", {}).items())}
     used = {g: v for g, (v, _) in sorted(metrics.get("DCGM_FI_DEV_FB_USED", {}).items())}
     figures = (f"{load} torch load job(s) on GPUs {fmt_set(loaded)}; {len(metrics)} DCGM metrics for "
                f"{len(util)}/{n} GPUs; utilisation % {util}; FB used MiB {used}")
-    s.result("PASS" if not problems else "FAIL", name,
+    s.result("PASS" if not problems else "FAIL", "6b daemon /metrics under load",
              figures + ("" if not problems else "; problems: " + "; ".join(problems[:4])))
 
 
-def step_daemon(s):
-    import daemon_bench
-    bench = daemon_bench.Bench(argparse.Namespace(bin_dir=s.args.bin, work_dir=s.args.work_dir,
-                                                  machine=DRY_RUN or "real"))
+def step_daemon_load(s):
+    bench = daemon_bench.Bench(argparse.Namespace(bin_dir=s.args.bin, work_dir=s.args.root,
+                                                  machine=DRY_RUN or "real", keep=True))
     if bench.gpus != s.args.gpus:
         s.result("FAIL", "6 daemon", f"gpupool topo shows {bench.gpus} GPUs, the machine has {s.args.gpus}")
         return
     try:
-        dispatch_check(s, daemon_bench, bench)
-    except (RuntimeError, OSError, KeyError) as e:
+        dispatch_check(s, bench)
+    except (RuntimeError, AssertionError, OSError, KeyError) as e:
         s.result("FAIL", "6a daemon dispatch", f"{type(e).__name__}: {e}")
     try:
-        metrics_check(s, daemon_bench, bench)
-    except (RuntimeError, OSError, KeyError) as e:
+        metrics_check(s)
+    except (RuntimeError, AssertionError, OSError, KeyError) as e:
         s.result("FAIL", "6b daemon /metrics under load", f"{type(e).__name__}: {e}")
-    for case in ("dispatch-busy", "metrics"):
-        log = os.path.join(bench.work_dir, case, "gpupoold.log")
-        if os.path.exists(log):
-            shutil.copy(log, os.path.join(s.args.out, f"gpupoold-{case}.log"))
 
 
-STEPS = {"fixture": step_fixture, "placement": step_placement, "leases": step_leases,
-         "allreduce": step_allreduce, "daemon": step_daemon}
-
-
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("step", choices=STEPS)
-    parser.add_argument("--bin", required=True, help="the staged build's bin/")
-    parser.add_argument("--out", required=True, help="where details go")
-    parser.add_argument("--summary", required=True, help="the summary file to append to")
-    parser.add_argument("--gpus", type=int, required=True, help="how many GPUs the machine has")
-    parser.add_argument("--topo", help="`nvidia-smi topo -m` output (placement, allreduce)")
-    parser.add_argument("--fixture", help="the captured fixture, for `gpupool sim place` (placement)")
-    parser.add_argument("--jobs", type=int, default=32, help="leases: jobs; daemon: about this many jobs")
-    parser.add_argument("--job-ms", type=int, default=50, help="daemon: length of a dispatch job")
-    parser.add_argument("--mib", type=int, default=256, help="allreduce: tensor size")
-    parser.add_argument("--iters", type=int, default=20, help="allreduce: timed iterations")
-    parser.add_argument("--limit", type=float, default=240, help="leases, allreduce: seconds per run")
-    parser.add_argument("--work-dir", help="daemon: where its state directories go")
-    args = parser.parse_args()
-    step = Step(args)
-    STEPS[args.step](step)
-    return 1 if step.failed else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+def step_scorer(s):
+    proc = subprocess.run([sys.executable, os.path.join(HERE, "topo_scorer.py"), "self-test", s.args.bin],
+                          capture_output=True, text=True, timeout=120)
+    print(proc.stdout + proc.stderr, flush=True)
+    line = (proc.stdout.strip().splitlines() or ["no output"])[-1]
+    if proc.returncode == 0:
+        s.result("PASS", "3 scorer self-test", f"{line.removeprefix('self-test: ')} against gpupool sim place "
+                 "on every shipped fixture")
+    else:
+        s.result("FAIL", "3 scorer self-test", line)
