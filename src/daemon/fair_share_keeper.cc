@@ -21,10 +21,10 @@ std::string encode_fair_share(const FairShareUsage& saved) {
 }
 
 Result<FairShareUsage> decode_fair_share(const std::string& text) {
-  nlohmann::json json = nlohmann::json::parse(text, nullptr, false);
-  auto as_of = json.is_object() ? json.find("as_of") : json.end();
-  auto usage = json.is_object() ? json.find("usage") : json.end();
-  if (as_of == json.end() || !as_of->is_number() || usage == json.end() || !usage->is_object()) {
+  nlohmann::json saved_json = nlohmann::json::parse(text, nullptr, false);
+  auto as_of = saved_json.is_object() ? saved_json.find("as_of") : saved_json.end();
+  auto usage = saved_json.is_object() ? saved_json.find("usage") : saved_json.end();
+  if (as_of == saved_json.end() || !as_of->is_number() || usage == saved_json.end() || !usage->is_object()) {
     return fail("expected {{\"as_of\": seconds, \"usage\": {{user: GPU-seconds}}}}");
   }
   FairShareUsage saved{as_of->get<double>(), {}};
