@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 namespace gpupool {
 namespace {
@@ -38,6 +39,10 @@ std::string printable(std::string_view text, size_t max_bytes) {
 }
 
 std::string quote(std::string_view text) { return "'" + printable(text, kMaxQuotedBytes) + "'"; }
+
+std::string quoted_variable(const std::optional<std::string>& value) {
+  return value ? nlohmann::json(*value).dump() : "unset";
+}
 
 std::string shell_quote(std::string_view word) {
   auto plain = [](char c) {

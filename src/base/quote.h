@@ -2,6 +2,7 @@
 // words quoted for a shell script.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -13,6 +14,10 @@ std::string printable(std::string_view text, size_t max_bytes);
 
 // printable(text, 64) in single quotes: 'polcy'.
 std::string quote(std::string_view text);
+
+// An environment variable's value as `resolve` and `map` show it: a JSON string ("0,1"), or
+// unset.
+std::string quoted_variable(const std::optional<std::string>& value);
 
 // One word for a POSIX shell: as it is when it holds only characters no shell treats specially,
 // else in single quotes (a ' inside becomes '\''). Newlines and every other byte stay as they are.

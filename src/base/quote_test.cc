@@ -40,5 +40,11 @@ TEST(QuoteTest, ShellQuoteLeavesPlainWordsAndQuotesTheRest) {
   EXPECT_EQ(shell_quote("~user"), "'~user'");
 }
 
+TEST(QuotedVariable, IsAJsonStringOrUnset) {
+  EXPECT_EQ(quoted_variable(std::string("0,1")), "\"0,1\"");
+  EXPECT_EQ(quoted_variable(std::string("a\"b")), "\"a\\\"b\"");
+  EXPECT_EQ(quoted_variable(std::nullopt), "unset");
+}
+
 }  // namespace
 }  // namespace gpupool

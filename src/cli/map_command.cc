@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <nlohmann/json.hpp>
 
+#include "base/quote.h"
 #include "cli/app.h"
 #include "cli/commands.h"
 #include "gpu/gpu_backend.h"
@@ -58,10 +59,6 @@ nlohmann::json or_null(const std::optional<T>& value) {
   return value ? nlohmann::json(*value) : nlohmann::json(nullptr);
 }
 
-std::string quoted(const std::optional<std::string>& value) {
-  return value ? nlohmann::json(*value).dump() : "unset";
-}
-
 template <typename T>
 std::string or_na(const std::optional<T>& value) {
   return value ? fmt::format("{}", *value) : "n/a";
@@ -91,10 +88,10 @@ nlohmann::json map_json(const ContainerDetection& container, const GpuEnvironmen
 void print_text(const ContainerDetection& container, const GpuEnvironment& env,
                 std::optional<uint32_t> pid, const NumberingMap& map) {
   fmt::print("Container: {}\n", container.detected ? "yes, " + *container.how : "none detected");
-  fmt::print("NVIDIA_VISIBLE_DEVICES={}  ({})\n", quoted(env.nvidia_visible_devices),
+  fmt::print("NVIDIA_VISIBLE_DEVICES={}  ({})\n", quoted_variable(env.nvidia_visible_devices),
              describe_nvidia_visible_devices(env.nvidia_visible_devices));
   fmt::print("CUDA_VISIBLE_DEVICES={}  CUDA_DEVICE_ORDER={}  ({})\n\n",
-             quoted(env.cuda_visible_devices), quoted(env.cuda_device_order),
+             quoted_variable(env.cuda_visible_devices), quoted_variable(env.cuda_device_order),
              pid ? fmt::format("process {}", *pid) : std::string("this shell"));
   const char* row_format = "{:>4} {:>9} {:>5} {:>6}  {:<16}  {:<40}  {}\n";
   fmt::print(fmt::runtime(row_format), "HOST", "CONTAINER", "MINOR", "CUDA", "PCI BUS ID", "UUID",

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "base/quote.h"
 #include "cli/app.h"
 #include "cli/commands.h"
 #include "gpu/cuda_probe.h"
@@ -25,10 +26,6 @@ struct ResolveOptions {
   bool driver = false;
 };
 
-std::string quoted(const std::optional<std::string>& value) {
-  return value ? nlohmann::json(*value).dump() : "unset";
-}
-
 nlohmann::json devices_json(const Machine& machine, const std::vector<VisibleDevice>& devices) {
   nlohmann::json out = nlohmann::json::array();
   for (const VisibleDevice& d : devices) {
@@ -44,7 +41,7 @@ nlohmann::json devices_json(const Machine& machine, const std::vector<VisibleDev
 
 void print_text(const Machine& machine, const std::optional<std::string>& value,
                 const std::optional<std::string>& order, const VisibleDevicesResolution& r, bool from_driver) {
-  fmt::print("CUDA_VISIBLE_DEVICES={}  CUDA_DEVICE_ORDER={}{}\n", quoted(value), quoted(order),
+  fmt::print("CUDA_VISIBLE_DEVICES={}  CUDA_DEVICE_ORDER={}{}\n", quoted_variable(value), quoted_variable(order),
              from_driver ? "  (answered by the CUDA driver)" : "");
   for (const VisibleDevicesEntry& e : r.entries) {
     fmt::print("  entry {:<14} {}\n", nlohmann::json(e.text).dump(), e.explanation);
