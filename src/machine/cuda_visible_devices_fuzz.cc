@@ -39,7 +39,7 @@ std::vector<gpupool::Gpu> fuzz_machine() {
     gpu.pci_bus_id = fmt::format("00000000:{:02X}:00.0", 0x10 + i);
     const Model& model = models[i % 4];
     gpu.name = model.name;
-    gpu.compute_capability = ComputeCapability{model.major, model.minor};
+    gpu.compute_capability = gpupool::ComputeCapability{model.major, model.minor};
     gpu.multiprocessors = model.multiprocessors;
     gpu.mig_enabled = i == 7;
     gpus.push_back(std::move(gpu));
