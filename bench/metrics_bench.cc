@@ -43,7 +43,7 @@ struct Scrape {
       s.sm_clock_mhz = 1980;
       s.memory_clock_mhz = 3201;
       s.power_w = 412.345 + i;
-      JobNumber job = 1000 + i / 2;  // four 2-GPU jobs
+      JobId job = 1000 + i / 2;  // four 2-GPU jobs
       std::string user = fmt::format("user{}", i / 2);
       view.gpus.push_back(MetricsGpu{&gpus[i], s, {GpuHolder{job, user}}, true, 0, false});
       if (i % 2 == 0) view.running_jobs.push_back(MetricsJob{job, user, 12345.678 * (i + 1), 41.25 + i, false});

@@ -42,8 +42,8 @@ class Workload {
     job.id = next_id_++;
     job.user = std::string(1, static_cast<char>('a' + pick(5)));
     unsigned shape = pick(100);
-    job.gpus = shape < 75 ? 1 : shape < 87 ? 2 : shape < 95 ? 4 : 8;
-    if (job.gpus == 1 && pick(3) == 0) job.slice_mib = 8192 * (1 + pick(6));
+    job.gpus.count = shape < 75 ? 1 : shape < 87 ? 2 : shape < 95 ? 4 : 8;
+    if (job.gpus.count == 1 && pick(3) == 0) job.gpus.slice_mib = 8192 * (1 + pick(6));
     if (pick(4) != 0) job.time_limit_s = 900.0 * (1 + pick(32));
     job.priority = pick(20) == 0 ? 1 : 0;
     return job;

@@ -57,12 +57,9 @@ Result<LeasedGpus> lease_from_daemon(DaemonClient client, GpuBackend& backend, c
   request.spec.kind = JobKind::Interactive;
   request.spec.name = options.name;
   request.spec.argv = command;
-  request.spec.gpu_count = acquire.request.count;
-  request.spec.slice_mib = acquire.request.slice_mib;
+  request.spec.gpus = acquire.request;
   auto cwd = current_directory();
   request.spec.cwd = cwd ? *cwd : "/";
-  request.allowed = acquire.request.allowed;
-  request.excluded = acquire.request.excluded;
   // `gpupool cancel` of a running job sends SIGTERM to this client: held back from before the
   // request, so that it cannot kill us between the grant and the start of the program; taken
   // here while waiting, and by start_unless_cancelled() or the program's signal forwarding after.
@@ -70,7 +67,7 @@ Result<LeasedGpus> lease_from_daemon(DaemonClient client, GpuBackend& backend, c
   TRY_ASSIGN(Fd term_fd, signal_descriptor({SIGTERM}));
   TRY(client.send(request));
   auto deadline = acquire.timeout ? std::optional(std::chrono::steady_clock::now() + *acquire.timeout) : std::nullopt;
-  std::optional<JobNumber> id;
+  std::optional<JobId> id;
   bool terminated = false;  // then only what the daemon has sent already is read
   auto cancelled = [&] {
     return id ? fail("job {} cancelled before it started", *id) : fail("got SIGTERM before the job started");

@@ -32,7 +32,7 @@ struct LeasedGpus {
   std::optional<uint64_t> slice_mib;
   // Set when gpupoold granted the lease: the connection to report the end on, and the job.
   std::shared_ptr<DaemonClient> daemon;
-  JobNumber id = 0;
+  JobId id = 0;
 };
 
 // Acquires (waiting as the options say, reporting the wait on stderr): through gpupoold's

@@ -101,9 +101,9 @@ void print_job_details(const Job& job, const std::string& id, const std::string&
   line("kind", to_string(job.spec.kind));
   line("command", fmt::format("{}", fmt::join(job.spec.argv, " ")));
   line("cwd", job.spec.cwd);
-  line("request", job.spec.slice_mib ? fmt::format("{} GPU(s), {} MiB each (shared)", job.spec.gpu_count,
-                                                   *job.spec.slice_mib)
-                                     : fmt::format("{} whole GPU(s)", job.spec.gpu_count));
+  line("request", job.spec.gpus.slice_mib ? fmt::format("{} GPU(s), {} MiB each (shared)", job.spec.gpus.count,
+                                                   *job.spec.gpus.slice_mib)
+                                     : fmt::format("{} whole GPU(s)", job.spec.gpus.count));
   line("gpus", gpu_list_text(job.gpus));
   if (job.spec.priority != 0) line("priority", std::to_string(job.spec.priority));
   if (!job.spec.after.empty()) line("after", fmt::format("{}", fmt::join(job.spec.after, ",")));
@@ -151,10 +151,10 @@ Result<int> submit(const SubmitOptions& options) {
   if (!cwd) return fail("cannot read the working directory: {}", cwd.error().message);
   spec.cwd = *cwd;
   spec.umask = current_umask();
-  spec.gpu_count = options.count;
+  spec.gpus.count = options.count;
   if (!options.memory.empty()) {
     TRY_ASSIGN(uint64_t slice, parse_memory_mib(options.memory));
-    spec.slice_mib = slice;
+    spec.gpus.slice_mib = slice;
   }
   spec.priority = options.priority;
   spec.retries = options.retries;
@@ -236,7 +236,7 @@ Result<int> list_jobs(const JobsOptions& options) {
   return 0;
 }
 
-Result<int> show_slurm_job(JobNumber id, bool json) {
+Result<int> show_slurm_job(JobId id, bool json) {
   TRY_ASSIGN(std::vector<SlurmJobStatus> statuses, slurm_jobs_now(std::array{id}, true));
   const SlurmJobStatus& status = statuses.at(0);
   if (json) {
@@ -298,10 +298,10 @@ int wait_exit_code(const std::vector<Job>& jobs) {
 // time (all of them must end anyway), each answer well within the message limit.
 constexpr size_t kWaitBatch = proto::kMaxJobsPage / 2;
 
-Result<std::vector<Job>> wait_for_ids(DaemonClient& client, const std::vector<JobNumber>& ids) {
+Result<std::vector<Job>> wait_for_ids(DaemonClient& client, const std::vector<JobId>& ids) {
   std::vector<Job> jobs;
   for (size_t first = 0; first < ids.size(); first += kWaitBatch) {
-    std::vector<JobNumber> batch(ids.begin() + static_cast<std::ptrdiff_t>(first),
+    std::vector<JobId> batch(ids.begin() + static_cast<std::ptrdiff_t>(first),
                                  ids.begin() + static_cast<std::ptrdiff_t>(std::min(first + kWaitBatch, ids.size())));
     TRY_ASSIGN(std::vector<Job> ended, jobs_answer(client, proto::WaitRequest{std::move(batch)}));
     jobs.insert(jobs.end(), std::make_move_iterator(ended.begin()), std::make_move_iterator(ended.end()));
@@ -310,7 +310,7 @@ Result<std::vector<Job>> wait_for_ids(DaemonClient& client, const std::vector<Jo
 }
 
 // The caller's jobs: with `all`, finished ones too; only those with an id above `after_id`.
-Result<std::vector<Job>> jobs_of_mine(DaemonClient& client, bool all, JobNumber after_id) {
+Result<std::vector<Job>> jobs_of_mine(DaemonClient& client, bool all, JobId after_id) {
   proto::JobsRequest request;
   request.user = user_name(real_user_id());
   request.all = all;
@@ -331,15 +331,15 @@ Result<std::vector<Job>> jobs_of_mine(DaemonClient& client, bool all, JobNumber 
 // submits more, a loop still submitting), until none is left. Ids only grow, so the jobs
 // submitted since a look are those above the largest id it saw; those that have already ended
 // count too, unless they ended before the wait began.
-Result<std::vector<Job>> wait_for_daemon_jobs(bool all, const std::vector<JobNumber>& ids) {
+Result<std::vector<Job>> wait_for_daemon_jobs(bool all, const std::vector<JobId>& ids) {
   const double began = unix_now();
   TRY_ASSIGN(DaemonClient client, DaemonClient::connect(runtime_directory()));
   if (!all) return wait_for_ids(client, ids);
   std::vector<Job> jobs;
   TRY_ASSIGN(std::vector<Job> seen, jobs_of_mine(client, false, 0));
   for (;;) {
-    std::vector<JobNumber> unfinished;
-    JobNumber largest = 0;
+    std::vector<JobId> unfinished;
+    JobId largest = 0;
     for (Job& job : seen) {
       largest = std::max(largest, job.id);
       if (job.state == JobState::Held) continue;
@@ -403,7 +403,7 @@ struct OpenedLog {
 
 // The daemon opens the log and passes the descriptor: the file is its user's alone, and an
 // administrator may read it through the daemon.
-Result<OpenedLog> request_log(DaemonClient& client, JobNumber id, proto::LogStream stream) {
+Result<OpenedLog> request_log(DaemonClient& client, JobId id, proto::LogStream stream) {
   TRY(client.send(proto::LogsRequest{id, stream}));
   TRY_ASSIGN(ReceivedResponse received, client.receive());
   auto* answer = std::get_if<proto::JobsResponse>(&received.response);
@@ -421,7 +421,7 @@ Result<OpenedLog> request_log(DaemonClient& client, JobNumber id, proto::LogStre
 // Follows a log until the job finishes: looks for new bytes every kLogPoll (the reader may
 // not be allowed to watch the file itself); a `wait` on a second connection says when the job
 // has ended.
-Result<void> follow_log(int fd, JobNumber id) {
+Result<void> follow_log(int fd, JobId id) {
   TRY_ASSIGN(DaemonClient waiter, DaemonClient::connect(runtime_directory()));
   TRY(waiter.send(proto::WaitRequest{{id}}));
   for (;;) {
@@ -435,7 +435,7 @@ Result<void> follow_log(int fd, JobNumber id) {
 
 // A queued job, or one whose supervisor is just starting, has no log yet: asks again every
 // kLogPoll until the log exists or the job has ended without one (no fd).
-Result<OpenedLog> open_once_created(DaemonClient& client, JobNumber id, proto::LogStream stream) {
+Result<OpenedLog> open_once_created(DaemonClient& client, JobId id, proto::LogStream stream) {
   TRY_ASSIGN(DaemonClient waiter, DaemonClient::connect(runtime_directory()));
   TRY(waiter.send(proto::WaitRequest{{id}}));
   for (;;) {
@@ -448,7 +448,7 @@ Result<OpenedLog> open_once_created(DaemonClient& client, JobNumber id, proto::L
 
 // A Slurm job's log is a file of its user's, read directly: looked at every kLogPoll, and
 // Slurm asked every tenth time whether the job has ended (the last look comes after that).
-Result<void> print_slurm_log(JobNumber id, bool follow, bool errors) {
+Result<void> print_slurm_log(JobId id, bool follow, bool errors) {
   TRY_ASSIGN(std::vector<SlurmJobStatus> now, slurm_jobs_now(std::array{id}, true));
   const std::string path = errors ? now.at(0).job.stderr_path : now.at(0).job.stdout_path;
   if (path.empty()) return fail("Slurm names no {} file for job {}", errors ? "error" : "output", id);
@@ -480,7 +480,7 @@ Result<int> show_logs(const std::string& id_text, bool follow, bool errors) {
     TRY(print_slurm_log(any.slurm.front(), follow, errors));
     return 0;
   }
-  const std::vector<JobNumber>& ids = any.local;
+  const std::vector<JobId>& ids = any.local;
   TRY_ASSIGN(DaemonClient client, DaemonClient::connect(runtime_directory()));
   proto::LogStream stream = errors ? proto::LogStream::Stderr : proto::LogStream::Stdout;
   TRY_ASSIGN(OpenedLog log, request_log(client, ids.at(0), stream));

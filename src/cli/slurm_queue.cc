@@ -117,11 +117,11 @@ Result<std::vector<SlurmRecord>> read_records() {
 // else squeue, one call for all (finished jobs too, for MinJobAge). Then, for the ids the
 // controller no longer holds, the accounting (sacct) and the job completion log (sacct -c,
 // e.g. JobCompType=jobcomp/filetxt), where the cluster keeps them. An id none knows is left out.
-Result<std::map<JobNumber, SlurmJob>> ask_slurm(std::span<const JobNumber> ids, bool one_by_one) {
-  std::map<JobNumber, SlurmJob> known;
+Result<std::map<JobId, SlurmJob>> ask_slurm(std::span<const JobId> ids, bool one_by_one) {
+  std::map<JobId, SlurmJob> known;
   if (ids.empty()) return known;
   if (one_by_one) {
-    for (JobNumber id : ids) {
+    for (JobId id : ids) {
       TRY_ASSIGN(ProgramOutcome shown, run_slurm(scontrol_show_argv(id)));
       if (shown.exit_code != 0 && squeue_knows_none(shown.err)) continue;
       if (shown.exit_code != 0) return fail("scontrol: {}", said(shown));
@@ -137,8 +137,8 @@ Result<std::map<JobNumber, SlurmJob>> ask_slurm(std::span<const JobNumber> ids, 
     }
   }
   for (bool completion_log : {false, true}) {
-    std::vector<JobNumber> rest;
-    for (JobNumber id : ids) {
+    std::vector<JobId> rest;
+    for (JobId id : ids) {
       if (!known.contains(id)) rest.push_back(id);
     }
     if (rest.empty()) break;
@@ -162,7 +162,7 @@ struct Tracked {
 // Asks Slurm about the tracked jobs not yet seen to end and remembers those that have ended
 // now (in `tracked`, and in the record file for recorded ones). Their statuses, in order.
 Result<std::vector<SlurmJobStatus>> refresh(std::vector<Tracked>& tracked, bool one_by_one) {
-  std::vector<JobNumber> ask;
+  std::vector<JobId> ask;
   for (const Tracked& t : tracked) {
     if (!t.record.ended) ask.push_back(t.record.id);
   }
@@ -196,10 +196,10 @@ Result<std::vector<SlurmJobStatus>> refresh(std::vector<Tracked>& tracked, bool 
 }
 
 // The jobs with these ids: recorded ones with their record, others to be learnt from Slurm.
-Result<std::vector<Tracked>> track(std::span<const JobNumber> ids) {
+Result<std::vector<Tracked>> track(std::span<const JobId> ids) {
   TRY_ASSIGN(std::vector<SlurmRecord> records, read_records());
   std::vector<Tracked> tracked;
-  for (JobNumber id : ids) {
+  for (JobId id : ids) {
     auto it = std::find_if(records.begin(), records.end(), [id](const SlurmRecord& r) { return r.id == id; });
     Tracked t;
     t.in_file = it != records.end();
@@ -253,7 +253,7 @@ Result<int> submit_to_slurm(const JobSpec& spec, const std::string& after, bool 
     }
     settings.after = ids.slurm;
   }
-  if (spec.slice_mib) {  // a slice is shards: ask whether the cluster has any
+  if (spec.gpus.slice_mib) {  // a slice is shards: ask whether the cluster has any
     std::vector<std::string> sinfo = {"sinfo", "--noheader", "--format=%G"};
     if (!options.partition.empty()) sinfo.push_back("--partition=" + options.partition);
     TRY_ASSIGN(ProgramOutcome offered, run_slurm(sinfo));
@@ -265,7 +265,7 @@ Result<int> submit_to_slurm(const JobSpec& spec, const std::string& after, bool 
   TRY_ASSIGN(ProgramOutcome submitted, run_slurm(call.argv, call.script));
   if (submitted.exit_code != 0) return fail("{}", said(submitted));
   fmt::print(stderr, "{}", submitted.err);  // sbatch's warnings, as it said them
-  TRY_ASSIGN(JobNumber id, parse_sbatch_answer(submitted.out));
+  TRY_ASSIGN(JobId id, parse_sbatch_answer(submitted.out));
 
   SlurmRecord record;
   record.id = id;
@@ -276,8 +276,8 @@ Result<int> submit_to_slurm(const JobSpec& spec, const std::string& after, bool 
   TRY_ASSIGN(record.stdout_path, expand_slurm_filename(call.output_pattern, fields));
   TRY_ASSIGN(record.stderr_path, expand_slurm_filename(call.error_pattern, fields));
   record.submit_time = now;
-  record.gpu_count = spec.gpu_count;
-  record.slice_mib = spec.slice_mib;
+  record.gpu_count = spec.gpus.count;
+  record.slice_mib = spec.gpus.slice_mib;
   record.time_limit_s = spec.time_limit_s;
   record.partition = options.partition;
   record.after = settings.after;
@@ -300,17 +300,17 @@ Result<std::optional<std::vector<SlurmJobStatus>>> recorded_slurm_jobs() {
   return std::optional<std::vector<SlurmJobStatus>>(std::move(statuses));
 }
 
-Result<std::vector<SlurmJobStatus>> slurm_jobs_now(std::span<const JobNumber> ids, bool one_by_one) {
+Result<std::vector<SlurmJobStatus>> slurm_jobs_now(std::span<const JobId> ids, bool one_by_one) {
   TRY_ASSIGN(std::vector<Tracked> tracked, track(ids));
   return refresh(tracked, one_by_one);
 }
 
-int act_on_slurm_jobs(protocol::JobAction action, std::span<const JobNumber> ids) {
+int act_on_slurm_jobs(protocol::JobAction action, std::span<const JobId> ids) {
   if (ids.empty()) return kExitOk;
   if (action == protocol::JobAction::Cancel) {
     // Quiet, scancel says nothing of an unknown or finished job and exits 0; verbose, it names each.
     std::vector<std::string> argv = {"scancel", "--verbose"};
-    for (JobNumber id : ids) argv.push_back(std::to_string(id));
+    for (JobId id : ids) argv.push_back(std::to_string(id));
     Result<ProgramOutcome> cancelled = run_slurm(argv);
     if (!cancelled.ok()) return report(cancelled.error());
     int code = cancelled->exit_code == 0 ? kExitOk : kExitError;
@@ -329,7 +329,7 @@ int act_on_slurm_jobs(protocol::JobAction action, std::span<const JobNumber> ids
   return report(fail("scontrol: {}", said(*changed)));
 }
 
-Result<std::vector<SlurmJobStatus>> wait_for_slurm_jobs(std::span<const JobNumber> ids) {
+Result<std::vector<SlurmJobStatus>> wait_for_slurm_jobs(std::span<const JobId> ids) {
   if (ids.empty()) return std::vector<SlurmJobStatus>();
   TRY_ASSIGN(std::vector<Tracked> tracked, track(ids));
   // Gently on slurmctld: from a quarter of a second up to every 5 s.

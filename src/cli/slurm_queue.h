@@ -37,14 +37,14 @@ Result<std::optional<std::vector<SlurmJobStatus>>> recorded_slurm_jobs();
 // These jobs, recorded or not, as Slurm knows them now; an error for one that neither gpupool nor
 // Slurm knows. `one_by_one`: scontrol, the most Slurm says about a job, for each (show, logs);
 // else squeue once for all.
-Result<std::vector<SlurmJobStatus>> slurm_jobs_now(std::span<const JobNumber> ids, bool one_by_one);
+Result<std::vector<SlurmJobStatus>> slurm_jobs_now(std::span<const JobId> ids, bool one_by_one);
 
 // scancel, scontrol uhold, scontrol release; Slurm's errors printed, a line for each job (scancel)
 // or call (scontrol). Returns the exit code.
-int act_on_slurm_jobs(protocol::JobAction action, std::span<const JobNumber> ids);
+int act_on_slurm_jobs(protocol::JobAction action, std::span<const JobId> ids);
 
 // Polls Slurm until every one of them has ended (or Slurm has forgotten it).
-Result<std::vector<SlurmJobStatus>> wait_for_slurm_jobs(std::span<const JobNumber> ids);
+Result<std::vector<SlurmJobStatus>> wait_for_slurm_jobs(std::span<const JobId> ids);
 
 // What `jobs --json` and `show --json` print: a job's fields as for gpupoold's jobs, the id as
 // "slurm:ID", and a "slurm" object with what Slurm said.

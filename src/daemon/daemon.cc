@@ -68,13 +68,13 @@ Result<void> Daemon::Impl::recover() {
   if (drained && *drained == "1") feed(lifecycle::Drain{});
   TRY_ASSIGN(std::vector<Job> jobs, store_.unfinished());
   double now = unix_now();
-  std::vector<JobNumber> waiting;  // queued and held: taken up once the running jobs are
+  std::vector<JobId> waiting;  // queued and held: taken up once the running jobs are
   auto adopt = [&](const Job& job) {
     return feed(lifecycle::Adopted{job.id, job.spec.kind, job.spec.retries, job.spec.after, job.state, job.attempts,
                                    job.reason});
   };
   for (Job& job : jobs) {
-    JobNumber id = job.id;
+    JobId id = job.id;
     active_[id] = job;
     Job& stored = active_[id];
     if (stored.state != JobState::Running) {
@@ -119,7 +119,7 @@ Result<void> Daemon::Impl::recover() {
   }
   fair_share_.restore();  // after adoption: the adopted jobs add what they ran while it was down
   groups_.remove_finished();  // also those of attempts that ended while no daemon ran
-  for (JobNumber id : waiting) {
+  for (JobId id : waiting) {
     if (auto it = active_.find(id); it != active_.end()) adopt(it->second);
   }
   fair_share_.save_periodically();
@@ -184,9 +184,9 @@ void Daemon::Impl::wait_for_signal() {
 void Daemon::Impl::end_session(const std::string& by) {
   ending_ = true;
   feed(lifecycle::Drain{});  // not stored: a daemon started again later starts what is queued then
-  std::vector<JobNumber> ids;
+  std::vector<JobId> ids;
   for (const auto& [id, job] : active_) ids.push_back(id);
-  for (JobNumber id : ids) {
+  for (JobId id : ids) {
     if (active_.count(id) == 0) continue;
     if (auto error = feed(lifecycle::Cancel{id, by})) {
       fmt::print(stderr, "gpupoold: job {}: {}\n", id, *error);
@@ -270,8 +270,8 @@ void Daemon::Impl::on_sample(const Machine& machine) {
     for (unsigned index : job.gpus) {
       if (index >= outside.size()) continue;
       GpuAvailability& a = outside[index];
-      if (job.spec.slice_mib) {
-        a.shared_mib -= std::min(a.shared_mib, *job.spec.slice_mib);
+      if (job.spec.gpus.slice_mib) {
+        a.shared_mib -= std::min(a.shared_mib, *job.spec.gpus.slice_mib);
       } else {
         a.exclusive_held = false;
       }

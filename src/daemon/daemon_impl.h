@@ -42,8 +42,7 @@ namespace gpupool {
 
 // What the scheduler needs to know of a job.
 inline JobRequest scheduler_request(const Job& job) {
-  return JobRequest{job.id, job.owner.user, job.spec.gpu_count, job.spec.slice_mib, job.spec.priority,
-                    job.spec.time_limit_s, job.spec.allowed_gpus, job.spec.excluded_gpus};
+  return JobRequest{job.id, job.owner.user, job.spec.gpus, job.spec.priority, job.spec.time_limit_s};
 }
 
 class Daemon::Impl {
@@ -84,19 +83,19 @@ class Daemon::Impl {
   // wrong in carrying them out, for whoever asked.
   std::optional<std::string> feed(const lifecycle::Event& event);
   std::optional<std::string> carry_out(const lifecycle::Effect& effect);
-  void finished(JobNumber id, JobState state, std::string reason);
+  void finished(JobId id, JobState state, std::string reason);
   void dispatch();
   void start(const JobStart& decision);
   void start_attempt(const lifecycle::StartAttempt& start);
   void start_batch(Job& job, HeldLeases held, StandbySupervisor supervisor);
   void start_interactive(Job& job, HeldLeases held);
   // The attempt (or the interactive job) has ended: its GPUs are free, and the lifecycle decides.
-  void attempt_ended(JobNumber id, lifecycle::AttemptExited ended);
+  void attempt_ended(JobId id, lifecycle::AttemptExited ended);
   // The watched process of a running job has ended.
-  void on_exit(JobNumber id);
+  void on_exit(JobId id);
   std::optional<std::string> signal_attempt(const Job& job);
   std::set<std::string> running_batch_groups() const;
-  Result<std::optional<Job>> find_job(JobNumber id) const;
+  Result<std::optional<Job>> find_job(JobId id) const;
   void save(const Job& job);
   std::string record_path(const Job& job) const;
   void fill_log_paths(Job& job) const;
@@ -121,7 +120,7 @@ class Daemon::Impl {
   // After io_, so they go before it: they hold its handlers and timers.
   Sessions sessions_{io_, host_};
   asio::signal_set signals_{io_, SIGTERM, SIGINT};
-  ProcessWatch processes_{io_, [this](JobNumber id) { on_exit(id); }};
+  ProcessWatch processes_{io_, [this](JobId id) { on_exit(id); }};
   JobGroups groups_{io_, [this] { return running_batch_groups(); }};
   SupervisorPool supervisors_{io_, settings_.supervisor_program};
   FairShareKeeper fair_share_{io_, store_, scheduler_};
@@ -129,11 +128,11 @@ class Daemon::Impl {
   std::optional<gid_t> admin_gid_;
   bool ending_ = false;  // end_session(): stopping once the cancelled jobs have ended
 
-  JobLifecycle lifecycle_{[this](JobNumber id) -> std::optional<JobState> {
+  JobLifecycle lifecycle_{[this](JobId id) -> std::optional<JobState> {
     auto stored = store_.get(id);
     return stored && *stored ? std::optional((*stored)->state) : std::nullopt;
   }};
-  std::map<JobNumber, Job> active_;  // queued, held and running jobs: what the lifecycle tracks
+  std::map<JobId, Job> active_;  // queued, held and running jobs: what the lifecycle tracks
   // What a granted job's attempt starts with, from the grant to the lifecycle's StartAttempt.
   struct Reserved {
     std::optional<StandbySupervisor> supervisor;  // a batch job's
@@ -141,8 +140,8 @@ class Daemon::Impl {
   };
   std::optional<Reserved> reserved_;
   std::vector<std::pair<SessionPtr, Job>> pending_submissions_;  // admitted, not yet stored
-  std::unordered_map<JobNumber, SessionPtr> lease_sessions_;
-  std::map<JobNumber, std::vector<std::weak_ptr<Session>>> waiters_;
+  std::unordered_map<JobId, SessionPtr> lease_sessions_;
+  std::map<JobId, std::vector<std::weak_ptr<Session>>> waiters_;
   bool publish_pending_ = false;
   asio::steady_timer publish_timer_{io_};
   // Last, so they stop first: the HTTP threads read the monitor, whose thread posts to io_.

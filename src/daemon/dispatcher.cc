@@ -33,14 +33,14 @@ Overloaded(Ts...) -> Overloaded<Ts...>;
 std::optional<std::string> Daemon::Impl::feed(const lifecycle::Event& event) {
   auto effects = lifecycle_.handle(event);
   if (!effects) return effects.error().message;
-  std::vector<JobNumber> changed = lifecycle_.changed();  // carrying out the effects may feed more
+  std::vector<JobId> changed = lifecycle_.changed();  // carrying out the effects may feed more
   std::optional<std::string> trouble;
   for (const lifecycle::Effect& effect : *effects) {
     if (auto error = carry_out(effect); error && !trouble) trouble = std::move(error);
   }
   // The jobs as the lifecycle left them, once all is done (a reason a job waits with is not
   // stored: it changes too often).
-  for (JobNumber id : changed) {
+  for (JobId id : changed) {
     const TrackedJob* tracked = lifecycle_.find(id);
     auto job = active_.find(id);
     if (tracked == nullptr || job == active_.end()) continue;
@@ -88,7 +88,7 @@ std::optional<std::string> Daemon::Impl::carry_out(const lifecycle::Effect& effe
 }
 
 // Stores the job's end, answers whoever waits for it, and forgets it.
-void Daemon::Impl::finished(JobNumber id, JobState state, std::string reason) {
+void Daemon::Impl::finished(JobId id, JobState state, std::string reason) {
   auto it = active_.find(id);
   if (it == active_.end()) return;
   Job& job = it->second;
@@ -146,7 +146,7 @@ void Daemon::Impl::start(const JobStart& decision) {
   }
   pid_t holder_pid = supervisor ? supervisor->pid() : job.pid ? *job.pid : getpid();
   LeaseHolder holder{holder_pid, job.owner.user, fmt::format("job-{}", job.id), static_cast<int64_t>(unix_now())};
-  auto held = leases_.try_acquire(claims_for(machine_, decision.gpus, job.spec.slice_mib), holder);
+  auto held = leases_.try_acquire(claims_for(machine_, decision.gpus, job.spec.gpus.slice_mib), holder);
   if (!held || !*held) {
     if (supervisor) supervisors_.put_back(std::move(*supervisor));
     // Someone outside the daemon took one of the GPUs since the last sample: look again soon.
@@ -195,7 +195,7 @@ void Daemon::Impl::start_batch(Job& job, HeldLeases held, StandbySupervisor supe
   attempt.groups = job.owner.groups;
   attempt.argv = job.spec.argv;
   attempt.environment = with_overrides(
-      job.spec.environment, gpu_environment(machine_, job.gpus, std::to_string(job.id), job.spec.slice_mib));
+      job.spec.environment, gpu_environment(machine_, job.gpus, std::to_string(job.id), job.spec.gpus.slice_mib));
   attempt.cwd = job.spec.cwd;
   attempt.umask = job.spec.umask;
   fill_log_paths(job);
@@ -232,7 +232,7 @@ void Daemon::Impl::start_interactive(Job& job, HeldLeases held) {
   }
   std::vector<int> copies;
   for (int fd : held.descriptors()) copies.push_back(fcntl(fd, F_DUPFD_CLOEXEC, 3));
-  protocol::LeaseGranted granted{job.id, job.gpus, job.gpu_uuids, job.spec.slice_mib,
+  protocol::LeaseGranted granted{job.id, job.gpus, job.gpu_uuids, job.spec.gpus.slice_mib,
                                  static_cast<unsigned>(copies.size())};
   session->second->granted = true;
   sessions_.send(session->second, granted, std::move(copies));
@@ -252,7 +252,7 @@ std::optional<std::string> Daemon::Impl::signal_attempt(const Job& job) {
   return std::nullopt;
 }
 
-void Daemon::Impl::attempt_ended(JobNumber id, lifecycle::AttemptExited ended) {
+void Daemon::Impl::attempt_ended(JobId id, lifecycle::AttemptExited ended) {
   auto it = active_.find(id);
   if (it == active_.end()) return;
   Job& job = it->second;
@@ -265,7 +265,7 @@ void Daemon::Impl::attempt_ended(JobNumber id, lifecycle::AttemptExited ended) {
   feed(ended);
 }
 
-void Daemon::Impl::on_exit(JobNumber id) {
+void Daemon::Impl::on_exit(JobId id) {
   auto it = active_.find(id);
   if (it == active_.end() || it->second.state != JobState::Running) return;
   Job& job = it->second;
@@ -322,7 +322,7 @@ std::set<std::string> Daemon::Impl::running_batch_groups() const {
   return running;
 }
 
-Result<std::optional<Job>> Daemon::Impl::find_job(JobNumber id) const {
+Result<std::optional<Job>> Daemon::Impl::find_job(JobId id) const {
   if (auto it = active_.find(id); it != active_.end()) return std::optional<Job>(it->second);
   TRY_ASSIGN(std::optional<Job> stored, store_.get(id));
   if (stored) fill_log_paths(*stored);

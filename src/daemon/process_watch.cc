@@ -24,10 +24,10 @@ bool pidfd_ended(int pidfd) {
 
 }  // namespace
 
-ProcessWatch::ProcessWatch(asio::io_context& io, std::function<void(JobNumber)> ended)
+ProcessWatch::ProcessWatch(asio::io_context& io, std::function<void(JobId)> ended)
     : io_(io), ended_(std::move(ended)) {}
 
-void ProcessWatch::watch(JobNumber id, pid_t pid) {
+void ProcessWatch::watch(JobId id, pid_t pid) {
   int fd = pidfd_open(pid);
   if (fd < 0) {
     asio::post(io_, [this, id] { ended_(id); });  // already gone
@@ -37,9 +37,9 @@ void ProcessWatch::watch(JobNumber id, pid_t pid) {
   await(id);
 }
 
-void ProcessWatch::forget(JobNumber id) { watchers_.erase(id); }
+void ProcessWatch::forget(JobId id) { watchers_.erase(id); }
 
-void ProcessWatch::await(JobNumber id) {
+void ProcessWatch::await(JobId id) {
   watchers_.at(id)->async_wait(asio::posix::stream_descriptor::wait_read, [this, id](const asio::error_code& error) {
     if (error == asio::error::operation_aborted) return;
     // A wake-up alone does not prove the exit: epoll can hand this watcher the event of a socket

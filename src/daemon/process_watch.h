@@ -20,22 +20,22 @@ namespace gpupool {
 class ProcessWatch {
  public:
   // `ended` is called with the job's id once its watched process has ended.
-  ProcessWatch(asio::io_context& io, std::function<void(JobNumber)> ended);
+  ProcessWatch(asio::io_context& io, std::function<void(JobId)> ended);
 
   // Watches `pid` for job `id` (instead of what it watched before). A process that is gone
   // already counts as ended: `ended` comes from the event loop, not from here.
-  void watch(JobNumber id, pid_t pid);
-  void forget(JobNumber id);
+  void watch(JobId id, pid_t pid);
+  void forget(JobId id);
 
   // Calls `ended` once when `pid` exits; an error when it cannot be watched (no such process).
   Result<void> watch_end_with(pid_t pid, std::function<void()> ended);
 
  private:
-  void await(JobNumber id);
+  void await(JobId id);
 
   asio::io_context& io_;
-  std::function<void(JobNumber)> ended_;
-  std::unordered_map<JobNumber, std::unique_ptr<asio::posix::stream_descriptor>> watchers_;
+  std::function<void(JobId)> ended_;
+  std::unordered_map<JobId, std::unique_ptr<asio::posix::stream_descriptor>> watchers_;
   std::optional<asio::posix::stream_descriptor> end_with_;
 };
 

@@ -18,7 +18,7 @@ namespace gpupool {
 
 void Daemon::Impl::on_disconnect(const SessionPtr& session) {
   if (!session->lease_job) return;
-  JobNumber id = *session->lease_job;
+  JobId id = *session->lease_job;
   session->lease_job.reset();
   lease_sessions_.erase(id);
   auto it = active_.find(id);
@@ -59,7 +59,7 @@ Result<Job> Daemon::Impl::admit(const SessionPtr& session, const protocol::Submi
   if (auto admissible = scheduler_.admissible(scheduler_request(job)); !admissible) {
     return fail("this job {}", admissible.error().message);
   }
-  for (JobNumber after : job.spec.after) {
+  for (JobId after : job.spec.after) {
     TRY_ASSIGN(auto found, find_job(after));
     if (!found) return fail("job {} (in --after) does not exist", after);
   }
@@ -105,10 +105,7 @@ void Daemon::Impl::commit_submissions() {
 
 void Daemon::Impl::handle(const SessionPtr& s, const protocol::LeaseRequest& r) {
   if (s->lease_job) return sessions_.send(s, protocol::ErrorResponse{"this connection already has a lease request"});
-  protocol::SubmitRequest submitted{r.spec};
-  submitted.spec.allowed_gpus = r.allowed;
-  submitted.spec.excluded_gpus = r.excluded;
-  auto admitted = admit(s, submitted, JobKind::Interactive);
+  auto admitted = admit(s, protocol::SubmitRequest{r.spec}, JobKind::Interactive);
   if (!admitted) return sessions_.send(s, protocol::ErrorResponse{admitted.error().message});
   Job job = std::move(*admitted);
   job.pid = s->peer.pid;
@@ -130,7 +127,7 @@ void Daemon::Impl::handle(const SessionPtr& s, const protocol::LeaseRequest& r) 
 
 void Daemon::Impl::handle(const SessionPtr& s, const protocol::FinishedRequest& r) {
   if (!s->lease_job || !s->granted) return sessions_.send(s, protocol::ErrorResponse{"no lease was granted on this connection"});
-  JobNumber id = *s->lease_job;
+  JobId id = *s->lease_job;
   s->lease_job.reset();
   lease_sessions_.erase(id);
   attempt_ended(id, {id, r.exit_code, r.signal, "", false});
@@ -215,7 +212,7 @@ void Daemon::Impl::handle(const SessionPtr& s, const protocol::LogsRequest& r) {
 
 void Daemon::Impl::handle(const SessionPtr& s, const protocol::JobActionRequest& r) {
   protocol::JobActionResponse response;
-  for (JobNumber id : r.ids) {
+  for (JobId id : r.ids) {
     protocol::ActionOutcome outcome{id, std::nullopt, std::nullopt};
     auto it = active_.find(id);
     if (it == active_.end()) {
@@ -260,7 +257,7 @@ void Daemon::Impl::handle(const SessionPtr& s, const protocol::JobActionRequest&
 void Daemon::Impl::handle(const SessionPtr& s, const protocol::WaitRequest& r) {
   s->waiting_for.clear();
   s->wait_ids = r.ids;
-  for (JobNumber id : r.ids) {
+  for (JobId id : r.ids) {
     auto job = find_job(id);
     if (!job) return sessions_.send(s, protocol::ErrorResponse{job.error().message});
     if (!*job) return sessions_.send(s, protocol::ErrorResponse{fmt::format("no job {}", id)});
@@ -332,7 +329,7 @@ Job Daemon::Impl::for_client(Job job, const Session& session) const {
 
 void Daemon::Impl::answer_wait(const SessionPtr& session) {
   protocol::JobsResponse response;
-  for (JobNumber id : session->wait_ids) {
+  for (JobId id : session->wait_ids) {
     auto job = find_job(id);
     if (!job || !*job) return sessions_.send(session, protocol::ErrorResponse{fmt::format("job {} has disappeared", id)});
     Job found = std::move(**job);

@@ -42,10 +42,10 @@ struct Session {
   bool greeted = false;
   bool admin = false;
   bool closing = false;
-  std::optional<JobNumber> lease_job;  // an interactive job this connection waits for or holds
+  std::optional<JobId> lease_job;  // an interactive job this connection waits for or holds
   bool granted = false;
-  std::set<JobNumber> waiting_for;     // a `wait` in progress
-  std::vector<JobNumber> wait_ids;
+  std::set<JobId> waiting_for;     // a `wait` in progress
+  std::vector<JobId> wait_ids;
   struct Outgoing {
     std::string line;
     std::vector<int> descriptors;  // owned copies, closed once sent

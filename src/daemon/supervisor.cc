@@ -114,7 +114,7 @@ Result<SupervisedAttempt> parse_attempt(const std::string& text) {
   try {
     json j = json::parse(text);
     SupervisedAttempt a;
-    a.id = j.at("id").get<JobNumber>();
+    a.id = j.at("id").get<JobId>();
     a.attempt = j.at("attempt").get<unsigned>();
     a.uid = j.at("uid").get<uid_t>();
     a.gid = j.at("gid").get<gid_t>();

@@ -59,7 +59,7 @@ struct AttemptIsolation {
 
 // Everything the supervisor needs, passed to it as JSON on a pipe.
 struct SupervisedAttempt {
-  JobNumber id = 0;
+  JobId id = 0;
   unsigned attempt = 1;
   uid_t uid = 0;
   gid_t gid = 0;

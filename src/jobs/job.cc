@@ -46,11 +46,11 @@ Result<JobKind> parse_job_kind(std::string_view text) {
   return fail("unknown job kind {} (batch or interactive)", quote(text));
 }
 
-Result<std::vector<JobNumber>> parse_job_ids(std::span<const std::string> texts) {
-  std::vector<JobNumber> ids;
+Result<std::vector<JobId>> parse_job_ids(std::span<const std::string> texts) {
+  std::vector<JobId> ids;
   for (const std::string& text : texts) {
     for (const std::string& piece : split(text, ',')) {
-      // 18 digits always fit in a JobNumber.
+      // 18 digits always fit in a JobId.
       if (!all_digits(piece) || piece.size() > 18 || std::stoull(piece) == 0) {
         return fail("invalid job id {}: expected a number like 42", quote(piece));
       }

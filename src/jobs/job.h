@@ -16,7 +16,8 @@
 
 namespace gpupool {
 
-using JobNumber = uint64_t;  // the id users see; same values as the scheduler's JobId
+// A job's id: the one users see, the store's key and the scheduler's. Never reused.
+using JobId = uint64_t;
 
 enum class JobState {
   Queued,     // waiting for GPUs (or for the jobs it runs after)
@@ -38,7 +39,15 @@ const char* to_string(JobKind kind);
 Result<JobKind> parse_job_kind(std::string_view text);
 
 // Job ids as users type them: "42", "7,8,9", one or several arguments.
-Result<std::vector<JobNumber>> parse_job_ids(std::span<const std::string> texts);
+Result<std::vector<JobId>> parse_job_ids(std::span<const std::string> texts);
+
+// The GPUs a job asks for: what the scheduler, the leases and `gpupool run` choose by.
+struct GpuRequest {
+  unsigned count = 1;
+  std::optional<uint64_t> slice_mib;   // nullopt: whole GPUs; else this much memory on each
+  std::vector<unsigned> allowed = {};  // nvidia-smi indices; empty: any
+  std::vector<unsigned> excluded = {};
+};
 
 // What a submission asks for. The client fills it in; the daemon checks it.
 struct JobSpec {
@@ -47,17 +56,14 @@ struct JobSpec {
   std::vector<std::string> environment;   // "NAME=value": the whole environment of the job
   std::string cwd;                        // absolute
   mode_t umask = 022;
-  unsigned gpu_count = 1;
-  std::optional<uint64_t> slice_mib;      // nullopt: whole GPUs; else this much of each
+  // Its allowed and excluded GPUs are an interactive job's only (a lease request's --gpus /
+  // --exclude): not stored, since such a job does not outlive its client's connection.
+  GpuRequest gpus;
   int priority = 0;                       // higher first; above 0 needs an admin
-  std::vector<JobNumber> after;           // starts only once all of these are done (exit 0)
+  std::vector<JobId> after;           // starts only once all of these are done (exit 0)
   unsigned retries = 0;                   // runs again after a failure, up to this many times
   std::optional<double> time_limit_s;     // SIGTERM, a grace period, SIGKILL when exceeded
   JobKind kind = JobKind::Batch;
-  // Interactive jobs only (a lease request's --gpus / --exclude, nvidia-smi indices): not
-  // stored, since such a job does not outlive its client's connection.
-  std::vector<unsigned> allowed_gpus = {};
-  std::vector<unsigned> excluded_gpus = {};
 };
 
 // Who submitted it, from SO_PEERCRED and the process's groups.
@@ -69,7 +75,7 @@ struct JobOwner {
 };
 
 struct Job {
-  JobNumber id = 0;
+  JobId id = 0;
   JobSpec spec;
   JobOwner owner;
   JobState state = JobState::Queued;

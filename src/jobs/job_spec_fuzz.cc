@@ -57,7 +57,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   auto ids = gpupool::parse_job_ids(arguments);
   check_error_line(ids);
   if (ids) {
-    for (gpupool::JobNumber id : *ids) check(id >= 1 && id < 1'000'000'000'000'000'000ull);
+    for (gpupool::JobId id : *ids) check(id >= 1 && id < 1'000'000'000'000'000'000ull);
   }
 
   auto state = gpupool::parse_job_state(text);

@@ -215,8 +215,8 @@ Result<void> bind_job(Binder& row, const Job& job) {
   row.add(environment);
   row.add(job.spec.cwd);
   row.add(job.spec.umask);
-  row.add(job.spec.gpu_count);
-  row.add(job.spec.slice_mib);
+  row.add(job.spec.gpus.count);
+  row.add(job.spec.gpus.slice_mib);
   row.add(job.spec.priority);
   row.add(nlohmann::json(job.spec.after).dump());
   row.add(job.spec.retries);
@@ -353,10 +353,10 @@ Result<Job> decode_job(sqlite3_stmt* statement) {
   TRY_ASSIGN(job.spec.environment, row.list<std::string>());
   TRY_ASSIGN(job.spec.cwd, row.text());
   TRY_ASSIGN(job.spec.umask, row.integer<mode_t>());
-  TRY_ASSIGN(job.spec.gpu_count, row.integer<unsigned>());
-  TRY_ASSIGN(job.spec.slice_mib, row.optional_integer<uint64_t>());
+  TRY_ASSIGN(job.spec.gpus.count, row.integer<unsigned>());
+  TRY_ASSIGN(job.spec.gpus.slice_mib, row.optional_integer<uint64_t>());
   TRY_ASSIGN(job.spec.priority, row.integer<int>());
-  TRY_ASSIGN(job.spec.after, row.list<JobNumber>());
+  TRY_ASSIGN(job.spec.after, row.list<JobId>());
   TRY_ASSIGN(job.spec.retries, row.integer<unsigned>());
   TRY_ASSIGN(job.spec.time_limit_s, row.optional_real());
   TRY_ASSIGN(job.spec.kind, row.name(parse_job_kind));
@@ -383,7 +383,7 @@ Result<Job> decode_job(sqlite3_stmt* statement) {
 
 // A row of `SELECT id, <kJobColumns>`.
 Result<Job> read_job(sqlite3* db, sqlite3_stmt* statement) {
-  auto id = static_cast<JobNumber>(sqlite3_column_int64(statement, 0));
+  auto id = static_cast<JobId>(sqlite3_column_int64(statement, 0));
   auto job = decode_job(statement);
   if (!job.ok()) {
     return fail("state database {}: job {} cannot be read: {}", database_name(db), id, job.error().message);
@@ -493,17 +493,17 @@ Result<JobStore> JobStore::open(const std::string& path) {
 // Each write below but insert_all is a single statement, which SQLite commits as its own
 // transaction before sqlite3_step returns.
 
-Result<JobNumber> JobStore::insert(const Job& job) {
-  TRY_ASSIGN(std::vector<JobNumber> ids, insert_all({job}));
+Result<JobId> JobStore::insert(const Job& job) {
+  TRY_ASSIGN(std::vector<JobId> ids, insert_all({job}));
   return ids.front();
 }
 
-Result<std::vector<JobNumber>> JobStore::insert_all(const std::vector<Job>& jobs) {
+Result<std::vector<JobId>> JobStore::insert_all(const std::vector<Job>& jobs) {
   // One transaction, one sync of the log for all of them (the daemon's group commit): the
   // sync is what costs (milliseconds on a slow disk), not the rows.
   TRY(exec(db_, "PRAGMA synchronous = FULL", "setting synchronous mode"));
   TRY(exec(db_, "BEGIN IMMEDIATE", "starting a transaction"));
-  std::vector<JobNumber> ids;
+  std::vector<JobId> ids;
   Result<void> stored;
   for (const Job& job : jobs) {
     StatementUse statement(statements_->insert);
@@ -512,7 +512,7 @@ Result<std::vector<JobNumber>> JobStore::insert_all(const std::vector<Job>& jobs
     if (stored.ok()) stored = parameters.status(db_);
     if (stored.ok()) stored = step_to_end(db_, statement.get(), "storing a new job");
     if (!stored.ok()) break;
-    ids.push_back(static_cast<JobNumber>(sqlite3_last_insert_rowid(db_)));
+    ids.push_back(static_cast<JobId>(sqlite3_last_insert_rowid(db_)));
   }
   if (stored.ok()) stored = exec(db_, "COMMIT", "storing new jobs");
   if (!stored.ok()) sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
@@ -532,7 +532,7 @@ Result<void> JobStore::update(const Job& job) {
   return {};
 }
 
-Result<std::optional<Job>> JobStore::get(JobNumber id) const {
+Result<std::optional<Job>> JobStore::get(JobId id) const {
   StatementUse statement(statements_->get);
   Binder parameters(statement.get());
   parameters.add(id);

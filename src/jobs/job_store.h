@@ -22,7 +22,7 @@ struct JobFilter {
   std::optional<std::string> user;
   std::optional<JobState> state;  // when set, overrides include_finished
   size_t limit = 0;               // 0: no limit; else the first `limit` jobs (after `after_id`)
-  JobNumber after_id = 0;         // only jobs with a larger id: where the previous page ended
+  JobId after_id = 0;         // only jobs with a larger id: where the previous page ended
   // Listings leave the environment out (empty): it is most of a job's bytes and they do not
   // show it. The daemon's own reload of its queue needs it.
   bool with_environment = false;
@@ -39,12 +39,12 @@ class JobStore {
 
   // Stores a new job, giving it the next id (ids are never reused, even after deletion of
   // the newest row); `job.id` is ignored. On disk (synced) when it returns.
-  Result<JobNumber> insert(const Job& job);
+  Result<JobId> insert(const Job& job);
   // Several at once, in one transaction and one sync: all are stored or none.
-  Result<std::vector<JobNumber>> insert_all(const std::vector<Job>& jobs);
+  Result<std::vector<JobId>> insert_all(const std::vector<Job>& jobs);
   // Replaces every field of an existing job (an error if the id is unknown).
   Result<void> update(const Job& job);
-  Result<std::optional<Job>> get(JobNumber id) const;
+  Result<std::optional<Job>> get(JobId id) const;
   // In id order; a page costs what its jobs cost, however long the history.
   Result<std::vector<Job>> list(const JobFilter& filter) const;
   // Queued, held and running jobs: what the daemon loads at start.

@@ -26,8 +26,8 @@ Job full_job() {
                           "EMPTY="};
   job.spec.cwd = "/home/ana/proj ect";
   job.spec.umask = 077;
-  job.spec.gpu_count = 4;
-  job.spec.slice_mib = std::numeric_limits<uint64_t>::max();  // every bit survives the signed column
+  job.spec.gpus.count = 4;
+  job.spec.gpus.slice_mib = std::numeric_limits<uint64_t>::max();  // every bit survives the signed column
   job.spec.priority = -3;
   job.spec.after = {7, 12};
   job.spec.retries = 2;
@@ -66,8 +66,8 @@ void expect_same_job(const Job& a, const Job& b) {
   EXPECT_EQ(a.spec.environment, b.spec.environment);
   EXPECT_EQ(a.spec.cwd, b.spec.cwd);
   EXPECT_EQ(a.spec.umask, b.spec.umask);
-  EXPECT_EQ(a.spec.gpu_count, b.spec.gpu_count);
-  EXPECT_EQ(a.spec.slice_mib, b.spec.slice_mib);
+  EXPECT_EQ(a.spec.gpus.count, b.spec.gpus.count);
+  EXPECT_EQ(a.spec.gpus.slice_mib, b.spec.gpus.slice_mib);
   EXPECT_EQ(a.spec.priority, b.spec.priority);
   EXPECT_EQ(a.spec.after, b.spec.after);
   EXPECT_EQ(a.spec.retries, b.spec.retries);
@@ -97,12 +97,12 @@ constexpr bool kFinishedToo = true;
 constexpr bool kUnfinishedOnly = false;
 
 JobFilter filter(bool include_finished, std::optional<std::string> user = std::nullopt,
-                 std::optional<JobState> state = std::nullopt, size_t limit = 0, JobNumber after_id = 0) {
+                 std::optional<JobState> state = std::nullopt, size_t limit = 0, JobId after_id = 0) {
   return JobFilter{include_finished, std::move(user), state, limit, after_id};
 }
 
-std::vector<JobNumber> ids_of(const std::vector<Job>& jobs) {
-  std::vector<JobNumber> ids;
+std::vector<JobId> ids_of(const std::vector<Job>& jobs) {
+  std::vector<JobId> ids;
   for (const Job& job : jobs) ids.push_back(job.id);
   return ids;
 }
@@ -127,16 +127,16 @@ class JobStoreTest : public ::testing::Test {
 
   void insert_two_users_jobs();
 
-  JobNumber insert(const Job& job) {
+  JobId insert(const Job& job) {
     auto id = store_->insert(job);
     EXPECT_TRUE(id.ok()) << id.error().message;
     return id.ok() ? *id : 0;
   }
 
-  std::vector<JobNumber> listed(const JobFilter& filter) {
+  std::vector<JobId> listed(const JobFilter& filter) {
     auto jobs = store_->list(filter);
     EXPECT_TRUE(jobs.ok()) << jobs.error().message;
-    return jobs.ok() ? ids_of(*jobs) : std::vector<JobNumber>{};
+    return jobs.ok() ? ids_of(*jobs) : std::vector<JobId>{};
   }
 
   // Runs SQL through a connection of its own, as an administrator's `sqlite3` would.
@@ -161,8 +161,8 @@ TEST_F(JobStoreTest, RoundTripsEveryField) {
   full.id = 999;  // ignored: the store numbers jobs
   Job bare = job_of("bob", JobState::Queued);
   bare.spec.argv.clear();  // every list empty, every optional absent
-  JobNumber full_id = insert(full);
-  JobNumber bare_id = insert(bare);
+  JobId full_id = insert(full);
+  JobId bare_id = insert(bare);
   full.id = full_id;
   bare.id = bare_id;
   EXPECT_NE(full_id, 999u);
@@ -173,7 +173,7 @@ TEST_F(JobStoreTest, RoundTripsEveryField) {
     ASSERT_TRUE(stored->has_value());
     expect_same_job(**stored, *job);
   }
-  EXPECT_FALSE(bare.spec.slice_mib || bare.spec.time_limit_s || bare.start_time || bare.end_time ||
+  EXPECT_FALSE(bare.spec.gpus.slice_mib || bare.spec.time_limit_s || bare.start_time || bare.end_time ||
                bare.exit_code || bare.signal || bare.pid || bare.pid_start_ticks);
 
   auto missing = store_->get(12345);
@@ -232,9 +232,9 @@ TEST_F(JobStoreTest, ListsUnfinishedJobsByDefault) {
                          JobState::Running, JobState::Cancelled}) {
     insert(job_of("ana", state));
   }
-  EXPECT_EQ(listed({}), (std::vector<JobNumber>{1, 3, 5}));
-  EXPECT_EQ(ids_of(*store_->unfinished()), (std::vector<JobNumber>{1, 3, 5}));
-  EXPECT_EQ(listed(filter(kFinishedToo)), (std::vector<JobNumber>{1, 2, 3, 4, 5, 6}));
+  EXPECT_EQ(listed({}), (std::vector<JobId>{1, 3, 5}));
+  EXPECT_EQ(ids_of(*store_->unfinished()), (std::vector<JobId>{1, 3, 5}));
+  EXPECT_EQ(listed(filter(kFinishedToo)), (std::vector<JobId>{1, 2, 3, 4, 5, 6}));
 }
 
 // Jobs 1 to 5: ana queued, bob running, ana done, bob done, ana running.
@@ -250,39 +250,39 @@ TEST_F(JobStoreTest, FiltersByUserAndState) {
   ASSERT_NO_FATAL_FAILURE(open_store());
   insert_two_users_jobs();
 
-  EXPECT_EQ(listed(filter(kUnfinishedOnly, "ana")), (std::vector<JobNumber>{1, 5}));
-  EXPECT_EQ(listed(filter(kFinishedToo, "ana")), (std::vector<JobNumber>{1, 3, 5}));
-  EXPECT_EQ(listed(filter(kUnfinishedOnly, "nobody")), std::vector<JobNumber>{});
-  EXPECT_EQ(listed(filter(kUnfinishedOnly, {}, JobState::Running)), (std::vector<JobNumber>{2, 5}));
+  EXPECT_EQ(listed(filter(kUnfinishedOnly, "ana")), (std::vector<JobId>{1, 5}));
+  EXPECT_EQ(listed(filter(kFinishedToo, "ana")), (std::vector<JobId>{1, 3, 5}));
+  EXPECT_EQ(listed(filter(kUnfinishedOnly, "nobody")), std::vector<JobId>{});
+  EXPECT_EQ(listed(filter(kUnfinishedOnly, {}, JobState::Running)), (std::vector<JobId>{2, 5}));
   // A state overrides include_finished either way.
-  EXPECT_EQ(listed(filter(kUnfinishedOnly, {}, JobState::Done)), (std::vector<JobNumber>{3, 4}));
-  EXPECT_EQ(listed(filter(kFinishedToo, {}, JobState::Queued)), (std::vector<JobNumber>{1}));
-  EXPECT_EQ(listed(filter(kUnfinishedOnly, "bob", JobState::Done)), (std::vector<JobNumber>{4}));
+  EXPECT_EQ(listed(filter(kUnfinishedOnly, {}, JobState::Done)), (std::vector<JobId>{3, 4}));
+  EXPECT_EQ(listed(filter(kFinishedToo, {}, JobState::Queued)), (std::vector<JobId>{1}));
+  EXPECT_EQ(listed(filter(kUnfinishedOnly, "bob", JobState::Done)), (std::vector<JobId>{4}));
 }
 
 TEST_F(JobStoreTest, PagesFollowTheCursorInIdOrder) {
   ASSERT_NO_FATAL_FAILURE(open_store());
   for (int i = 0; i < 10; ++i) insert(job_of(i % 2 == 0 ? "ana" : "bob", JobState::Done));
-  EXPECT_EQ(listed(filter(kFinishedToo, {}, {}, 3)), (std::vector<JobNumber>{1, 2, 3}));
-  EXPECT_EQ(listed(filter(kFinishedToo, {}, {}, 3, 3)), (std::vector<JobNumber>{4, 5, 6}));
-  EXPECT_EQ(listed(filter(kFinishedToo, {}, {}, 3, 9)), (std::vector<JobNumber>{10}));
-  EXPECT_EQ(listed(filter(kFinishedToo, {}, {}, 3, 10)), std::vector<JobNumber>{});
-  EXPECT_EQ(listed(filter(kFinishedToo, {}, {}, 0, 7)), (std::vector<JobNumber>{8, 9, 10}));
+  EXPECT_EQ(listed(filter(kFinishedToo, {}, {}, 3)), (std::vector<JobId>{1, 2, 3}));
+  EXPECT_EQ(listed(filter(kFinishedToo, {}, {}, 3, 3)), (std::vector<JobId>{4, 5, 6}));
+  EXPECT_EQ(listed(filter(kFinishedToo, {}, {}, 3, 9)), (std::vector<JobId>{10}));
+  EXPECT_EQ(listed(filter(kFinishedToo, {}, {}, 3, 10)), std::vector<JobId>{});
+  EXPECT_EQ(listed(filter(kFinishedToo, {}, {}, 0, 7)), (std::vector<JobId>{8, 9, 10}));
   EXPECT_EQ(listed(filter(kFinishedToo, {}, {}, 100)).size(), 10u);
   EXPECT_EQ(listed(filter(kFinishedToo, {}, {}, std::numeric_limits<size_t>::max())).size(), 10u);
   // Past the largest id SQLite can give: nothing, not everything.
-  EXPECT_EQ(listed(filter(kFinishedToo, {}, {}, 3, std::numeric_limits<JobNumber>::max())),
-            std::vector<JobNumber>{});
+  EXPECT_EQ(listed(filter(kFinishedToo, {}, {}, 3, std::numeric_limits<JobId>::max())),
+            std::vector<JobId>{});
 
   // Paging through the whole history gives each job once.
-  std::vector<JobNumber> all;
-  for (JobNumber after = 0;;) {
-    std::vector<JobNumber> page = listed(filter(kFinishedToo, {}, {}, 4, after));
+  std::vector<JobId> all;
+  for (JobId after = 0;;) {
+    std::vector<JobId> page = listed(filter(kFinishedToo, {}, {}, 4, after));
     if (page.empty()) break;
     all.insert(all.end(), page.begin(), page.end());
     after = page.back();
   }
-  EXPECT_EQ(all, (std::vector<JobNumber>{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}));
+  EXPECT_EQ(all, (std::vector<JobId>{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}));
 }
 
 TEST_F(JobStoreTest, FiltersApplyToEachPage) {
@@ -291,14 +291,14 @@ TEST_F(JobStoreTest, FiltersApplyToEachPage) {
   insert(job_of("ana", JobState::Done));     // 6
   insert(job_of("ana", JobState::Held));     // 7
 
-  EXPECT_EQ(listed(filter(kFinishedToo, "ana", {}, 2)), (std::vector<JobNumber>{1, 3}));
-  EXPECT_EQ(listed(filter(kFinishedToo, "ana", {}, 2, 3)), (std::vector<JobNumber>{5, 6}));
-  EXPECT_EQ(listed(filter(kFinishedToo, "ana", {}, 2, 6)), (std::vector<JobNumber>{7}));
-  EXPECT_EQ(listed(filter(kUnfinishedOnly, {}, {}, 2, 1)), (std::vector<JobNumber>{2, 5}));
-  EXPECT_EQ(listed(filter(kUnfinishedOnly, {}, {}, 2, 5)), (std::vector<JobNumber>{7}));
-  EXPECT_EQ(listed(filter(kUnfinishedOnly, "ana", {}, 1, 1)), (std::vector<JobNumber>{5}));
-  EXPECT_EQ(listed(filter(kFinishedToo, {}, JobState::Done, 1, 3)), (std::vector<JobNumber>{4}));
-  EXPECT_EQ(listed(filter(kFinishedToo, "ana", JobState::Done, 5, 3)), (std::vector<JobNumber>{6}));
+  EXPECT_EQ(listed(filter(kFinishedToo, "ana", {}, 2)), (std::vector<JobId>{1, 3}));
+  EXPECT_EQ(listed(filter(kFinishedToo, "ana", {}, 2, 3)), (std::vector<JobId>{5, 6}));
+  EXPECT_EQ(listed(filter(kFinishedToo, "ana", {}, 2, 6)), (std::vector<JobId>{7}));
+  EXPECT_EQ(listed(filter(kUnfinishedOnly, {}, {}, 2, 1)), (std::vector<JobId>{2, 5}));
+  EXPECT_EQ(listed(filter(kUnfinishedOnly, {}, {}, 2, 5)), (std::vector<JobId>{7}));
+  EXPECT_EQ(listed(filter(kUnfinishedOnly, "ana", {}, 1, 1)), (std::vector<JobId>{5}));
+  EXPECT_EQ(listed(filter(kFinishedToo, {}, JobState::Done, 1, 3)), (std::vector<JobId>{4}));
+  EXPECT_EQ(listed(filter(kFinishedToo, "ana", JobState::Done, 5, 3)), (std::vector<JobId>{6}));
 }
 
 TEST_F(JobStoreTest, ListingsLeaveTheEnvironmentUnread) {
@@ -317,8 +317,8 @@ TEST_F(JobStoreTest, ListingsLeaveTheEnvironmentUnread) {
 
   // Not read at all: an environment that cannot be decoded does not stop a listing.
   raw_sql("UPDATE jobs SET environment = 'not JSON'");
-  EXPECT_EQ(listed(filter(kFinishedToo)), (std::vector<JobNumber>{job.id}));
-  EXPECT_EQ(listed(filter(kUnfinishedOnly, "ana", JobState::Queued, 10)), (std::vector<JobNumber>{job.id}));
+  EXPECT_EQ(listed(filter(kFinishedToo)), (std::vector<JobId>{job.id}));
+  EXPECT_EQ(listed(filter(kUnfinishedOnly, "ana", JobState::Queued, 10)), (std::vector<JobId>{job.id}));
   EXPECT_FALSE(store_->unfinished().ok());
   EXPECT_FALSE(store_->get(job.id).ok());
 }
@@ -344,7 +344,7 @@ TEST_F(JobStoreTest, AMovedStoreKeepsWorking) {
   ASSERT_TRUE(moved.insert(job_of("ana", JobState::Queued)).ok());
   ASSERT_NO_FATAL_FAILURE(open_store());  // a second connection to the same file
   *store_ = std::move(moved);
-  EXPECT_EQ(listed({}), std::vector<JobNumber>{1});
+  EXPECT_EQ(listed({}), std::vector<JobId>{1});
 }
 
 TEST_F(JobStoreTest, WhatWasStoredSurvivesAKill) {

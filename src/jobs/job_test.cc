@@ -8,12 +8,12 @@
 namespace gpupool {
 namespace {
 
-Result<std::vector<JobNumber>> ids(std::vector<std::string> texts) { return parse_job_ids(texts); }
+Result<std::vector<JobId>> ids(std::vector<std::string> texts) { return parse_job_ids(texts); }
 
 TEST(JobIds, ReadsListsAndSeveralArguments) {
-  EXPECT_EQ(*ids({"42"}), (std::vector<JobNumber>{42}));
-  EXPECT_EQ(*ids({"7,8", "9"}), (std::vector<JobNumber>{7, 8, 9}));
-  EXPECT_EQ(*ids({"999999999999999999"}), (std::vector<JobNumber>{999999999999999999ull}));
+  EXPECT_EQ(*ids({"42"}), (std::vector<JobId>{42}));
+  EXPECT_EQ(*ids({"7,8", "9"}), (std::vector<JobId>{7, 8, 9}));
+  EXPECT_EQ(*ids({"999999999999999999"}), (std::vector<JobId>{999999999999999999ull}));
 }
 
 TEST(JobIds, RefusesWhatIsNotAnIdWithOneLine) {

@@ -28,8 +28,8 @@ std::string gpu_list_text(std::vector<unsigned> gpus) {
 }
 
 std::string request_text(const Job& job) {
-  if (job.spec.slice_mib) return fmt::format("{}x{}M", job.spec.gpu_count, *job.spec.slice_mib);
-  return fmt::format("{}", job.spec.gpu_count);
+  if (job.spec.gpus.slice_mib) return fmt::format("{}x{}M", job.spec.gpus.count, *job.spec.gpus.slice_mib);
+  return fmt::format("{}", job.spec.gpus.count);
 }
 
 }  // namespace gpupool

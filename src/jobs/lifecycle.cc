@@ -19,12 +19,12 @@ Result<std::vector<Effect>> JobLifecycle::handle(const Event& event) {
   return out;
 }
 
-const TrackedJob* JobLifecycle::find(JobNumber id) const {
+const TrackedJob* JobLifecycle::find(JobId id) const {
   auto it = jobs_.find(id);
   return it == jobs_.end() ? nullptr : &it->second;
 }
 
-Result<TrackedJob*> JobLifecycle::tracked(JobNumber id, JobState expected) {
+Result<TrackedJob*> JobLifecycle::tracked(JobId id, JobState expected) {
   auto it = jobs_.find(id);
   if (it == jobs_.end()) return fail("no job {} is queued, held or running", id);
   if (it->second.state != expected) return fail("job {} is {}, not {}", id, to_string(it->second.state), to_string(expected));
@@ -191,11 +191,11 @@ Result<void> JobLifecycle::on(const TimeLimitReached& e, Effects& out) {
   return {};
 }
 
-void JobLifecycle::enqueue(JobNumber id, Effects& out) {
+void JobLifecycle::enqueue(JobId id, Effects& out) {
   TrackedJob& job = jobs_.at(id);
   if (job.state != JobState::Queued || job.in_queue) return;
   changed_.push_back(id);
-  for (JobNumber after : job.after) {
+  for (JobId after : job.after) {
     const TrackedJob* waiting_for = find(after);
     auto ended = ended_now_.find(after);
     std::optional<JobState> state = waiting_for              ? std::optional(waiting_for->state)
@@ -220,7 +220,7 @@ void JobLifecycle::enqueue(JobNumber id, Effects& out) {
   out.push_back(EnterQueue{id});
 }
 
-void JobLifecycle::finish(JobNumber id, JobState state, std::string reason, Effects& out) {
+void JobLifecycle::finish(JobId id, JobState state, std::string reason, Effects& out) {
   auto it = jobs_.find(id);
   if (it->second.in_queue) out.push_back(LeaveQueue{id});
   jobs_.erase(it);
@@ -228,7 +228,7 @@ void JobLifecycle::finish(JobNumber id, JobState state, std::string reason, Effe
   out.push_back(Finished{id, state, std::move(reason)});
   auto dependents = dependents_.extract(id);
   if (dependents.empty()) return;
-  for (JobNumber dependent : dependents.mapped()) {
+  for (JobId dependent : dependents.mapped()) {
     if (jobs_.count(dependent) > 0) enqueue(dependent, out);
   }
 }

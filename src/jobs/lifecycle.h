@@ -27,41 +27,41 @@ namespace lifecycle {
 
 // A new job, stored: queued, or held from the start by `submit --hold`.
 struct Submitted {
-  JobNumber id = 0;
+  JobId id = 0;
   JobKind kind = JobKind::Batch;
   unsigned retries = 0;
-  std::vector<JobNumber> after;
+  std::vector<JobId> after;
   std::optional<std::string> held_by;
 };
 // An unfinished job a previous daemon left in the store, taken up at start. A running one keeps
 // running (its process is watched); a queued one is queued again.
 struct Adopted {
-  JobNumber id = 0;
+  JobId id = 0;
   JobKind kind = JobKind::Batch;
   unsigned retries = 0;
-  std::vector<JobNumber> after;
+  std::vector<JobId> after;
   JobState state = JobState::Queued;
   unsigned attempts = 0;
   std::string reason;
 };
 // The scheduler refused a queued job for good (it can never run here).
 struct Refused {
-  JobNumber id = 0;
+  JobId id = 0;
   std::string why;
 };
 // The scheduler gave a queued job its GPUs, and their leases are held.
 struct Granted {
-  JobNumber id = 0;
+  JobId id = 0;
   std::vector<unsigned> gpus;
 };
 // What should have run the attempt could not be had (no supervisor): no attempt began.
 struct StartFailed {
-  JobNumber id = 0;
+  JobId id = 0;
   std::string why;
 };
 // An attempt (or an interactive job's program) ended.
 struct AttemptExited {
-  JobNumber id = 0;
+  JobId id = 0;
   std::optional<int> exit_code;  // nullopt: unknown, or the program never ran
   std::optional<int> signal;
   std::string reason;            // the supervisor's or the driver's words, may be empty
@@ -69,23 +69,23 @@ struct AttemptExited {
 };
 // The attempt's record proves it never ran (its supervisor ended before starting it).
 struct AttemptNeverRan {
-  JobNumber id = 0;
+  JobId id = 0;
 };
 struct Cancel {
-  JobNumber id = 0;
+  JobId id = 0;
   std::string by;  // "alice", or what ended it ("its client, which disconnected")
 };
 struct Hold {
-  JobNumber id = 0;
+  JobId id = 0;
   std::string by;
 };
 struct Release {
-  JobNumber id = 0;
+  JobId id = 0;
 };
 struct Drain {};
 struct Resume {};
 struct TimeLimitReached {
-  JobNumber id = 0;
+  JobId id = 0;
 };
 
 using Event = std::variant<Submitted, Adopted, Refused, Granted, StartFailed, AttemptExited, AttemptNeverRan,
@@ -95,35 +95,35 @@ using Event = std::variant<Submitted, Adopted, Refused, Granted, StartFailed, At
 
 // Put the job in the scheduler's queue; take it out again.
 struct EnterQueue {
-  JobNumber id = 0;
+  JobId id = 0;
 };
 struct LeaveQueue {
-  JobNumber id = 0;
+  JobId id = 0;
 };
 // Start attempt `attempt` of the job on these GPUs (a batch job's supervisor, an interactive
 // job's client).
 struct StartAttempt {
-  JobNumber id = 0;
+  JobId id = 0;
   unsigned attempt = 0;
   std::vector<unsigned> gpus;
 };
 // The attempt the job is in should end: SIGTERM, the grace period, SIGKILL.
 enum class SignalWhy { Cancel, TimeLimit };
 struct SignalAttempt {
-  JobNumber id = 0;
+  JobId id = 0;
   SignalWhy why = SignalWhy::Cancel;
 };
 // The job's state, reason or attempt count changed in a way that must be stored: as they are
 // here (the reason a job waits with may change again before the event is done, unstored).
 struct Record {
-  JobNumber id = 0;
+  JobId id = 0;
   JobState state = JobState::Queued;
   std::string reason;
   unsigned attempts = 0;
 };
 // The job has ended, once and for all: store it, answer whoever waits for it, forget it.
 struct Finished {
-  JobNumber id = 0;
+  JobId id = 0;
   JobState state = JobState::Done;
   std::string reason;
 };
@@ -139,7 +139,7 @@ struct TrackedJob {
   std::string reason;  // why it waits, or "retry N of M after: ...", or "cancelled by ..."
   unsigned attempts = 0;
   unsigned retries = 0;
-  std::vector<JobNumber> after;
+  std::vector<JobId> after;
   bool in_queue = false;                 // the scheduler has it
   std::optional<std::string> cancel_by;  // cancelled while running: ends Cancelled however it ends
 };
@@ -148,18 +148,18 @@ class JobLifecycle {
  public:
   // The state of a job the lifecycle does not track (ended, or never seen), for --after:
   // nullopt when there is no such job.
-  using StoredState = std::function<std::optional<JobState>(JobNumber)>;
+  using StoredState = std::function<std::optional<JobState>(JobId)>;
   explicit JobLifecycle(StoredState stored_state);
 
   // The effects of one event, in the order they are to be carried out. An error (nothing
   // changed) is a refusal for whoever asked: "job 3 is not held".
   Result<std::vector<lifecycle::Effect>> handle(const lifecycle::Event& event);
 
-  const TrackedJob* find(JobNumber id) const;
+  const TrackedJob* find(JobId id) const;
   // The jobs whose state, reason or attempts the last event may have changed (those it ended
   // aside: their Finished effects say how they ended).
-  const std::vector<JobNumber>& changed() const { return changed_; }
-  const std::map<JobNumber, TrackedJob>& jobs() const { return jobs_; }
+  const std::vector<JobId>& changed() const { return changed_; }
+  const std::map<JobId, TrackedJob>& jobs() const { return jobs_; }
   // Drained: no job is granted GPUs until resumed.
   bool drained() const { return drained_; }
 
@@ -179,18 +179,18 @@ class JobLifecycle {
   Result<void> on(const lifecycle::Resume& e, Effects& out);
   Result<void> on(const lifecycle::TimeLimitReached& e, Effects& out);
 
-  Result<TrackedJob*> tracked(JobNumber id, JobState expected);
+  Result<TrackedJob*> tracked(JobId id, JobState expected);
   // Queues the job for GPUs once every job it runs after is done; fails it when one cannot be.
-  void enqueue(JobNumber id, Effects& out);
-  void finish(JobNumber id, JobState state, std::string reason, Effects& out);
+  void enqueue(JobId id, Effects& out);
+  void finish(JobId id, JobState state, std::string reason, Effects& out);
 
   StoredState stored_state_;
-  std::map<JobNumber, TrackedJob> jobs_;
-  std::map<JobNumber, std::vector<JobNumber>> dependents_;  // job → jobs waiting for it
+  std::map<JobId, TrackedJob> jobs_;
+  std::map<JobId, std::vector<JobId>> dependents_;  // job → jobs waiting for it
   // Jobs ended by the event being handled: the store has their end only once the effects are
   // carried out, and their dependents are decided before that.
-  std::map<JobNumber, JobState> ended_now_;
-  std::vector<JobNumber> changed_;
+  std::map<JobId, JobState> ended_now_;
+  std::vector<JobId> changed_;
   bool drained_ = false;
 };
 

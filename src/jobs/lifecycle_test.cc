@@ -30,17 +30,17 @@ class LifecycleTest : public ::testing::Test {
     return effects.ok() ? "" : effects.error().message;
   }
   // Submits a batch job and grants it GPU 0: it is running its first attempt.
-  void start(JobNumber id, unsigned retries = 0) {
+  void start(JobId id, unsigned retries = 0) {
     handle(Submitted{id, JobKind::Batch, retries, {}, std::nullopt});
     handle(Granted{id, {0}});
   }
-  JobState state(JobNumber id) {
+  JobState state(JobId id) {
     if (const TrackedJob* job = jobs.find(id)) return job->state;
     return stored.at(id);
   }
 
-  std::map<JobNumber, JobState> stored;
-  JobLifecycle jobs{[this](JobNumber id) -> std::optional<JobState> {
+  std::map<JobId, JobState> stored;
+  JobLifecycle jobs{[this](JobId id) -> std::optional<JobState> {
     auto it = stored.find(id);
     return it == stored.end() ? std::nullopt : std::optional(it->second);
   }};
@@ -209,23 +209,23 @@ TEST_F(LifecycleTest, AdoptedJobsGoOnWhereThePreviousDaemonLeftThem) {
 // attempts at once, never more than 1 + its retries, never starts again once cancelled, and
 // nothing starts while the queue is drained.
 RC_GTEST_PROP(LifecycleProperties, InvariantsHoldForAnyEvents, ()) {
-  std::map<JobNumber, JobState> stored;
-  JobLifecycle jobs([&](JobNumber id) -> std::optional<JobState> {
+  std::map<JobId, JobState> stored;
+  JobLifecycle jobs([&](JobId id) -> std::optional<JobState> {
     auto it = stored.find(id);
     return it == stored.end() ? std::nullopt : std::optional(it->second);
   });
-  constexpr JobNumber kJobs = 5;
-  std::map<JobNumber, unsigned> retries;
-  std::set<JobNumber> running, cancelled, finished;
+  constexpr JobId kJobs = 5;
+  std::map<JobId, unsigned> retries;
+  std::set<JobId> running, cancelled, finished;
   size_t steps = *rc::gen::inRange<size_t>(1, 80);
   for (size_t step = 0; step < steps; ++step) {
-    JobNumber id = *rc::gen::inRange<JobNumber>(1, kJobs + 1);
+    JobId id = *rc::gen::inRange<JobId>(1, kJobs + 1);
     Event event;
     switch (*rc::gen::inRange(0, 11)) {
       case 0: {
         unsigned allowed = *rc::gen::inRange(0u, 3u);
-        std::vector<JobNumber> after;
-        if (id > 1 && *rc::gen::arbitrary<bool>()) after.push_back(*rc::gen::inRange<JobNumber>(1, id));
+        std::vector<JobId> after;
+        if (id > 1 && *rc::gen::arbitrary<bool>()) after.push_back(*rc::gen::inRange<JobId>(1, id));
         std::optional<std::string> held;
         if (*rc::gen::inRange(0, 4) == 0) held = "someone";
         event = Submitted{id, *rc::gen::element(JobKind::Batch, JobKind::Interactive), allowed, after, held};

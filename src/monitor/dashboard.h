@@ -61,7 +61,7 @@ struct CardUse {
   std::string holder;
   std::string user;                 // for sorting: the first holder's user
   std::vector<std::string> users;   // every holder's user (or the external processes' users)
-  std::optional<JobNumber> job;  // the daemon's job on it, when one holds it whole or first
+  std::optional<JobId> job;  // the daemon's job on it, when one holds it whole or first
   bool external = false;        // processes on it that no lease accounts for
 };
 CardUse card_use(const DashboardInput& input, const Gpu& gpu);

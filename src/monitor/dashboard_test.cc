@@ -23,14 +23,14 @@ Gpu card(unsigned index, unsigned util, uint64_t used_mib) {
   return gpu;
 }
 
-Job running_job(JobNumber id, const std::string& user, std::vector<unsigned> gpus, const std::string& name) {
+Job running_job(JobId id, const std::string& user, std::vector<unsigned> gpus, const std::string& name) {
   Job job;
   job.id = id;
   job.owner.user = user;
   job.spec.name = name;
   job.spec.argv = {"python", "train.py"};
   job.spec.cwd = "/home/" + user;
-  job.spec.gpu_count = static_cast<unsigned>(gpus.size());
+  job.spec.gpus.count = static_cast<unsigned>(gpus.size());
   job.state = JobState::Running;
   job.gpus = std::move(gpus);
   job.submit_time = 1000;
@@ -39,12 +39,12 @@ Job running_job(JobNumber id, const std::string& user, std::vector<unsigned> gpu
   return job;
 }
 
-Job queued_job(JobNumber id, const std::string& user, unsigned gpus) {
+Job queued_job(JobId id, const std::string& user, unsigned gpus) {
   Job job;
   job.id = id;
   job.owner.user = user;
   job.spec.argv = {"sleep", "60"};
-  job.spec.gpu_count = gpus;
+  job.spec.gpus.count = gpus;
   job.submit_time = 1150;
   job.reason = "waiting for GPUs";
   return job;
@@ -59,7 +59,7 @@ DashboardInput busy_machine() {
                                      GpuProcess{4243, ProcessKind::Compute, 10000, "carol", "python eval.py"}};
   input.jobs = {running_job(12, "alice", {0, 1}, "train"), running_job(13, "alice", {4}, "notebook"),
                 queued_job(14, "erin", 8), queued_job(15, "alice", 1)};
-  input.jobs[1].spec.slice_mib = 20480;
+  input.jobs[1].spec.gpus.slice_mib = 20480;
   input.leases = {CardLease{0, "job-12", "root", 1, std::nullopt}, CardLease{1, "job-12", "root", 1, std::nullopt},
                   CardLease{2, "run-777", "bob", 777, std::nullopt}, CardLease{4, "job-13", "root", 1, 20480},
                   CardLease{4, "nb-dave", "dave", 888, 20480}};
@@ -108,7 +108,7 @@ TEST(Dashboard, SaysWhoHoldsEachCard) {
   EXPECT_NE(row_of_gpu(frame, 4).text.find("2 holders: alice, dave"), std::string::npos);
   EXPECT_NE(row_of_gpu(frame, 5).text.find(" -"), std::string::npos);
   EXPECT_TRUE(card_use(input, input.machine.gpus[3]).external);
-  EXPECT_EQ(card_use(input, input.machine.gpus[0]).job, JobNumber{12});
+  EXPECT_EQ(card_use(input, input.machine.gpus[0]).job, JobId{12});
   EXPECT_EQ(card_use(input, input.machine.gpus[7]).holder, "");
 }
 

@@ -40,7 +40,7 @@ json sample_json(const GpuSample& s) {
   return out;
 }
 
-json usage_json(const Accounting::JobAccount* account, double now, const Accounting& accounting, JobNumber id) {
+json usage_json(const Accounting::JobAccount* account, double now, const Accounting& accounting, JobId id) {
   if (account == nullptr) return {{"gpu_hours", nullptr}, {"mean_utilization", nullptr}, {"idle", false}, {"idle_since", nullptr}};
   return {{"gpu_hours", account->total.gpu_seconds / 3600},
           {"mean_utilization", or_null(account->total.mean_utilization())},
@@ -52,7 +52,7 @@ json usage_json(const Accounting::JobAccount* account, double now, const Account
 
 QueueEntry queue_entry(const Job& job) {
   return QueueEntry{job.id,          display_name(job), job.owner.user, job.state,
-                    job.spec.kind,   job.spec.gpu_count, job.spec.slice_mib, job.spec.priority,
+                    job.spec.kind,   job.spec.gpus.count, job.spec.gpus.slice_mib, job.spec.priority,
                     job.gpus,        job.submit_time,   job.start_time,     job.reason};
 }
 
@@ -173,18 +173,18 @@ std::vector<RunningJob> Monitor::running_jobs(const QueueView& view) const {
 void Monitor::publish(QueueView view) {
   auto shared = std::make_shared<const QueueView>(std::move(view));
   std::vector<RunningJob> running = running_jobs(*shared);
-  std::set<JobNumber> now_running;
+  std::set<JobId> now_running;
   std::vector<std::pair<const RunningJob*, StoredUsage>> earlier;  // usage stored by earlier attempts or daemons
   for (const RunningJob& job : running) {
     now_running.insert(job.id);
     if (known_running_.count(job.id) > 0) continue;
     if (auto stored = store_.job(job.id); stored && *stored) earlier.emplace_back(&job, **stored);
   }
-  std::vector<JobNumber> ended;
-  for (JobNumber id : known_running_) {
+  std::vector<JobId> ended;
+  for (JobId id : known_running_) {
     if (now_running.count(id) == 0) ended.push_back(id);
   }
-  std::map<JobNumber, Accounting::JobAccount> unsaved;
+  std::map<JobId, Accounting::JobAccount> unsaved;
   {
     std::lock_guard lock(mutex_);
     for (const auto& [job, stored] : earlier) accounting_.seed_job(job->id, job->user, stored.usage, stored.first_time);
@@ -201,13 +201,13 @@ void Monitor::publish(QueueView view) {
       unsaved = accounting_.take_unsaved();
       last_saved_ = Clock::now();
     }
-    for (JobNumber id : ended) accounting_.forget(id);
+    for (JobId id : ended) accounting_.forget(id);
   }
   known_running_ = std::move(now_running);
   store_usage(unsaved);
 }
 
-void Monitor::store_usage(const std::map<JobNumber, Accounting::JobAccount>& unsaved) {
+void Monitor::store_usage(const std::map<JobId, Accounting::JobAccount>& unsaved) {
   std::vector<StoredUsage> rows;
   for (const auto& [id, account] : unsaved) {
     rows.push_back(StoredUsage{id, account.user, account.name, account.unsaved, account.first_time, account.last_time});
@@ -216,7 +216,7 @@ void Monitor::store_usage(const std::map<JobNumber, Accounting::JobAccount>& uns
 }
 
 void Monitor::save_usage() {
-  std::map<JobNumber, Accounting::JobAccount> unsaved;
+  std::map<JobId, Accounting::JobAccount> unsaved;
   {
     std::lock_guard lock(mutex_);
     unsaved = accounting_.take_unsaved();
@@ -238,9 +238,9 @@ void Monitor::observe_dispatch(double seconds) {
 
 Result<protocol::ReportResponse> Monitor::report(std::optional<double> since) {
   TRY_ASSIGN(std::vector<StoredUsage> stored, store_.since(since.value_or(0)));
-  std::map<JobNumber, protocol::JobUsageLine> jobs;
-  std::map<JobNumber, UsageTally> tallies;
-  auto line_of = [&](JobNumber id, const std::string& user, const std::string& name, double first, double last) {
+  std::map<JobId, protocol::JobUsageLine> jobs;
+  std::map<JobId, UsageTally> tallies;
+  auto line_of = [&](JobId id, const std::string& user, const std::string& name, double first, double last) {
     protocol::JobUsageLine& line = jobs[id];
     line.id = id;
     line.user = user;
@@ -258,7 +258,7 @@ Result<protocol::ReportResponse> Monitor::report(std::optional<double> since) {
     double now = unix_now();
     for (const auto& [id, account] : accounting_.jobs()) {
       // A running job's stored part may be older than `since`: it counts whole, like the rest.
-      JobNumber job_id = id;  // clang 14 cannot capture a structured binding
+      JobId job_id = id;  // clang 14 cannot capture a structured binding
       bool running =
           std::any_of(running_.begin(), running_.end(), [job_id](const RunningJob& j) { return j.id == job_id; });
       if (!running && account.unsaved.empty()) continue;

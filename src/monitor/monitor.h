@@ -32,7 +32,7 @@ namespace gpupool {
 
 // An unfinished job as the dashboard and the API show it.
 struct QueueEntry {
-  JobNumber id = 0;
+  JobId id = 0;
   std::string name;
   std::string user;
   JobState state = JobState::Queued;
@@ -102,7 +102,7 @@ class Monitor {
   void sample_loop();
   void take_sample();
   std::vector<RunningJob> running_jobs(const QueueView& view) const;
-  void store_usage(const std::map<JobNumber, Accounting::JobAccount>& unsaved);
+  void store_usage(const std::map<JobId, Accounting::JobAccount>& unsaved);
 
   MonitorSettings settings_;
   const Machine machine_;
@@ -111,7 +111,7 @@ class Monitor {
   std::function<void(Machine)> on_sample_;
   double started_ = 0;   // Unix seconds
   std::chrono::steady_clock::time_point last_saved_;
-  std::set<JobNumber> known_running_;  // running at the previous publish
+  std::set<JobId> known_running_;  // running at the previous publish
   uint64_t samples_surveyed_ = 0;
 
   std::mutex mutex_;  // guards everything below

@@ -90,11 +90,11 @@ Result<void> UsageStore::add(const std::vector<StoredUsage>& additions) {
 }
 
 Result<std::vector<StoredUsage>> UsageStore::query(const std::string& where,
-                                                   std::variant<JobNumber, double> parameter) const {
+                                                   std::variant<JobId, double> parameter) const {
   TRY_ASSIGN(Statement select,
              prepare(db_, fmt::format("SELECT {} FROM job_usage WHERE {} ORDER BY job_id", kColumns, where)));
   // Job numbers bind as integers: as doubles, numbers above 2^53 would match a neighbour's row.
-  if (const JobNumber* id = std::get_if<JobNumber>(&parameter)) {
+  if (const JobId* id = std::get_if<JobId>(&parameter)) {
     sqlite3_bind_int64(select.get(), 1, static_cast<sqlite3_int64>(*id));
   } else {
     sqlite3_bind_double(select.get(), 1, std::get<double>(parameter));
@@ -104,7 +104,7 @@ Result<std::vector<StoredUsage>> UsageStore::query(const std::string& where,
   while ((rc = sqlite3_step(select.get())) == SQLITE_ROW) {
     sqlite3_stmt* s = select.get();
     StoredUsage row;
-    row.id = static_cast<JobNumber>(sqlite3_column_int64(s, 0));
+    row.id = static_cast<JobId>(sqlite3_column_int64(s, 0));
     row.user = column_text(s, 1);
     row.name = column_text(s, 2);
     row.usage.gpu_seconds = sqlite3_column_double(s, 3);
@@ -118,7 +118,7 @@ Result<std::vector<StoredUsage>> UsageStore::query(const std::string& where,
   return rows;
 }
 
-Result<std::optional<StoredUsage>> UsageStore::job(JobNumber id) const {
+Result<std::optional<StoredUsage>> UsageStore::job(JobId id) const {
   TRY_ASSIGN(auto rows, query("job_id = ?", id));
   if (rows.empty()) return std::optional<StoredUsage>();
   return std::optional<StoredUsage>(std::move(rows.front()));

@@ -20,7 +20,7 @@ struct sqlite3;
 namespace gpupool {
 
 struct StoredUsage {
-  JobNumber id = 0;
+  JobId id = 0;
   std::string user;
   std::string name;
   UsageTally usage;
@@ -39,7 +39,7 @@ class UsageStore {
 
   // Adds each job's usage to its row (created when missing), in one transaction.
   Result<void> add(const std::vector<StoredUsage>& additions);
-  Result<std::optional<StoredUsage>> job(JobNumber id) const;
+  Result<std::optional<StoredUsage>> job(JobId id) const;
   // Jobs that held GPUs at or after `since`, in id order.
   Result<std::vector<StoredUsage>> since(double since) const;
   // GPU-seconds per user, all time.
@@ -47,7 +47,7 @@ class UsageStore {
 
  private:
   explicit UsageStore(sqlite3* db) : db_(db) {}
-  Result<std::vector<StoredUsage>> query(const std::string& where, std::variant<JobNumber, double> parameter) const;
+  Result<std::vector<StoredUsage>> query(const std::string& where, std::variant<JobId, double> parameter) const;
   sqlite3* db_ = nullptr;
 };
 

@@ -11,7 +11,7 @@
 namespace gpupool {
 namespace {
 
-StoredUsage usage(JobNumber id, const std::string& user, double gpu_seconds, double first, double last,
+StoredUsage usage(JobId id, const std::string& user, double gpu_seconds, double first, double last,
                   std::optional<unsigned> utilization = 50) {
   StoredUsage row;
   row.id = id;
@@ -23,8 +23,8 @@ StoredUsage usage(JobNumber id, const std::string& user, double gpu_seconds, dou
   return row;
 }
 
-std::vector<JobNumber> ids_of(const std::vector<StoredUsage>& rows) {
-  std::vector<JobNumber> ids;
+std::vector<JobId> ids_of(const std::vector<StoredUsage>& rows) {
+  std::vector<JobId> ids;
   for (const StoredUsage& row : rows) ids.push_back(row.id);
   return ids;
 }
@@ -55,7 +55,7 @@ class MonitorStoreTest : public ::testing::Test {
     ASSERT_TRUE(added.ok()) << added.error().message;
   }
 
-  std::optional<StoredUsage> job(JobNumber id) {
+  std::optional<StoredUsage> job(JobId id) {
     auto row = store_->job(id);
     EXPECT_TRUE(row.ok()) << row.error().message;
     return row.ok() ? *row : std::nullopt;
@@ -112,7 +112,7 @@ TEST_F(MonitorStoreTest, SeveralJobsInOneAdd) {
   ASSERT_NO_FATAL_FAILURE(open_store());
   ASSERT_NO_FATAL_FAILURE(add({usage(3, "bob", 10, 1, 2), usage(1, "ana", 20, 1, 2), usage(2, "ana", 5, 1, 2)}));
   std::vector<StoredUsage> rows = since(0);
-  EXPECT_EQ(ids_of(rows), (std::vector<JobNumber>{1, 2, 3}));  // id order
+  EXPECT_EQ(ids_of(rows), (std::vector<JobId>{1, 2, 3}));  // id order
   EXPECT_DOUBLE_EQ(rows[0].usage.gpu_seconds, 20);
   EXPECT_EQ(rows[2].user, "bob");
 }
@@ -121,14 +121,14 @@ TEST_F(MonitorStoreTest, SinceCutsOffByTheLatestTick) {
   ASSERT_NO_FATAL_FAILURE(open_store());
   ASSERT_NO_FATAL_FAILURE(
       add({usage(1, "ana", 10, 100, 200), usage(2, "bob", 10, 150, 300), usage(3, "ana", 10, 290, 400)}));
-  EXPECT_EQ(ids_of(since(0)), (std::vector<JobNumber>{1, 2, 3}));
-  EXPECT_EQ(ids_of(since(200)), (std::vector<JobNumber>{1, 2, 3}));  // at the cut-off counts
-  EXPECT_EQ(ids_of(since(200.5)), (std::vector<JobNumber>{2, 3}));
-  EXPECT_EQ(ids_of(since(350)), (std::vector<JobNumber>{3}));
+  EXPECT_EQ(ids_of(since(0)), (std::vector<JobId>{1, 2, 3}));
+  EXPECT_EQ(ids_of(since(200)), (std::vector<JobId>{1, 2, 3}));  // at the cut-off counts
+  EXPECT_EQ(ids_of(since(200.5)), (std::vector<JobId>{2, 3}));
+  EXPECT_EQ(ids_of(since(350)), (std::vector<JobId>{3}));
   EXPECT_TRUE(since(401).empty());
   // A job still running is found by the time of its latest addition.
   ASSERT_NO_FATAL_FAILURE(add({usage(1, "ana", 10, 200, 500)}));
-  EXPECT_EQ(ids_of(since(450)), (std::vector<JobNumber>{1}));
+  EXPECT_EQ(ids_of(since(450)), (std::vector<JobId>{1}));
 }
 
 TEST_F(MonitorStoreTest, UserTotalsSumEveryJob) {

@@ -33,7 +33,7 @@ std::string gpu_labels(const MetricsGpu& entry, const std::string& hostname) {
       escape_label_value(gpu.name), escape_label_value(hostname));
   if (entry.holders.empty()) return labels;
   // Slices of one GPU may belong to several jobs: their numbers and users, comma-separated.
-  std::vector<JobNumber> jobs;
+  std::vector<JobId> jobs;
   std::vector<std::string> users;
   for (const GpuHolder& holder : entry.holders) {
     jobs.push_back(holder.job);

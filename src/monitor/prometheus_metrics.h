@@ -33,7 +33,7 @@ class Histogram {
 
 // Who holds a GPU through gpupool.
 struct GpuHolder {
-  JobNumber job = 0;
+  JobId job = 0;
   std::string user;
 };
 
@@ -47,7 +47,7 @@ struct MetricsGpu {
 };
 
 struct MetricsJob {
-  JobNumber id = 0;
+  JobId id = 0;
   std::string user;
   double gpu_seconds = 0;
   std::optional<double> mean_utilization;

@@ -56,7 +56,7 @@ void Accounting::record(double now, double seconds, const std::vector<RunningJob
   }
 }
 
-void Accounting::seed_job(JobNumber id, const std::string& user, const UsageTally& stored, double first_time) {
+void Accounting::seed_job(JobId id, const std::string& user, const UsageTally& stored, double first_time) {
   JobAccount& account = jobs_[id];
   account.user = user;
   account.total += stored;
@@ -65,18 +65,18 @@ void Accounting::seed_job(JobNumber id, const std::string& user, const UsageTall
 
 void Accounting::seed_user(const std::string& user, double gpu_seconds) { user_gpu_seconds_[user] += gpu_seconds; }
 
-const Accounting::JobAccount* Accounting::job(JobNumber id) const {
+const Accounting::JobAccount* Accounting::job(JobId id) const {
   auto it = jobs_.find(id);
   return it == jobs_.end() ? nullptr : &it->second;
 }
 
-bool Accounting::idle(JobNumber id, double now) const {
+bool Accounting::idle(JobId id, double now) const {
   const JobAccount* account = job(id);
   return account != nullptr && account->idle_since && now - *account->idle_since >= idle_flag_after_s_;
 }
 
-std::map<JobNumber, Accounting::JobAccount> Accounting::take_unsaved() {
-  std::map<JobNumber, JobAccount> unsaved;
+std::map<JobId, Accounting::JobAccount> Accounting::take_unsaved() {
+  std::map<JobId, JobAccount> unsaved;
   for (auto& [id, account] : jobs_) {
     if (account.unsaved.empty()) continue;
     unsaved[id] = account;

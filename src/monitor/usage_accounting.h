@@ -31,7 +31,7 @@ struct UsageTally {
 
 // A job holding GPUs, as the accounting sees it.
 struct RunningJob {
-  JobNumber id = 0;
+  JobId id = 0;
   std::string user;
   std::string name;
   std::vector<unsigned> gpus;
@@ -61,26 +61,26 @@ class Accounting {
 
   // What the store already holds: a running job's earlier usage (after a restart), each user's
   // total. A seeded job is accounted from then on.
-  void seed_job(JobNumber id, const std::string& user, const UsageTally& stored, double first_time);
+  void seed_job(JobId id, const std::string& user, const UsageTally& stored, double first_time);
   void seed_user(const std::string& user, double gpu_seconds);
 
-  const JobAccount* job(JobNumber id) const;
-  const std::map<JobNumber, JobAccount>& jobs() const { return jobs_; }
+  const JobAccount* job(JobId id) const;
+  const std::map<JobId, JobAccount>& jobs() const { return jobs_; }
   // Flagged: it has held its GPUs at about 0 % for at least idle_flag_after.
-  bool idle(JobNumber id, double now) const;
+  bool idle(JobId id, double now) const;
   double idle_flag_after_s() const { return idle_flag_after_s_; }
 
   // Every job's usage not yet stored; from now on it counts as stored.
-  std::map<JobNumber, JobAccount> take_unsaved();
+  std::map<JobId, JobAccount> take_unsaved();
   // A job that no longer runs; take its unsaved usage first.
-  void forget(JobNumber id) { jobs_.erase(id); }
+  void forget(JobId id) { jobs_.erase(id); }
 
   // GPU-seconds per user: the store's totals plus what has been recorded since.
   const std::map<std::string, double>& user_gpu_seconds() const { return user_gpu_seconds_; }
 
  private:
   double idle_flag_after_s_;
-  std::map<JobNumber, JobAccount> jobs_;
+  std::map<JobId, JobAccount> jobs_;
   std::map<std::string, double> user_gpu_seconds_;
 };
 

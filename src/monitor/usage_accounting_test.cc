@@ -9,7 +9,7 @@ namespace {
 
 using Readings = std::vector<std::optional<unsigned>>;
 
-RunningJob job_on(JobNumber id, const std::string& user, std::vector<unsigned> gpus, double share = 1) {
+RunningJob job_on(JobId id, const std::string& user, std::vector<unsigned> gpus, double share = 1) {
   RunningJob job;
   job.id = id;
   job.user = user;

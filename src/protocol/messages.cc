@@ -98,7 +98,7 @@ template <typename T>
 auto whole_from(T min) {
   return whole<T>(min, std::numeric_limits<T>::max());
 }
-const auto job_number = whole_from<JobNumber>(1);
+const auto job_number = whole_from<JobId>(1);
 const auto gpu_index = whole<unsigned>(0, kMaxGpus - 1);
 
 Result<double> as_seconds(const json& value, const Field& field) {
@@ -209,8 +209,8 @@ void add_spec_fields(const JobSpec& spec, json& object) {
   if (!spec.environment.empty()) object["environment"] = spec.environment;
   object["cwd"] = spec.cwd;
   object["umask"] = spec.umask;
-  object["gpu_count"] = spec.gpu_count;
-  object["mem_mib"] = or_null(spec.slice_mib);
+  object["gpu_count"] = spec.gpus.count;
+  object["mem_mib"] = or_null(spec.gpus.slice_mib);
   object["priority"] = spec.priority;
   object["after"] = spec.after;
   object["retries"] = spec.retries;
@@ -232,10 +232,10 @@ Result<JobSpec> spec_from_json(const json& object, JobKind default_kind) {
              defaulted(object, "environment", std::vector<std::string>(), list_of(as_assignment)));
   TRY_ASSIGN(spec.cwd, required(object, "cwd", as_absolute_path));
   TRY_ASSIGN(spec.umask, defaulted(object, "umask", JobSpec().umask, whole<mode_t>(0, kMaxUmask)));
-  TRY_ASSIGN(spec.gpu_count, defaulted(object, "gpu_count", 1u, whole<unsigned>(1, kMaxGpus)));
-  TRY_ASSIGN(spec.slice_mib, maybe(object, "mem_mib", whole_from<uint64_t>(1)));
+  TRY_ASSIGN(spec.gpus.count, defaulted(object, "gpu_count", 1u, whole<unsigned>(1, kMaxGpus)));
+  TRY_ASSIGN(spec.gpus.slice_mib, maybe(object, "mem_mib", whole_from<uint64_t>(1)));
   TRY_ASSIGN(spec.priority, defaulted(object, "priority", 0, whole<int>(-kMaxPriority, kMaxPriority)));
-  TRY_ASSIGN(spec.after, defaulted(object, "after", std::vector<JobNumber>(), list_of(job_number)));
+  TRY_ASSIGN(spec.after, defaulted(object, "after", std::vector<JobId>(), list_of(job_number)));
   TRY_ASSIGN(spec.retries, defaulted(object, "retries", 0u, whole<unsigned>(0, kMaxRetries)));
   TRY_ASSIGN(spec.time_limit_s, maybe(object, "time_limit_s", as_seconds));
   TRY_ASSIGN(spec.kind, defaulted(object, "kind", default_kind, as_kind));
@@ -331,8 +331,8 @@ json request_json(const StatusRequest&) { return {{"op", "status"}}; }
 json request_json(const LeaseRequest& request) {
   return {{"op", "lease"},
           {"job", spec_to_json(request.spec)},
-          {"allowed", request.allowed},
-          {"excluded", request.excluded}};
+          {"allowed", request.spec.gpus.allowed},
+          {"excluded", request.spec.gpus.excluded}};
 }
 json request_json(const FinishedRequest& request) {
   return {{"op", "finished"}, {"exit_code", request.exit_code}, {"signal", or_null(request.signal)}};
@@ -340,8 +340,8 @@ json request_json(const FinishedRequest& request) {
 json request_json(const ReportRequest& request) { return {{"op", "report"}, {"since", or_null(request.since)}}; }
 
 // At least one job: an empty list is a client's mistake, not a request for nothing.
-Result<std::vector<JobNumber>> as_job_numbers(const json& value, const Field& field) {
-  TRY_ASSIGN(std::vector<JobNumber> ids, list_of(job_number)(value, field));
+Result<std::vector<JobId>> as_job_numbers(const json& value, const Field& field) {
+  TRY_ASSIGN(std::vector<JobId> ids, list_of(job_number)(value, field));
   if (ids.empty()) return fail("{} must name at least one job", quoted(field));
   return ids;
 }
@@ -358,12 +358,12 @@ Result<Request> request_from_json(const json& object) {
     TRY_ASSIGN(request.all, defaulted(object, "all", false, as_flag));
     TRY_ASSIGN(request.user, maybe(object, "user", as_text));
     TRY_ASSIGN(request.state, maybe(object, "state", as_state));
-    TRY_ASSIGN(request.after_id, defaulted(object, "after_id", JobNumber{0}, whole_from<JobNumber>(0)));
+    TRY_ASSIGN(request.after_id, defaulted(object, "after_id", JobId{0}, whole_from<JobId>(0)));
     TRY_ASSIGN(request.limit, defaulted(object, "limit", kMaxJobsPage, whole<unsigned>(1, kMaxJobsPage)));
     return Request(request);
   }
   if (op == "show") {
-    TRY_ASSIGN(JobNumber id, required(object, "id", job_number));
+    TRY_ASSIGN(JobId id, required(object, "id", job_number));
     return Request(ShowRequest{id});
   }
   if (op == "logs") {
@@ -374,11 +374,11 @@ Result<Request> request_from_json(const json& object) {
   }
   for (const auto& [action, name] : kJobActions) {
     if (op != name) continue;
-    TRY_ASSIGN(std::vector<JobNumber> ids, required(object, "ids", as_job_numbers));
+    TRY_ASSIGN(std::vector<JobId> ids, required(object, "ids", as_job_numbers));
     return Request(JobActionRequest{action, std::move(ids)});
   }
   if (op == "wait") {
-    TRY_ASSIGN(std::vector<JobNumber> ids, required(object, "ids", as_job_numbers));
+    TRY_ASSIGN(std::vector<JobId> ids, required(object, "ids", as_job_numbers));
     return Request(WaitRequest{std::move(ids)});
   }
   for (const auto& [action, name] : kAdminActions) {
@@ -388,8 +388,10 @@ Result<Request> request_from_json(const json& object) {
   if (op == "lease") {
     LeaseRequest request;
     TRY_ASSIGN(request.spec, required(object, "job", spec_of_kind(JobKind::Interactive)));
-    TRY_ASSIGN(request.allowed, defaulted(object, "allowed", std::vector<unsigned>(), list_of(gpu_index)));
-    TRY_ASSIGN(request.excluded, defaulted(object, "excluded", std::vector<unsigned>(), list_of(gpu_index)));
+    TRY_ASSIGN(request.spec.gpus.allowed,
+               defaulted(object, "allowed", std::vector<unsigned>(), list_of(gpu_index)));
+    TRY_ASSIGN(request.spec.gpus.excluded,
+               defaulted(object, "excluded", std::vector<unsigned>(), list_of(gpu_index)));
     return Request(std::move(request));
   }
   if (op == "finished") {
@@ -604,7 +606,7 @@ Result<Response> response_from_json(const json& object) {
     return Response(std::move(report));
   }
   if (find(object, "id") != nullptr) {
-    TRY_ASSIGN(JobNumber id, required(object, "id", job_number));
+    TRY_ASSIGN(JobId id, required(object, "id", job_number));
     return Response(SubmitResponse{id});
   }
   return Response(Ack{});

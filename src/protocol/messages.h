@@ -49,23 +49,23 @@ struct JobsRequest {
   bool all = false;  // include finished jobs (default: queued, held, running)
   std::optional<std::string> user;
   std::optional<JobState> state;
-  JobNumber after_id = 0;             // only jobs with a larger id (the previous page's last)
+  JobId after_id = 0;             // only jobs with a larger id (the previous page's last)
   unsigned limit = kMaxJobsPage;      // at most this many, 1 to kMaxJobsPage
 };
 struct ShowRequest {
-  JobNumber id = 0;
+  JobId id = 0;
 };
 enum class JobAction { Cancel, Hold, Release };
 struct JobActionRequest {
   JobAction action = JobAction::Cancel;
-  std::vector<JobNumber> ids;
+  std::vector<JobId> ids;
 };
 struct WaitRequest {  // answered when every job has finished
-  std::vector<JobNumber> ids;
+  std::vector<JobId> ids;
 };
 enum class LogStream { Stdout, Stderr };
 struct LogsRequest {
-  JobNumber id = 0;
+  JobId id = 0;
   // Asks the daemon to open this log and send its descriptor with the answer, for a reader
   // who may not open the file (an administrator reading another user's log).
   std::optional<LogStream> open = std::nullopt;
@@ -76,9 +76,7 @@ struct AdminRequest {
 };
 struct StatusRequest {};
 struct LeaseRequest {  // `gpupool run` / `launch`: queue, then hand the lease to the client
-  JobSpec spec;                     // kind Interactive; argv is shown, not run by the daemon
-  std::vector<unsigned> allowed;    // nvidia-smi indices; empty: any
-  std::vector<unsigned> excluded;
+  JobSpec spec;  // kind Interactive, with its allowed and excluded GPUs; argv is shown, not run
 };
 struct FinishedRequest {  // after LeaseGranted: the program has exited
   int exit_code = 0;
@@ -96,7 +94,7 @@ struct ErrorResponse {
   std::string message;  // one line, shown to the user as is
 };
 struct SubmitResponse {
-  JobNumber id = 0;
+  JobId id = 0;
 };
 struct JobsResponse {  // jobs, show (one job), wait, logs (the job, with its log paths)
   std::vector<Job> jobs;
@@ -106,7 +104,7 @@ struct JobsResponse {  // jobs, show (one job), wait, logs (the job, with its lo
   std::optional<unsigned> descriptors = std::nullopt;
 };
 struct ActionOutcome {
-  JobNumber id = 0;
+  JobId id = 0;
   std::optional<std::string> error;  // nullopt: done
   std::optional<JobState> state;     // the job's state afterwards
 };
@@ -125,11 +123,11 @@ struct StatusResponse {
   uint64_t samples = 0;
 };
 struct LeaseQueued {
-  JobNumber id = 0;
+  JobId id = 0;
   std::string reason;  // "waiting for 2 GPUs: ..." as describe_wait says it
 };
 struct LeaseGranted {  // sent with the lock descriptors attached
-  JobNumber id = 0;
+  JobId id = 0;
   std::vector<unsigned> gpus;  // nvidia-smi indices, placement order
   std::vector<std::string> uuids;
   std::optional<uint64_t> slice_mib;
@@ -137,7 +135,7 @@ struct LeaseGranted {  // sent with the lock descriptors attached
 };
 struct Ack {};
 struct JobUsageLine {  // one job's accounting
-  JobNumber id = 0;
+  JobId id = 0;
   std::string user;
   std::string name;
   double gpu_hours = 0;                     // a slice counts its share of the GPU

@@ -22,8 +22,8 @@ JobSpec full_spec() {
   spec.environment = {"HOME=/home/alice", "PATH=/usr/bin:/bin"};
   spec.cwd = "/home/alice/proj";
   spec.umask = 027;
-  spec.gpu_count = 2;
-  spec.slice_mib = 20480;
+  spec.gpus.count = 2;
+  spec.gpus.slice_mib = 20480;
   spec.priority = -5;
   spec.after = {3, 4};
   spec.retries = 2;
@@ -109,8 +109,8 @@ T parsed_response(std::string_view line) {
 // Every field that job JSON carries (gid, groups and pid_start_ticks stay in the daemon).
 auto carried_fields(const Job& job) {
   const JobSpec& spec = job.spec;
-  return std::tie(job.id, spec.name, spec.argv, spec.environment, spec.cwd, spec.umask, spec.gpu_count,
-                  spec.slice_mib, spec.priority, spec.after, spec.retries, spec.time_limit_s, spec.kind,
+  return std::tie(job.id, spec.name, spec.argv, spec.environment, spec.cwd, spec.umask, spec.gpus.count,
+                  spec.gpus.slice_mib, spec.priority, spec.after, spec.retries, spec.time_limit_s, spec.kind,
                   job.owner.uid, job.owner.user, job.state, job.reason, job.attempts, job.submit_time,
                   job.start_time, job.end_time, job.gpus, job.gpu_uuids, job.exit_code, job.signal, job.pid,
                   job.stdout_path, job.stderr_path);
@@ -122,8 +122,8 @@ void expect_same_spec(const JobSpec& actual, const JobSpec& expected) {
   EXPECT_EQ(actual.environment, expected.environment);
   EXPECT_EQ(actual.cwd, expected.cwd);
   EXPECT_EQ(actual.umask, expected.umask);
-  EXPECT_EQ(actual.gpu_count, expected.gpu_count);
-  EXPECT_EQ(actual.slice_mib, expected.slice_mib);
+  EXPECT_EQ(actual.gpus.count, expected.gpus.count);
+  EXPECT_EQ(actual.gpus.slice_mib, expected.gpus.slice_mib);
   EXPECT_EQ(actual.priority, expected.priority);
   EXPECT_EQ(actual.after, expected.after);
   EXPECT_EQ(actual.retries, expected.retries);
@@ -258,7 +258,7 @@ TEST(ProtocolRequestTest, CancelHoldRelease) {
   for (JobAction action : {JobAction::Cancel, JobAction::Hold, JobAction::Release}) {
     auto parsed = through_the_wire(JobActionRequest{action, {3, 18446744073709551615u}});
     EXPECT_EQ(parsed.action, action);
-    EXPECT_EQ(parsed.ids, (std::vector<JobNumber>{3, 18446744073709551615u}));
+    EXPECT_EQ(parsed.ids, (std::vector<JobId>{3, 18446744073709551615u}));
   }
   EXPECT_EQ(parsed_request<JobActionRequest>(R"({"op":"hold","ids":[5]})").action, JobAction::Hold);
   EXPECT_EQ(parsed_request<JobActionRequest>(R"({"op":"release","ids":[5]})").action, JobAction::Release);
@@ -266,7 +266,7 @@ TEST(ProtocolRequestTest, CancelHoldRelease) {
 
 TEST(ProtocolRequestTest, Wait) {
   EXPECT_EQ(encode(Request(WaitRequest{{9}})), R"({"ids":[9],"op":"wait"})");
-  EXPECT_EQ(through_the_wire(WaitRequest{{9, 10}}).ids, (std::vector<JobNumber>{9, 10}));
+  EXPECT_EQ(through_the_wire(WaitRequest{{9, 10}}).ids, (std::vector<JobId>{9, 10}));
 }
 
 TEST(ProtocolRequestTest, DrainResumeStatus) {
@@ -282,19 +282,19 @@ TEST(ProtocolRequestTest, Lease) {
   LeaseRequest lease;
   lease.spec = full_spec();
   lease.spec.kind = JobKind::Interactive;
-  lease.allowed = {0, 1, 2};
-  lease.excluded = {7};
+  lease.spec.gpus.allowed = {0, 1, 2};
+  lease.spec.gpus.excluded = {7};
   const LeaseRequest parsed = through_the_wire(lease);
   expect_same_spec(parsed.spec, lease.spec);
-  EXPECT_EQ(parsed.allowed, lease.allowed);
-  EXPECT_EQ(parsed.excluded, lease.excluded);
+  EXPECT_EQ(parsed.spec.gpus.allowed, lease.spec.gpus.allowed);
+  EXPECT_EQ(parsed.spec.gpus.excluded, lease.spec.gpus.excluded);
 
   // The command of an interactive job is only shown, so it may be empty.
   auto minimal = parsed_request<LeaseRequest>(R"({"op":"lease","job":{"cwd":"/tmp"}})");
   EXPECT_EQ(minimal.spec.kind, JobKind::Interactive);
   EXPECT_TRUE(minimal.spec.argv.empty());
-  EXPECT_TRUE(minimal.allowed.empty());
-  EXPECT_TRUE(minimal.excluded.empty());
+  EXPECT_TRUE(minimal.spec.gpus.allowed.empty());
+  EXPECT_TRUE(minimal.spec.gpus.excluded.empty());
   through_the_wire(minimal);
 }
 
@@ -478,7 +478,7 @@ TEST(ProtocolResponseTest, JobsWithFullAndMinimalJobs) {
       R"({"ok":true,"jobs":[{"id":3,"state":"queued","command":["x"],"cwd":"/"}]})");
   ASSERT_EQ(sparse.jobs.size(), 1u);
   EXPECT_EQ(sparse.jobs[0].id, 3u);
-  EXPECT_EQ(sparse.jobs[0].spec.gpu_count, 1u);
+  EXPECT_EQ(sparse.jobs[0].spec.gpus.count, 1u);
   EXPECT_FALSE(sparse.jobs[0].start_time);
   EXPECT_EQ(sparse.jobs[0].owner.user, "");
 }
@@ -698,7 +698,7 @@ std::optional<T> sometimes(rc::Gen<T> generator) {
 Job random_job() {
   using namespace rc;
   Job job;
-  job.id = *gen::inRange<JobNumber>(1, std::numeric_limits<JobNumber>::max());
+  job.id = *gen::inRange<JobId>(1, std::numeric_limits<JobId>::max());
   JobSpec& spec = job.spec;
   spec.name = *text();
   spec.kind = *gen::element(JobKind::Batch, JobKind::Interactive);
@@ -708,10 +708,10 @@ Job random_job() {
       gen::map(gen::pair(text(), text()), [](const auto& pair) { return pair.first + "=" + pair.second; }));
   spec.cwd = "/" + *text();
   spec.umask = *gen::inRange<mode_t>(0, 0777 + 1);
-  spec.gpu_count = *gen::inRange(1u, 1025u);
-  spec.slice_mib = sometimes(gen::inRange<uint64_t>(1, std::numeric_limits<uint64_t>::max()));
+  spec.gpus.count = *gen::inRange(1u, 1025u);
+  spec.gpus.slice_mib = sometimes(gen::inRange<uint64_t>(1, std::numeric_limits<uint64_t>::max()));
   spec.priority = *gen::inRange(-1000, 1001);
-  spec.after = *gen::container<std::vector<JobNumber>>(gen::inRange<JobNumber>(1, 1'000'000));
+  spec.after = *gen::container<std::vector<JobId>>(gen::inRange<JobId>(1, 1'000'000));
   spec.retries = *gen::inRange(0u, 101u);
   spec.time_limit_s = sometimes(seconds(1));
   job.owner.uid = *gen::arbitrary<uid_t>();

@@ -11,17 +11,14 @@
 #include "sched/placement.h"
 
 namespace gpupool {
-namespace {
 
-bool considered(const GpuRequest& request, unsigned index) {
+bool may_use(const GpuRequest& request, unsigned index) {
   if (!request.allowed.empty() &&
       std::find(request.allowed.begin(), request.allowed.end(), index) == request.allowed.end()) {
     return false;
   }
   return std::find(request.excluded.begin(), request.excluded.end(), index) == request.excluded.end();
 }
-
-}  // namespace
 
 bool whole_gpu_free(const GpuAvailability& gpu) {
   return gpu.usable && !gpu.exclusive_held && gpu.shared_mib == 0 && !gpu.external_busy;
@@ -39,7 +36,7 @@ Result<std::optional<std::vector<unsigned>>> choose_gpus(const Machine& machine,
   if (request.count == 0) return fail("a request needs at least one GPU");
   std::vector<unsigned> eligible;
   for (const Gpu& gpu : machine.gpus) {
-    if (!considered(request, gpu.index)) continue;
+    if (!may_use(request, gpu.index)) continue;
     if (request.slice_mib && gpu.memory_total_mib && *gpu.memory_total_mib < *request.slice_mib) continue;
     eligible.push_back(gpu.index);
   }
@@ -81,7 +78,7 @@ std::string describe_wait(const Machine& machine, const std::vector<GpuAvailabil
   std::vector<std::pair<std::string, std::vector<unsigned>>> by_holder;
   size_t busy = 0;
   for (const Gpu& gpu : machine.gpus) {
-    if (!considered(request, gpu.index)) continue;
+    if (!may_use(request, gpu.index)) continue;
     const GpuAvailability& a = availability.at(gpu.index);
     bool blocks = request.slice_mib ? slice_room(gpu, a) < *request.slice_mib : !whole_gpu_free(a);
     if (!blocks) continue;

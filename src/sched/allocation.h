@@ -1,5 +1,5 @@
 // Which GPUs a request gets, given what is held and what is busy: pure logic,
-// shared by `gpupool run`/`launch` now and the daemon's scheduler later.
+// shared by `gpupool run`/`launch` and the daemon's scheduler.
 #pragma once
 
 #include <cstdint>
@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "base/result.h"
+#include "jobs/job.h"
 #include "machine/gpu.h"
 
 namespace gpupool {
@@ -22,18 +23,14 @@ struct GpuAvailability {
   std::string holders;           // who, for the waiting line: "alice (train-3)", "pid 812 bob python"
 };
 
+// Whether the request's allowed and excluded GPUs let it use GPU `index`.
+bool may_use(const GpuRequest& request, unsigned index);
+
 // Whether a whole-GPU request may take it: no lease, no slice, no outside use.
 bool whole_gpu_free(const GpuAvailability& gpu);
 
 // The MiB a new slice could take on it (outside use counts against it); 0 when it takes none.
 uint64_t slice_room(const Gpu& gpu, const GpuAvailability& state);
-
-struct GpuRequest {
-  unsigned count = 1;
-  std::optional<uint64_t> slice_mib;   // nullopt: whole GPUs
-  std::vector<unsigned> allowed;       // nvidia-smi indices; empty: any
-  std::vector<unsigned> excluded;
-};
 
 // The GPUs to take, in placement order; nullopt when the request must wait. An error when
 // it can never be met on this machine (more GPUs than allowed, a slice larger than any GPU).

@@ -32,15 +32,7 @@ const char* to_string(Policy policy) {
 
 namespace {
 
-// Whether the job may run on `gpu`, as its allowed and excluded GPUs say.
-bool may_use(const JobRequest& job, unsigned gpu) {
-  if (!job.allowed.empty() && std::find(job.allowed.begin(), job.allowed.end(), gpu) == job.allowed.end()) {
-    return false;
-  }
-  return std::find(job.excluded.begin(), job.excluded.end(), gpu) == job.excluded.end();
-}
-
-bool restricted(const JobRequest& job) { return !job.allowed.empty() || !job.excluded.empty(); }
+bool restricted(const JobRequest& job) { return !job.gpus.allowed.empty() || !job.gpus.excluded.empty(); }
 
 double limit_or_never(const JobRequest& job) {
   return job.time_limit_s.value_or(std::numeric_limits<double>::infinity());
@@ -49,8 +41,8 @@ double limit_or_never(const JobRequest& job) {
 void take(std::vector<GpuAvailability>& state, const JobRequest& job,
           const std::vector<unsigned>& gpus) {
   for (unsigned gpu : gpus) {
-    if (job.slice_mib) {
-      state[gpu].shared_mib += *job.slice_mib;
+    if (job.gpus.slice_mib) {
+      state[gpu].shared_mib += *job.gpus.slice_mib;
     } else {
       state[gpu].exclusive_held = true;
     }
@@ -60,8 +52,8 @@ void take(std::vector<GpuAvailability>& state, const JobRequest& job,
 void give_back(std::vector<GpuAvailability>& state, const JobRequest& job,
                const std::vector<unsigned>& gpus) {
   for (unsigned gpu : gpus) {
-    if (job.slice_mib) {
-      state[gpu].shared_mib -= std::min(state[gpu].shared_mib, *job.slice_mib);
+    if (job.gpus.slice_mib) {
+      state[gpu].shared_mib -= std::min(state[gpu].shared_mib, *job.gpus.slice_mib);
     } else {
       state[gpu].exclusive_held = false;
     }
@@ -113,8 +105,8 @@ std::optional<double> Scheduler::quota_of(const std::string& user) const {
 }
 
 double Scheduler::weight_of(const JobRequest& request) const {
-  if (!request.slice_mib) return request.gpus;
-  return request.gpus * static_cast<double>(*request.slice_mib) /
+  if (!request.gpus.slice_mib) return request.gpus.count;
+  return request.gpus.count * static_cast<double>(*request.gpus.slice_mib) /
          static_cast<double>(largest_gpu_mib_);
 }
 
@@ -141,11 +133,11 @@ bool Scheduler::over_quota(const QueuedJob& job) const {
 }
 
 Result<void> Scheduler::admissible(const JobRequest& request) const {
-  if (request.gpus == 0) return fail("asks for no GPU");
-  if (request.gpus > machine_.gpus.size()) {
-    return fail("asks for {} GPUs, the machine has {}", request.gpus, machine_.gpus.size());
+  if (request.gpus.count == 0) return fail("asks for no GPU");
+  if (request.gpus.count > machine_.gpus.size()) {
+    return fail("asks for {} GPUs, the machine has {}", request.gpus.count, machine_.gpus.size());
   }
-  for (const std::vector<unsigned>* listed : {&request.allowed, &request.excluded}) {
+  for (const std::vector<unsigned>* listed : {&request.gpus.allowed, &request.gpus.excluded}) {
     for (unsigned gpu : *listed) {
       if (gpu >= machine_.gpus.size()) {
         return fail("names GPU {}, which does not exist: the machine has GPUs 0 to {}", gpu, machine_.gpus.size() - 1);
@@ -155,23 +147,23 @@ Result<void> Scheduler::admissible(const JobRequest& request) const {
   if (restricted(request)) {
     std::vector<unsigned> usable;
     for (const Gpu& gpu : machine_.gpus) {
-      bool large_enough = !request.slice_mib || gpu.memory_total_mib.value_or(0) >= *request.slice_mib;
-      if (may_use(request, gpu.index) && large_enough) usable.push_back(gpu.index);
+      bool large_enough = !request.gpus.slice_mib || gpu.memory_total_mib.value_or(0) >= *request.gpus.slice_mib;
+      if (may_use(request.gpus, gpu.index) && large_enough) usable.push_back(gpu.index);
     }
-    if (usable.size() < request.gpus) {
-      return fail("asks for {} GPU{}{} but may use only {}{}", request.gpus, request.gpus == 1 ? "" : "s",
-                  request.slice_mib ? fmt::format(" with {} MiB", *request.slice_mib) : "", usable.size(),
+    if (usable.size() < request.gpus.count) {
+      return fail("asks for {} GPU{}{} but may use only {}{}", request.gpus.count, request.gpus.count == 1 ? "" : "s",
+                  request.gpus.slice_mib ? fmt::format(" with {} MiB", *request.gpus.slice_mib) : "", usable.size(),
                   usable.empty() ? "" : fmt::format(" (GPU {})", fmt::join(usable, ",")));
     }
   }
-  if (request.slice_mib) {
+  if (request.gpus.slice_mib) {
     size_t large_enough = static_cast<size_t>(
         std::count_if(machine_.gpus.begin(), machine_.gpus.end(), [&](const Gpu& gpu) {
-          return gpu.memory_total_mib && *gpu.memory_total_mib >= *request.slice_mib;
+          return gpu.memory_total_mib && *gpu.memory_total_mib >= *request.gpus.slice_mib;
         }));
-    if (large_enough < request.gpus) {
-      return fail("asks for {} MiB on {} GPU{}, only {} GPU{} that much memory", *request.slice_mib,
-                  request.gpus, request.gpus == 1 ? "" : "s", large_enough,
+    if (large_enough < request.gpus.count) {
+      return fail("asks for {} MiB on {} GPU{}, only {} GPU{} that much memory", *request.gpus.slice_mib,
+                  request.gpus.count, request.gpus.count == 1 ? "" : "s", large_enough,
                   large_enough == 1 ? " has" : "s have");
     }
   }
@@ -247,8 +239,8 @@ Result<void> Scheduler::adopt(const JobRequest& request, const std::vector<unsig
   if (queued_.contains(request.id) || running_.contains(request.id)) {
     return fail("job {} is already submitted", request.id);
   }
-  if (gpus.size() != request.gpus) {
-    return fail("job {} asks for {} GPUs but runs on {}", request.id, request.gpus, gpus.size());
+  if (gpus.size() != request.gpus.count) {
+    return fail("job {} asks for {} GPUs but runs on {}", request.id, request.gpus.count, gpus.size());
   }
   for (unsigned gpu : gpus) {
     if (gpu >= machine_.gpus.size()) {
@@ -259,13 +251,13 @@ Result<void> Scheduler::adopt(const JobRequest& request, const std::vector<unsig
       return fail("job {} lists GPU {} twice", request.id, gpu);
     }
     const GpuAvailability& on = availability_[gpu];
-    if (on.exclusive_held || (!request.slice_mib && on.shared_mib > 0)) {
+    if (on.exclusive_held || (!request.gpus.slice_mib && on.shared_mib > 0)) {
       return fail("job {} runs on GPU {}, which another job holds", request.id, gpu);
     }
     uint64_t memory = machine_.gpus[gpu].memory_total_mib.value_or(0);
-    if (request.slice_mib && on.shared_mib + *request.slice_mib > memory) {
+    if (request.gpus.slice_mib && on.shared_mib + *request.gpus.slice_mib > memory) {
       return fail("job {} takes {} MiB of GPU {}, which has {} MiB left", request.id,
-                  *request.slice_mib, gpu, memory - std::min(memory, on.shared_mib));
+                  *request.gpus.slice_mib, gpu, memory - std::min(memory, on.shared_mib));
     }
   }
   take(availability_, request, gpus);
@@ -311,7 +303,7 @@ std::string Scheduler::waiting_reason(JobId id) const {
   if (reservation_ && reservation_->id == id) {
     return fmt::format("next in line: GPU {} reserved for it", fmt::join(reservation_->gpus, ","));
   }
-  GpuRequest request{job.request.gpus, job.request.slice_mib, job.request.allowed, job.request.excluded};
+  const GpuRequest& request = job.request.gpus;
   auto fits = choose_gpus(machine_, availability_, request);
   if (fits && !*fits) return describe_wait(machine_, availability_, request);
   return "behind jobs that go first (priority, fair share, the reservation)";
@@ -389,10 +381,10 @@ class Scheduler::Pass {
       if (!s_.over_quota(job)) gpus = choose(job);
       if (gpus) {
         bool drained_for_it = holder_ == job.request.id && !tried_reservation_;
-        unsigned width = job.request.slice_mib ? 0 : job.request.gpus;
+        unsigned width = job.request.gpus.slice_mib ? 0 : job.request.gpus.count;
         if (gpus->empty()) {
           unplaced_.push_back(started_.size());
-          unplaced_gpus_ += job.request.gpus;
+          unplaced_gpus_ += job.request.gpus.count;
         }
         s_.start(job, *gpus, now_);
         room_.reset();
@@ -486,7 +478,7 @@ class Scheduler::Pass {
     for (const Group& group : s_.groups_) {
       for (const auto& [arrival, queued] : group.jobs) {
         if (arrival >= *s_.chain_before_ || ++examined > s_.config_.backfill_depth) break;
-        if (queued.request.slice_mib || queued.request.gpus < width || s_.over_quota(queued)) continue;
+        if (queued.request.gpus.slice_mib || queued.request.gpus.count < width || s_.over_quota(queued)) continue;
         Key key = order_key(queued);
         if (!next || key < best) std::tie(next, best) = std::pair{&queued, key};
         break;  // the group's later jobs come after this one
@@ -544,22 +536,22 @@ class Scheduler::Pass {
   // False when the job certainly does not fit (on the GPUs outside the reservation, or on all).
   bool may_fit(const JobRequest& job, bool outside_only) const {
     const Room& room = this->room();
-    if (!job.slice_mib) {
-      return (outside_only ? room.whole_outside : room.whole_all) >= job.gpus + unplaced_gpus_;
+    if (!job.gpus.slice_mib) {
+      return (outside_only ? room.whole_outside : room.whole_all) >= job.gpus.count + unplaced_gpus_;
     }
-    return job.gpus > 1 || (outside_only ? room.slice_outside : room.slice_all) >= *job.slice_mib;
+    return job.gpus.count > 1 || (outside_only ? room.slice_outside : room.slice_all) >= *job.gpus.slice_mib;
   }
 
   // Enough GPUs for the job in `state`, leaving out `excluded` (a mask, or empty) and the whole
   // GPUs promised to unplaced jobs.
   bool enough(const std::vector<GpuAvailability>& state, const JobRequest& job,
               const std::vector<bool>& excluded) const {
-    unsigned needed = job.gpus + (job.slice_mib ? 0 : unplaced_gpus_);
+    unsigned needed = job.gpus.count + (job.gpus.slice_mib ? 0 : unplaced_gpus_);
     unsigned suitable = 0;
     for (const Gpu& gpu : s_.machine_.gpus) {
-      if ((!excluded.empty() && excluded[gpu.index]) || !may_use(job, gpu.index)) continue;
+      if ((!excluded.empty() && excluded[gpu.index]) || !may_use(job.gpus, gpu.index)) continue;
       const GpuAvailability& on = state[gpu.index];
-      if (job.slice_mib ? slice_room(gpu, on) >= *job.slice_mib : whole_gpu_free(on)) {
+      if (job.gpus.slice_mib ? slice_room(gpu, on) >= *job.gpus.slice_mib : whole_gpu_free(on)) {
         if (++suitable == needed) return true;
       }
     }
@@ -571,12 +563,12 @@ class Scheduler::Pass {
   // a wide job then still finds a whole NVSwitch island free, which is both the better place
   // and far the cheaper search than among the leftovers of narrower jobs.
   bool defers_placement(const JobRequest& job) const {
-    return s_.config_.policy == Policy::Gpupool && !reservation_ && !job.slice_mib && !restricted(job);
+    return s_.config_.policy == Policy::Gpupool && !reservation_ && !job.gpus.slice_mib && !restricted(job);
   }
 
   void place_unplaced() {
     std::stable_sort(unplaced_.begin(), unplaced_.end(), [&](size_t a, size_t b) {
-      return s_.running_.at(started_[a].id).request.gpus > s_.running_.at(started_[b].id).request.gpus;
+      return s_.running_.at(started_[a].id).request.gpus.count > s_.running_.at(started_[b].id).request.gpus.count;
     });
     unplaced_gpus_ = 0;
     for (size_t position : unplaced_) {
@@ -600,16 +592,16 @@ class Scheduler::Pass {
     if (s_.config_.policy != Policy::Gpupool) {
       std::vector<unsigned> gpus;
       for (const Gpu& gpu : s_.machine_.gpus) {
-        if ((!excluded.empty() && excluded[gpu.index]) || !may_use(job, gpu.index)) continue;
+        if ((!excluded.empty() && excluded[gpu.index]) || !may_use(job.gpus, gpu.index)) continue;
         const GpuAvailability& on = state[gpu.index];
-        if (job.slice_mib ? slice_room(gpu, on) >= *job.slice_mib : whole_gpu_free(on)) {
+        if (job.gpus.slice_mib ? slice_room(gpu, on) >= *job.gpus.slice_mib : whole_gpu_free(on)) {
           gpus.push_back(gpu.index);
         }
-        if (gpus.size() == job.gpus) break;
+        if (gpus.size() == job.gpus.count) break;
       }
       return gpus;
     }
-    GpuRequest request{job.gpus, job.slice_mib, job.allowed, job.excluded};
+    GpuRequest request = job.gpus;
     for (unsigned gpu = 0; gpu < excluded.size(); ++gpu) {
       if (excluded[gpu]) request.excluded.push_back(gpu);
     }
@@ -625,7 +617,7 @@ class Scheduler::Pass {
       if (!may_fit(request, false)) return std::nullopt;
       return std::vector<unsigned>{};
     }
-    if (request.slice_mib && !unplaced_.empty()) {
+    if (request.gpus.slice_mib && !unplaced_.empty()) {
       // Beside other slices while whole GPUs are promised; a fresh GPU only once those are placed.
       std::vector<bool> fresh(s_.availability_.size());
       for (unsigned gpu = 0; gpu < fresh.size(); ++gpu) fresh[gpu] = whole_gpu_free(s_.availability_[gpu]);
@@ -634,7 +626,7 @@ class Scheduler::Pass {
     }
     // A whole-GPU job kept to some GPUs is placed at once; those promised to the deferred jobs
     // are placed first, so that it cannot take one of theirs.
-    if (!request.slice_mib && !unplaced_.empty()) place_unplaced();
+    if (!request.gpus.slice_mib && !unplaced_.empty()) place_unplaced();
     bool ends_in_time =
         reservation && request.time_limit_s && now_ + *request.time_limit_s <= reservation->start_s;
     bool anywhere = !reservation || ends_in_time || reservation->id == request.id;

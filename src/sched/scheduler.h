@@ -29,17 +29,12 @@ enum class Policy {
 Result<Policy> parse_policy(std::string_view name);  // "fifo", "backfill", "gpupool"
 const char* to_string(Policy policy);
 
-using JobId = uint64_t;
-
 struct JobRequest {
   JobId id = 0;
   std::string user;
-  unsigned gpus = 1;
-  std::optional<uint64_t> slice_mib;   // nullopt: whole GPUs; else this much memory on each
+  GpuRequest gpus;
   int priority = 0;                    // higher first (gpupool policy)
   std::optional<double> time_limit_s;  // the job is ended when it runs longer (by the caller)
-  std::vector<unsigned> allowed = {};  // only these GPUs (nvidia-smi indices); empty: any
-  std::vector<unsigned> excluded = {}; // never these
 };
 
 // The users' decayed GPU-seconds as of `as_of_s`: what outlives a daemon restart, so that a

@@ -39,7 +39,7 @@ Scheduler make_scheduler(unsigned gpus, Policy policy, std::optional<double> quo
 
 JobRequest job(JobId id, unsigned gpus, std::optional<double> limit = std::nullopt,
                std::string user = "u") {
-  return JobRequest{id, std::move(user), gpus, std::nullopt, 0, limit};
+  return JobRequest{id, std::move(user), {gpus, std::nullopt}, 0, limit};
 }
 
 std::vector<JobId> ids(const std::vector<JobStart>& starts) {
@@ -123,8 +123,8 @@ TEST(SchedulerTest, PriorityThenFairShareThenArrival) {
 TEST(SchedulerTest, SlicesArePackedSoWholeGpusStayFree) {
   for (Policy policy : {Policy::Gpupool, Policy::Backfill}) {
     Scheduler s = make_scheduler(2, policy);
-    JobRequest first{1, "u", 1, 30000, 0, std::nullopt};
-    JobRequest second{2, "u", 1, 30000, 0, std::nullopt};
+    JobRequest first{1, "u", {1, 30000}, 0, std::nullopt};
+    JobRequest second{2, "u", {1, 30000}, 0, std::nullopt};
     ASSERT_TRUE(s.submit(first, 0).ok());
     s.schedule(0);
     ASSERT_TRUE(s.submit(second, 1).ok());
@@ -173,7 +173,7 @@ TEST(SchedulerTest, JobsThatCanNeverRunAreRefused) {
   EXPECT_EQ(s.submit(job(1, 3), 0).error().message, "asks for 3 GPUs, the machine has 2");
   EXPECT_EQ(s.submit(job(2, 2), 0).error().message,
             "asks for 2.00 GPUs, above the quota of 1.50 per user");
-  EXPECT_EQ(s.submit(JobRequest{3, "u", 1, 90000, 0, std::nullopt}, 0).error().message,
+  EXPECT_EQ(s.submit(JobRequest{3, "u", {1, 90000}, 0, std::nullopt}, 0).error().message,
             "asks for 90000 MiB on 1 GPU, only 0 GPUs have that much memory");
   ASSERT_TRUE(s.submit(job(4, 1), 0).ok());
   EXPECT_EQ(s.submit(job(4, 1), 0).error().message, "job 4 is already submitted");
@@ -282,8 +282,8 @@ TEST(SchedulerTest, PerUserQuotasReplaceTheDefault) {
             "asks for 1.00 GPUs, above the quota of 0.50 for small");
   EXPECT_EQ(s.submit(job(3, 2, 100, "other"), 0).error().message,
             "asks for 2.00 GPUs, above the quota of 1.00 per user");
-  ASSERT_TRUE(s.submit(JobRequest{4, "small", 1, 40000, 0, 100.0}, 0).ok());
-  ASSERT_TRUE(s.submit(JobRequest{5, "small", 1, 40000, 0, 100.0}, 0).ok());
+  ASSERT_TRUE(s.submit(JobRequest{4, "small", {1, 40000}, 0, 100.0}, 0).ok());
+  ASSERT_TRUE(s.submit(JobRequest{5, "small", {1, 40000}, 0, 100.0}, 0).ok());
   ASSERT_TRUE(s.submit(job(6, 2, 100, "big"), 0).ok());
   ASSERT_TRUE(s.submit(job(7, 1, 100, "big"), 0).ok());
   ASSERT_TRUE(s.submit(job(8, 1, 100, "big"), 0).ok());
@@ -346,8 +346,8 @@ TEST(SchedulerTest, AdoptedJobsHoldTheirGpusAndShapeTheReservation) {
   EXPECT_EQ(s.held_gpus("a"), 2);
   EXPECT_NEAR(s.fair_share_usage("a"), 2000, 20);  // 2 GPUs for 1000 s, barely decayed
   EXPECT_TRUE(s.availability()[2].exclusive_held && s.availability()[3].exclusive_held);
-  ASSERT_TRUE(s.adopt(JobRequest{2, "b", 1, 30000, 0, std::nullopt}, {1}, 900).ok());
-  ASSERT_TRUE(s.adopt(JobRequest{3, "b", 1, 50000, 0, std::nullopt}, {1}, 900).ok());
+  ASSERT_TRUE(s.adopt(JobRequest{2, "b", {1, 30000}, 0, std::nullopt}, {1}, 900).ok());
+  ASSERT_TRUE(s.adopt(JobRequest{3, "b", {1, 50000}, 0, std::nullopt}, {1}, 900).ok());
 
   EXPECT_EQ(s.adopt(job(1, 1), {0}, 0).error().message, "job 1 is already submitted");
   EXPECT_EQ(s.adopt(job(4, 2), {0}, 0).error().message, "job 4 asks for 2 GPUs but runs on 1");
@@ -357,7 +357,7 @@ TEST(SchedulerTest, AdoptedJobsHoldTheirGpusAndShapeTheReservation) {
             "job 4 runs on GPU 3, which another job holds");
   EXPECT_EQ(s.adopt(job(4, 1), {1}, 0).error().message,
             "job 4 runs on GPU 1, which another job holds");
-  EXPECT_EQ(s.adopt(JobRequest{4, "b", 1, 1000, 0, std::nullopt}, {1}, 0).error().message,
+  EXPECT_EQ(s.adopt(JobRequest{4, "b", {1, 1000}, 0, std::nullopt}, {1}, 0).error().message,
             "job 4 takes 1000 MiB of GPU 1, which has 0 MiB left");
   EXPECT_EQ(s.running(), 3u);
 
@@ -398,8 +398,8 @@ TEST(SchedulerTest, OutsideUseKeepsJobsOffAndOutlastsFinish) {
   EXPECT_EQ(s.availability()[0].holders, "pid 812 bob python");
 
   // A slice fits beside the outside process's memory, but not beside an exclusive lease.
-  ASSERT_TRUE(s.submit(JobRequest{3, "u", 1, 10000, 0, 100.0}, 1).ok());
-  ASSERT_TRUE(s.submit(JobRequest{4, "u", 1, 20000, 0, 100.0}, 1).ok());
+  ASSERT_TRUE(s.submit(JobRequest{3, "u", {1, 10000}, 0, 100.0}, 1).ok());
+  ASSERT_TRUE(s.submit(JobRequest{4, "u", {1, 20000}, 0, 100.0}, 1).ok());
   starts = s.schedule(1);
   ASSERT_EQ(ids(starts), std::vector<JobId>{3});
   EXPECT_EQ(starts[0].gpus, std::vector<unsigned>{0});
@@ -516,8 +516,8 @@ RC_GTEST_PROP(SchedulerProperties, NoGpuOvercommittedWithOutsideUse, ()) {
   auto random_request = [&](JobId id) {
     JobRequest request = job(id, *rc::gen::inRange(1u, gpus + 1), *rc::gen::inRange(1, 100),
                              *rc::gen::element<std::string>("a", "b"));
-    if (request.gpus == 1 && *rc::gen::arbitrary<bool>())
-      request.slice_mib = *rc::gen::inRange<uint64_t>(1000, kGpuMib + 1);
+    if (request.gpus.count == 1 && *rc::gen::arbitrary<bool>())
+      request.gpus.slice_mib = *rc::gen::inRange<uint64_t>(1000, kGpuMib + 1);
     return request;
   };
   size_t steps = *rc::gen::inRange<size_t>(1, 60);
@@ -532,16 +532,16 @@ RC_GTEST_PROP(SchedulerProperties, NoGpuOvercommittedWithOutsideUse, ()) {
       case 1: {
         // Adoption succeeds exactly when the GPUs have room among the scheduler's jobs.
         JobRequest request = random_request(next++);
-        auto on = *rc::gen::unique<std::vector<unsigned>>(request.gpus, rc::gen::inRange(0u, gpus));
+        auto on = *rc::gen::unique<std::vector<unsigned>>(request.gpus.count, rc::gen::inRange(0u, gpus));
         bool room = true;
         for (unsigned gpu : on) {
           uint64_t shared = 0;
           for (const auto& [id, held] : running) {
             if (std::find(held.begin(), held.end(), gpu) == held.end()) continue;
-            if (!requests[id].slice_mib || !request.slice_mib) room = false;
-            shared += requests[id].slice_mib.value_or(0);
+            if (!requests[id].gpus.slice_mib || !request.gpus.slice_mib) room = false;
+            shared += requests[id].gpus.slice_mib.value_or(0);
           }
-          if (request.slice_mib && shared + *request.slice_mib > kGpuMib) room = false;
+          if (request.gpus.slice_mib && shared + *request.gpus.slice_mib > kGpuMib) room = false;
         }
         RC_ASSERT(s.adopt(request, on, now).ok() == room);
         if (room) {
@@ -594,10 +594,10 @@ RC_GTEST_PROP(SchedulerProperties, NoGpuOvercommittedWithOutsideUse, ()) {
         for (const JobStart& start : starts) running[start.id] = start.gpus;
         for (const auto& [id, on] : running) {
           const JobRequest& request = requests[id];
-          RC_ASSERT(on.size() == request.gpus);
+          RC_ASSERT(on.size() == request.gpus.count);
           for (unsigned gpu : on) {
-            if (request.slice_mib) {
-              shared[gpu] += *request.slice_mib;
+            if (request.gpus.slice_mib) {
+              shared[gpu] += *request.gpus.slice_mib;
             } else {
               ++whole[gpu];
             }
@@ -611,7 +611,7 @@ RC_GTEST_PROP(SchedulerProperties, NoGpuOvercommittedWithOutsideUse, ()) {
           const JobRequest& request = requests[start.id];
           for (unsigned gpu : start.gpus) {
             RC_ASSERT(outside[gpu].usable);
-            if (request.slice_mib) {
+            if (request.gpus.slice_mib) {
               RC_ASSERT(shared[gpu] + outside_mib[gpu] <= kGpuMib);
             } else {
               RC_ASSERT(!outside[gpu].exclusive_held && !outside[gpu].external_busy &&
@@ -715,8 +715,8 @@ RC_GTEST_PROP(SchedulerProperties, NoOvercommitNoQuotaBreachEveryJobRuns, ()) {
 }
 
 JobRequest kept_to(JobRequest request, std::vector<unsigned> allowed, std::vector<unsigned> excluded = {}) {
-  request.allowed = std::move(allowed);
-  request.excluded = std::move(excluded);
+  request.gpus.allowed = std::move(allowed);
+  request.gpus.excluded = std::move(excluded);
   return request;
 }
 
@@ -780,7 +780,7 @@ TEST(SchedulerTest, GpuSetsThatCanNeverServeTheJobAreRefused) {
   EXPECT_EQ(s.admissible(kept_to(job(4, 4), {0, 1, 2, 3}, {2})).error().message,
             "asks for 4 GPUs but may use only 3 (GPU 0,1,3)");
   EXPECT_TRUE(s.admissible(kept_to(job(5, 3), {0, 1, 2, 3}, {2})).ok());
-  EXPECT_EQ(s.admissible(kept_to(JobRequest{6, "u", 1, 90000, 0, std::nullopt}, {0})).error().message,
+  EXPECT_EQ(s.admissible(kept_to(JobRequest{6, "u", {1, 90000}, 0, std::nullopt}, {0})).error().message,
             "asks for 1 GPU with 90000 MiB but may use only 0");
   EXPECT_EQ(s.queued(), 0u);
 }
@@ -794,8 +794,8 @@ TEST(SchedulerTest, AdmissibleRefusesWhatTheQuotaCanNeverAllow) {
             "asks for 3.00 GPUs, above the quota of 2.00 per user");
   EXPECT_TRUE(s.admissible(job(2, 4, std::nullopt, "big")).ok());
   // A slice counts as its share of the largest GPU: three halves are 1.5 GPUs.
-  EXPECT_TRUE(s.admissible(JobRequest{3, "small", 3, kGpuMib / 2, 0, std::nullopt}).ok());
-  EXPECT_EQ(s.admissible(JobRequest{4, "small", 5, kGpuMib / 2, 0, std::nullopt}).error().message,
+  EXPECT_TRUE(s.admissible(JobRequest{3, "small", {3, kGpuMib / 2}, 0, std::nullopt}).ok());
+  EXPECT_EQ(s.admissible(JobRequest{4, "small", {5, kGpuMib / 2}, 0, std::nullopt}).error().message,
             "asks for 2.50 GPUs, above the quota of 2.00 per user");
 }
 

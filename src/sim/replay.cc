@@ -99,8 +99,8 @@ Result<ReplayResult> replay(const Machine& machine, const std::vector<TraceJob>&
     for (; next_arrival < arrivals.size() && trace[arrivals[next_arrival]].submit_s <= now;
          ++next_arrival) {
       const TraceJob& job = trace[arrivals[next_arrival]];
-      JobRequest request{arrivals[next_arrival], job.user,     job.gpus,
-                         job.gpu_mem_mib,        job.priority, job.time_limit_s};
+      JobRequest request{arrivals[next_arrival], job.user, {job.gpus, job.gpu_mem_mib}, job.priority,
+                         job.time_limit_s};
       Result<void> submitted = scheduler.submit(request, now);
       if (!submitted) return fail("trace job '{}': {}", job.id, submitted.error().message);
     }

@@ -40,13 +40,13 @@ std::optional<Number> number_of(std::string_view text) {
 }
 
 // A job id of 1 to 18 digits (always fits), as parse_job_ids takes them.
-std::optional<JobNumber> job_number_of(std::string_view text) {
+std::optional<JobId> job_number_of(std::string_view text) {
   if (!all_digits(text) || text.size() > 18) return std::nullopt;
-  std::optional<JobNumber> id = number_of<JobNumber>(text);
+  std::optional<JobId> id = number_of<JobId>(text);
   return id && *id > 0 ? id : std::nullopt;
 }
 
-std::string id_list(std::span<const JobNumber> ids) { return fmt::format("{}", fmt::join(ids, ",")); }
+std::string id_list(std::span<const JobId> ids) { return fmt::format("{}", fmt::join(ids, ",")); }
 
 // Slurm's ways of saying "nothing here" ("NONE": a running job's end without a time limit).
 bool says_nothing(std::string_view text) {
@@ -98,8 +98,8 @@ std::string login_name(std::string_view text) {
 // "CANCELLED by 1000" (sacct) -> "CANCELLED".
 std::string state_word(std::string_view text) { return std::string(text.substr(0, text.find(' '))); }
 
-Result<JobNumber> slurm_job_number(std::string_view text) {
-  std::optional<JobNumber> id = job_number_of(text);
+Result<JobId> slurm_job_number(std::string_view text) {
+  std::optional<JobId> id = job_number_of(text);
   if (!id) return fail("job id {} is not a number", quote(text));
   return *id;
 }
@@ -245,14 +245,14 @@ class FieldReader {
     }
     return out;
   }
-  std::vector<JobNumber> ids(const char* key) {
+  std::vector<JobId> ids(const char* key) {
     const json* value = find(key);
-    std::vector<JobNumber> out;
+    std::vector<JobId> out;
     if (value == nullptr) return out;
     if (!value->is_array()) return wrong(key, "a list of job ids"), out;
     for (const json& item : *value) {
       if (!item.is_number_unsigned() || item.get<uint64_t>() == 0) return wrong(key, "a list of job ids"), out;
-      out.push_back(item.get<JobNumber>());
+      out.push_back(item.get<JobId>());
     }
     return out;
   }
@@ -273,10 +273,10 @@ class FieldReader {
   std::optional<Error> error_;
 };
 
-Result<JobNumber> record_id(const json& object) {
+Result<JobId> record_id(const json& object) {
   if (!object.is_object()) return fail("not a JSON object");
   FieldReader reader(object);
-  std::optional<JobNumber> id = reader.whole<JobNumber>("slurm_id", 1, JobNumber{999999999999999999});
+  std::optional<JobId> id = reader.whole<JobId>("slurm_id", 1, JobId{999999999999999999});
   TRY(reader.finish());
   if (!id) return fail("no 'slurm_id'");
   return *id;
@@ -318,7 +318,7 @@ Result<JobIds> parse_any_job_ids(std::span<const std::string> texts) {
   for (const std::string& text : texts) {
     for (const std::string& piece : split(text, ',')) {
       bool slurm = piece.starts_with(kSlurmPrefix);
-      std::optional<JobNumber> id = job_number_of(slurm ? piece.substr(kSlurmPrefix.size()) : piece);
+      std::optional<JobId> id = job_number_of(slurm ? piece.substr(kSlurmPrefix.size()) : piece);
       if (!id) return fail("invalid job id {}: expected a number like 42, or slurm:42 for a Slurm job", quote(piece));
       (slurm ? ids.slurm : ids.local).push_back(*id);
     }
@@ -326,7 +326,7 @@ Result<JobIds> parse_any_job_ids(std::span<const std::string> texts) {
   return ids;
 }
 
-std::string slurm_id_text(JobNumber id) { return fmt::format("{}{}", kSlurmPrefix, id); }
+std::string slurm_id_text(JobId id) { return fmt::format("{}{}", kSlurmPrefix, id); }
 
 // --- submitting ---
 
@@ -408,19 +408,19 @@ Result<SbatchCall> sbatch_call(const JobSpec& spec, const SlurmSubmitSettings& s
   argv = {"sbatch", "--parsable", "--job-name=" + call.name, "--chdir=" + spec.cwd, "--export=ALL",
           "--output=" + call.output_pattern, "--error=" + call.error_pattern};
   if (!settings.partition.empty()) argv.push_back("--partition=" + settings.partition);
-  if (spec.slice_mib) {
+  if (spec.gpus.slice_mib) {
     if (!settings.cluster_has_shards) {
       return fail("this Slurm cluster has no GPU shards configured, so --mem cannot be a part of a GPU there; "
                   "ask for whole GPUs (-g N without --mem)");
     }
     // Without MULTIPLE_SHARING_GRES_PJ (Slurm 23.02 on), a job's shards all come from one GPU.
-    if (spec.gpu_count != 1) {
+    if (spec.gpus.count != 1) {
       return fail("a Slurm job's shards come from one GPU: --mem goes with -g 1 only (or ask for whole GPUs)");
     }
-    uint64_t shards = (*spec.slice_mib + settings.shard_mib - 1) / settings.shard_mib;
+    uint64_t shards = (*spec.gpus.slice_mib + settings.shard_mib - 1) / settings.shard_mib;
     argv.push_back(fmt::format("--gres=shard:{}", shards));
   } else {
-    argv.push_back(fmt::format("--gres=gpu:{}", spec.gpu_count));
+    argv.push_back(fmt::format("--gres=gpu:{}", spec.gpus.count));
   }
   if (spec.time_limit_s) argv.push_back("--time=" + slurm_time_limit(*spec.time_limit_s));
   if (!settings.after.empty()) argv.push_back(fmt::format("--dependency=afterok:{}", fmt::join(settings.after, ":")));
@@ -456,9 +456,9 @@ Result<bool> sinfo_offers_shards(std::string_view output) {
   return false;
 }
 
-Result<JobNumber> parse_sbatch_answer(std::string_view output) {
+Result<JobId> parse_sbatch_answer(std::string_view output) {
   std::string_view answer = trimmed(output);
-  std::optional<JobNumber> id = job_number_of(answer.substr(0, answer.find(';')));
+  std::optional<JobId> id = job_number_of(answer.substr(0, answer.find(';')));
   if (!id) return fail("sbatch answered {} instead of a job id", quote(answer));
   return *id;
 }
@@ -489,7 +489,7 @@ Result<SlurmJob> slurm_job_from_json(const nlohmann::json& object) {
   if (!object.is_object()) return fail("a Slurm job must be a JSON object");
   FieldReader reader(object);
   SlurmJob job;
-  std::optional<JobNumber> id = reader.whole<JobNumber>("id", 1, JobNumber{999999999999999999});
+  std::optional<JobId> id = reader.whole<JobId>("id", 1, JobId{999999999999999999});
   job.name = reader.text("name");
   job.user = reader.text("user");
   job.state = reader.text("state");
@@ -513,7 +513,7 @@ Result<SlurmJob> slurm_job_from_json(const nlohmann::json& object) {
   return job;
 }
 
-std::vector<std::string> squeue_argv(std::span<const JobNumber> ids) {
+std::vector<std::string> squeue_argv(std::span<const JobId> ids) {
   std::string format;
   for (size_t i = 0; i < kSqueueFields.size(); ++i) {
     // FIELD:0 prints the whole value; the suffix after it separates the fields.
@@ -531,7 +531,7 @@ bool squeue_knows_none(std::string_view error_output) {
   return error_output.find("Invalid job id specified") != std::string_view::npos;
 }
 
-std::vector<std::string> sacct_argv(std::span<const JobNumber> ids, bool completion_log) {
+std::vector<std::string> sacct_argv(std::span<const JobId> ids, bool completion_log) {
   std::vector<std::string> argv = {"sacct"};
   if (completion_log) argv.push_back("--completion");
   argv.insert(argv.end(), {"--allocations", "--parsable2", "--noheader", std::string("--delimiter=") + kSeparator,
@@ -545,7 +545,7 @@ Result<std::vector<SlurmJob>> parse_sacct(std::string_view output, bool completi
                      [completion_log](std::string_view line) { return sacct_line(line, completion_log); });
 }
 
-std::vector<std::string> scontrol_show_argv(JobNumber id) {
+std::vector<std::string> scontrol_show_argv(JobId id) {
   return {"scontrol", "--oneliner", "show", "job", std::to_string(id)};
 }
 
@@ -654,11 +654,11 @@ std::string ended_record_line(const SlurmJob& job) {
 
 Result<std::vector<SlurmRecord>> parse_slurm_records(std::string_view text, std::string_view file_name) {
   std::vector<SlurmRecord> records;
-  std::map<JobNumber, size_t> index;  // id -> its latest record
+  std::map<JobId, size_t> index;  // id -> its latest record
   auto read_line = [&](std::string_view line) -> Result<void> {
     json object = json::parse(line, nullptr, false);
     if (object.is_discarded()) return fail("not valid JSON");
-    TRY_ASSIGN(JobNumber id, record_id(object));
+    TRY_ASSIGN(JobId id, record_id(object));
     auto ended = object.find("ended");
     if (ended == object.end()) {
       TRY_ASSIGN(SlurmRecord record, submitted_record(object));
@@ -693,8 +693,8 @@ Result<SlurmJobStatus> slurm_job_status(const SlurmRecord& record, const std::op
   job.spec.name = record.name;
   job.spec.argv = record.argv;
   job.spec.cwd = record.cwd;
-  job.spec.gpu_count = record.gpu_count;
-  job.spec.slice_mib = record.slice_mib;
+  job.spec.gpus.count = record.gpu_count;
+  job.spec.gpus.slice_mib = record.slice_mib;
   job.spec.time_limit_s = record.time_limit_s;
   job.spec.after = record.after;
   job.owner.user = user;
@@ -712,7 +712,7 @@ Result<SlurmJobStatus> slurm_job_status(const SlurmRecord& record, const std::op
   job.reason = mapped.reason;
   if (job.state == JobState::Queued && slurm->reason == "Dependency" && !record.after.empty()) {
     std::vector<std::string> ids;
-    for (JobNumber after : record.after) ids.push_back(slurm_id_text(after));
+    for (JobId after : record.after) ids.push_back(slurm_id_text(after));
     job.reason = fmt::format("waiting for {}", fmt::join(ids, ","));
   }
   if (!slurm->user.empty()) job.owner.user = slurm->user;

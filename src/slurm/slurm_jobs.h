@@ -23,13 +23,13 @@ namespace gpupool {
 // Job ids as users type them, gpupoold's and Slurm's mixed: "42", "slurm:7", "5,slurm:8" (the
 // prefix is per id: "slurm:7,8" is Slurm's 7 and gpupoold's 8).
 struct JobIds {
-  std::vector<JobNumber> local;
-  std::vector<JobNumber> slurm;
+  std::vector<JobId> local;
+  std::vector<JobId> slurm;
 };
 Result<JobIds> parse_any_job_ids(std::span<const std::string> texts);
 
 // "slurm:42": how a Slurm job's id reads everywhere in gpupool.
-std::string slurm_id_text(JobNumber id);
+std::string slurm_id_text(JobId id);
 
 // --- submitting ---------------------------------------------------------------------------------
 
@@ -44,7 +44,7 @@ struct SlurmSubmitSettings {
   std::string error;                       // --error pattern; empty: --output's file when that is
                                            // given (as sbatch does), else gpupool-%j.err
   bool hold = false;
-  std::vector<JobNumber> after;            // Slurm ids: afterok
+  std::vector<JobId> after;            // Slurm ids: afterok
   bool cluster_has_shards = false;         // sinfo's answer; asked only for a memory slice
 };
 
@@ -69,13 +69,13 @@ std::string slurm_time_limit(double seconds);
 Result<bool> sinfo_offers_shards(std::string_view output);
 
 // `sbatch --parsable`'s answer: "42" or "42;cluster".
-Result<JobNumber> parse_sbatch_answer(std::string_view output);
+Result<JobId> parse_sbatch_answer(std::string_view output);
 
 // An output file's name as Slurm makes it from a pattern of --output/--error: %j and %A (the job
 // id, zero-padded to a width: %5j), %x (its name), %u (its user), %%. Other patterns (%N, %a,
 // ...) and backslashes are refused: gpupool would not find the file again.
 struct SlurmFilenameFields {
-  JobNumber id = 0;
+  JobId id = 0;
   std::string name;
   std::string user;
 };
@@ -84,7 +84,7 @@ Result<std::string> expand_slurm_filename(std::string_view pattern, const SlurmF
 // --- what Slurm says ----------------------------------------------------------------------------
 
 struct SlurmJob {
-  JobNumber id = 0;
+  JobId id = 0;
   std::string name;
   std::string user;
   std::string state;               // Slurm's word: RUNNING, COMPLETED, CANCELLED (sacct's "by UID" cut)
@@ -110,18 +110,18 @@ Result<SlurmJob> slurm_job_from_json(const nlohmann::json& object);
 inline constexpr const char* kSlurmQueryEnvironment = "SLURM_TIME_FORMAT=%s";
 
 // squeue for these jobs in every state it still knows (finished ones for MinJobAge), one call.
-std::vector<std::string> squeue_argv(std::span<const JobNumber> ids);
+std::vector<std::string> squeue_argv(std::span<const JobId> ids);
 Result<std::vector<SlurmJob>> parse_squeue(std::string_view output);
 // squeue's answer when it knows none of the ids (it exits 1 then, as for real errors).
 bool squeue_knows_none(std::string_view error_output);
 
 // sacct for these jobs (allocations only): the accounting database, or with completion_log its
 // job completion log (`sacct -c`, JobCompType, e.g. jobcomp/filetxt).
-std::vector<std::string> sacct_argv(std::span<const JobNumber> ids, bool completion_log);
+std::vector<std::string> sacct_argv(std::span<const JobId> ids, bool completion_log);
 Result<std::vector<SlurmJob>> parse_sacct(std::string_view output, bool completion_log);
 
 // `scontrol -o show job ID`: one line of Key=Value; a value may hold spaces (a name, a path).
-std::vector<std::string> scontrol_show_argv(JobNumber id);
+std::vector<std::string> scontrol_show_argv(JobId id);
 Result<SlurmJob> parse_scontrol_job(std::string_view output);
 
 struct MappedState {
@@ -140,7 +140,7 @@ Result<MappedState> map_slurm_state(const SlurmJob& job);
 // (slurm-jobs.jsonl); a second line holds how it ended once gpupool has seen that, so finished
 // jobs are not asked about again and outlive Slurm's memory of them.
 struct SlurmRecord {
-  JobNumber id = 0;
+  JobId id = 0;
   std::string name;
   std::vector<std::string> argv;
   std::string cwd;
@@ -151,7 +151,7 @@ struct SlurmRecord {
   std::optional<uint64_t> slice_mib;
   std::optional<double> time_limit_s;
   std::string partition;
-  std::vector<JobNumber> after;
+  std::vector<JobId> after;
   std::optional<SlurmJob> ended;   // its final state, once seen
 };
 

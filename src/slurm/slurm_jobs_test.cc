@@ -46,7 +46,7 @@ TEST(SlurmJobsTest, IdsOfBothKindsMix) {
 
 TEST(SlurmJobsTest, WholeGpusBecomeGresAndTheRestOfTheSpecFollows) {
   JobSpec spec = spec_of({"python", "train.py", "--lr", "3e-4"});
-  spec.gpu_count = 2;
+  spec.gpus.count = 2;
   spec.time_limit_s = 90;
   spec.name = "train";
   spec.priority = -5;
@@ -98,24 +98,24 @@ TEST(SlurmJobsTest, TheScriptKeepsNastyArgumentsWhole) {
 
 TEST(SlurmJobsTest, AMemorySliceIsShardsOfOneGpuWhereTheClusterHasThem) {
   JobSpec spec = spec_of({"python", "eval.py"});
-  spec.slice_mib = 20480;
+  spec.gpus.slice_mib = 20480;
   SlurmSubmitSettings settings;
   settings.cluster_has_shards = true;
   Result<SbatchCall> call = sbatch_call(spec, settings);
   ASSERT_TRUE(call.ok()) << call.error().message;
   EXPECT_THAT(call->argv, Contains("--gres=shard:20"));
   EXPECT_THAT(call->argv, Not(Contains("--gres=gpu:1")));
-  spec.slice_mib = 1500;  // rounded up
+  spec.gpus.slice_mib = 1500;  // rounded up
   settings.shard_mib = 1000;
   call = sbatch_call(spec, settings);
   ASSERT_TRUE(call.ok()) << call.error().message;
   EXPECT_THAT(call->argv, Contains("--gres=shard:2"));
 
-  spec.gpu_count = 2;
+  spec.gpus.count = 2;
   Result<SbatchCall> two = sbatch_call(spec, settings);
   ASSERT_FALSE(two.ok());
   EXPECT_THAT(two.error().message, HasSubstr("one GPU"));
-  spec.gpu_count = 1;
+  spec.gpus.count = 1;
   settings.cluster_has_shards = false;
   Result<SbatchCall> none = sbatch_call(spec, settings);
   ASSERT_FALSE(none.ok());
@@ -196,7 +196,7 @@ TEST(SlurmJobsTest, SbatchAnswersAnIdPerhapsWithItsCluster) {
   EXPECT_EQ(*parse_sbatch_answer("42\n"), 42u);
   EXPECT_EQ(*parse_sbatch_answer("42;gpu-cluster\n"), 42u);
   for (const char* bad : {"", "Submitted batch job 42", "x;y", "0"}) {
-    Result<JobNumber> refused = parse_sbatch_answer(bad);
+    Result<JobId> refused = parse_sbatch_answer(bad);
     ASSERT_FALSE(refused.ok()) << bad;
     EXPECT_THAT(refused.error().message, HasSubstr("sbatch answered"));
   }
@@ -205,7 +205,7 @@ TEST(SlurmJobsTest, SbatchAnswersAnIdPerhapsWithItsCluster) {
 // --- what Slurm says ---
 
 TEST(SlurmJobsTest, QueriesAskForEveryStateAndTheirOwnSeparator) {
-  std::vector<JobNumber> ids = {7, 8};
+  std::vector<JobId> ids = {7, 8};
   std::vector<std::string> squeue = squeue_argv(ids);
   EXPECT_THAT(squeue, Contains("--jobs=7,8"));
   EXPECT_THAT(squeue, Contains("--states=all"));
@@ -382,7 +382,7 @@ TEST(SlurmJobsTest, SlurmStatesReadAsGpupoolsStates) {
 
 // --- records ---
 
-SlurmRecord record_of(JobNumber id) {
+SlurmRecord record_of(JobId id) {
   SlurmRecord record;
   record.id = id;
   record.name = "train";
@@ -464,7 +464,7 @@ TEST(SlurmJobsTest, AStatusTakesTheRecordsSpecAndSlurmsFacts) {
   EXPECT_EQ(queued->job.state, JobState::Queued);
   EXPECT_EQ(queued->job.reason, "waiting for slurm:3");
   EXPECT_EQ(queued->job.start_time, std::nullopt);
-  EXPECT_EQ(queued->job.spec.gpu_count, 2u);
+  EXPECT_EQ(queued->job.spec.gpus.count, 2u);
   EXPECT_EQ(queued->job.owner.user, "ann");
   EXPECT_EQ(queued->job.stdout_path, "/w/gpupool-7.out");
 
