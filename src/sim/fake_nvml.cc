@@ -4,9 +4,6 @@
 // "current" exports today's versioned entry points, "legacy"
 // (GPUPOOL_FAKE_NVML_LEGACY) only those an old driver had, so the loader's
 // fallbacks run too. docs/fixtures.md describes both.
-#include <dlfcn.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <charconv>
@@ -15,25 +12,16 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <deque>
-#include <filesystem>
-#include <mutex>
 #include <optional>
 #include <string>
-#include <thread>
-#include <tuple>
 #include <vector>
 
 #include <fmt/format.h>
 
 #include "base/cpu_list.h"
 #include "nvml/nvml_api.h"
+#include "sim/fake_nvml_simulator.h"
 #include "sim/fixture.h"
-
-// The opaque handle NVML hands out; ours remembers which GPU it stands for.
-struct nvmlDevice_st {
-  unsigned index;
-};
 
 #define GPUPOOL_NVML_EXPORT extern "C" __attribute__((visibility("default")))
 
@@ -45,179 +33,6 @@ constexpr unsigned kNoInstance = 0xFFFFFFFFu;  // process records outside MIG in
 constexpr unsigned kSimulatedNvSwitches =
     6;  // NVSwitch chips the made-up fabric spreads links over
 constexpr nvmlEccCounterType_t kAggregateEcc = 1;  // NVML_AGGREGATE_ECC
-
-// Identity calls still answer for a GPU that fell off the bus; everything else fails.
-enum class Needs { Identity, Health };
-
-struct Query {
-  const Fixture& machine;
-  unsigned index;
-  const FixtureGpu& gpu;
-};
-
-// What identifies one version of the overlay file; an atomic rename changes the inode.
-using FileStamp = std::tuple<dev_t, ino_t, off_t, long long, long long>;
-
-std::optional<FileStamp> stamp_of(const std::string& path) {
-  struct stat info {};
-  if (stat(path.c_str(), &info) != 0) return std::nullopt;
-  return FileStamp{info.st_dev, info.st_ino, info.st_size, info.st_mtim.tv_sec,
-                   info.st_mtim.tv_nsec};
-}
-
-// share/gpupool/fixtures of the tree this library sits in (lib/gpupool/sim/<generation>/).
-std::string fixture_dir_beside_library() {
-  static const int anchor = 0;
-  Dl_info info{};
-  if (dladdr(&anchor, &info) == 0 || info.dli_fname == nullptr) return "";
-  std::filesystem::path library(info.dli_fname);
-  return (library.parent_path() / "../../../../share/gpupool/fixtures").lexically_normal().string();
-}
-
-Result<std::string> environment(const char* name) {
-  const char* value = std::getenv(name);
-  if (value == nullptr || *value == '\0') return fail("{} is not set", name);
-  return std::string(value);
-}
-
-// The real library starts threads of its own on its first initialisation, with the signal mask
-// of the thread that called it; the simulation does the same, so that the simulated machines
-// show what a thread that takes gpupool's signals does (see nvml_library.cc).
-void start_background_thread() {
-  static std::once_flag started;
-  std::call_once(started, [] {
-    std::thread([] {
-      for (;;) pause();
-    }).detach();
-  });
-}
-
-class Simulator {
- public:
-  nvmlReturn_t init() {
-    std::lock_guard lock(mutex_);
-    if (init_count_ == 0) {
-      if (auto loaded = load(); !loaded) {
-        // NVML itself cannot say more than DRIVER_NOT_LOADED; leave the reason where a person
-        // looks.
-        std::fprintf(stderr, "gpupool simulated NVML: %s\n", loaded.error().message.c_str());
-        return NVML_ERROR_DRIVER_NOT_LOADED;
-      }
-      start_background_thread();
-    }
-    ++init_count_;
-    return NVML_SUCCESS;
-  }
-
-  nvmlReturn_t shutdown() {
-    std::lock_guard lock(mutex_);
-    if (init_count_ == 0) return NVML_ERROR_UNINITIALIZED;
-    --init_count_;
-    return NVML_SUCCESS;
-  }
-
-  template <typename Answer>
-  nvmlReturn_t system(Answer&& answer) {
-    std::lock_guard lock(mutex_);
-    if (init_count_ == 0) return NVML_ERROR_UNINITIALIZED;
-    return answer(current_);
-  }
-
-  nvmlReturn_t handle_by_index(unsigned index, nvmlDevice_t* device) {
-    return system([&](const Fixture& machine) {
-      if (device == nullptr || index >= machine.gpus.size()) return NVML_ERROR_INVALID_ARGUMENT;
-      *device = &handles_[index];
-      return NVML_SUCCESS;
-    });
-  }
-
-  template <typename Answer>
-  nvmlReturn_t device(nvmlDevice_t device, Needs needs, Answer&& answer) {
-    std::lock_guard lock(mutex_);
-    if (init_count_ == 0) return NVML_ERROR_UNINITIALIZED;
-    auto index = index_of(device);
-    if (!index) return NVML_ERROR_INVALID_ARGUMENT;
-    refresh_overlay();
-    const FixtureGpu& gpu = current_.gpus[*index];
-    if (needs == Needs::Health && gpu.fault) return NVML_ERROR_GPU_IS_LOST;
-    return answer(Query{current_, *index, gpu});
-  }
-
-  template <typename Answer>
-  nvmlReturn_t pair(nvmlDevice_t first, nvmlDevice_t second, Answer&& answer) {
-    std::lock_guard lock(mutex_);
-    if (init_count_ == 0) return NVML_ERROR_UNINITIALIZED;
-    auto i = index_of(first);
-    auto j = index_of(second);
-    if (!i || !j) return NVML_ERROR_INVALID_ARGUMENT;
-    refresh_overlay();
-    if (current_.gpus[*i].fault || current_.gpus[*j].fault) return NVML_ERROR_GPU_IS_LOST;
-    return answer(current_.gpus[*i], current_.gpus[*j]);
-  }
-
- private:
-  Result<void> load() {
-    TRY_ASSIGN(std::string name_or_path, environment("GPUPOOL_SIM"));
-    // The same search as gpupool's (sim/open_backend): GPUPOOL_FIXTURE_DIR, then beside us.
-    std::vector<std::string> dirs;
-    if (const char* dir = std::getenv("GPUPOOL_FIXTURE_DIR"); dir != nullptr && *dir != '\0') dirs.push_back(dir);
-    dirs.push_back(fixture_dir_beside_library());
-    TRY_ASSIGN(std::string path, locate_fixture(name_or_path, dirs));
-    TRY_ASSIGN(std::string text, read_text_file(path));
-    TRY_ASSIGN(Fixture fixture, parse_fixture(text, path));
-    label_ = path;
-    fixture_text_ = std::move(text);
-    base_ = std::move(fixture);
-    current_ = base_;
-    const char* overlay = std::getenv("GPUPOOL_SIM_STATE");
-    overlay_path_ = overlay != nullptr ? overlay : "";
-    overlay_stamp_.reset();
-    // Handles never move, so one handed out before a shutdown stays a valid pointer.
-    while (handles_.size() < base_.gpus.size())
-      handles_.push_back({static_cast<unsigned>(handles_.size())});
-    refresh_overlay();
-    return {};
-  }
-
-  std::optional<unsigned> index_of(nvmlDevice_t device) const {
-    for (unsigned i = 0; i < current_.gpus.size(); ++i) {
-      if (&handles_[i] == device) return i;
-    }
-    return std::nullopt;
-  }
-
-  // Re-reads the overlay whenever its file changes; a file that does not parse keeps the last good
-  // state.
-  void refresh_overlay() {
-    if (overlay_path_.empty()) return;
-    std::optional<FileStamp> stamp = stamp_of(overlay_path_);
-    if (stamp == overlay_stamp_) return;
-    overlay_stamp_ = stamp;
-    if (!stamp) {
-      current_ = base_;
-      return;
-    }
-    auto text = read_text_file(overlay_path_);
-    if (!text) return;
-    auto merged = parse_fixture_with_overlay(fixture_text_, *text, label_);
-    if (merged) current_ = std::move(*merged);
-  }
-
-  std::mutex mutex_;
-  unsigned init_count_ = 0;
-  std::string label_;
-  std::string fixture_text_;
-  Fixture base_;
-  Fixture current_;
-  std::string overlay_path_;
-  std::optional<FileStamp> overlay_stamp_;
-  std::deque<nvmlDevice_st> handles_;
-};
-
-Simulator& simulator() {
-  static Simulator instance;
-  return instance;
-}
 
 nvmlReturn_t copy_string(std::string_view value, char* buffer, unsigned length) {
   if (buffer == nullptr) return NVML_ERROR_INVALID_ARGUMENT;

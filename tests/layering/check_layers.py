@@ -47,6 +47,7 @@ OS_EXCEPTIONS = {
     # The simulated libnvidia-ml.so.1 stands in for NVIDIA's driver library: it is loaded into
     # other processes and links none of gpupool's libraries above the fixtures.
     'sim/fake_nvml.cc',
+    'sim/fake_nvml_simulator.cc',
     # The CUDA driver probe is built on GPU machines with a bare compiler and depends on nothing.
     'gpu/cuda_probe_main.cc',
 }
