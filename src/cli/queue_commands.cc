@@ -27,7 +27,7 @@
 #include "os/environment.h"
 #include "os/fd.h"
 #include "os/files.h"
-#include "os/host_files.h"
+#include "os/accounts.h"
 #include "os/process.h"
 #include "sched/allocation.h"
 

@@ -18,7 +18,7 @@
 #include "cli/commands.h"
 #include "os/file_lock.h"
 #include "os/files.h"
-#include "os/host_files.h"
+#include "os/accounts.h"
 #include "os/paths.h"
 #include "os/process.h"
 #include "os/program.h"

@@ -1,6 +1,5 @@
 #include "daemon/daemon.h"
 
-#include <grp.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -13,6 +12,7 @@
 #include <fmt/format.h>
 
 #include "daemon/daemon_impl.h"
+#include "os/accounts.h"
 #include "daemon/supervisor.h"
 #include "lease/gpu_pool.h"
 #include "os/clock.h"
@@ -55,14 +55,9 @@ Result<void> Daemon::Impl::isolate_devices() {
 
 Result<void> Daemon::Impl::recover() {
   if (settings_.config.admin_group) {
-    group entry{};
-    group* found = nullptr;
-    std::vector<char> buffer(16384);
-    if (getgrnam_r(settings_.config.admin_group->c_str(), &entry, buffer.data(), buffer.size(), &found) != 0 ||
-        found == nullptr) {
-      return fail("admin_group '{}' does not exist", *settings_.config.admin_group);
-    }
-    admin_gid_ = found->gr_gid;
+    auto admins = group_id(*settings_.config.admin_group);
+    if (!admins) return fail("admin_group: {}", admins.error().message);
+    admin_gid_ = *admins;
   }
   TRY_ASSIGN(auto drained, store_.setting("drained"));
   if (drained && *drained == "1") feed(lifecycle::Drain{});

@@ -118,7 +118,7 @@ class Daemon::Impl {
   HostFiles host_;
   asio::io_context io_;
   // After io_, so they go before it: they hold its handlers and timers.
-  Sessions sessions_{io_, host_};
+  Sessions sessions_{io_};
   asio::signal_set signals_{io_, SIGTERM, SIGINT};
   ProcessWatch processes_{io_, [this](JobId id) { on_exit(id); }};
   JobGroups groups_{io_, [this] { return running_batch_groups(); }};

@@ -13,6 +13,7 @@
 #include "daemon/daemon.h"
 #include "daemon/daemon_options.h"
 #include "daemon/supervisor.h"
+#include "os/accounts.h"
 
 namespace gpupool {
 namespace {
@@ -47,6 +48,13 @@ int daemon_main(int argc, char** argv) {
     return 1;
   }
   if (options.check_config) {
+    // What start-up would refuse, --check-config refuses too.
+    if (config->admin_group) {
+      if (auto admins = group_id(*config->admin_group); !admins) {
+        fmt::print(stderr, "gpupoold: {}: admin_group: {}\n", config_path, admins.error().message);
+        return 1;
+      }
+    }
     fmt::print("{}: OK\n", config_path);
     return 0;
   }

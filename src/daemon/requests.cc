@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "daemon/daemon_impl.h"
+#include "os/accounts.h"
 #include "os/clock.h"
 
 namespace gpupool {

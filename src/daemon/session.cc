@@ -1,7 +1,6 @@
 #include "daemon/session.h"
 
 #include <fcntl.h>
-#include <grp.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -12,7 +11,7 @@
 
 #include <fmt/format.h>
 
-#include "base/text.h"
+#include "os/accounts.h"
 
 namespace gpupool {
 namespace {
@@ -28,37 +27,9 @@ constexpr unsigned kMaxConnectionsPerUser = 512;
 // Asio opens its sockets inheritable; a supervisor must not carry the daemon's sockets.
 void keep_from_children(int fd) { fcntl(fd, F_SETFD, FD_CLOEXEC); }
 
-// The supplementary groups of a connected process, from /proc (what the user's session has),
-// falling back to the group database.
-std::vector<gid_t> process_groups(const HostFiles& host, pid_t pid, const std::string& user, gid_t gid) {
-  std::vector<gid_t> groups;
-  if (auto status = host.read(fmt::format("/proc/{}/status", pid))) {
-    size_t at = status->find("\nGroups:");
-    if (at != std::string::npos) {
-      size_t end = status->find('\n', at + 1);
-      for (const std::string& piece : split(status->substr(at + 8, end - at - 8), ' ')) {
-        std::string word;
-        for (char c : piece) {
-          if (c != '\t') word += c;
-        }
-        if (all_digits(word)) groups.push_back(static_cast<gid_t>(std::stoul(word)));
-      }
-      return groups;
-    }
-  }
-  int count = 64;
-  groups.resize(static_cast<size_t>(count));
-  if (getgrouplist(user.c_str(), gid, groups.data(), &count) < 0) {
-    groups.resize(static_cast<size_t>(count));
-    getgrouplist(user.c_str(), gid, groups.data(), &count);
-  }
-  groups.resize(static_cast<size_t>(std::max(count, 0)));
-  return groups;
-}
-
 }  // namespace
 
-Sessions::Sessions(asio::io_context& io, const HostFiles& host) : host_(host), acceptor_(io) {}
+Sessions::Sessions(asio::io_context& io) : acceptor_(io) {}
 
 Result<void> Sessions::listen(const std::string& state_dir, const std::string& runtime_dir) {
   // One daemon per state directory: the lock lives as long as this process.
@@ -124,7 +95,9 @@ void Sessions::accept_next() {
       session->owner.uid = peer->uid;
       session->owner.gid = peer->gid;
       session->owner.user = user_name(peer->uid);
-      session->owner.groups = process_groups(host_, peer->pid, session->owner.user, peer->gid);
+      // The groups the kernel recorded at connect(), never /proc/<pid>: the pid may already
+      // belong to another process by the time the connection is accepted.
+      session->owner.groups = peer->groups ? *peer->groups : database_groups(session->owner.user, peer->gid);
       session->admin = peer->uid == 0 || (admin_gid_ && (peer->gid == *admin_gid_ ||
                                                          std::find(session->owner.groups.begin(),
                                                                    session->owner.groups.end(),

@@ -18,7 +18,6 @@
 
 #include "base/result.h"
 #include "jobs/job.h"
-#include "os/host_files.h"
 #include "os/unix_socket.h"
 #include "protocol/messages.h"
 
@@ -60,7 +59,7 @@ class Sessions {
   using RequestHandler = std::function<void(const SessionPtr&, const protocol::Request&)>;
   using DisconnectHandler = std::function<void(const SessionPtr&)>;
 
-  Sessions(asio::io_context& io, const HostFiles& host);
+  explicit Sessions(asio::io_context& io);
   // A start-up step after listen() may fail: the socket must not outlive it, or clients would
   // be refused by a daemon that is not there instead of told that none runs.
   ~Sessions() { stop_listening(); }
@@ -85,7 +84,6 @@ class Sessions {
   void flush(const SessionPtr& session);
   void send_and_close(const SessionPtr& session, const protocol::Response& response);
 
-  const HostFiles& host_;
   asio::local::stream_protocol::acceptor acceptor_;
   std::string socket_path_;
   bool socket_bound_ = false;  // socket_path_ is this daemon's, to remove when it stops

@@ -12,7 +12,7 @@
 
 #include "os/file_lock.h"
 #include "os/files.h"
-#include "os/host_files.h"
+#include "os/accounts.h"
 #include "os/paths.h"
 #include "os/process.h"
 

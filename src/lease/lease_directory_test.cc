@@ -11,7 +11,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
-#include "os/host_files.h"
+#include "os/accounts.h"
 
 namespace gpupool {
 namespace {

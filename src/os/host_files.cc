@@ -1,6 +1,6 @@
+#include "os/accounts.h"
 #include "os/host_files.h"
 
-#include <pwd.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -62,16 +62,6 @@ std::optional<Number> stat_number(const std::string& stat_path, size_t number) {
 }
 
 }  // namespace
-
-std::string user_name(unsigned uid) {
-  std::vector<char> buffer(16384);
-  passwd entry{};
-  passwd* found = nullptr;
-  if (getpwuid_r(uid, &entry, buffer.data(), buffer.size(), &found) == 0 && found != nullptr) {
-    return found->pw_name;
-  }
-  return std::to_string(uid);
-}
 
 HostFiles::HostFiles(std::string root) : root_(std::move(root)) {}
 

@@ -56,9 +56,6 @@ class HostFiles {
   std::string root_;
 };
 
-// The login name of a uid, or the number when it has none.
-std::string user_name(unsigned uid);
-
 // The root from GPUPOOL_HOST_ROOT, else "/".
 HostFiles host_files_from_environment();
 

@@ -30,7 +30,19 @@ Result<PeerCredentials> peer_credentials(int socket_fd) {
   if (getsockopt(socket_fd, SOL_SOCKET, SO_PEERCRED, &credentials, &size) != 0) {
     return fail("cannot read the peer's credentials: {}", std::strerror(errno));
   }
-  return PeerCredentials{credentials.pid, credentials.uid, credentials.gid};
+  PeerCredentials peer{credentials.pid, credentials.uid, credentials.gid, std::nullopt};
+  std::vector<gid_t> groups(64);
+  for (;;) {
+    auto bytes = static_cast<socklen_t>(groups.size() * sizeof(gid_t));
+    if (getsockopt(socket_fd, SOL_SOCKET, SO_PEERGROUPS, groups.data(), &bytes) == 0) {
+      groups.resize(bytes / sizeof(gid_t));
+      peer.groups = std::move(groups);
+      return peer;
+    }
+    if (errno != ERANGE) break;  // ENOPROTOOPT: a kernel older than 4.13
+    groups.resize(bytes / sizeof(gid_t));  // the kernel said how much room it needs
+  }
+  return peer;
 }
 
 Result<int> connect_unix_socket(const std::string& path) {

@@ -14,10 +14,14 @@
 
 namespace gpupool {
 
+// Who is at the other end, as the kernel recorded it when the peer called connect(): never read
+// later from /proc/<pid>, whose pid may by then belong to another process.
 struct PeerCredentials {
   pid_t pid = 0;
   uid_t uid = 0;
   gid_t gid = 0;
+  // Supplementary groups (SO_PEERGROUPS, Linux 4.13); nullopt where the kernel cannot say.
+  std::optional<std::vector<gid_t>> groups;
 };
 
 Result<PeerCredentials> peer_credentials(int socket_fd);

@@ -1,8 +1,14 @@
 #include "os/unix_socket.h"
 
 #include <fcntl.h>
+#include <grp.h>
 #include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
 #include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
 
 #include <string>
 #include <utility>
@@ -105,6 +111,40 @@ TEST(UnixSocket, PeerCredentialsAreOurs) {
   ASSERT_TRUE(peer.ok());
   EXPECT_EQ(peer->pid, getpid());
   EXPECT_EQ(peer->uid, getuid());
+}
+
+TEST(UnixSocket, PeerGroupsAreThoseTheClientHadWhenItConnected) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root, to change a process's groups";
+  std::string path = (std::filesystem::temp_directory_path() /
+                      ("gpupool-peer-groups-" + std::to_string(getpid()) + ".sock")).string();
+  int listener = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(listener, 0);
+  sockaddr_un address{};
+  address.sun_family = AF_UNIX;
+  std::snprintf(address.sun_path, sizeof(address.sun_path), "%s", path.c_str());
+  ASSERT_EQ(bind(listener, reinterpret_cast<const sockaddr*>(&address), sizeof(address)), 0);
+  ASSERT_EQ(listen(listener, 1), 0);
+  pid_t child = fork();
+  if (child == 0) {
+    // Connects in group 4242, then moves to 4343 before the connection is even accepted.
+    gid_t before = 4242, after = 4343;
+    if (setgroups(1, &before) != 0) _exit(1);
+    auto connection = connect_unix_socket(path);
+    if (!connection || setgroups(1, &after) != 0) _exit(1);
+    _exit(write(*connection, "x", 1) == 1 ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_EQ(status, 0) << "the child could not connect";
+  int accepted = accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);
+  ASSERT_GE(accepted, 0);
+  auto peer = peer_credentials(accepted);
+  ::close(accepted);
+  ::close(listener);
+  std::filesystem::remove(path);
+  ASSERT_TRUE(peer.ok()) << peer.error().message;
+  ASSERT_TRUE(peer->groups.has_value()) << "SO_PEERGROUPS needs Linux 4.13";
+  EXPECT_EQ(*peer->groups, std::vector<gid_t>{4242});
 }
 
 TEST(UnixSocket, ConnectingWhereNobodyListensSaysWhere) {

@@ -86,6 +86,8 @@ class ConfigurationTest(unittest.TestCase):
     def test_every_example_value_in_the_shipped_file_is_valid(self):
         with open(SHIPPED) as f:
             uncommented = re.sub(r'(?m)^#("?[\w.]+"? = )', r"\1", f.read())
+        # The check looks the administrators' group up, as start-up does: one every system has.
+        uncommented = re.sub(r'(?m)^admin_group = .*$', 'admin_group = "root"', uncommented)
         self.assertNotIn("\n#" + "policy = ", uncommented)
         status, stdout, stderr, path = check_config(uncommented)
         self.assertEqual((status, stdout, stderr), (0, f"{path}: OK\n", ""))
@@ -97,6 +99,11 @@ class ConfigurationTest(unittest.TestCase):
         self.assertEqual(status, 1)
         self.assertEqual(stdout, "")
         self.assertEqual(stderr, f"gpupoold: {path}:3: 'quota_gpus' must be a number\n")
+
+    def test_a_missing_admin_group_fails_the_check_as_it_would_fail_the_start(self):
+        status, stdout, stderr, path = check_config('[daemon]\nadmin_group = "gpupool-no-such-group"\n')
+        self.assertEqual((status, stdout), (1, ""))
+        self.assertEqual(stderr, f"gpupoold: {path}: admin_group: group 'gpupool-no-such-group' does not exist\n")
 
 
 if __name__ == "__main__":

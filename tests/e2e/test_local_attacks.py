@@ -1,0 +1,124 @@
+"""Attacks by hostile local users on a root gpupoold (docs/security.md): each test reproduces one
+way a user once borrowed another's rights, and checks that it no longer works. Needs root, to
+act as several uids and to create a throwaway administrators' group."""
+import grp
+import os
+import secrets
+import signal
+import socket
+import unittest
+
+from harness import CAN_ADD_USERS, Daemon, ThrowawayUsers, main
+
+NS_LAST_PID = "/proc/sys/kernel/ns_last_pid"
+VICTIM, ATTACKER, IMPOSTOR = 61001, 61002, 61003  # uids without accounts
+
+
+def can_choose_pids():
+    try:
+        with open(NS_LAST_PID, "r+"):
+            return True
+    except OSError:
+        return False
+
+
+def become(uid, groups):
+    os.setgroups(groups)
+    os.setgid(uid)
+    os.setuid(uid)
+
+
+def connect_as(uid, socket_path):
+    """A connection to the daemon made by a child process of `uid` with no supplementary group, and
+    that child's pid. The child hands the connected socket over and exits: its pid is free."""
+    parent_end, child_end = socket.socketpair()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            parent_end.close()
+            become(uid, [])
+            connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            connection.connect(socket_path)
+            socket.send_fds(child_end, [b"x"], [connection.fileno()])
+        finally:
+            os._exit(0)
+    child_end.close()
+    _, fds, _, _ = socket.recv_fds(parent_end, 1, 1)
+    parent_end.close()
+    os.waitpid(pid, 0)
+    return socket.socket(fileno=fds[0]), pid
+
+
+def start_with_pid(wanted, uid, groups):
+    """A process of `uid` with `groups` that has pid `wanted` (a pid just freed), asleep until
+    killed; None when other processes kept taking the pid."""
+    for _ in range(50):
+        ready_read, ready_write = os.pipe()
+        with open(NS_LAST_PID, "w") as f:
+            f.write(str(wanted - 1))
+        pid = os.fork()
+        if pid == 0:
+            try:
+                os.close(ready_read)
+                become(uid, groups)
+                os.write(ready_write, b"x")
+                while True:
+                    signal.pause()
+            finally:
+                os._exit(0)
+        os.close(ready_write)
+        with os.fdopen(ready_read, "rb") as ready:
+            ready.read(1)  # it has its uid and groups
+        if pid == wanted:
+            return pid
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+    return None
+
+
+def end_process(pid):
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+
+
+@unittest.skipUnless(CAN_ADD_USERS and can_choose_pids(),
+                     f"needs root, groupadd and a writable {NS_LAST_PID} (to reuse a pid on purpose)")
+class IdentityTest(ThrowawayUsers, unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.admins = cls.add_group(f"gpt_admins_{secrets.token_hex(3)}")
+
+    def test_a_reused_pid_lends_its_groups_to_nobody(self):
+        admin_gid = grp.getgrnam(self.admins).gr_gid
+        with Daemon(config=f'admin_group = "{self.admins}"\n', mode=0o755) as d:
+            job = d.enqueue(["sleep", "600"], uid=VICTIM)
+            d.wait_state(job, "running")
+            # The daemon stalls (as under a long answer) while the attacker connects, asks to cancel
+            # the victim's job and exits; its pid goes to an administrator's process before the
+            # daemon gets to the connection.
+            os.kill(d.proc.pid, signal.SIGSTOP)
+            try:
+                connection, attacker_pid = connect_as(ATTACKER, d.socket)
+                self.addCleanup(connection.close)
+                impostor = start_with_pid(attacker_pid, IMPOSTOR, [admin_gid])
+                if impostor is None:
+                    self.skipTest(f"pid {attacker_pid} was taken by other processes 50 times")
+                self.addCleanup(end_process, impostor)
+                with open(f"/proc/{impostor}/status") as f:
+                    self.assertIn(f"Groups:\t{admin_gid}", f.read(), "the precondition: the pid is an admin's")
+                lines = connection.makefile("rwb")
+                lines.write(b'{"hello":"gpupool","protocol":1,"software":"attack","user":""}\n')
+                lines.write(f'{{"op":"cancel","ids":[{job}]}}\n'.encode())
+                lines.flush()
+            finally:
+                os.kill(d.proc.pid, signal.SIGCONT)
+            connection.settimeout(30)
+            hello = lines.readline()
+            answer = lines.readline().decode()
+            self.assertTrue(hello, "the daemon answered the connection")
+            self.assertIn("error", answer, f"the attacker cancelled another user's job: {answer}")
+            self.assertEqual(d.job_state(job), "running")
+
+
+if __name__ == "__main__":
+    main()
