@@ -256,9 +256,19 @@ void Daemon::Impl::handle(const SessionPtr& s, const protocol::JobActionRequest&
 }
 
 void Daemon::Impl::handle(const SessionPtr& s, const protocol::WaitRequest& r) {
-  s->waiting_for.clear();
-  s->wait_ids = r.ids;
+  // Each id once, in the order asked: copies would only make the answer longer.
+  std::vector<JobId> ids;
+  std::set<JobId> seen;
   for (JobId id : r.ids) {
+    if (seen.insert(id).second) ids.push_back(id);
+  }
+  if (ids.size() > protocol::kMaxJobsPage) {
+    return sessions_.send(s, protocol::ErrorResponse{fmt::format(
+                                 "wait takes at most {} jobs at a time, not {}", protocol::kMaxJobsPage, ids.size())});
+  }
+  s->waiting_for.clear();
+  s->wait_ids = ids;
+  for (JobId id : ids) {
     auto job = find_job(id);
     if (!job) return sessions_.send(s, protocol::ErrorResponse{job.error().message});
     if (!*job) return sessions_.send(s, protocol::ErrorResponse{fmt::format("no job {}", id)});
@@ -330,12 +340,22 @@ Job Daemon::Impl::for_client(Job job, const Session& session) const {
 
 void Daemon::Impl::answer_wait(const SessionPtr& session) {
   protocol::JobsResponse response;
+  size_t bytes = 0;
   for (JobId id : session->wait_ids) {
     auto job = find_job(id);
     if (!job || !*job) return sessions_.send(session, protocol::ErrorResponse{fmt::format("job {} has disappeared", id)});
     Job found = std::move(**job);
     found.spec.environment.clear();
-    response.jobs.push_back(for_client(std::move(found), *session));
+    Job shown = for_client(std::move(found), *session);
+    // The answer is one message: once long commands would take it past the message limit, the
+    // remaining jobs come without theirs (`show` has them).
+    size_t size = protocol::encoded_size(shown);
+    if (bytes + size > protocol::kMaxMessageBytes - 64) {
+      shown.spec.argv.clear();
+      size = protocol::encoded_size(shown);
+    }
+    bytes += size;
+    response.jobs.push_back(std::move(shown));
   }
   sessions_.send(session, response);
 }

@@ -2,13 +2,14 @@
 way a user once borrowed another's rights, and checks that it no longer works. Needs root, to
 act as several uids and to create a throwaway administrators' group."""
 import grp
+import json
 import os
 import secrets
 import signal
 import socket
 import unittest
 
-from harness import CAN_ADD_USERS, Daemon, ThrowawayUsers, main
+from harness import CAN_ADD_USERS, Daemon, RawConnection, ThrowawayUsers, main
 
 NS_LAST_PID = "/proc/sys/kernel/ns_last_pid"
 VICTIM, ATTACKER, IMPOSTOR = 61001, 61002, 61003  # uids without accounts
@@ -118,6 +119,31 @@ class IdentityTest(ThrowawayUsers, unittest.TestCase):
             self.assertTrue(hello, "the daemon answered the connection")
             self.assertIn("error", answer, f"the attacker cancelled another user's job: {answer}")
             self.assertEqual(d.job_state(job), "running")
+
+
+class AnswersTest(unittest.TestCase):
+    """Answers stay bounded whatever a request repeats or how long the jobs' commands are."""
+
+    def test_a_wait_answers_each_job_once_and_within_the_message_limit(self):
+        with Daemon() as d:
+            long_word = "x" * 900_000  # a request may be up to 1 MiB
+            first = d.enqueue(["true", long_word])
+            second = d.enqueue(["true", long_word])
+            d.finish(first, second)
+            with RawConnection(d.socket, timeout=60) as connection:
+                connection.send({"op": "wait", "ids": [first, second] * 50_000})
+                line = connection.receive()
+            self.assertLess(len(line), 1 << 20, "the answer is longer than a message may be")
+            answer = json.loads(line)
+            self.assertEqual([job["id"] for job in answer["jobs"]], [first, second])
+            self.assertEqual(answer["jobs"][0]["command"], ["true", long_word])
+            self.assertNotIn(long_word, answer["jobs"][1].get("command", []), "the second command fits no more")
+
+    def test_a_wait_for_more_jobs_than_a_page_is_refused_in_one_line(self):
+        with Daemon() as d:
+            with RawConnection(d.socket, timeout=60) as connection:
+                answer = connection.exchange({"op": "wait", "ids": list(range(1, 1002))})
+            self.assertEqual(answer["error"], "wait takes at most 1000 jobs at a time, not 1001")
 
 
 if __name__ == "__main__":
