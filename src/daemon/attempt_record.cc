@@ -2,7 +2,9 @@
 
 #include <fcntl.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <charconv>
 #include <cstring>
 
 #include <nlohmann/json.hpp>
@@ -26,6 +28,18 @@ std::optional<int> integer_field(const json& event, const char* key) {
 }
 
 }  // namespace
+
+JobId largest_recorded_id(const std::vector<std::string>& file_names) {
+  JobId largest = 0;
+  for (const std::string& name : file_names) {
+    size_t dot = name.find('.');
+    if (dot == std::string::npos || dot == 0) continue;
+    JobId id = 0;
+    auto [end, error] = std::from_chars(name.data(), name.data() + dot, id);
+    if (error == std::errc() && end == name.data() + dot) largest = std::max(largest, id);
+  }
+  return largest;
+}
 
 Result<AttemptRecord> read_attempt_record(const std::string& record_path) {
   AttemptRecord record;

@@ -6,8 +6,10 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "base/result.h"
+#include "jobs/job.h"
 
 namespace gpupool {
 
@@ -28,6 +30,10 @@ struct AttemptRecord {
   std::optional<int> signal;
   std::string reason;            // "", "time limit", "cancelled", "could not start: ...", ...
 };
+
+// The largest job id that names one of `file_names` ("12.out", "12.err", "12.3"), the job's
+// files in the state directory's logs/ and attempts/; 0 when none does.
+JobId largest_recorded_id(const std::vector<std::string>& file_names);
 
 // Reads (and checks the lock of) an attempt's record file. A torn last line (the writer was
 // killed mid-write) is ignored.

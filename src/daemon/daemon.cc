@@ -11,11 +11,13 @@
 
 #include <fmt/format.h>
 
+#include "daemon/attempt_record.h"
 #include "daemon/daemon_impl.h"
 #include "os/accounts.h"
 #include "daemon/supervisor.h"
 #include "lease/gpu_pool.h"
 #include "os/clock.h"
+#include "os/files.h"
 #include "sim/open_backend.h"
 
 namespace gpupool {
@@ -295,6 +297,14 @@ Result<std::unique_ptr<Daemon>> Daemon::create(DaemonSettings settings) {
   // The job store first: it refuses a database with tables it does not know, and would take
   // a new file holding only the accounting's table for someone else's.
   TRY_ASSIGN(JobStore store, JobStore::open(database));
+  // A database deleted or replaced while the jobs' files stayed must not hand their ids out
+  // again: a new job would meet an old job's log and attempt record.
+  std::vector<std::string> recorded;
+  for (const char* kind : {"/logs", "/attempts"}) {
+    TRY_ASSIGN(std::vector<std::string> names, directory_entries(settings.state_dir + kind));
+    recorded.insert(recorded.end(), names.begin(), names.end());
+  }
+  TRY(store.keep_ids_above(largest_recorded_id(recorded)));
   TRY_ASSIGN(UsageStore usage, UsageStore::open(database));
   for (const char* suffix : {"", "-wal", "-shm"}) chmod((database + suffix).c_str(), 0600);
   TRY_ASSIGN(LeaseDirectory leases, LeaseDirectory::open(settings.runtime_dir));

@@ -595,6 +595,19 @@ Result<std::optional<std::string>> JobStore::setting(const std::string& name) co
   return std::optional<std::string>(std::move(value));
 }
 
+Result<void> JobStore::keep_ids_above(JobId largest_used) {
+  if (largest_used > static_cast<JobId>(std::numeric_limits<int64_t>::max())) {
+    return fail("job id {} is beyond what the database can hold", largest_used);
+  }
+  // sqlite_sequence holds AUTOINCREMENT's high-water mark; it has no row before the first insert.
+  return exec(db_,
+              fmt::format("INSERT INTO sqlite_sequence (name, seq) SELECT 'jobs', 0 WHERE NOT EXISTS "
+                          "(SELECT 1 FROM sqlite_sequence WHERE name = 'jobs');"
+                          "UPDATE sqlite_sequence SET seq = {0} WHERE name = 'jobs' AND seq < {0};",
+                          largest_used),
+              "keeping job ids above those already used");
+}
+
 Result<void> JobStore::set_setting(const std::string& name, const std::string& value) {
   StatementUse statement(statements_->set_setting);
   Binder parameters(statement.get());

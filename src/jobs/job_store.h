@@ -49,6 +49,9 @@ class JobStore {
   Result<std::vector<Job>> list(const JobFilter& filter) const;
   // Queued, held and running jobs: what the daemon loads at start.
   Result<std::vector<Job>> unfinished() const;
+  // New jobs get ids above `largest_used` from now on: ids found outside the database (its
+  // jobs' log and attempt files) are never handed out again after it is deleted or replaced.
+  Result<void> keep_ids_above(JobId largest_used);
   // Settings that outlive a restart (e.g. "drained" = "1").
   Result<std::optional<std::string>> setting(const std::string& name) const;
   Result<void> set_setting(const std::string& name, const std::string& value);

@@ -226,6 +226,18 @@ TEST_F(JobStoreTest, IdsIncreaseAndAreNeverReused) {
   EXPECT_EQ(insert(job_of("ana", JobState::Queued)), 4u);
 }
 
+TEST_F(JobStoreTest, IdsStayAboveTheLargestUsedOutsideTheDatabase) {
+  ASSERT_NO_FATAL_FAILURE(open_store());
+  ASSERT_TRUE(store_->keep_ids_above(41).ok());  // a fresh database beside records of job 41
+  EXPECT_EQ(insert(job_of("ana", JobState::Queued)), 42u);
+  ASSERT_TRUE(store_->keep_ids_above(10).ok());  // lower than what it has: no change
+  EXPECT_EQ(insert(job_of("ana", JobState::Queued)), 43u);
+  ASSERT_TRUE(store_->keep_ids_above(99).ok());
+  ASSERT_NO_FATAL_FAILURE(open_store());
+  EXPECT_EQ(insert(job_of("ana", JobState::Queued)), 100u);
+  EXPECT_FALSE(store_->keep_ids_above(std::numeric_limits<JobId>::max()).ok());
+}
+
 TEST_F(JobStoreTest, ListsUnfinishedJobsByDefault) {
   ASSERT_NO_FATAL_FAILURE(open_store());
   for (JobState state : {JobState::Queued, JobState::Done, JobState::Held, JobState::Failed,

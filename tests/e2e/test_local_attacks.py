@@ -146,5 +146,26 @@ class AnswersTest(unittest.TestCase):
             self.assertEqual(answer["error"], "wait takes at most 1000 jobs at a time, not 1001")
 
 
+class ResetTest(unittest.TestCase):
+    def test_ids_do_not_repeat_after_the_database_is_deleted(self):
+        with Daemon() as d:
+            first = d.enqueue(["sh", "-c", "echo first"])
+            d.finish(first)
+            log = d.show(first)["stdout"]
+            self.assertTrue(os.path.exists(log), "the precondition: the first job left its log")
+            self.assertEqual(d.stop(), 0)
+            for suffix in ("", "-wal", "-shm"):
+                path = os.path.join(d.state_dir, "gpupool.db" + suffix)
+                if os.path.exists(path):
+                    os.unlink(path)
+            d.start()
+            second = d.enqueue(["sh", "-c", "echo second"])
+            self.assertGreater(second, first)
+            shown = d.finish(second)[0]
+            self.assertEqual(shown["state"], "done", shown["reason"])
+            with open(log) as f:
+                self.assertEqual(f.read(), "first\n", "the old job's log was reused")
+
+
 if __name__ == "__main__":
     main()
