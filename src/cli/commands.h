@@ -4,6 +4,8 @@
 
 #include <CLI/CLI.hpp>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "base/result.h"
 
@@ -15,12 +17,13 @@ void add_resolve_command(CLI::App& app, int& exit_code);
 void add_doctor_command(CLI::App& app, int& exit_code);
 void add_map_command(CLI::App& app, int& exit_code);
 void add_docker_args_command(CLI::App& app, int& exit_code);
-void add_run_command(CLI::App& app, int& exit_code);
-void add_launch_command(CLI::App& app, int& exit_code);
+// `program`: the words of the program to run, filled in before parsing (cli/program_words.h).
+void add_run_command(CLI::App& app, int& exit_code, const std::vector<std::string>& program);
+void add_launch_command(CLI::App& app, int& exit_code, const std::vector<std::string>& program);
 void add_leases_command(CLI::App& app, int& exit_code);
 void add_top_command(CLI::App& app, int& exit_code);
 void add_sim_command(CLI::App& app, int& exit_code);
-void add_queue_commands(CLI::App& app, int& exit_code);
+void add_queue_commands(CLI::App& app, int& exit_code, const std::vector<std::string>& program);
 void add_report_command(CLI::App& app, int& exit_code);
 void add_completion_command(CLI::App& app, int& exit_code);
 // Under `gpupool slurm` (made in app.cc): gres-conf and node-conf.
@@ -29,8 +32,12 @@ void add_slurm_node_commands(CLI::App& slurm, int& exit_code);
 void add_slurm_allocation_commands(CLI::App& slurm, int& exit_code);
 
 // The whole command line, every command registered; callbacks store their exit code in
-// `exit_code`, which must outlive the App. Parsing runs a command; building runs nothing.
-std::unique_ptr<CLI::App> make_app(int& exit_code);
+// `exit_code` and read the words of a program to run from `program`, both of which must
+// outlive the App. Parsing runs a command; building runs nothing.
+std::unique_ptr<CLI::App> make_app(int& exit_code, const std::vector<std::string>& program);
+
+// The program to run, for a command's callback: a usage error when there is none.
+const std::vector<std::string>& required_program(const std::vector<std::string>& program);
 
 // Prints "gpupool: MESSAGE" on stderr and returns the error exit code.
 int report(const Error& error);

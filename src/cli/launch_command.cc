@@ -128,7 +128,7 @@ Result<int> launch_job(LaunchOptions options) {
 
 }  // namespace
 
-void add_launch_command(CLI::App& app, int& exit_code) {
+void add_launch_command(CLI::App& app, int& exit_code, const std::vector<std::string>& program) {
   auto* cmd = app.add_subcommand(
       "launch",
       "Lease GPUs and start one process per GPU with torchrun's environment; all or nothing");
@@ -141,8 +141,7 @@ void add_launch_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--grace", options->grace,
                   "When stopping, wait this long after SIGTERM before SIGKILL (default 10s)")
       ->type_name("DURATION");
-  cmd->add_option("command", options->command, "The command and its arguments (after --)")
-      ->required()
+  cmd->add_option("command", options->command, "The command and its arguments: gpupool's options end at its first word or at --")
       ->type_name("COMMAND");
   cmd->footer(
       "Process R of N*K (K = --per-gpu) sees only GPU R/K of the lease (CUDA_VISIBLE_DEVICES is\n"
@@ -150,8 +149,10 @@ void add_launch_command(CLI::App& app, int& exit_code) {
       "them. Output lines are prefixed with [rank R]. When one process fails, or gpupool gets\n"
       "SIGINT, SIGTERM or SIGHUP, the others are stopped; the exit code is the failed process's\n"
       "(128+N for signal N).");
-  cmd->callback(
-      [&exit_code, options] { run_command(exit_code, [&] { return launch_job(*options); }); });
+  cmd->callback([&exit_code, &program, options] {
+    options->command = required_program(program);
+    run_command(exit_code, [&] { return launch_job(*options); });
+  });
 }
 
 }  // namespace gpupool::cli

@@ -504,7 +504,7 @@ Result<int> admin(proto::AdminAction action) {
 
 }  // namespace
 
-void add_queue_commands(CLI::App& app, int& exit_code) {
+void add_queue_commands(CLI::App& app, int& exit_code, const std::vector<std::string>& program) {
   {
     auto* cmd = app.add_subcommand("submit", "Queue a batch job with gpupoold (or Slurm: --slurm); prints its id");
     auto options = std::make_shared<SubmitOptions>();
@@ -522,14 +522,16 @@ void add_queue_commands(CLI::App& app, int& exit_code) {
         ->type_name("DURATION");
     cmd->add_flag("--hold", options->hold, "Queue it held: it starts only after `gpupool release`");
     add_slurm_submit_options(*cmd, options->slurm);
-    cmd->add_option("command", options->command, "The command and its arguments (after --)")
-        ->required()
+    cmd->add_option("command", options->command, "The command and its arguments: gpupool's options end at its first word or at --")
         ->type_name("COMMAND");
     cmd->footer("The job runs as you, in this directory, with this environment and umask; its output goes to log\n"
                 "files (`gpupool logs ID`). It sees exactly its GPUs through CUDA_VISIBLE_DEVICES.\n"
                 "With --slurm, sbatch queues it on the cluster instead and gpupool records it: jobs, show,\n"
                 "cancel, hold, release, wait and logs take its slurm:ID (docs/slurm.md).");
-    cmd->callback([&exit_code, options] { run_command(exit_code, [&] { return submit(*options); }); });
+    cmd->callback([&exit_code, &program, options] {
+      options->command = required_program(program);
+      run_command(exit_code, [&] { return submit(*options); });
+    });
   }
   {
     auto* cmd = app.add_subcommand("jobs", "List the queue: queued, held and running jobs");

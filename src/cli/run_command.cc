@@ -35,18 +35,20 @@ Result<int> run_job(const RunOptions& options) {
 
 }  // namespace
 
-void add_run_command(CLI::App& app, int& exit_code) {
+void add_run_command(CLI::App& app, int& exit_code, const std::vector<std::string>& program) {
   auto* cmd = app.add_subcommand("run", "Lease GPUs, run a command on them, release them when it exits");
   auto options = std::make_shared<RunOptions>();
   add_lease_options(*cmd, options->lease);
-  cmd->add_option("command", options->command, "The command and its arguments (after --)")
-      ->required()
+  cmd->add_option("command", options->command, "The command and its arguments: gpupool's options end at its first word or at --")
       ->type_name("COMMAND");
   cmd->footer(
       "The command sees exactly its GPUs: CUDA_VISIBLE_DEVICES lists their UUIDs in placement order and\n"
       "CUDA_DEVICE_ORDER=PCI_BUS_ID; GPUPOOL_JOB, GPUPOOL_GPUS (nvidia-smi indices) and GPUPOOL_GPU_UUIDS\n"
       "are set too. Its exit code is gpupool's (128+N when killed by signal N).");
-  cmd->callback([&exit_code, options] { run_command(exit_code, [&] { return run_job(*options); }); });
+  cmd->callback([&exit_code, &program, options] {
+    options->command = required_program(program);
+    run_command(exit_code, [&] { return run_job(*options); });
+  });
 }
 
 }  // namespace gpupool::cli

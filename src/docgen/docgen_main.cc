@@ -19,7 +19,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   int exit_code = 0;
-  auto gpupool = gpupool::cli::make_app(exit_code);
+  std::vector<std::string> program;
+  auto gpupool = gpupool::cli::make_app(exit_code, program);
   gpupool::DaemonOptions options;
   auto gpupoold = gpupool::make_daemon_app(options);
   for (const auto& file : gpupool::cli::generated_files(*gpupool, *gpupoold)) {
