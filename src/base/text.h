@@ -10,6 +10,10 @@ namespace gpupool {
 std::string lowercase(std::string_view text);
 // True for a non-empty run of decimal digits.
 bool all_digits(std::string_view text);
+
+// Levenshtein distance: the insertions, deletions and substitutions that turn one into the other
+// (for "did you mean" hints).
+size_t edit_distance(std::string_view a, std::string_view b);
 // "a,,b" -> {"a", "", "b"}: every piece, empty ones included.
 std::vector<std::string> split(std::string_view text, char separator);
 // An environment ("NAME=value" entries) with `overrides` replacing entries of the same name

@@ -27,5 +27,14 @@ TEST(Text, WithOverridesReplacesByNameAndAppendsNewOnes) {
   EXPECT_EQ(with_overrides(env, {}), env);
 }
 
+TEST(Text, EditDistanceCountsSingleCharacterEdits) {
+  EXPECT_EQ(edit_distance("list", "list"), 0u);
+  EXPECT_EQ(edit_distance("lsit", "list"), 2u);
+  EXPECT_EQ(edit_distance("jbos", "jobs"), 2u);
+  EXPECT_EQ(edit_distance("", "top"), 3u);
+  EXPECT_EQ(edit_distance("submitt", "submit"), 1u);
+  EXPECT_EQ(edit_distance("kitten", "sitting"), 3u);
+}
+
 }  // namespace
 }  // namespace gpupool

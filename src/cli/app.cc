@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "cli/commands.h"
+#include "base/text.h"
 #include "cli/program_words.h"
 
 namespace gpupool::cli {
@@ -54,10 +55,16 @@ const std::vector<std::string>& required_program(const std::vector<std::string>&
 
 namespace {
 
+// The first word that is not an option: the command a command line names, if it names one.
+std::string named_command(const std::vector<std::string>& words) {
+  auto named = std::find_if(words.begin(), words.end(), [](const std::string& word) { return word.empty() || word[0] != '-'; });
+  return named == words.end() ? "" : *named;
+}
+
 // What CLI11 parses: the command line up to the program's words, which go to `program`.
 std::vector<std::string> without_program(CLI::App& app, const std::vector<std::string>& words,
                                          std::vector<std::string>& program) {
-  auto named = std::find_if(words.begin(), words.end(), [](const std::string& word) { return word.empty() || word[0] != '-'; });
+  auto named = std::find(words.begin(), words.end(), named_command(words));
   if (named == words.end() || kCommandsThatRunAProgram.count(*named) == 0) return words;
   const CLI::App* command = app.get_subcommand(*named);  // each of them is registered
   auto kind_of = [command](std::string_view word) {
@@ -73,6 +80,38 @@ std::vector<std::string> without_program(CLI::App& app, const std::vector<std::s
   return ours;
 }
 
+// "unknown command 'lsit' (did you mean 'list'?)": the nearest command by edit distance, when
+// it is near enough to be what was meant.
+std::string unknown_command(const CLI::App& app, const std::string& typed) {
+  std::string nearest;
+  size_t best = 3;  // more edits than this is another word
+  for (const CLI::App* command : app.get_subcommands([](const CLI::App*) { return true; })) {
+    size_t distance = edit_distance(typed, command->get_name());
+    if (distance < best) {
+      best = distance;
+      nearest = command->get_name();
+    }
+  }
+  return fmt::format("unknown command '{}'{}", typed, nearest.empty() ? "" : fmt::format(" (did you mean '{}'?)", nearest));
+}
+
+// The parser's complaint as one line of ours: "unknown option '--bogus'" rather than "The
+// following argument was not expected: --bogus".
+std::string complaint(const CLI::ParseError& error) {
+  std::string_view text = error.what();
+  if (dynamic_cast<const CLI::ExtrasError*>(&error) != nullptr) {
+    size_t colon = text.find(": ");
+    std::string word = colon == std::string_view::npos ? std::string(text) : split(text.substr(colon + 2), ' ').front();
+    return fmt::format("{} '{}'", word.size() > 1 && word[0] == '-' ? "unknown option" : "unexpected argument", word);
+  }
+  return std::string(text);
+}
+
+int usage_error(const std::string& message, const std::string& command) {
+  fmt::print(stderr, "gpupool: {} (see gpupool {}--help)\n", message, command.empty() ? "" : command + " ");
+  return kExitUsage;
+}
+
 }  // namespace
 
 int run(int argc, char** argv) {
@@ -80,15 +119,26 @@ int run(int argc, char** argv) {
   std::vector<std::string> program;
   std::unique_ptr<CLI::App> owned = make_app(exit_code, program);
   CLI::App& app = *owned;
+  const std::vector<std::string> words(argv + 1, argv + argc);
+  if (words.empty()) {
+    fmt::print("{}", app.help());
+    return kExitUsage;
+  }
+  std::string command = named_command(words);
+  if (command == "help" && words.size() == 1) {
+    fmt::print("{}", app.help());
+    return kExitOk;
+  }
+  bool known = !command.empty() && !app.get_subcommands([&](const CLI::App* c) { return c->get_name() == command; }).empty();
+  if (!command.empty() && !known) return usage_error(unknown_command(app, command), "");
   try {
-    std::vector<std::string> ours = without_program(app, std::vector<std::string>(argv + 1, argv + argc), program);
+    std::vector<std::string> ours = without_program(app, words, program);
     std::reverse(ours.begin(), ours.end());  // CLI11 takes the words from the back
     app.parse(ours);
   } catch (const CLI::Success& e) {  // --help and --version
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    fmt::print(stderr, "gpupool: {} (see gpupool --help)\n", e.what());
-    return kExitUsage;
+    return usage_error(complaint(e), command);
   } catch (const std::exception& e) {
     fmt::print(stderr, "gpupool: {}\n", e.what());
     return kExitError;

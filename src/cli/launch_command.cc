@@ -8,6 +8,7 @@
 #include "base/cpu_list.h"
 #include "cli/commands.h"
 #include "cli/lease_options.h"
+#include "cli/value_checks.h"
 #include "os/child_group.h"
 #include "os/environment.h"
 #include "os/network.h"
@@ -135,12 +136,13 @@ void add_launch_command(CLI::App& app, int& exit_code, const std::vector<std::st
   auto options = std::make_shared<LaunchOptions>();
   add_lease_options(*cmd, options->lease);
   cmd->add_option("--per-gpu", options->per_gpu, "Processes per GPU (default 1)")
-      ->check(CLI::Range(1u, 64u));
+      ->check(whole_number(1, 64));
   cmd->add_flag("--bind-numa", options->bind_numa,
                 "Run each process on the CPUs and memory of its GPU's NUMA node");
   cmd->add_option("--grace", options->grace,
                   "When stopping, wait this long after SIGTERM before SIGKILL (default 10s)")
-      ->type_name("DURATION");
+      ->type_name("DURATION")
+      ->check(duration_value());
   cmd->add_option("command", options->command, "The command and its arguments: gpupool's options end at its first word or at --")
       ->type_name("COMMAND");
   cmd->footer(

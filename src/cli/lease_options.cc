@@ -12,6 +12,7 @@
 
 #include "base/duration.h"
 #include "base/text.h"
+#include "cli/value_checks.h"
 #include "machine/gpu_selection.h"
 #include "os/files.h"
 #include "os/process.h"
@@ -20,17 +21,19 @@
 namespace gpupool::cli {
 
 void add_lease_options(CLI::App& cmd, LeaseRequestOptions& options) {
-  cmd.add_option("-g,--gpu-count", options.count, "How many GPUs (default 1)")->check(CLI::Range(1u, 1024u));
+  cmd.add_option("-g,--gpu-count", options.count, "How many GPUs (default 1)")->check(whole_number(1, 1024));
   cmd.add_option("--mem", options.memory,
                  "Share the GPUs: take this much of each one's memory (e.g. 20G) instead of whole GPUs")
-      ->type_name("SIZE");
+      ->type_name("SIZE")
+      ->check(memory_size_value());
   cmd.add_option("--gpus", options.gpus, "Only these GPUs (indices or UUIDs, comma-separated)")->type_name("GPUS");
   cmd.add_option("--exclude", options.exclude, "Never these GPUs (indices or UUIDs, comma-separated)")
       ->type_name("GPUS");
   cmd.add_option("--wait", options.wait,
                  "Give up after this long (e.g. 30s, 10m, 0 = do not wait); default: wait until the GPUs are free")
       ->expected(0, 1)
-      ->type_name("DURATION");
+      ->type_name("DURATION")
+      ->check(duration_or_nothing_value());
   cmd.add_option("--name", options.name, "The job's name, shown in `gpupool leases` (default: run-PID)");
   cmd.add_flag("-q,--quiet", options.quiet, "Do not report waiting and the GPUs taken on stderr");
 }

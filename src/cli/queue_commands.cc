@@ -22,6 +22,7 @@
 #include "cli/daemon_client.h"
 #include "cli/lease_options.h"
 #include "cli/slurm_queue.h"
+#include "cli/value_checks.h"
 #include "jobs/job_text.h"
 #include "os/clock.h"
 #include "os/environment.h"
@@ -508,9 +509,10 @@ void add_queue_commands(CLI::App& app, int& exit_code, const std::vector<std::st
   {
     auto* cmd = app.add_subcommand("submit", "Queue a batch job with gpupoold (or Slurm: --slurm); prints its id");
     auto options = std::make_shared<SubmitOptions>();
-    cmd->add_option("-g,--gpu-count", options->count, "How many GPUs (default 1)")->check(CLI::Range(1u, 1024u));
+    cmd->add_option("-g,--gpu-count", options->count, "How many GPUs (default 1)")->check(whole_number(1, 1024));
     cmd->add_option("--mem", options->memory, "Share the GPUs: this much of each one's memory (e.g. 20G)")
-        ->type_name("SIZE");
+        ->type_name("SIZE")
+        ->check(memory_size_value());
     cmd->add_option("--name", options->name, "The job's name (default: the command's)");
     cmd->add_option("--priority", options->priority, "Higher runs first; above 0 needs an administrator");
     // One string (not a list option), so `--after 3 -- cmd` cannot swallow the command.
@@ -519,7 +521,8 @@ void add_queue_commands(CLI::App& app, int& exit_code, const std::vector<std::st
         ->type_name("JOB_ID");
     cmd->add_option("--retries", options->retries, "Run again after a failure, up to this many times");
     cmd->add_option("--time", options->time_limit, "Time limit (e.g. 30m, 2h): SIGTERM, then SIGKILL")
-        ->type_name("DURATION");
+        ->type_name("DURATION")
+        ->check(duration_value());
     cmd->add_flag("--hold", options->hold, "Queue it held: it starts only after `gpupool release`");
     add_slurm_submit_options(*cmd, options->slurm);
     cmd->add_option("command", options->command, "The command and its arguments: gpupool's options end at its first word or at --")
@@ -538,7 +541,8 @@ void add_queue_commands(CLI::App& app, int& exit_code, const std::vector<std::st
     auto options = std::make_shared<JobsOptions>();
     cmd->add_flag("-a,--all", options->all, "Include finished jobs");
     cmd->add_option("-u,--user", options->user, "Only this user's jobs");
-    cmd->add_option("-s,--state", options->state, "Only jobs in this state (queued, held, running, done, failed, cancelled)");
+    cmd->add_option("-s,--state", options->state, "Only jobs in this state (queued, held, running, done, failed, cancelled)")
+        ->check(job_state_value());
     cmd->add_flag("--json", options->json, "Print JSON");
     cmd->callback([&exit_code, options] { run_command(exit_code, [&] { return list_jobs(*options); }); });
   }

@@ -13,6 +13,7 @@
 #include "cli/commands.h"
 #include "cli/daemon_client.h"
 #include "cli/lease_options.h"
+#include "cli/value_checks.h"
 #include "os/clock.h"
 #include "protocol/messages.h"
 
@@ -92,7 +93,7 @@ Result<int> print_report(const ReportOptions& options) {
 Result<double> parse_since(std::string_view text, double now) {
   if (auto back = parse_duration(std::string(text))) return now - std::chrono::duration<double>(*back).count();
   if (auto date = local_date(std::string(text))) return *date;
-  return fail("invalid --since '{}': expected a duration (30m, 12h, 7d, 2w) or a date (2026-12-01, "
+  return fail("'{}' is neither a duration (30m, 12h, 7d, 2w) nor a date (2026-12-01, "
               "\"2026-12-01 08:00\")",
               text);
 }
@@ -102,7 +103,8 @@ void add_report_command(CLI::App& app, int& exit_code) {
   auto options = std::make_shared<ReportOptions>();
   cmd->add_option("--since", options->since,
                   "Only jobs that held GPUs since then: a duration back from now (7d, 12h) or a date (2026-12-01)")
-      ->type_name("WHEN");
+      ->type_name("WHEN")
+      ->check(since_value());
   cmd->add_flag("--json", options->json, "Print JSON");
   cmd->footer("A job counts whole when any of its time falls after --since. A slice of a GPU counts its\n"
               "share of the GPU's memory. Running jobs flagged idle (idle_flag_after) are marked IDLE.");

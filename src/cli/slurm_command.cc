@@ -12,6 +12,7 @@
 
 #include "cli/app.h"
 #include "cli/commands.h"
+#include "cli/value_checks.h"
 #include "gpu/gpu_backend.h"
 #include "os/environment.h"
 #include "os/host_files.h"
@@ -104,7 +105,7 @@ void add_shard_option(CLI::App& cmd, NodeOptions& options) {
   cmd.add_option("--shard-mib", options.shard_mib,
                  "Give each GPU one GRES shard per MIB MiB of its memory, the size `gpupool submit --slurm --mem` "
                  "counts in (its --shard-mib, default 1024)")
-      ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 30))
+      ->check(whole_number(1, uint64_t{1} << 30))
       ->type_name("MIB");
 }
 

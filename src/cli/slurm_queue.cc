@@ -16,6 +16,7 @@
 #include "base/text.h"
 #include "cli/app.h"
 #include "cli/commands.h"
+#include "cli/value_checks.h"
 #include "os/file_lock.h"
 #include "os/files.h"
 #include "os/accounts.h"
@@ -225,7 +226,7 @@ void add_slurm_submit_options(CLI::App& cmd, SlurmSubmitOptions& options) {
                  "With --slurm and --mem: MiB per GPU shard, as `gpupool slurm gres-conf --shard-mib` "
                  "configured (default 1024)")
       ->type_name("MIB")
-      ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 30))
+      ->check(whole_number(1, uint64_t{1} << 30))
       ->needs(slurm);
   cmd.add_option("--output", options.output,
                  "With --slurm: the output file, sbatch's pattern (%j, %x, %u; default gpupool-%j.out here)")

@@ -36,5 +36,36 @@ class ProgramWordsTest(unittest.TestCase):
             self.assertEqual(d.gp("logs", str(plain), check=True).stdout, "train.py --name x\n")
 
 
+class UsageErrorsTest(unittest.TestCase):
+    """Every mistake in a command line is one line naming it and the help to read, and exit 2."""
+
+    def expect_usage_error(self, args, line):
+        proc = gpupool(*args, check=False)
+        self.assertEqual((proc.returncode, proc.stdout, proc.stderr), (2, "", f"gpupool: {line}\n"))
+
+    def test_an_unknown_command_suggests_the_nearest(self):
+        self.expect_usage_error(["lsit"], "unknown command 'lsit' (did you mean 'list'?) (see gpupool --help)")
+        self.expect_usage_error(["frobnicate", "-x"], "unknown command 'frobnicate' (see gpupool --help)")
+
+    def test_bad_options_and_values_name_the_commands_help(self):
+        self.expect_usage_error(["run", "-g", "abc", "--", "true"],
+                                "--gpu-count: 'abc' is not a whole number from 1 to 1024 (see gpupool run --help)")
+        self.expect_usage_error(["list", "--bogus"], "unknown option '--bogus' (see gpupool list --help)")
+        for args in (["submit", "--mem", "20Q", "--", "true"], ["run", "--wait", "10x", "--", "true"],
+                     ["jobs", "--state", "runing"], ["report", "--since", "yesterday"],
+                     ["launch", "--grace", "soon", "--", "true"], ["submit", "--time", "-1h", "--", "true"]):
+            with self.subTest(args=args):
+                proc = gpupool(*args, check=False)
+                self.assertEqual(proc.returncode, 2, proc.stderr)
+                self.assertTrue(one_line(proc), proc.stderr)
+                self.assertIn(f"(see gpupool {args[0]} --help)", proc.stderr)
+
+    def test_no_command_prints_the_help(self):
+        proc = gpupool(check=False)
+        self.assertEqual(proc.returncode, 2)
+        self.assertIn("Usage: gpupool", proc.stdout)
+        self.assertEqual(gpupool("help").stdout, proc.stdout)
+
+
 if __name__ == "__main__":
     main()
