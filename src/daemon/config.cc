@@ -19,7 +19,14 @@
 namespace gpupool {
 namespace {
 
+// Every value is bounded: a tiny interval pinned every core (1e-6) or grew memory without end
+// (1e-300), a huge grace period overflows the clock's arithmetic.
+constexpr double kMinSampleIntervalS = 0.05;
 constexpr double kMaxSampleIntervalS = 60;
+constexpr double kMaxKillGraceS = 3600;
+// The samples the monitor keeps per GPU (history / sample_interval_s): about 80 MB per GPU.
+constexpr double kMaxSamplesKept = 1'000'000;
+constexpr int64_t kMaxCount = 1'000'000;  // backfill_depth, max_queued_jobs_per_user
 constexpr size_t kMaxDetailBytes = 200;  // of a syntax error in an error line
 
 // --- one value; errors name the key, the caller adds FILE:LINE ---
@@ -37,13 +44,15 @@ Result<double> positive_number(const toml::node& node, std::string_view key) {
 
 Result<double> hours_in_seconds(const toml::node& node, std::string_view key) {
   TRY_ASSIGN(double hours, positive_number(node, key));
-  if (!std::isfinite(hours * 3600)) return fail("{} is too large", quote(key));
+  if (hours * 3600 > kMaxDurationS) return fail("{} is too large (at most 100 years)", quote(key));
   return hours * 3600;
 }
 
 Result<size_t> count_of(const toml::node& node, std::string_view key) {
   std::optional<int64_t> count = node.is_integer() ? node.value<int64_t>() : std::nullopt;
-  if (!count || *count < 1) return fail("{} must be a whole number of at least 1", quote(key));
+  if (!count || *count < 1 || *count > kMaxCount) {
+    return fail("{} must be a whole number from 1 to {}", quote(key), kMaxCount);
+  }
   return static_cast<size_t>(*count);
 }
 
@@ -54,12 +63,13 @@ Result<std::string> text_of(const toml::node& node, std::string_view key) {
 
 Result<double> duration_of(const toml::node& node, std::string_view key) {
   if (node.is_number()) {
-    if (auto seconds = positive_number(node, key)) return *seconds;
+    if (auto seconds = positive_number(node, key); seconds && *seconds <= kMaxDurationS) return *seconds;
   } else if (node.is_string()) {
     auto seconds = parse_duration_s(*node.value<std::string_view>());
     if (seconds && *seconds > 0) return *seconds;
   }
-  return fail("{} must be a duration such as \"30m\", \"2h\" or \"1d\", or a number of seconds", quote(key));
+  return fail("{} must be a duration such as \"30m\", \"2h\" or \"1d\", or a number of seconds (at most 100 years)",
+              quote(key));
 }
 
 // --- the tables ---
@@ -81,8 +91,8 @@ const Key kDaemonKeys[] = {
     {"sample_interval_s",
      [](const toml::node& node, std::string_view key, DaemonConfig& config) -> Result<void> {
        TRY_ASSIGN(double interval, number_of(node, key));
-       if (!(interval > 0 && interval <= kMaxSampleIntervalS)) {
-         return fail("{} must be a number greater than 0 and at most {}", quote(key), kMaxSampleIntervalS);
+       if (!(interval >= kMinSampleIntervalS && interval <= kMaxSampleIntervalS)) {
+         return fail("{} must be a number from {} to {}", quote(key), kMinSampleIntervalS, kMaxSampleIntervalS);
        }
        config.sample_interval_s = interval;
        return {};
@@ -90,7 +100,7 @@ const Key kDaemonKeys[] = {
     {"kill_grace_s",
      [](const toml::node& node, std::string_view key, DaemonConfig& config) -> Result<void> {
        TRY_ASSIGN(double grace, number_of(node, key));
-       if (!std::isfinite(grace) || grace < 0) return fail("{} must be a number of at least 0", quote(key));
+       if (!(grace >= 0 && grace <= kMaxKillGraceS)) return fail("{} must be a number from 0 to {}", quote(key), kMaxKillGraceS);
        config.kill_grace_s = grace;
        return {};
      }},
@@ -208,6 +218,11 @@ class ConfigReader {
       const toml::key& key = document["daemon"].as_table()->find("default_time_limit")->first;
       return at(key, fail("'default_time_limit' ({} s) is longer than 'max_time_limit' ({} s)",
                           *config_.default_time_limit_s, *config_.max_time_limit_s));
+    }
+    if (config_.history_s / config_.sample_interval_s > kMaxSamplesKept) {
+      const toml::key& key = document["monitor"].as_table()->find("history")->first;
+      return at(key, fail("'history' ({} s) would keep more than {:.0f} samples per GPU at 'sample_interval_s' {}",
+                          config_.history_s, kMaxSamplesKept, config_.sample_interval_s));
     }
     return config_;
   }

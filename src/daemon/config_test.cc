@@ -112,11 +112,11 @@ TEST(ConfigTest, TimeLimitsAreDurationsOrSeconds) {
     EXPECT_EQ(parsed("[daemon]\nmax_time_limit = " + value + "\n").max_time_limit_s, seconds) << value;
   }
   for (const char* value : {"\"2 h\"", "\"0m\"", "\"-1h\"", "\"1y\"", "\"1e300d\"", "\"\"", "\"h\"", "\"inf\"", "\"nan\"",
-                            "0", "-5", "inf", "nan", "true", "[1]"}) {
+                            "0", "-5", "inf", "nan", "true", "[1]", "1e300"}) {
     EXPECT_EQ(
         error_of(std::string("\n[daemon]\nmax_time_limit = ") + value + "\n"),
         "gpupool.toml:3: 'max_time_limit' must be a duration such as \"30m\", \"2h\" or \"1d\", or a number "
-        "of seconds")
+        "of seconds (at most 100 years)")
         << value;
   }
 }
@@ -134,13 +134,16 @@ TEST(ConfigTest, ValuesOutOfRangeOrOfTheWrongTypeNameTheKeyAndLine) {
       {"[daemon]\nadmin_group = \"\"\n", "gpupool.toml:2: 'admin_group' must name a group"},
       {"[daemon]\nsample_interval_s = \"1\"\n", "gpupool.toml:2: 'sample_interval_s' must be a number"},
       {"[daemon]\nsample_interval_s = 0\n",
-       "gpupool.toml:2: 'sample_interval_s' must be a number greater than 0 and at most 60"},
+       "gpupool.toml:2: 'sample_interval_s' must be a number from 0.05 to 60"},
       {"[daemon]\nsample_interval_s = 61\n",
-       "gpupool.toml:2: 'sample_interval_s' must be a number greater than 0 and at most 60"},
+       "gpupool.toml:2: 'sample_interval_s' must be a number from 0.05 to 60"},
+      {"[daemon]\nsample_interval_s = 1e-6\n",
+       "gpupool.toml:2: 'sample_interval_s' must be a number from 0.05 to 60"},
       {"[daemon]\nsample_interval_s = nan\n",
-       "gpupool.toml:2: 'sample_interval_s' must be a number greater than 0 and at most 60"},
-      {"[daemon]\nkill_grace_s = -1\n", "gpupool.toml:2: 'kill_grace_s' must be a number of at least 0"},
-      {"[daemon]\nkill_grace_s = inf\n", "gpupool.toml:2: 'kill_grace_s' must be a number of at least 0"},
+       "gpupool.toml:2: 'sample_interval_s' must be a number from 0.05 to 60"},
+      {"[daemon]\nkill_grace_s = -1\n", "gpupool.toml:2: 'kill_grace_s' must be a number from 0 to 3600"},
+      {"[daemon]\nkill_grace_s = inf\n", "gpupool.toml:2: 'kill_grace_s' must be a number from 0 to 3600"},
+      {"[daemon]\nkill_grace_s = 1e300\n", "gpupool.toml:2: 'kill_grace_s' must be a number from 0 to 3600"},
       {"[daemon]\nkill_grace_s = false\n", "gpupool.toml:2: 'kill_grace_s' must be a number"},
       {"[daemon]\ndevice_isolation = \"yes\"\n",
        "gpupool.toml:2: 'device_isolation' must be \"auto\", \"on\" or \"off\""},
@@ -157,19 +160,25 @@ TEST(ConfigTest, ValuesOutOfRangeOrOfTheWrongTypeNameTheKeyAndLine) {
       {"[scheduler]\ndefault_runtime_h = -1\n",
        "gpupool.toml:2: 'default_runtime_h' must be a number greater than 0"},
       {"[scheduler]\nbackfill_depth = 0\n",
-       "gpupool.toml:2: 'backfill_depth' must be a whole number of at least 1"},
+       "gpupool.toml:2: 'backfill_depth' must be a whole number from 1 to 1000000"},
       {"[scheduler]\nbackfill_depth = 2.5\n",
-       "gpupool.toml:2: 'backfill_depth' must be a whole number of at least 1"},
+       "gpupool.toml:2: 'backfill_depth' must be a whole number from 1 to 1000000"},
       {"[scheduler]\nbackfill_depth = \"9\"\n",
-       "gpupool.toml:2: 'backfill_depth' must be a whole number of at least 1"},
+       "gpupool.toml:2: 'backfill_depth' must be a whole number from 1 to 1000000"},
+      {"[scheduler]\nbackfill_depth = 9223372036854775807\n",
+       "gpupool.toml:2: 'backfill_depth' must be a whole number from 1 to 1000000"},
+      {"[scheduler]\nfair_share_half_life_h = 1e300\n",
+       "gpupool.toml:2: 'fair_share_half_life_h' is too large (at most 100 years)"},
+      {"[monitor]\nhistory = \"30d\"\n[daemon]\nsample_interval_s = 0.1\n",
+       "gpupool.toml:2: 'history' (2592000 s) would keep more than 1000000 samples per GPU at 'sample_interval_s' 0.1"},
       {"[scheduler]\nmax_queued_jobs_per_user = 0\n",
-       "gpupool.toml:2: 'max_queued_jobs_per_user' must be a whole number of at least 1"},
+       "gpupool.toml:2: 'max_queued_jobs_per_user' must be a whole number from 1 to 1000000"},
       {"[scheduler]\nmax_queued_jobs_per_user = -5\n",
-       "gpupool.toml:2: 'max_queued_jobs_per_user' must be a whole number of at least 1"},
+       "gpupool.toml:2: 'max_queued_jobs_per_user' must be a whole number from 1 to 1000000"},
       {"[scheduler]\nmax_queued_jobs_per_user = 1e4\n",
-       "gpupool.toml:2: 'max_queued_jobs_per_user' must be a whole number of at least 1"},
+       "gpupool.toml:2: 'max_queued_jobs_per_user' must be a whole number from 1 to 1000000"},
       {"[scheduler]\nmax_queued_jobs_per_user = \"100\"\n",
-       "gpupool.toml:2: 'max_queued_jobs_per_user' must be a whole number of at least 1"},
+       "gpupool.toml:2: 'max_queued_jobs_per_user' must be a whole number from 1 to 1000000"},
       {"[quotas]\nalice = 2\ncarol = 0\n", "gpupool.toml:3: 'carol' must be a number greater than 0"},
       {"[quotas]\ndave = \"x\"\n", "gpupool.toml:2: 'dave' must be a number"},
       {"[quotas.erin]\ngpus = 2\n", "gpupool.toml:1: 'erin' must be a number"},
