@@ -41,6 +41,14 @@ def exchange(path, messages, timeout=30, user=""):
 
 
 @unittest.skipUnless(CAN_ADD_USERS, "needs root, useradd, groupadd and setpriv to create throwaway users")
+def read_if_there(path):
+    try:
+        with open(path) as f:
+            return f.read()
+    except FileNotFoundError:
+        return None
+
+
 class PlantedFilesTest(ThrowawayUsers, unittest.TestCase):
     @classmethod
     def setUpClass(cls):
@@ -265,6 +273,9 @@ class PlantedFilesTest(ThrowawayUsers, unittest.TestCase):
             d.wait_state(job, "running")
             log = d.show(job)["stdout"]
             logs_dir = os.path.dirname(log)
+            # "running" is stored before the supervisor creates the log: wait for the job's first
+            # line, so that `rm -f` below meets the file (on nothing it would succeed).
+            wait_until(lambda: read_if_there(log) == "attempt\n", what="the job's first line")
             # Her file, in the daemon's directory: she can neither remove nor rename it, nor add a name.
             for argv in (["rm", "-f", log], ["mv", log, log + ".old"], ["ln", "-s", self.secret, log + ".x"],
                          ["ln", log, log + ".y"]):
