@@ -8,8 +8,9 @@
 
 namespace gpupool {
 
-// `text` kept to one line: control characters become \n, \t, \r or \xNN, and text longer than
-// `max_bytes` is cut (at a character boundary) and ends in "...".
+// `text` kept to one line and harmless to a terminal: control characters become \n, \t, \r or
+// \xNN, bytes that are not UTF-8 \xNN, C1 controls and bidirectional overrides \uNNNN; text
+// longer than `max_bytes` is cut (at a character boundary) and ends in "...".
 std::string printable(std::string_view text, size_t max_bytes);
 
 // printable(text, 64) in single quotes: 'polcy'.

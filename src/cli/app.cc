@@ -1,19 +1,23 @@
 #include "cli/app.h"
 
 #include <algorithm>
+#include <clocale>
 #include <exception>
 #include <memory>
 
 #include <fmt/format.h>
 
 #include "cli/commands.h"
+#include "base/display_text.h"
+#include "base/quote.h"
 #include "base/text.h"
 #include "cli/program_words.h"
 
 namespace gpupool::cli {
 
 int report(const Error& error) {
-  fmt::print(stderr, "gpupool: {}\n", error.message);
+  // An error may quote another user's text (a job's name or reason): escaped, on one line.
+  fmt::print(stderr, "gpupool: {}\n", printable(error.message, kMaxShownBytes));
   return kExitError;
 }
 
@@ -115,6 +119,8 @@ int usage_error(const std::string& message, const std::string& command) {
 }  // namespace
 
 int run(int argc, char** argv) {
+  // Display widths of UTF-8 text (base/display_text.h) and ncurses' wide characters need it.
+  std::setlocale(LC_CTYPE, "C.UTF-8");
   int exit_code = kExitOk;
   std::vector<std::string> program;
   std::unique_ptr<CLI::App> owned = make_app(exit_code, program);

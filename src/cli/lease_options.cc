@@ -10,7 +10,9 @@
 
 #include <fmt/format.h>
 
+#include "base/display_text.h"
 #include "base/duration.h"
+#include "base/quote.h"
 #include "base/text.h"
 #include "cli/value_checks.h"
 #include "machine/gpu_selection.h"
@@ -151,7 +153,10 @@ Result<LeasedGpus> lease_gpus(const LeaseRequestOptions& options, const std::vec
     TRY_ASSIGN(auto timeout, parse_duration(*options.wait));
     acquire.timeout = timeout;
   }
-  if (!options.quiet) acquire.on_wait = [](const std::string& why) { fmt::print(stderr, "gpupool: {}\n", why); };
+  // The reason names the holders: other users' job names and commands, shown escaped.
+  if (!options.quiet) {
+    acquire.on_wait = [](const std::string& why) { fmt::print(stderr, "gpupool: {}\n", printable(why, kMaxShownBytes)); };
+  }
   TRY_ASSIGN(auto daemon, DaemonClient::connect_if_running(leases.path()));
   if (daemon) {
     TRY_ASSIGN(LeasedGpus leased, lease_from_daemon(std::move(*daemon), *backend, acquire, options, command));

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "base/display_text.h"
 #include "cli/commands.h"
 #include "lease/lease_directory.h"
 
@@ -35,8 +36,9 @@ Result<int> show_leases(bool json) {
   fmt::print("{:>3}  {:<14} {:>8}  {:<10} {:<20} {:>10}  {}\n", "GPU", "UUID", "PID", "USER", "JOB", "MEMORY", "SINCE");
   for (const LeaseRecord& r : records) {
     std::time_t since = static_cast<std::time_t>(r.holder.since);
-    fmt::print("{:>3}  {:<14} {:>8}  {:<10} {:<20} {:>10}  {:%Y-%m-%d %H:%M:%S}\n", r.index, r.uuid.substr(0, 12),
-               r.holder.pid, r.holder.user.substr(0, 10), r.holder.job.substr(0, 20),
+    // The holder's names come from whoever took the lease: escaped, cut in display cells.
+    fmt::print("{:>3}  {:<14} {:>8}  {} {} {:>10}  {:%Y-%m-%d %H:%M:%S}\n", r.index, r.uuid.substr(0, 12),
+               r.holder.pid, pad_cells(r.holder.user, 10), pad_cells(r.holder.job, 20),
                r.slice_mib ? fmt::format("{} MiB", *r.slice_mib) : "whole", fmt::localtime(since));
   }
   return 0;

@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include "base/display_text.h"
 #include "cli/commands.h"
 #include "gpu/gpu_backend.h"
 #include "machine/gpu_json.h"
@@ -21,11 +22,6 @@ constexpr size_t kWidth = 80;
 template <typename T>
 std::string or_na(const std::optional<T>& value, const char* format) {
   return value ? fmt::format(fmt::runtime(format), *value) : std::string("n/a");
-}
-
-std::string fit(std::string text, size_t width) {
-  if (text.size() <= width) return text;
-  return text.substr(0, width > 3 ? width - 3 : 0) + "...";
 }
 
 std::string memory_cell(const Gpu& gpu) {
@@ -47,19 +43,19 @@ void print_table(const Machine& machine, const std::string& source) {
              "MEM%", "TEMP", "POWER");
   for (const Gpu& gpu : machine.gpus) {
     if (gpu.fault) {
-      fmt::print("{:>3} {:<24} {}\n", gpu.index, fit(gpu.name.empty() ? "?" : gpu.name, 24),
-                 fit("FAULT: " + *gpu.fault, kWidth - 29));
+      fmt::print("{:>3} {} {}\n", gpu.index, pad_cells(gpu.name.empty() ? "?" : gpu.name, 24),
+                 fit_cells("FAULT: " + *gpu.fault, kWidth - 29, "..."));
       continue;
     }
-    fmt::print("{:>3} {:<24} {:>18} {:>5} {:>5} {:>5} {:>11}\n", gpu.index, fit(gpu.name, 24), memory_cell(gpu),
+    fmt::print("{:>3} {} {:>18} {:>5} {:>5} {:>5} {:>11}\n", gpu.index, pad_cells(gpu.name, 24), memory_cell(gpu),
                or_na(gpu.utilization_gpu, "{}%"), or_na(gpu.utilization_memory, "{}%"),
                or_na(gpu.temperature_c, "{}C"), power_cell(gpu));
     for (const GpuProcess& p : gpu.processes) {
-      std::string head = fmt::format("    pid {:<7} {:<10} {:>9} ", p.pid, fit(p.user.value_or("?"), 10),
+      std::string head = fmt::format("    pid {:<7} {} {:>9} ", p.pid, pad_cells(p.user.value_or("?"), 10),
                                      or_na(p.used_memory_mib, "{} MiB"));
       std::string tail = p.kind == ProcessKind::Compute ? "" : fmt::format("[{}] ", to_string(p.kind));
       tail += p.command.value_or("(not visible from here)");
-      fmt::print("{}{}\n", head, fit(tail, kWidth - head.size()));
+      fmt::print("{}{}\n", head, fit_cells(tail, kWidth - head.size(), "..."));
     }
   }
 }

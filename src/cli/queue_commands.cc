@@ -16,6 +16,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "base/display_text.h"
 #include "base/quote.h"
 #include "cli/app.h"
 #include "cli/commands.h"
@@ -24,11 +25,11 @@
 #include "cli/slurm_queue.h"
 #include "cli/value_checks.h"
 #include "jobs/job_text.h"
+#include "os/accounts.h"
 #include "os/clock.h"
 #include "os/environment.h"
 #include "os/fd.h"
 #include "os/files.h"
-#include "os/accounts.h"
 #include "os/process.h"
 #include "sched/allocation.h"
 
@@ -73,10 +74,10 @@ void print_jobs_header() {
 
 // `id` and `state` as they read: "42" or "slurm:42"; "failed(3)", "unknown".
 void print_jobs_row(const Job& job, const std::string& id, const std::string& state) {
-  std::string name = display_name(job);
-  if (name.size() > 20) name = name.substr(0, 19) + "~";
-  fmt::print("{:>6}  {:<14} {:<10} {:<20} {:>7} {:<7} {:<11} {:>9}  {}\n", id, state, job.owner.user,
-             name, request_text(job), gpu_list_text(job.gpus), clock_time(job.submit_time), elapsed_text(job), job.reason);
+  // Names, users and reasons may come from other users: escaped, and measured in display cells.
+  fmt::print("{:>6}  {:<14} {} {} {:>7} {:<7} {:<11} {:>9}  {}\n", id, state, pad_cells(job.owner.user, 10),
+             pad_cells(display_name(job), 20), request_text(job), gpu_list_text(job.gpus), clock_time(job.submit_time),
+             elapsed_text(job), printable(job.reason, kMaxShownBytes));
 }
 
 // One job as an entry of a JSON array printed with an indent of 2: what the whole array's
@@ -94,13 +95,18 @@ std::string json_array_entry(const nlohmann::json& job) {
 // `extra`: lines after the job's own (a Slurm job's).
 void print_job_details(const Job& job, const std::string& id, const std::string& state,
                        const std::vector<std::pair<std::string, std::string>>& extra = {}) {
-  auto line = [](const std::string& key, const std::string& value) { fmt::print("{:<12} {}\n", key, value); };
+  // Every value may hold another user's text: shown escaped, each on its one line.
+  auto line = [](const std::string& key, const std::string& value) {
+    fmt::print("{:<12} {}\n", key, printable(value, kMaxShownBytes));
+  };
   line("id", id);
   line("name", display_name(job));
   line("state", state + (job.reason.empty() ? "" : " (" + job.reason + ")"));
   line("user", job.owner.user);
   line("kind", to_string(job.spec.kind));
-  line("command", fmt::format("{}", fmt::join(job.spec.argv, " ")));
+  std::vector<std::string> words;
+  for (const std::string& word : job.spec.argv) words.push_back(shell_quote(word));
+  line("command", fmt::format("{}", fmt::join(words, " ")));
   line("cwd", job.spec.cwd);
   line("request", job.spec.gpus.slice_mib ? fmt::format("{} GPU(s), {} MiB each (shared)", job.spec.gpus.count,
                                                    *job.spec.gpus.slice_mib)

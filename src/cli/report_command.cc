@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "base/display_text.h"
 #include "cli/app.h"
 #include "cli/commands.h"
 #include "cli/daemon_client.h"
@@ -75,14 +76,13 @@ Result<int> print_report(const ReportOptions& options) {
   }
   fmt::print("{:<16} {:>6} {:>10} {:>10}\n", "USER", "JOBS", "GPU-HOURS", "MEAN UTIL");
   for (const proto::UserUsageLine& user : report.users) {
-    fmt::print("{:<16} {:>6} {:>10.2f} {:>10}\n", user.user, user.jobs, user.gpu_hours, percent_text(user.mean_utilization));
+    fmt::print("{} {:>6} {:>10.2f} {:>10}\n", pad_cells(user.user, 16), user.jobs, user.gpu_hours, percent_text(user.mean_utilization));
   }
   fmt::print("\n{:>6}  {:<16} {:<20} {:>10} {:>10}  {:<16}  {}\n", "ID", "USER", "NAME", "GPU-HOURS", "MEAN UTIL",
              "LAST SAMPLE", "NOTE");
   for (const proto::JobUsageLine& job : report.jobs) {
-    std::string name = job.name.size() > 20 ? job.name.substr(0, 19) + "~" : job.name;
     std::string note = job.idle ? "running, IDLE" : job.running ? "running" : "";
-    fmt::print("{:>6}  {:<16} {:<20} {:>10.3f} {:>10}  {:<16}  {}\n", job.id, job.user, name, job.gpu_hours,
+    fmt::print("{:>6}  {} {} {:>10.3f} {:>10}  {:<16}  {}\n", job.id, pad_cells(job.user, 16), pad_cells(job.name, 20), job.gpu_hours,
                percent_text(job.mean_utilization), time_text(job.last_time), note);
   }
   return kExitOk;

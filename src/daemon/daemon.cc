@@ -13,9 +13,9 @@
 
 #include "daemon/attempt_record.h"
 #include "daemon/daemon_impl.h"
-#include "os/accounts.h"
 #include "daemon/supervisor.h"
 #include "lease/gpu_pool.h"
+#include "os/accounts.h"
 #include "os/clock.h"
 #include "os/files.h"
 #include "sim/open_backend.h"

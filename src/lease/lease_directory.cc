@@ -10,9 +10,9 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "os/accounts.h"
 #include "os/file_lock.h"
 #include "os/files.h"
-#include "os/accounts.h"
 #include "os/paths.h"
 #include "os/process.h"
 

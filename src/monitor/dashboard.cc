@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "base/display_text.h"
 #include "jobs/job_text.h"
 
 namespace gpupool {
@@ -13,18 +14,6 @@ namespace {
 
 constexpr size_t kMinHolderWidth = 24;
 constexpr unsigned kIdlePercent = 1;  // "about 0 %": NVML reports 0 or 1 for an idle context
-
-std::string fit(std::string text, size_t width) {
-  if (text.size() <= width) return text;
-  if (width <= 1) return text.substr(0, width);
-  return text.substr(0, width - 1) + "~";
-}
-
-std::string pad(std::string text, size_t width) {
-  text = fit(std::move(text), width);
-  text.resize(width, ' ');
-  return text;
-}
 
 std::string bar(std::optional<double> fraction, size_t cells) {
   std::string inside(cells, ' ');
@@ -98,14 +87,14 @@ Columns columns_for(size_t width) {
 }
 
 std::string gpu_header(const Columns& c) {
-  return fmt::format("{:>3} {} {} {} {:>4} {:>5} {}", "GPU", pad("NAME", c.name), pad("UTIL", c.bar + 7),
-                     pad("MEMORY", c.bar + 11), "TEMP", "POWER", "HELD BY");
+  return fmt::format("{:>3} {} {} {} {:>4} {:>5} {}", "GPU", pad_cells("NAME", c.name), pad_cells("UTIL", c.bar + 7),
+                     pad_cells("MEMORY", c.bar + 11), "TEMP", "POWER", "HELD BY");
 }
 
 std::string gpu_row(const DashboardInput& input, const Gpu& gpu, const Columns& c) {
   std::string name = gpu.name.empty() ? "?" : gpu.name;
   if (name.rfind("NVIDIA ", 0) == 0) name = name.substr(7);  // every card says it
-  if (gpu.fault) return fmt::format("{:>3} {} FAULT: {}", gpu.index, pad(name, c.name), *gpu.fault);
+  if (gpu.fault) return fmt::format("{:>3} {} FAULT: {}", gpu.index, pad_cells(name, c.name), *gpu.fault);
   std::optional<double> util;
   if (gpu.utilization_gpu) util = *gpu.utilization_gpu / 100.0;
   std::string util_text = gpu.utilization_gpu ? fmt::format("{}%", *gpu.utilization_gpu) : "n/a";
@@ -114,7 +103,7 @@ std::string gpu_row(const DashboardInput& input, const Gpu& gpu, const Columns& 
   CardUse use = card_use(input, gpu);
   std::string holder = use.holder.empty() ? "-" : use.holder;
   if (flagged_idle(input, gpu)) holder = fmt::format("IDLE {} {}", duration_text(*idle_for(input, gpu)), holder);
-  return fmt::format("{:>3} {} {} {:>4} {} {:>8} {:>4} {:>5} {}", gpu.index, pad(name, c.name), bar(util, c.bar),
+  return fmt::format("{:>3} {} {} {:>4} {} {:>8} {:>4} {:>5} {}", gpu.index, pad_cells(name, c.name), bar(util, c.bar),
                      util_text, bar(memory_fraction(gpu), c.bar), memory_text(gpu), temp, power, holder);
 }
 
@@ -135,7 +124,7 @@ std::vector<const Job*> queue_rows(const DashboardInput& input, const DashboardV
 std::vector<ScreenLine> queue_section(const DashboardInput& input, const DashboardView& view, size_t width) {
   std::vector<ScreenLine> lines;
   if (!input.daemon_running) {
-    lines.push_back({fit("No gpupoold is running: no queue to show (leases and processes are above).", width),
+    lines.push_back({fit_cells("No gpupoold is running: no queue to show (leases and processes are above).", width),
                      LineStyle::Dim});
     return lines;
   }
@@ -146,18 +135,18 @@ std::vector<ScreenLine> queue_section(const DashboardInput& input, const Dashboa
     queued += job->state == JobState::Queued;
     held += job->state == JobState::Held;
   }
-  lines.push_back({fit(fmt::format("QUEUE  {} running, {} queued, {} held{}", running, queued, held,
+  lines.push_back({fit_cells(fmt::format("QUEUE  {} running, {} queued, {} held{}", running, queued, held,
                                    view.user ? " (user " + *view.user + ")" : ""),
                        width),
                    LineStyle::Title});
-  lines.push_back({fit(fmt::format("{:>5} {:<8} {:<8} {:<14} {:>7} {:<7} {:>7} {}", "ID", "STATE", "USER", "NAME",
+  lines.push_back({fit_cells(fmt::format("{:>5} {:<8} {:<8} {:<14} {:>7} {:<7} {:>7} {}", "ID", "STATE", "USER", "NAME",
                                    "REQ", "GPUS", "TIME", "REASON"),
                        width),
                    LineStyle::Header});
   for (const Job* job : rows) {
     double since = job->state == JobState::Running ? job->start_time.value_or(input.now) : job->submit_time;
-    lines.push_back({fit(fmt::format("{:>5} {:<8} {} {} {:>7} {:<7} {:>7} {}", job->id, to_string(job->state),
-                                     pad(job->owner.user, 8), pad(display_name(*job), 14), request_text(*job),
+    lines.push_back({fit_cells(fmt::format("{:>5} {:<8} {} {} {:>7} {:<7} {:>7} {}", job->id, to_string(job->state),
+                                     pad_cells(job->owner.user, 8), pad_cells(display_name(*job), 14), request_text(*job),
                                      gpu_list_text(job->gpus), duration_text(input.now - since), job->reason),
                          width),
                      LineStyle::Normal});
@@ -202,18 +191,18 @@ std::vector<ScreenLine> details_section(const DashboardInput& input, const Gpu& 
     if (!job->stdout_path.empty()) text.push_back("  stdout   " + job->stdout_path);
   }
   std::vector<ScreenLine> lines;
-  lines.push_back({fit("DETAILS  (Enter or Esc to go back)", width), LineStyle::Title});
-  for (auto& t : text) lines.push_back({fit(std::move(t), width), LineStyle::Normal});
+  lines.push_back({fit_cells("DETAILS  (Enter or Esc to go back)", width), LineStyle::Title});
+  for (auto& t : text) lines.push_back({fit_cells(std::move(t), width), LineStyle::Normal});
   return lines;
 }
 
 std::vector<ScreenLine> help_section(size_t width) {
-  std::vector<ScreenLine> lines{{fit("KEYS", width), LineStyle::Title}};
+  std::vector<ScreenLine> lines{{fit_cells("KEYS", width), LineStyle::Title}};
   for (const char* t : {"q          quit", "s          sort the GPUs: index, utilisation, memory used, user",
                         "u          show one user's GPUs and jobs (each in turn, then all)",
                         "up / down  select a GPU (also k / j)", "Enter / d  the selected GPU's job in full",
                         "Esc        back", "?          this help"}) {
-    lines.push_back({fit(t, width), LineStyle::Normal});
+    lines.push_back({fit_cells(t, width), LineStyle::Normal});
   }
   return lines;
 }
@@ -314,11 +303,11 @@ std::vector<ScreenLine> render_dashboard(const DashboardInput& input, const Dash
                                   held, flagged ? fmt::format(", {} idle too long", flagged) : "",
                                   to_string(view.sort), view.user ? "  user: " + *view.user : "", input.source);
   size_t clock_room = input.clock.size() + 1;
-  std::string top_line = width > clock_room ? pad(title, width - clock_room) + " " + input.clock : title;
+  std::string top_line = width > clock_room ? pad_cells(title, width - clock_room) + " " + input.clock : title;
 
   std::vector<ScreenLine> frame;
-  frame.push_back({fit(top_line, width), LineStyle::Title});
-  frame.push_back({fit(gpu_header(c), width), LineStyle::Header});
+  frame.push_back({fit_cells(top_line, width), LineStyle::Title});
+  frame.push_back({fit_cells(gpu_header(c), width), LineStyle::Header});
 
   std::vector<ScreenLine> section;
   if (view.help) {
@@ -337,10 +326,10 @@ std::vector<ScreenLine> render_dashboard(const DashboardInput& input, const Dash
     LineStyle style = i == view.selected ? LineStyle::Selected
                       : flagged_idle(input, *gpus[i]) ? LineStyle::Flagged
                                                       : LineStyle::Normal;
-    frame.push_back({fit(gpu_row(input, *gpus[i], c), width), style});
+    frame.push_back({fit_cells(gpu_row(input, *gpus[i], c), width), style});
   }
   if (gpus.empty()) {
-    frame.push_back({fit(view.user ? "No GPU is in use by " + *view.user + "." : "No GPU found.", width),
+    frame.push_back({fit_cells(view.user ? "No GPU is in use by " + *view.user + "." : "No GPU found.", width),
                      LineStyle::Dim});
   }
   frame.push_back({"", LineStyle::Normal});
@@ -351,7 +340,7 @@ std::vector<ScreenLine> render_dashboard(const DashboardInput& input, const Dash
   while (frame.size() + 1 < height) frame.push_back({"", LineStyle::Normal});
   std::string keys = fmt::format("q quit  s sort  u user: {}  up/down select  Enter details  ? help",
                                  view.user.value_or("all"));
-  frame.push_back({fit(keys, width), LineStyle::Dim});
+  frame.push_back({fit_cells(keys, width), LineStyle::Dim});
   return frame;
 }
 

@@ -1,4 +1,3 @@
-#include "os/accounts.h"
 #include "os/host_files.h"
 
 #include <sys/stat.h>
@@ -16,6 +15,7 @@
 #include <fmt/format.h>
 
 #include "base/cpu_list.h"
+#include "os/accounts.h"
 
 namespace gpupool {
 namespace {

@@ -1,8 +1,10 @@
 """The command lines people type every day: gpupool's options end at the program's first word or
 at `--`, and everything after belongs to the program, byte for byte (README, "Commands")."""
+import os
+import tempfile
 import unittest
 
-from harness import Daemon, gpupool, main, one_line
+from harness import GPUPOOL, Daemon, gpupool, main, one_line
 
 
 class ProgramWordsTest(unittest.TestCase):
@@ -65,6 +67,44 @@ class UsageErrorsTest(unittest.TestCase):
         self.assertEqual(proc.returncode, 2)
         self.assertIn("Usage: gpupool", proc.stdout)
         self.assertEqual(gpupool("help").stdout, proc.stdout)
+
+
+class UntrustedTextTest(unittest.TestCase):
+    """A job's name and command come from its submitter: other users' terminals get them escaped,
+    one row per job, cut in display cells and never inside a character."""
+
+    EVIL = "evil\x1b[31mred\nline2\x1b]0;title\x07\u202e"
+
+    def assert_harmless(self, text, what):
+        self.assertNotIn("\x1b", text, what)
+        self.assertNotIn("\x07", text, what)
+        self.assertNotIn("\u202e", text, what)
+        self.assertNotIn("\nline2", text, what)
+
+    def test_names_and_commands_reach_terminals_escaped(self):
+        with Daemon() as d:
+            job = d.submit("--name", self.EVIL, "--", "sh", "-c", f"sleep 60 # {self.EVIL}")
+            wide = d.submit("--hold", "--name", "αβγ-日本語-名前がとても長い-x", "--", "true")
+            d.wait_state(job, "running")
+            listed = d.gp("jobs", check=True).stdout
+            self.assert_harmless(listed, "jobs")
+            self.assertEqual(len(listed.splitlines()), 3, listed)
+            self.assertIn("evil\\x1b[31mred\\nli~", listed, "escaped, then cut at 20 cells")
+            row = next(line for line in listed.splitlines() if line.lstrip().startswith(str(wide)))
+            self.assertIn("αβγ-日本語-名前がと~ ", row, "cut at 20 cells, between characters")
+            shown = d.gp("show", str(job), check=True).stdout
+            self.assert_harmless(shown, "show")
+            self.assertIn("command      sh -c 'sleep 60 # evil\\x1b[31mred\\nline2", shown)
+            frame = d.gp("top", "--once", check=True).stdout
+            self.assert_harmless(frame, "top --once")
+            d.gp("cancel", str(job), str(wide), check=True)
+
+    def test_lease_holders_reach_terminals_escaped(self):
+        with tempfile.TemporaryDirectory() as runtime:
+            env = {"GPUPOOL_RUNTIME_DIR": runtime, "PATH": f"{os.path.dirname(GPUPOOL)}:{os.environ['PATH']}"}
+            leases = gpupool("run", "-q", "--name", self.EVIL, "--", "gpupool", "leases", env=env)
+        self.assert_harmless(leases.stdout, "leases")
+        self.assertIn("evil\\x1b[31mred", leases.stdout)
 
 
 if __name__ == "__main__":
