@@ -556,7 +556,7 @@ void add_queue_commands(CLI::App& app, int& exit_code, const std::vector<std::st
     auto* cmd = app.add_subcommand("show", "Everything about one job");
     auto id = std::make_shared<std::string>();
     auto json = std::make_shared<bool>(false);
-    cmd->add_option("id", *id, "Job id")->required()->type_name("JOB_ID");
+    cmd->add_option("id", *id, "Job id")->required()->type_name("JOB_ID")->check(job_ids_value());
     cmd->add_flag("--json", *json, "Print JSON");
     cmd->callback([&exit_code, id, json] { run_command(exit_code, [&] { return show_job(*id, *json); }); });
   }
@@ -570,7 +570,7 @@ void add_queue_commands(CLI::App& app, int& exit_code, const std::vector<std::st
                                Action{"release", "Let held jobs start again", proto::JobAction::Release}}) {
     auto* cmd = app.add_subcommand(action.name, action.help);
     auto ids = std::make_shared<std::vector<std::string>>();
-    cmd->add_option("ids", *ids, "Job ids")->required()->type_name("JOB_ID");
+    cmd->add_option("ids", *ids, "Job ids")->required()->type_name("JOB_ID")->check(job_ids_value());
     proto::JobAction which = action.action;
     cmd->callback([&exit_code, ids, which] { run_command(exit_code, [&] { return act_on_jobs(which, *ids); }); });
   }
@@ -579,7 +579,7 @@ void add_queue_commands(CLI::App& app, int& exit_code, const std::vector<std::st
     auto ids = std::make_shared<std::vector<std::string>>();
     auto all = std::make_shared<bool>(false);
     auto quiet = std::make_shared<bool>(false);
-    cmd->add_option("ids", *ids, "Job ids")->type_name("JOB_ID");
+    cmd->add_option("ids", *ids, "Job ids")->type_name("JOB_ID")->check(job_ids_value());
     cmd->add_flag("-a,--all", *all, "Every queued and running job of yours, and those submitted meanwhile, until none is left");
     cmd->add_flag("-q,--quiet", *quiet, "Do not print how each job ended");
     cmd->callback([&exit_code, ids, all, quiet] {
@@ -591,7 +591,7 @@ void add_queue_commands(CLI::App& app, int& exit_code, const std::vector<std::st
     auto id = std::make_shared<std::string>();
     auto follow = std::make_shared<bool>(false);
     auto errors = std::make_shared<bool>(false);
-    cmd->add_option("id", *id, "Job id")->required()->type_name("JOB_ID");
+    cmd->add_option("id", *id, "Job id")->required()->type_name("JOB_ID")->check(job_ids_value());
     cmd->add_flag("-f,--follow", *follow, "Keep printing until the job finishes");
     cmd->add_flag("-e,--stderr", *errors, "Its standard error instead of its standard output");
     cmd->callback([&exit_code, id, follow, errors] {

@@ -1,5 +1,6 @@
 #include "cli/value_checks.h"
 
+#include <array>
 #include <charconv>
 #include <string>
 
@@ -10,6 +11,7 @@
 #include "jobs/job.h"
 #include "os/clock.h"
 #include "sched/allocation.h"
+#include "slurm/slurm_jobs.h"
 
 namespace gpupool::cli {
 namespace {
@@ -47,6 +49,10 @@ CLI::Validator job_state_value() {
 
 CLI::Validator since_value() {
   return checked_by([](const std::string& text) { return parse_since(text, unix_now()); }, "WHEN");
+}
+
+CLI::Validator job_ids_value() {
+  return checked_by([](const std::string& text) { return parse_any_job_ids(std::array{text}); }, "JOB_ID");
 }
 
 CLI::Validator whole_number(uint64_t low, uint64_t high) {

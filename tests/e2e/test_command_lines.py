@@ -55,7 +55,8 @@ class UsageErrorsTest(unittest.TestCase):
         self.expect_usage_error(["list", "--bogus"], "unknown option '--bogus' (see gpupool list --help)")
         for args in (["submit", "--mem", "20Q", "--", "true"], ["run", "--wait", "10x", "--", "true"],
                      ["jobs", "--state", "runing"], ["report", "--since", "yesterday"],
-                     ["launch", "--grace", "soon", "--", "true"], ["submit", "--time", "-1h", "--", "true"]):
+                     ["launch", "--grace", "soon", "--", "true"], ["submit", "--time", "-1h", "--", "true"],
+                     ["cancel", "7", "x"], ["show", "0"], ["wait", "1,,2"]):
             with self.subTest(args=args):
                 proc = gpupool(*args, check=False)
                 self.assertEqual(proc.returncode, 2, proc.stderr)
