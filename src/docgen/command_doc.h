@@ -13,7 +13,7 @@ enum class ValueKind {
   Text,       // anything: nothing to offer
   File,       // a path to a file
   Directory,  // a path to a directory
-  JobId,      // a gpupoold job id
+  Job,        // a gpupoold job, by its id
   Command,    // a program and its arguments (after --)
 };
 

@@ -84,7 +84,7 @@ const OptionDoc* completed_operand(const CommandDoc& command) {
 bool uses_job_ids(const CommandDoc& program) {
   for (const Visited& v : all_commands(program)) {
     for (const OptionDoc& option : v.command->options) {
-      if (option.kind == ValueKind::JobId) return true;
+      if (option.kind == ValueKind::Job) return true;
     }
   }
   return false;
@@ -112,7 +112,7 @@ std::string bash_value_completion(const OptionDoc& option, const std::string& pr
   switch (option.kind) {
     case ValueKind::File: return "compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -f -- \"$cur\")";
     case ValueKind::Directory: return "compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -d -- \"$cur\")";
-    case ValueKind::JobId: return fmt::format("COMPREPLY=($(compgen -W \"$({}_job_ids)\" -- \"$cur\"))", prefix);
+    case ValueKind::Job: return fmt::format("COMPREPLY=($(compgen -W \"$({}_job_ids)\" -- \"$cur\"))", prefix);
     case ValueKind::Command: return "COMPREPLY=($(compgen -c -- \"$cur\"))";
     case ValueKind::Text: break;
   }
@@ -302,7 +302,7 @@ std::string zsh_action(const OptionDoc& option, const std::string& prefix) {
   switch (option.kind) {
     case ValueKind::File: return "_files";
     case ValueKind::Directory: return "_files -/";
-    case ValueKind::JobId: return prefix + "_job_ids";
+    case ValueKind::Job: return prefix + "_job_ids";
     case ValueKind::Command: return "_command_names -e";
     case ValueKind::Text: break;
   }
@@ -441,7 +441,7 @@ std::string fish_completion(const CommandDoc& program, const CompletionSettings&
       std::string line = c + condition;
       if (option.is_positional()) {
         if (!option.choices.empty()) line += " -a " + fish_quote(joined(option.choices));
-        else if (option.kind == ValueKind::JobId) line += fmt::format(" -a '({}_job_ids)'", p);
+        else if (option.kind == ValueKind::Job) line += fmt::format(" -a '({}_job_ids)'", p);
         else if (option.kind == ValueKind::File) line += " -F";
         else if (option.kind == ValueKind::Directory) line += " -a '(__fish_complete_directories)'";
         else if (option.kind == ValueKind::Command) {
@@ -462,7 +462,7 @@ std::string fish_completion(const CommandDoc& program, const CompletionSettings&
           line += " -r -F";
         } else if (option.kind == ValueKind::Directory) {
           line += " -x -a '(__fish_complete_directories)'";
-        } else if (option.kind == ValueKind::JobId) {
+        } else if (option.kind == ValueKind::Job) {
           line += fmt::format(" -x -a '({}_job_ids)'", p);
         } else {
           line += " -x";

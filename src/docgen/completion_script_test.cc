@@ -22,7 +22,7 @@ CommandDoc example() {
   OptionDoc wait = option({"wait"}, {}, "", "Give up after this long", "TEXT");
   wait.value_optional = true;
   OptionDoc ids = option({}, {}, "ids", "Job ids", "JOB_ID");
-  ids.kind = ValueKind::JobId;
+  ids.kind = ValueKind::Job;
   ids.repeatable = true;
   ids.required = true;
   OptionDoc command = option({}, {}, "command", "The command", "COMMAND");

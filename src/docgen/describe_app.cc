@@ -33,7 +33,7 @@ void read_type(const CLI::Option& option, OptionDoc& doc) {
   const std::string& type = doc.value_name;
   if (type == "FILE" || type == "PATH") doc.kind = ValueKind::File;
   if (type == "DIR" || type == "DIRECTORY") doc.kind = ValueKind::Directory;
-  if (type == "JOB_ID") doc.kind = ValueKind::JobId;
+  if (type == "JOB_ID") doc.kind = ValueKind::Job;
   if (type == "COMMAND") doc.kind = ValueKind::Command;
 }
 

@@ -71,7 +71,7 @@ TEST(DocgenDescribeApp, ReadsTheTree) {
   for (const OptionDoc& option : replay.options) EXPECT_NE(option.long_names, std::vector<std::string>{"secret"});
 
   const CommandDoc& show = doc.commands[1];
-  EXPECT_EQ(named(show, "id").kind, ValueKind::JobId);
+  EXPECT_EQ(named(show, "id").kind, ValueKind::Job);
   EXPECT_TRUE(named(show, "id").is_positional());
   EXPECT_FALSE(named(show, "json").takes_value());
   EXPECT_EQ(show.options.back().positional, "id");  // positionals after the options

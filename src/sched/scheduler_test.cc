@@ -210,7 +210,7 @@ TEST(SchedulerTest, AnOverdueJobGoesAheadOfFairShare) {
 }
 
 // Two NVSwitch islands of four GPUs, joined by PCIe across sockets.
-Machine two_islands() {
+Machine two_switch_islands() {
   Machine machine = make_machine(8);
   for (unsigned a = 0; a < 8; ++a) {
     for (unsigned b = 0; b < 8; ++b) {
@@ -221,7 +221,7 @@ Machine two_islands() {
 }
 
 TEST(SchedulerTest, APassPlacesTheJobsItStartsWidestFirst) {
-  auto created = Scheduler::create(two_islands(), SchedulerConfig{});
+  auto created = Scheduler::create(two_switch_islands(), SchedulerConfig{});
   ASSERT_TRUE(created.ok());
   Scheduler& s = *created;
   ASSERT_TRUE(s.submit(job(1, 1), 0).ok());

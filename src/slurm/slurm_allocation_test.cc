@@ -8,7 +8,7 @@ namespace {
 // Four GPUs whose minor numbers are not their nvidia-smi indices (as on machines where the
 // driver probed them in another order than PCI bus order), with a link matrix that tells
 // every pair apart: links[i][j].nvlinks = 10 * i + j.
-Machine four_gpus() {
+Machine four_gpu_machine() {
   Machine machine;
   const unsigned minors[] = {2, 0, 3, 1};
   for (unsigned i = 0; i < 4; ++i) {
@@ -32,13 +32,13 @@ std::vector<std::string> uuids_of(const Machine& machine, std::initializer_list<
 }
 
 TEST(SlurmAllocation, OutsideAnAllocationThereIsNone) {
-  auto allocation = slurm_allocation({{"SLURM_JOB_GPUS", "0"}}, four_gpus());
+  auto allocation = slurm_allocation({{"SLURM_JOB_GPUS", "0"}}, four_gpu_machine());
   ASSERT_TRUE(allocation.ok()) << allocation.error().message;
   EXPECT_FALSE(allocation->has_value());
 }
 
 TEST(SlurmAllocation, SlurmNumbersAreDeviceMinorNumbersNotNvidiaSmiIndices) {
-  Machine machine = four_gpus();
+  Machine machine = four_gpu_machine();
   auto allocation = slurm_allocation({{"SLURM_JOB_ID", "42"}, {"SLURM_JOB_GPUS", "0,1"}}, machine);
   ASSERT_TRUE(allocation.ok()) << allocation.error().message;
   ASSERT_TRUE(allocation->has_value());
@@ -49,7 +49,7 @@ TEST(SlurmAllocation, SlurmNumbersAreDeviceMinorNumbersNotNvidiaSmiIndices) {
 }
 
 TEST(SlurmAllocation, AStepsOwnGpusComeBeforeTheJobs) {
-  Machine machine = four_gpus();
+  Machine machine = four_gpu_machine();
   auto allocation = slurm_allocation(
       {{"SLURM_JOB_ID", "7"}, {"SLURM_JOB_GPUS", "0,1,2,3"}, {"SLURM_STEP_GPUS", "3"}}, machine);
   ASSERT_TRUE(allocation.ok()) << allocation.error().message;
@@ -58,7 +58,7 @@ TEST(SlurmAllocation, AStepsOwnGpusComeBeforeTheJobs) {
 }
 
 TEST(SlurmAllocation, UuidsFromEnvUuidAreMatchedWhole) {
-  Machine machine = four_gpus();
+  Machine machine = four_gpu_machine();
   std::string value = machine.gpus[3].uuid + "," + machine.gpus[0].uuid;
   auto allocation = slurm_allocation({{"SLURM_JOB_ID", "7"}, {"SLURM_JOB_GPUS", value}}, machine);
   ASSERT_TRUE(allocation.ok()) << allocation.error().message;
@@ -66,7 +66,7 @@ TEST(SlurmAllocation, UuidsFromEnvUuidAreMatchedWhole) {
 }
 
 TEST(SlurmAllocation, CudaVisibleDevicesIsReadAsCudaReadsIt) {
-  Machine machine = four_gpus();
+  Machine machine = four_gpu_machine();
   auto allocation = slurm_allocation(
       {{"SLURM_JOB_ID", "7"}, {"CUDA_VISIBLE_DEVICES", "2,0"}, {"CUDA_DEVICE_ORDER", "PCI_BUS_ID"}}, machine);
   ASSERT_TRUE(allocation.ok()) << allocation.error().message;
@@ -75,7 +75,7 @@ TEST(SlurmAllocation, CudaVisibleDevicesIsReadAsCudaReadsIt) {
 }
 
 TEST(SlurmAllocation, MissingMinorNumbersFallBackToTheIndex) {
-  Machine machine = four_gpus();
+  Machine machine = four_gpu_machine();
   for (Gpu& gpu : machine.gpus) gpu.minor_number.reset();
   auto allocation = slurm_allocation({{"SLURM_JOB_ID", "7"}, {"SLURM_JOB_GPUS", "2"}}, machine);
   ASSERT_TRUE(allocation.ok()) << allocation.error().message;
@@ -83,7 +83,7 @@ TEST(SlurmAllocation, MissingMinorNumbersFallBackToTheIndex) {
 }
 
 TEST(SlurmAllocation, BadListsAreOneLineErrors) {
-  Machine machine = four_gpus();
+  Machine machine = four_gpu_machine();
   auto error_of = [&](std::map<std::string, std::string> environment) {
     environment["SLURM_JOB_ID"] = "9";
     auto allocation = slurm_allocation(environment, machine);
@@ -103,7 +103,7 @@ TEST(SlurmAllocation, BadListsAreOneLineErrors) {
 }
 
 TEST(SlurmAllocation, RestrictedMachineRenumbersAndKeepsTheLinksBetweenItsGpus) {
-  Machine machine = four_gpus();
+  Machine machine = four_gpu_machine();
   auto restricted = machine_restricted_to(machine, uuids_of(machine, {3, 1}));
   ASSERT_TRUE(restricted.ok()) << restricted.error().message;
   ASSERT_EQ(restricted->gpus.size(), 2u);
@@ -118,7 +118,7 @@ TEST(SlurmAllocation, RestrictedMachineRenumbersAndKeepsTheLinksBetweenItsGpus) 
 }
 
 TEST(SlurmAllocation, RestrictingWithoutLinksLeavesNone) {
-  Machine machine = four_gpus();
+  Machine machine = four_gpu_machine();
   machine.links.clear();
   auto restricted = machine_restricted_to(machine, uuids_of(machine, {2}));
   ASSERT_TRUE(restricted.ok());
