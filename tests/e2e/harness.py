@@ -101,6 +101,15 @@ def job_record_script(records, body="sleep 0.3", gpus="$GPUPOOL_GPUS"):
             f'{end}; exit $code')
 
 
+def read_if_there(path):
+    """The file's text, or None while it does not exist."""
+    try:
+        with open(path) as f:
+            return f.read()
+    except FileNotFoundError:
+        return None
+
+
 def until_exists(path):
     """A shell loop that waits for path to exist: a job that ends when the test says so."""
     return f"while [ ! -e {path} ]; do sleep 0.05; done"

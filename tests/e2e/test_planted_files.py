@@ -15,7 +15,7 @@ import tempfile
 import unittest
 
 from harness import (CAN_ADD_USERS, GPUPOOL, Daemon, ThrowawayUsers, in_process_of, main, one_line,
-                     until_exists, wait_until)
+                     read_if_there, until_exists, wait_until)
 
 
 def fingerprint(path):
@@ -41,14 +41,6 @@ def exchange(path, messages, timeout=30, user=""):
 
 
 @unittest.skipUnless(CAN_ADD_USERS, "needs root, useradd, groupadd and setpriv to create throwaway users")
-def read_if_there(path):
-    try:
-        with open(path) as f:
-            return f.read()
-    except FileNotFoundError:
-        return None
-
-
 class PlantedFilesTest(ThrowawayUsers, unittest.TestCase):
     @classmethod
     def setUpClass(cls):

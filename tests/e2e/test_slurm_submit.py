@@ -14,7 +14,7 @@ import tempfile
 import time
 import unittest
 
-from harness import GPUPOOL, Daemon, main, one_line, until_exists, wait_until
+from harness import GPUPOOL, Daemon, main, one_line, read_if_there, until_exists, wait_until
 from slurm_cluster import SlurmCluster
 from test_completions import complete
 
@@ -27,14 +27,6 @@ NASTY = ["two words", "it's", '"double"', "$HOME", "$(touch /tmp/gpupool-e2e-pwn
 LOCAL_JOB_KEYS = {"id", "state", "reason", "user", "uid", "gpus", "gpu_uuids", "attempts", "exit_code", "signal",
                   "submit_time", "start_time", "end_time", "pid", "stdout", "stderr", "name", "command", "cwd",
                   "umask", "gpu_count", "mem_mib", "priority", "after", "retries", "time_limit_s", "kind"}
-
-
-def read(path):
-    try:
-        with open(path) as f:
-            return f.read()
-    except FileNotFoundError:
-        return None
 
 
 def sh(script):
@@ -226,7 +218,7 @@ class SubmitTest(SlurmTestCase):
         self.wait_state(job, "running")
         follower = subprocess.Popen([GPUPOOL, "logs", "-f", f"slurm:{job}"], env=self.env(), cwd=self.work,
                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        wait_until(lambda: read(self.path(f"gpupool-{job}.out")) == "out1\n", what="the first line")
+        wait_until(lambda: read_if_there(self.path(f"gpupool-{job}.out")) == "out1\n", what="the first line")
         time.sleep(0.5)
         self.assertIsNone(follower.poll(), "logs -f ended before the job")
         self.touch("go-4")
