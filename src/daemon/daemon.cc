@@ -1,12 +1,6 @@
 #include "daemon/daemon.h"
 
-#include <signal.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
-#include <cstring>
 #include <vector>
 
 #include <fmt/format.h>
@@ -18,20 +12,20 @@
 #include "os/accounts.h"
 #include "os/clock.h"
 #include "os/files.h"
+#include "os/process.h"
 #include "sim/open_backend.h"
 
 namespace gpupool {
 namespace {
 
 Result<void> ensure_directory(const std::string& path, mode_t mode) {
-  if (mkdir(path.c_str(), mode) != 0 && errno != EEXIST) {
-    return fail("cannot create {}: {}", path, std::strerror(errno));
+  TRY(make_directory(path, mode));
+  auto status = link_status(path);
+  if (!status || status->type != FileType::directory) return fail("{} is not a directory", path);
+  if (status->owner != effective_user_id()) {
+    return fail("{} belongs to uid {}, not to the daemon's user", path, status->owner);
   }
-  struct stat st {};
-  if (lstat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) return fail("{} is not a directory", path);
-  if (st.st_uid != geteuid()) return fail("{} belongs to uid {}, not to the daemon's user", path, st.st_uid);
-  if (chmod(path.c_str(), mode) != 0) return fail("cannot set the mode of {}: {}", path, std::strerror(errno));
-  return {};
+  return change_mode(path, mode);
 }
 
 // How stale the monitor's view of the queue (/api/jobs, the dashboard, top) may be.
@@ -46,7 +40,17 @@ Daemon::Impl::Impl(DaemonSettings settings, JobStore store, LeaseDirectory lease
       leases_(std::move(leases)),
       backend_(std::move(backend)),
       machine_(std::move(machine)),
-      scheduler_(std::move(scheduler)) {}
+      scheduler_(std::move(scheduler)),
+      dispatcher_(DispatcherSettings{settings_.state_dir, settings_.config.kill_grace_s, own_pid()}, store_, leases_,
+                  machine_, scheduler_, runner_, host_,
+                  DispatcherHooks{
+                      .hand_to_client = [this](const Job& job, const HeldLeases& held) { return hand_to_client(job, held); },
+                      .client_connected = [this](JobId id) { return lease_sessions_.count(id) > 0; },
+                      .finished = [this](const Job& job) { job_finished(job); },
+                      .look_again_soon = [this] { schedule_sample(std::chrono::milliseconds(50)); },
+                      .queue_changed = [this] { publish(); },
+                      .started_in = [this](double seconds) { monitor_->observe_dispatch(seconds); },
+                  }) {}
 
 // ---------------------------------------------------------------------------------------------
 // Start-up
@@ -62,63 +66,12 @@ Result<void> Daemon::Impl::recover() {
     admin_gid_ = *admins;
   }
   TRY_ASSIGN(auto drained, store_.setting("drained"));
-  if (drained && *drained == "1") feed(lifecycle::Drain{});
+  if (drained && *drained == "1") dispatcher_.feed(lifecycle::Drain{});
   TRY_ASSIGN(std::vector<Job> jobs, store_.unfinished());
-  double now = unix_now();
-  std::vector<JobId> waiting;  // queued and held: taken up once the running jobs are
-  auto adopt = [&](const Job& job) {
-    return feed(lifecycle::Adopted{job.id, job.spec.kind, job.spec.retries, job.spec.after, job.state, job.attempts,
-                                   job.reason});
-  };
-  for (Job& job : jobs) {
-    JobId id = job.id;
-    active_[id] = job;
-    Job& stored = active_[id];
-    if (stored.state != JobState::Running) {
-      waiting.push_back(id);
-      continue;
-    }
-    if (stored.spec.kind == JobKind::Interactive) {
-      bool alive = stored.pid && stored.pid_start_ticks &&
-                   host_.process_start_ticks(static_cast<uint32_t>(*stored.pid)) == stored.pid_start_ticks;
-      TRY(scheduler_.adopt(scheduler_request(stored), stored.gpus, stored.start_time.value_or(now)));
-      adopt(stored);
-      if (alive) {
-        processes_.watch(id, *stored.pid);
-      } else {
-        attempt_ended(id, {id, std::nullopt, std::nullopt, "exit status unknown: the daemon restarted while it ran", false});
-      }
-      continue;
-    }
-    TRY_ASSIGN(AttemptRecord record, read_attempt_record(record_path(stored)));
-    if (record.progress == AttemptProgress::NeverStarted) {
-      // The daemon died between recording the start and the supervisor starting the job: the
-      // attempt is done again, under the same number, so its record must go.
-      unlink(record_path(stored).c_str());
-      stored.state = JobState::Queued;
-      stored.attempts -= 1;
-      stored.gpus.clear();
-      stored.gpu_uuids.clear();
-      stored.start_time.reset();
-      stored.pid.reset();
-      save(stored);
-      waiting.push_back(id);
-      continue;
-    }
-    TRY(scheduler_.adopt(scheduler_request(stored), stored.gpus, stored.start_time.value_or(now)));
-    adopt(stored);
-    if (record.progress == AttemptProgress::Running && record.supervisor_pid) {
-      stored.pid = record.supervisor_pid;
-      processes_.watch(id, *record.supervisor_pid);
-    } else {
-      on_exit(id);  // Exited or Lost: record it now
-    }
-  }
+  TRY_ASSIGN(std::vector<JobId> waiting, dispatcher_.adopt_running(std::move(jobs)));
   fair_share_.restore();  // after adoption: the adopted jobs add what they ran while it was down
   groups_.remove_finished();  // also those of attempts that ended while no daemon ran
-  for (JobId id : waiting) {
-    if (auto it = active_.find(id); it != active_.end()) adopt(it->second);
-  }
+  dispatcher_.adopt_waiting(waiting);
   fair_share_.save_periodically();
   return {};
 }
@@ -129,12 +82,12 @@ Result<void> Daemon::Impl::run() {
       admin_gid_,
       [this](const SessionPtr& session, const protocol::Request& request) {
         std::visit([&](const auto& r) { handle(session, r); }, request);
-        dispatch();
+        dispatcher_.dispatch();
       },
       [this](const SessionPtr& session) { on_disconnect(session); });
   monitor_->start();
   supervisors_.fill();
-  dispatch();
+  dispatcher_.dispatch();
   fmt::print(stderr, "gpupoold: serving {} GPUs on {} (state in {})\n", machine_.gpus.size(), sessions_.socket_path(),
              settings_.state_dir);
   // The socket accepts clients from here on: only now may systemd start the units ordered after us.
@@ -180,16 +133,8 @@ void Daemon::Impl::wait_for_signal() {
 
 void Daemon::Impl::end_session(const std::string& by) {
   ending_ = true;
-  feed(lifecycle::Drain{});  // not stored: a daemon started again later starts what is queued then
-  std::vector<JobId> ids;
-  for (const auto& [id, job] : active_) ids.push_back(id);
-  for (JobId id : ids) {
-    if (active_.count(id) == 0) continue;
-    if (auto error = feed(lifecycle::Cancel{id, by})) {
-      fmt::print(stderr, "gpupoold: job {}: {}\n", id, *error);
-    }
-    if (auto still = active_.find(id); still != active_.end()) save(still->second);
-  }
+  dispatcher_.feed(lifecycle::Drain{});  // not stored: a daemon started again later starts what is queued then
+  dispatcher_.cancel_all(by);
   stop_once_idle();
 }
 
@@ -203,10 +148,8 @@ void Daemon::Impl::stop_once_idle() {
 // Sampling: what stands on the GPUs apart from the daemon's own jobs
 
 Result<void> Daemon::Impl::open_monitor(UsageStore usage) {
-  char host[256] = {};
-  gethostname(host, sizeof(host) - 1);
   MonitorSettings settings{settings_.config.sample_interval_s, settings_.config.history_s,
-                           settings_.config.idle_flag_after_s, host};
+                           settings_.config.idle_flag_after_s, host_name()};
   monitor_ = std::make_unique<Monitor>(settings, machine_, *backend_, std::move(usage), [this](Machine machine) {
     asio::post(io_, [this, machine = std::move(machine)] { on_sample(machine); });
   });
@@ -237,9 +180,9 @@ void Daemon::Impl::publish() {
     if (error) return;
     publish_pending_ = false;
     QueueView view;
-    view.drained = lifecycle_.drained();
+    view.drained = dispatcher_.drained();
     size_t queued = 0;
-    for (const auto& [id, job] : active_) {
+    for (const auto& [id, job] : dispatcher_.active()) {
       QueueEntry entry = queue_entry(job);
       if (entry.state == JobState::Queued && entry.reason.empty()) entry.reason = scheduler_.waiting_reason(id);
       queued += entry.state == JobState::Queued;
@@ -247,7 +190,7 @@ void Daemon::Impl::publish() {
     }
     monitor_->publish(std::move(view));
     service_.tell_status(fmt::format("STATUS={} running, {} queued{}", scheduler_.running(), queued,
-                                     lifecycle_.drained() ? ", drained" : ""));
+                                     dispatcher_.drained() ? ", drained" : ""));
   });
 }
 
@@ -262,7 +205,7 @@ void Daemon::Impl::on_sample(const Machine& machine) {
   // Leases of the daemon's own running jobs are the scheduler's business, not outside use.
   std::vector<GpuAvailability> outside = std::move(*survey);
   outside.resize(machine_.gpus.size());
-  for (const auto& [id, job] : active_) {
+  for (const auto& [id, job] : dispatcher_.active()) {
     if (job.state != JobState::Running) continue;
     for (unsigned index : job.gpus) {
       if (index >= outside.size()) continue;
@@ -277,7 +220,7 @@ void Daemon::Impl::on_sample(const Machine& machine) {
   if (auto set = scheduler_.set_outside_use(outside); !set) {
     fmt::print(stderr, "gpupoold: {}\n", set.error().message);
   }
-  dispatch();
+  dispatcher_.dispatch();
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -288,7 +231,7 @@ Daemon::~Daemon() = default;
 Result<std::unique_ptr<Daemon>> Daemon::create(DaemonSettings settings) {
   // The database holds every job's environment: nothing the daemon creates is for others to
   // read unless it says so (the socket, the directories and the logs get their modes set).
-  umask(077);
+  set_umask(077);
   TRY(LeaseDirectory::prepare_slurm_job_directory());
   TRY(ensure_directory(settings.state_dir, 0755));
   TRY(ensure_directory(settings.state_dir + "/logs", 0755));
@@ -306,7 +249,7 @@ Result<std::unique_ptr<Daemon>> Daemon::create(DaemonSettings settings) {
   }
   TRY(store.keep_ids_above(largest_recorded_id(recorded)));
   TRY_ASSIGN(UsageStore usage, UsageStore::open(database));
-  for (const char* suffix : {"", "-wal", "-shm"}) chmod((database + suffix).c_str(), 0600);
+  for (const char* suffix : {"", "-wal", "-shm"}) (void)change_mode(database + suffix, 0600);
   TRY_ASSIGN(LeaseDirectory leases, LeaseDirectory::open(settings.runtime_dir));
   TRY_ASSIGN(auto backend, open_pool_backend());
   TRY_ASSIGN(Machine machine, backend->discover(DiscoveryScope{.links = true, .processes = false}));

@@ -1,18 +1,11 @@
-// The driver of the job lifecycle (jobs/lifecycle.h): it hands the lifecycle what happened and
-// carries out what it decides, asks the scheduler what may start, and starts attempts.
-#include <fcntl.h>
-#include <sys/wait.h>
-#include <unistd.h>
+#include "daemon/dispatcher.h"
 
-#include <cerrno>
-#include <csignal>
-#include <cstring>
+#include <chrono>
+#include <utility>
 
 #include <fmt/format.h>
 
 #include "base/text.h"
-#include "daemon/daemon_impl.h"
-#include "daemon/supervisor.h"
 #include "isolation/device_rules.h"
 #include "lease/gpu_pool.h"
 #include "os/clock.h"
@@ -28,9 +21,108 @@ struct Overloaded : Ts... {
 template <class... Ts>
 Overloaded(Ts...) -> Overloaded<Ts...>;
 
+// Forgets where and when an attempt that never ran was to run.
+void clear_attempt(Job& job) {
+  job.gpus.clear();
+  job.gpu_uuids.clear();
+  job.start_time.reset();
+  job.pid.reset();
+}
+
 }  // namespace
 
-std::optional<std::string> Daemon::Impl::feed(const lifecycle::Event& event) {
+JobRequest scheduler_request(const Job& job) {
+  return JobRequest{job.id, job.owner.user, job.spec.gpus, job.spec.priority, job.spec.time_limit_s};
+}
+
+Dispatcher::Dispatcher(DispatcherSettings settings, JobStore& store, LeaseDirectory& leases, const Machine& machine,
+                       Scheduler& scheduler, AttemptRunner& runner, const HostFiles& host, DispatcherHooks hooks)
+    : settings_(std::move(settings)),
+      store_(store),
+      leases_(leases),
+      machine_(machine),
+      scheduler_(scheduler),
+      runner_(runner),
+      host_(host),
+      hooks_(std::move(hooks)),
+      lifecycle_([this](JobId id) -> std::optional<JobState> {
+        auto stored = store_.get(id);
+        return stored && *stored ? std::optional((*stored)->state) : std::nullopt;
+      }) {}
+
+// ---------------------------------------------------------------------------------------------
+// Taking up a previous daemon's jobs
+
+Result<std::vector<JobId>> Dispatcher::adopt_running(std::vector<Job> jobs) {
+  double now = unix_now();
+  std::vector<JobId> waiting;  // queued and held: taken up once the running jobs are
+  for (Job& job : jobs) {
+    JobId id = job.id;
+    Job& stored = active_[id] = std::move(job);
+    if (stored.state != JobState::Running) {
+      waiting.push_back(id);
+      continue;
+    }
+    if (stored.spec.kind == JobKind::Interactive) {
+      bool alive = stored.pid && stored.pid_start_ticks &&
+                   host_.process_start_ticks(static_cast<uint32_t>(*stored.pid)) == stored.pid_start_ticks;
+      TRY(scheduler_.adopt(scheduler_request(stored), stored.gpus, stored.start_time.value_or(now)));
+      adopt(stored);
+      if (alive) {
+        runner_.watch(id, *stored.pid);
+      } else {
+        attempt_ended(id, {id, std::nullopt, std::nullopt, "exit status unknown: the daemon restarted while it ran", false});
+      }
+      continue;
+    }
+    TRY_ASSIGN(AttemptRecord record, runner_.read_record(record_path(stored)));
+    if (record.progress == AttemptProgress::NeverStarted) {
+      // The daemon died between recording the start and the supervisor starting the job: the
+      // attempt is done again, under the same number, so its record must go.
+      runner_.remove_record(record_path(stored));
+      stored.state = JobState::Queued;
+      stored.attempts -= 1;
+      clear_attempt(stored);
+      save(stored);
+      waiting.push_back(id);
+      continue;
+    }
+    TRY(scheduler_.adopt(scheduler_request(stored), stored.gpus, stored.start_time.value_or(now)));
+    adopt(stored);
+    if (record.progress == AttemptProgress::Running && record.supervisor_pid) {
+      stored.pid = record.supervisor_pid;
+      runner_.watch(id, *record.supervisor_pid);
+    } else {
+      on_exit(id);  // Exited or Lost: record it now
+    }
+  }
+  return waiting;
+}
+
+void Dispatcher::adopt_waiting(const std::vector<JobId>& ids) {
+  for (JobId id : ids) {
+    if (auto it = active_.find(id); it != active_.end()) adopt(it->second);
+  }
+}
+
+void Dispatcher::adopt(const Job& job) {
+  feed(lifecycle::Adopted{job.id, job.spec.kind, job.spec.retries, job.spec.after, job.state, job.attempts,
+                          job.reason});
+}
+
+void Dispatcher::submitted(Job job) {
+  std::optional<std::string> held_by;
+  if (job.state == JobState::Held) held_by = job.owner.user;
+  JobId id = job.id;
+  lifecycle::Submitted event{id, job.spec.kind, job.spec.retries, job.spec.after, std::move(held_by)};
+  active_[id] = std::move(job);
+  feed(event);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The lifecycle's events and effects
+
+std::optional<std::string> Dispatcher::feed(const lifecycle::Event& event) {
   auto effects = lifecycle_.handle(event);
   if (!effects) return effects.error().message;
   std::vector<JobId> changed = lifecycle_.changed();  // carrying out the effects may feed more
@@ -51,7 +143,7 @@ std::optional<std::string> Daemon::Impl::feed(const lifecycle::Event& event) {
   return trouble;
 }
 
-std::optional<std::string> Daemon::Impl::carry_out(const lifecycle::Effect& effect) {
+std::optional<std::string> Dispatcher::carry_out(const lifecycle::Effect& effect) {
   return std::visit(
       Overloaded{
           [&](const lifecycle::EnterQueue& e) -> std::optional<std::string> {
@@ -69,7 +161,7 @@ std::optional<std::string> Daemon::Impl::carry_out(const lifecycle::Effect& effe
             return std::nullopt;
           },
           [&](const lifecycle::SignalAttempt& e) -> std::optional<std::string> {
-            return signal_attempt(active_.at(e.id));
+            return stop_attempt(active_.at(e.id));
           },
           [&](const lifecycle::Record& e) -> std::optional<std::string> {
             Job& job = active_.at(e.id);
@@ -87,8 +179,18 @@ std::optional<std::string> Daemon::Impl::carry_out(const lifecycle::Effect& effe
       effect);
 }
 
-// Stores the job's end, answers whoever waits for it, and forgets it.
-void Daemon::Impl::finished(JobId id, JobState state, std::string reason) {
+void Dispatcher::cancel_all(const std::string& by) {
+  std::vector<JobId> ids;
+  for (const auto& [id, job] : active_) ids.push_back(id);
+  for (JobId id : ids) {
+    if (active_.count(id) == 0) continue;
+    if (auto error = feed(lifecycle::Cancel{id, by})) fmt::print(stderr, "gpupoold: job {}: {}\n", id, *error);
+    if (auto still = active_.find(id); still != active_.end()) save(still->second);
+  }
+}
+
+// Stores the job's end, tells whoever waits for it, and forgets it.
+void Dispatcher::finished(JobId id, JobState state, std::string reason) {
   auto it = active_.find(id);
   if (it == active_.end()) return;
   Job& job = it->second;
@@ -99,70 +201,58 @@ void Daemon::Impl::finished(JobId id, JobState state, std::string reason) {
   save(job);
   Job ended = std::move(job);
   active_.erase(it);
-  if (auto session = lease_sessions_.find(id); session != lease_sessions_.end()) {
-    // A `gpupool run` still waiting: tell it, and let it go.
-    SessionPtr client = session->second;
-    lease_sessions_.erase(session);
-    client->lease_job.reset();
-    if (!client->granted) {
-      sessions_.send(client, protocol::ErrorResponse{fmt::format("job {} {}: {}", id, to_string(state), ended.reason)});
-    }
-  }
-  if (ending_) asio::post(io_, [this] { stop_once_idle(); });
-  // Answers the `wait`s that were waiting for this job last.
-  auto waiting = waiters_.extract(id);
-  if (waiting.empty()) return;
-  for (auto& weak : waiting.mapped()) {
-    SessionPtr session = weak.lock();
-    if (!session || session->waiting_for.erase(id) == 0) continue;
-    if (session->waiting_for.empty()) answer_wait(session);
-  }
+  hooks_.finished(ended);
 }
 
-void Daemon::Impl::dispatch() {
-  publish();
+// ---------------------------------------------------------------------------------------------
+// Starting attempts
+
+void Dispatcher::dispatch() {
+  hooks_.queue_changed();
   if (lifecycle_.drained()) return;
   for (const JobStart& start_decision : scheduler_.schedule(unix_now())) {
     auto began = std::chrono::steady_clock::now();
     start(start_decision);
-    monitor_->observe_dispatch(std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count());
+    hooks_.started_in(std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count());
   }
 }
 
 // The scheduler chose the job's GPUs: what will run it and their leases are taken, then the
 // lifecycle grants them.
-void Daemon::Impl::start(const JobStart& decision) {
+void Dispatcher::start(const JobStart& decision) {
   Job& job = active_.at(decision.id);
   // A batch job's leases name its supervisor from the start; a run's, its client.
-  std::optional<StandbySupervisor> supervisor;
+  std::optional<pid_t> supervisor;
   if (job.spec.kind == JobKind::Batch) {
-    auto standby = supervisors_.take();
-    if (!standby) {
+    auto reserved = runner_.reserve(job.id);
+    if (!reserved) {
       (void)scheduler_.finish(job.id, unix_now());
-      feed(lifecycle::StartFailed{job.id, "could not start: " + standby.error().message});
+      feed(lifecycle::StartFailed{job.id, "could not start: " + reserved.error().message});
       return;
     }
-    supervisor = std::move(*standby);
+    supervisor = *reserved;
   }
-  pid_t holder_pid = supervisor ? supervisor->pid() : job.pid ? *job.pid : getpid();
-  LeaseHolder holder{holder_pid, job.owner.user, fmt::format("job-{}", job.id), static_cast<int64_t>(unix_now())};
+  LeaseHolder holder{supervisor.value_or(job.pid.value_or(settings_.daemon_pid)), job.owner.user, fmt::format("job-{}", job.id), static_cast<int64_t>(unix_now())};
   auto held = leases_.try_acquire(claims_for(machine_, decision.gpus, job.spec.gpus.slice_mib), holder);
   if (!held || !*held) {
-    if (supervisor) supervisors_.put_back(std::move(*supervisor));
+    if (supervisor) runner_.unreserve(job.id);
     // Someone outside the daemon took one of the GPUs since the last sample: look again soon.
     (void)scheduler_.requeue(job.id, unix_now());
     if (!held) fmt::print(stderr, "gpupoold: job {}: {}\n", job.id, held.error().message);
-    schedule_sample(std::chrono::milliseconds(50));
+    hooks_.look_again_soon();
     return;
   }
-  reserved_ = Reserved{std::move(supervisor), std::move(**held)};
+  reserved_ = Reserved{std::move(**held), supervisor};
   if (auto refused = feed(lifecycle::Granted{decision.id, decision.gpus})) {
     fmt::print(stderr, "gpupoold: job {}: {}\n", decision.id, *refused);
   }
-  reserved_.reset();  // not taken: the leases are released, the supervisor ends
+  if (reserved_) {  // not taken: the leases are released, the supervisor ends
+    reserved_.reset();
+    if (supervisor) runner_.unreserve(decision.id);
+  }
 }
 
-void Daemon::Impl::start_attempt(const lifecycle::StartAttempt& start) {
+void Dispatcher::start_attempt(const lifecycle::StartAttempt& start) {
   Job& job = active_.at(start.id);
   Reserved reserved = std::move(*reserved_);
   reserved_.reset();
@@ -177,15 +267,15 @@ void Daemon::Impl::start_attempt(const lifecycle::StartAttempt& start) {
   job.signal.reset();
   job.reason.clear();
   if (reserved.supervisor) {
-    start_batch(job, std::move(reserved.held), std::move(*reserved.supervisor));
+    start_batch(job, std::move(reserved.held), *reserved.supervisor);
   } else {
     start_interactive(job, std::move(reserved.held));
   }
 }
 
-void Daemon::Impl::start_batch(Job& job, HeldLeases held, StandbySupervisor supervisor) {
-  job.pid = supervisor.pid();
-  job.pid_start_ticks = host_.process_start_ticks(static_cast<uint32_t>(supervisor.pid()));
+void Dispatcher::start_batch(Job& job, HeldLeases held, pid_t supervisor) {
+  job.pid = supervisor;
+  job.pid_start_ticks = host_.process_start_ticks(static_cast<uint32_t>(*job.pid));
   save(job);  // "running, attempt N, this supervisor" is stored before the attempt can begin
   SupervisedAttempt attempt;
   attempt.id = job.id;
@@ -202,62 +292,42 @@ void Daemon::Impl::start_batch(Job& job, HeldLeases held, StandbySupervisor supe
   attempt.stdout_path = job.stdout_path;
   attempt.stderr_path = job.stderr_path;
   attempt.time_limit_s = job.spec.time_limit_s;
-  attempt.kill_grace_s = settings_.config.kill_grace_s;
+  attempt.kill_grace_s = settings_.kill_grace_s;
   attempt.record_path = record_path(job);
-  auto could_not_start = [&](const std::string& why) {
+  if (auto started = runner_.start(attempt, job.gpus, held.descriptors()); !started) {
     held.release();
-    attempt_ended(job.id, {job.id, std::nullopt, std::nullopt, "could not start: " + why, false});
-  };
-  if (const auto& isolation = groups_.isolation()) {
-    auto minors = denied_minors(machine_, job.gpus);  // every GPU's minor number was there at start
-    if (!minors) return could_not_start(minors.error().message);
-    attempt.isolation = AttemptIsolation{isolation->mechanism,
-                                         isolation->base + "/" + attempt_group_name(job.id, job.attempts),
-                                         std::move(*minors),
-                                         settings_.config.device_isolation == DeviceIsolationMode::On};
-  }
-  if (auto handed = supervisor.hand(attempt, held.descriptors()); !handed) {
-    return could_not_start(handed.error().message);
+    attempt_ended(job.id, {job.id, std::nullopt, std::nullopt, "could not start: " + started.error().message, false});
+    return;
   }
   held.hand_over();
-  processes_.watch(job.id, supervisor.pid());
 }
 
-void Daemon::Impl::start_interactive(Job& job, HeldLeases held) {
-  auto session = lease_sessions_.find(job.id);
-  if (session == lease_sessions_.end()) {
+void Dispatcher::start_interactive(Job& job, HeldLeases held) {
+  if (!hooks_.hand_to_client(job, held)) {
     held.release();
     attempt_ended(job.id, {job.id, std::nullopt, std::nullopt, "its client disconnected", true});
     return;
   }
-  std::vector<int> copies;
-  for (int fd : held.descriptors()) copies.push_back(fcntl(fd, F_DUPFD_CLOEXEC, 3));
-  protocol::LeaseGranted granted{job.id, job.gpus, job.gpu_uuids, job.spec.gpus.slice_mib,
-                                 static_cast<unsigned>(copies.size())};
-  session->second->granted = true;
-  sessions_.send(session->second, granted, std::move(copies));
   held.hand_over();
   save(job);
   // The client's exit (or its message) ends the job; its pid is watched for after a restart.
 }
 
-std::optional<std::string> Daemon::Impl::signal_attempt(const Job& job) {
+std::optional<std::string> Dispatcher::stop_attempt(const Job& job) {
   if (!job.pid) return std::nullopt;
-  if (job.spec.kind == JobKind::Interactive) {
-    // `gpupool run` passes SIGTERM on to the program in the user's terminal.
-    if (kill(*job.pid, SIGTERM) != 0) return fmt::format("cannot signal the client: {}", std::strerror(errno));
-    return std::nullopt;
-  }
-  if (auto sent = cancel_supervised(*job.pid); !sent) return sent.error().message;
+  if (auto stopped = runner_.stop(job.spec.kind, *job.pid); !stopped) return stopped.error().message;
   return std::nullopt;
 }
 
-void Daemon::Impl::attempt_ended(JobId id, lifecycle::AttemptExited ended) {
+// ---------------------------------------------------------------------------------------------
+// Ends of attempts
+
+void Dispatcher::attempt_ended(JobId id, lifecycle::AttemptExited ended) {
   auto it = active_.find(id);
   if (it == active_.end()) return;
   Job& job = it->second;
   (void)scheduler_.finish(id, unix_now());
-  processes_.forget(id);
+  runner_.forget(id);
   job.exit_code = ended.exit_code;
   job.signal = ended.signal;
   job.end_time = unix_now();
@@ -265,22 +335,19 @@ void Daemon::Impl::attempt_ended(JobId id, lifecycle::AttemptExited ended) {
   feed(ended);
 }
 
-void Daemon::Impl::on_exit(JobId id) {
+void Dispatcher::on_exit(JobId id) {
   auto it = active_.find(id);
   if (it == active_.end() || it->second.state != JobState::Running) return;
   Job& job = it->second;
   if (job.spec.kind == JobKind::Interactive) {
-    if (lease_sessions_.count(id) > 0) return;  // the connection reports for it
+    if (hooks_.client_connected(id)) return;  // the connection reports for it
     attempt_ended(id, {id, std::nullopt, std::nullopt, "exit status unknown: the daemon restarted while it ran", false});
     dispatch();
     return;
   }
-  if (job.pid) {
-    int status = 0;
-    waitpid(*job.pid, &status, WNOHANG);  // reap our own child; an adopted one is init's
-  }
+  if (job.pid) runner_.reap(*job.pid);
   lifecycle::AttemptExited ended{id, std::nullopt, std::nullopt, "", false};
-  auto record = read_attempt_record(record_path(job));
+  auto record = runner_.read_record(record_path(job));
   if (!record) {
     ended.reason = record.error().message;
   } else if (record->progress == AttemptProgress::Exited) {
@@ -291,28 +358,32 @@ void Daemon::Impl::on_exit(JobId id) {
   } else if (record->progress == AttemptProgress::Lost) {
     ended.reason = "its supervisor was killed while it ran; its processes may still be running";
   } else if (record->progress == AttemptProgress::Running && record->supervisor_pid) {
-    processes_.watch(id, *record->supervisor_pid);  // it still holds its record's lock: it has not ended
+    runner_.watch(id, *record->supervisor_pid);  // it still holds its record's lock: it has not ended
     return;
   } else {
-    // The supervisor ended before starting the job (e.g. the daemon was killed before handing
-    // it the attempt): the job never ran, so it goes back to the queue as it was.
-    (void)scheduler_.finish(id, unix_now());
-    unlink(record_path(job).c_str());
-    job.gpus.clear();
-    job.gpu_uuids.clear();
-    job.start_time.reset();
-    job.pid.reset();
-    feed(lifecycle::AttemptNeverRan{id});
+    never_ran(job);
     dispatch();
     return;
   }
-  std::string group = attempt_group_name(id, job.attempts);  // before the job may be forgotten
+  unsigned attempt = job.attempts;  // before the job may be forgotten
   attempt_ended(id, ended);
-  groups_.remove_ended(group);
+  runner_.attempt_over(id, attempt);
   dispatch();
 }
 
-std::set<std::string> Daemon::Impl::running_batch_groups() const {
+// The supervisor ended before starting the job (e.g. the daemon was killed before handing it the
+// attempt): the job never ran, so it goes back to the queue as it was.
+void Dispatcher::never_ran(Job& job) {
+  (void)scheduler_.finish(job.id, unix_now());
+  runner_.remove_record(record_path(job));
+  clear_attempt(job);
+  feed(lifecycle::AttemptNeverRan{job.id});
+}
+
+// ---------------------------------------------------------------------------------------------
+// The jobs
+
+std::set<std::string> Dispatcher::running_batch_groups() const {
   std::set<std::string> running;
   for (const auto& [id, job] : active_) {
     if (job.state == JobState::Running && job.spec.kind == JobKind::Batch) {
@@ -322,24 +393,24 @@ std::set<std::string> Daemon::Impl::running_batch_groups() const {
   return running;
 }
 
-Result<std::optional<Job>> Daemon::Impl::find_job(JobId id) const {
+Result<std::optional<Job>> Dispatcher::find_job(JobId id) const {
   if (auto it = active_.find(id); it != active_.end()) return std::optional<Job>(it->second);
   TRY_ASSIGN(std::optional<Job> stored, store_.get(id));
   if (stored) fill_log_paths(*stored);
   return stored;
 }
 
-void Daemon::Impl::fill_log_paths(Job& job) const {
+void Dispatcher::fill_log_paths(Job& job) const {
   if (job.spec.kind != JobKind::Batch || job.id == 0) return;
   job.stdout_path = fmt::format("{}/logs/{}.out", settings_.state_dir, job.id);
   job.stderr_path = fmt::format("{}/logs/{}.err", settings_.state_dir, job.id);
 }
 
-std::string Daemon::Impl::record_path(const Job& job) const {
+std::string Dispatcher::record_path(const Job& job) const {
   return fmt::format("{}/attempts/{}.{}", settings_.state_dir, job.id, job.attempts);
 }
 
-void Daemon::Impl::save(const Job& job) {
+void Dispatcher::save(const Job& job) {
   if (auto saved = store_.update(job); !saved) {
     fmt::print(stderr, "gpupoold: cannot save job {}: {}\n", job.id, saved.error().message);
   }

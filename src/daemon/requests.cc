@@ -1,16 +1,13 @@
 #include <fcntl.h>
 #include <malloc.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
-#include <cerrno>
-#include <cstring>
 
 #include <fmt/format.h>
 
 #include "daemon/daemon_impl.h"
 #include "os/accounts.h"
 #include "os/clock.h"
+#include "os/files.h"
+#include "os/process.h"
 
 namespace gpupool {
 
@@ -22,16 +19,16 @@ void Daemon::Impl::on_disconnect(const SessionPtr& session) {
   JobId id = *session->lease_job;
   session->lease_job.reset();
   lease_sessions_.erase(id);
-  auto it = active_.find(id);
-  if (it == active_.end()) return;
+  auto it = dispatcher_.active().find(id);
+  if (it == dispatcher_.active().end()) return;
   if (it->second.state == JobState::Running) {
     // The client went away without reporting: its program may live on and keep the lease
     // (the locks say so at the next sample), but the job as the queue knows it is over.
-    attempt_ended(id, {id, std::nullopt, std::nullopt, "exit status unknown: the client disconnected", false});
+    dispatcher_.attempt_ended(id, {id, std::nullopt, std::nullopt, "exit status unknown: the client disconnected", false});
   } else {
-    feed(lifecycle::Cancel{id, "its client, which disconnected"});
+    dispatcher_.feed(lifecycle::Cancel{id, "its client, which disconnected"});
   }
-  dispatch();
+  dispatcher_.dispatch();
 }
 
 Result<Job> Daemon::Impl::admit(const SessionPtr& session, const protocol::SubmitRequest& request, JobKind kind) {
@@ -39,8 +36,8 @@ Result<Job> Daemon::Impl::admit(const SessionPtr& session, const protocol::Submi
   job.spec = request.spec;
   job.spec.kind = kind;
   job.owner = session->owner;
-  if (geteuid() != 0 && job.owner.uid != geteuid()) {
-    return fail("this gpupoold runs as {} and can only run {}'s jobs", user_name(geteuid()), user_name(geteuid()));
+  if (uid_t daemon_uid = effective_user_id(); daemon_uid != 0 && job.owner.uid != daemon_uid) {
+    return fail("this gpupoold runs as {} and can only run {}'s jobs", user_name(daemon_uid), user_name(daemon_uid));
   }
   if (job.spec.priority > 0 && !session->admin) {
     return fail("only an administrator may submit with a priority above 0");
@@ -61,7 +58,7 @@ Result<Job> Daemon::Impl::admit(const SessionPtr& session, const protocol::Submi
     return fail("this job {}", admissible.error().message);
   }
   for (JobId after : job.spec.after) {
-    TRY_ASSIGN(auto found, find_job(after));
+    TRY_ASSIGN(auto found, dispatcher_.find_job(after));
     if (!found) return fail("job {} (in --after) does not exist", after);
   }
   job.submit_time = unix_now();
@@ -94,14 +91,11 @@ void Daemon::Impl::commit_submissions() {
       continue;
     }
     job.id = (*ids)[i];
-    fill_log_paths(job);
-    active_[job.id] = job;
-    std::optional<std::string> held_by;
-    if (job.state == JobState::Held) held_by = job.owner.user;
-    feed(lifecycle::Submitted{job.id, job.spec.kind, job.spec.retries, job.spec.after, held_by});
-    sessions_.send(session, protocol::SubmitResponse{job.id});
+    dispatcher_.fill_log_paths(job);
+    dispatcher_.submitted(std::move(job));
+    sessions_.send(session, protocol::SubmitResponse{(*ids)[i]});
   }
-  dispatch();
+  dispatcher_.dispatch();
 }
 
 void Daemon::Impl::handle(const SessionPtr& s, const protocol::LeaseRequest& r) {
@@ -114,15 +108,16 @@ void Daemon::Impl::handle(const SessionPtr& s, const protocol::LeaseRequest& r) 
   auto id = store_.insert(job);
   if (!id) return sessions_.send(s, protocol::ErrorResponse{id.error().message});
   job.id = *id;
-  active_[job.id] = job;
   s->lease_job = job.id;
   lease_sessions_[job.id] = s;
-  feed(lifecycle::Submitted{job.id, job.spec.kind, job.spec.retries, job.spec.after, std::nullopt});
-  dispatch();
-  auto queued = active_.find(job.id);  // not there: it has ended already, and its client was told
-  if (queued != active_.end() && (queued->second.state == JobState::Queued || queued->second.state == JobState::Held)) {
+  dispatcher_.submitted(std::move(job));
+  dispatcher_.dispatch();
+  // Not there: it has ended already, and its client was told.
+  auto queued = dispatcher_.active().find(*id);
+  if (queued != dispatcher_.active().end() &&
+      (queued->second.state == JobState::Queued || queued->second.state == JobState::Held)) {
     const std::string& reason = queued->second.reason;
-    sessions_.send(s, protocol::LeaseQueued{job.id, reason.empty() ? scheduler_.waiting_reason(job.id) : reason});
+    sessions_.send(s, protocol::LeaseQueued{*id, reason.empty() ? scheduler_.waiting_reason(*id) : reason});
   }
 }
 
@@ -131,7 +126,7 @@ void Daemon::Impl::handle(const SessionPtr& s, const protocol::FinishedRequest& 
   JobId id = *s->lease_job;
   s->lease_job.reset();
   lease_sessions_.erase(id);
-  attempt_ended(id, {id, r.exit_code, r.signal, "", false});
+  dispatcher_.attempt_ended(id, {id, r.exit_code, r.signal, "", false});
   sessions_.send(s, protocol::Ack{});
 }
 
@@ -174,14 +169,14 @@ void Daemon::Impl::handle(const SessionPtr& s, const protocol::JobsRequest& r) {
 }
 
 void Daemon::Impl::handle(const SessionPtr& s, const protocol::ShowRequest& r) {
-  auto job = find_job(r.id);
+  auto job = dispatcher_.find_job(r.id);
   if (!job) return sessions_.send(s, protocol::ErrorResponse{job.error().message});
   if (!*job) return sessions_.send(s, protocol::ErrorResponse{fmt::format("no job {}", r.id)});
   sessions_.send(s, protocol::JobsResponse{{for_client(std::move(**job), *s)}});
 }
 
 void Daemon::Impl::handle(const SessionPtr& s, const protocol::LogsRequest& r) {
-  auto job = find_job(r.id);
+  auto job = dispatcher_.find_job(r.id);
   if (!job) return sessions_.send(s, protocol::ErrorResponse{job.error().message});
   if (!*job) return sessions_.send(s, protocol::ErrorResponse{fmt::format("no job {}", r.id)});
   if (!may_act_on(*s, **job)) {
@@ -198,26 +193,19 @@ void Daemon::Impl::handle(const SessionPtr& s, const protocol::LogsRequest& r) {
   // check and O_NONBLOCK (a FIFO would block the open) keep them from passing off a link to a
   // file only root may read, or a device, as their log.
   const std::string& path = *r.open == protocol::LogStream::Stderr ? shown.stderr_path : shown.stdout_path;
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY);
-  if (fd < 0 && errno == ENOENT) return sessions_.send(s, protocol::JobsResponse{{std::move(shown)}, false, 0u});
-  if (fd < 0 && errno != ELOOP) {
-    return sessions_.send(s, protocol::ErrorResponse{fmt::format("cannot open {}: {}", path, std::strerror(errno))});
-  }
-  struct stat st {};
-  if (fd < 0 || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {  // ELOOP: a symbolic link
-    if (fd >= 0) ::close(fd);
-    return sessions_.send(s, protocol::ErrorResponse{fmt::format("{} is not a regular file: not reading it", path)});
-  }
-  sessions_.send(s, protocol::JobsResponse{{std::move(shown)}, false, 1u}, {fd});
+  auto log = open_regular_file(path, O_RDONLY | O_NONBLOCK | O_NOCTTY);
+  if (!log) return sessions_.send(s, protocol::ErrorResponse{log.error().message});
+  if (!*log) return sessions_.send(s, protocol::JobsResponse{{std::move(shown)}, false, 0u});
+  sessions_.send(s, protocol::JobsResponse{{std::move(shown)}, false, 1u}, {(*log)->release()});
 }
 
 void Daemon::Impl::handle(const SessionPtr& s, const protocol::JobActionRequest& r) {
   protocol::JobActionResponse response;
   for (JobId id : r.ids) {
     protocol::ActionOutcome outcome{id, std::nullopt, std::nullopt};
-    auto it = active_.find(id);
-    if (it == active_.end()) {
-      auto stored = find_job(id);
+    auto it = dispatcher_.active().find(id);
+    if (it == dispatcher_.active().end()) {
+      auto stored = dispatcher_.find_job(id);
       if (!stored) {
         outcome.error = stored.error().message;
       } else if (!*stored) {
@@ -229,7 +217,7 @@ void Daemon::Impl::handle(const SessionPtr& s, const protocol::JobActionRequest&
       response.outcomes.push_back(outcome);
       continue;
     }
-    Job& job = it->second;
+    const Job& job = it->second;
     if (!may_act_on(*s, job)) {
       outcome.error = fmt::format("job {} belongs to {}: only they or an administrator may change it", id,
                                   job.owner.user);
@@ -239,17 +227,17 @@ void Daemon::Impl::handle(const SessionPtr& s, const protocol::JobActionRequest&
     }
     switch (r.action) {
       case protocol::JobAction::Cancel:
-        outcome.error = feed(lifecycle::Cancel{id, s->owner.user});
+        outcome.error = dispatcher_.feed(lifecycle::Cancel{id, s->owner.user});
         break;
       case protocol::JobAction::Hold:
-        outcome.error = feed(lifecycle::Hold{id, s->owner.user});
+        outcome.error = dispatcher_.feed(lifecycle::Hold{id, s->owner.user});
         break;
       case protocol::JobAction::Release:
-        outcome.error = feed(lifecycle::Release{id});
+        outcome.error = dispatcher_.feed(lifecycle::Release{id});
         break;
     }
-    auto after = active_.find(id);
-    outcome.state = after != active_.end() ? after->second.state : JobState::Cancelled;
+    auto after = dispatcher_.active().find(id);
+    outcome.state = after != dispatcher_.active().end() ? after->second.state : JobState::Cancelled;
     response.outcomes.push_back(outcome);
   }
   sessions_.send(s, response);
@@ -269,7 +257,7 @@ void Daemon::Impl::handle(const SessionPtr& s, const protocol::WaitRequest& r) {
   s->waiting_for.clear();
   s->wait_ids = ids;
   for (JobId id : ids) {
-    auto job = find_job(id);
+    auto job = dispatcher_.find_job(id);
     if (!job) return sessions_.send(s, protocol::ErrorResponse{job.error().message});
     if (!*job) return sessions_.send(s, protocol::ErrorResponse{fmt::format("no job {}", id)});
     if (!is_finished((*job)->state)) {
@@ -283,7 +271,7 @@ void Daemon::Impl::handle(const SessionPtr& s, const protocol::WaitRequest& r) {
 void Daemon::Impl::handle(const SessionPtr& s, const protocol::AdminRequest& r) {
   if (!s->admin) return sessions_.send(s, protocol::ErrorResponse{"only root or the admin group may drain or resume"});
   bool drain = r.action == protocol::AdminAction::Drain;
-  feed(drain ? lifecycle::Event(lifecycle::Drain{}) : lifecycle::Event(lifecycle::Resume{}));
+  dispatcher_.feed(drain ? lifecycle::Event(lifecycle::Drain{}) : lifecycle::Event(lifecycle::Resume{}));
   auto stored = store_.set_setting("drained", drain ? "1" : "0");
   if (!stored) return sessions_.send(s, protocol::ErrorResponse{stored.error().message});
   sessions_.send(s, protocol::Ack{});
@@ -292,14 +280,13 @@ void Daemon::Impl::handle(const SessionPtr& s, const protocol::AdminRequest& r) 
 void Daemon::Impl::handle(const SessionPtr& s, const protocol::StatusRequest&) {
   protocol::StatusResponse status;
   status.software = std::string("gpupoold ") + GPUPOOL_VERSION;
-  status.pid = getpid();
-  status.drained = lifecycle_.drained();
-  char host[256] = {};
-  gethostname(host, sizeof(host) - 1);
+  status.pid = own_pid();
+  status.drained = dispatcher_.drained();
+  std::string host = host_name();
   std::string simulated = backend_->simulated_machine();
-  status.machine = simulated.empty() ? std::string(host) : fmt::format("{} (simulated {})", host, simulated);
+  status.machine = simulated.empty() ? host : fmt::format("{} (simulated {})", host, simulated);
   status.gpus = static_cast<unsigned>(machine_.gpus.size());
-  for (const auto& [id, job] : active_) {
+  for (const auto& [id, job] : dispatcher_.active()) {
     if (job.state == JobState::Queued) ++status.queued;
     if (job.state == JobState::Held) ++status.held;
     if (job.state == JobState::Running) ++status.running;
@@ -314,6 +301,52 @@ void Daemon::Impl::handle(const SessionPtr& s, const protocol::ReportRequest& r)
   sessions_.send(s, std::move(*report));
 }
 
+// ---------------------------------------------------------------------------------------------
+// What clients are told of their jobs (the dispatcher's hooks)
+
+bool Daemon::Impl::hand_to_client(const Job& job, const HeldLeases& held) {
+  auto session = lease_sessions_.find(job.id);
+  if (session == lease_sessions_.end()) return false;
+  std::vector<Fd> copies;
+  for (int fd : held.descriptors()) {
+    auto copy = duplicate(fd);
+    if (!copy) {
+      fmt::print(stderr, "gpupoold: job {}: {}\n", job.id, copy.error().message);
+      return false;
+    }
+    copies.push_back(std::move(*copy));
+  }
+  std::vector<int> descriptors;  // the session closes them once sent
+  for (Fd& copy : copies) descriptors.push_back(copy.release());
+  protocol::LeaseGranted granted{job.id, job.gpus, job.gpu_uuids, job.spec.gpus.slice_mib,
+                                 static_cast<unsigned>(descriptors.size())};
+  session->second->granted = true;
+  sessions_.send(session->second, granted, std::move(descriptors));
+  return true;
+}
+
+void Daemon::Impl::job_finished(const Job& job) {
+  if (auto session = lease_sessions_.find(job.id); session != lease_sessions_.end()) {
+    // A `gpupool run` still waiting: tell it, and let it go.
+    SessionPtr client = session->second;
+    lease_sessions_.erase(session);
+    client->lease_job.reset();
+    if (!client->granted) {
+      sessions_.send(client,
+                     protocol::ErrorResponse{fmt::format("job {} {}: {}", job.id, to_string(job.state), job.reason)});
+    }
+  }
+  if (ending_) asio::post(io_, [this] { stop_once_idle(); });
+  // Answers the `wait`s that were waiting for this job last.
+  auto waiting = waiters_.extract(job.id);
+  if (waiting.empty()) return;
+  for (auto& weak : waiting.mapped()) {
+    SessionPtr session = weak.lock();
+    if (!session || session->waiting_for.erase(job.id) == 0) continue;
+    if (session->waiting_for.empty()) answer_wait(session);
+  }
+}
+
 // Queued and held, submitted but not yet stored included. A walk over the active jobs (the limit
 // bounds them too), simpler than keeping a count right through every change of state.
 size_t Daemon::Impl::waiting_jobs_of(uid_t uid) const {
@@ -321,7 +354,7 @@ size_t Daemon::Impl::waiting_jobs_of(uid_t uid) const {
     return job.owner.uid == uid && (job.state == JobState::Queued || job.state == JobState::Held);
   };
   size_t count = 0;
-  for (const auto& [id, job] : active_) count += waiting(job) ? 1 : 0;
+  for (const auto& [id, job] : dispatcher_.active()) count += waiting(job) ? 1 : 0;
   for (const auto& [session, job] : pending_submissions_) count += waiting(job) ? 1 : 0;
   return count;
 }
@@ -333,7 +366,7 @@ bool Daemon::Impl::may_act_on(const Session& session, const Job& job) const {
 Job Daemon::Impl::for_client(Job job, const Session& session) const {
   // Another user's environment may hold their secrets.
   if (!may_act_on(session, job)) job.spec.environment.clear();
-  fill_log_paths(job);
+  dispatcher_.fill_log_paths(job);
   if (job.state == JobState::Queued && job.reason.empty()) job.reason = scheduler_.waiting_reason(job.id);
   return job;
 }
@@ -342,7 +375,7 @@ void Daemon::Impl::answer_wait(const SessionPtr& session) {
   protocol::JobsResponse response;
   size_t bytes = 0;
   for (JobId id : session->wait_ids) {
-    auto job = find_job(id);
+    auto job = dispatcher_.find_job(id);
     if (!job || !*job) return sessions_.send(session, protocol::ErrorResponse{fmt::format("job {} has disappeared", id)});
     Job found = std::move(**job);
     found.spec.environment.clear();

@@ -62,6 +62,18 @@ Result<std::optional<Fd>> open_existing(const std::string& path, int flags) {
   return std::optional<Fd>(Fd(fd));
 }
 
+Result<std::optional<Fd>> open_regular_file(const std::string& path, int flags) {
+  int fd = ::open(path.c_str(), flags | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0 && errno == ENOENT) return std::optional<Fd>();
+  if (fd < 0 && errno != ELOOP) return system_error("open", path);
+  Fd opened(fd);
+  struct stat st {};
+  if (!opened || fstat(opened.get(), &st) != 0 || !S_ISREG(st.st_mode)) {  // ELOOP: a symbolic link
+    return fail("{} is not a regular file: not reading it", path);
+  }
+  return std::optional<Fd>(std::move(opened));
+}
+
 Result<std::optional<Fd>> create_file(const std::string& path, int flags, mode_t mode) {
   int fd = ::open(path.c_str(), flags | O_CREAT | O_EXCL | O_CLOEXEC, mode);
   if (fd < 0 && errno == EEXIST) return std::optional<Fd>();

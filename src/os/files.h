@@ -33,6 +33,10 @@ Result<FileStatus> file_status(int fd);
 Result<Fd> open_file(const std::string& path, int flags, mode_t mode = 0);
 // As open_file; nullopt where nothing has that name.
 Result<std::optional<Fd>> open_existing(const std::string& path, int flags);
+// As open_existing, for a regular file only, reached without following a final symbolic link:
+// a link, a directory, a FIFO (O_NONBLOCK in `flags` keeps its open from blocking) or a device
+// is an error, so a name someone else controls cannot point a privileged reader elsewhere.
+Result<std::optional<Fd>> open_regular_file(const std::string& path, int flags);
 // Creates the file, which must not exist yet (O_CREAT | O_EXCL); nullopt where it does.
 Result<std::optional<Fd>> create_file(const std::string& path, int flags, mode_t mode);
 

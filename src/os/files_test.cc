@@ -62,6 +62,24 @@ TEST_F(FilesTest, TellsALinkFromItsTarget) {
   EXPECT_EQ(*resolve_path(dir_ + "/link/."), *resolve_path(target));
 }
 
+TEST_F(FilesTest, OpensOnlyARegularFileReachedWithoutALink) {
+  std::string file = dir_ + "/log";
+  ASSERT_TRUE(create_file(file, O_WRONLY, 0600).ok());
+  ASSERT_EQ(symlink(file.c_str(), (dir_ + "/link").c_str()), 0);
+  ASSERT_EQ(mkfifo((dir_ + "/fifo").c_str(), 0600), 0);
+  auto opened = open_regular_file(file, O_RDONLY | O_NONBLOCK);
+  ASSERT_TRUE(opened.ok()) << opened.error().message;
+  EXPECT_TRUE(opened->has_value());
+  auto missing = open_regular_file(dir_ + "/none", O_RDONLY);
+  ASSERT_TRUE(missing.ok());
+  EXPECT_FALSE(missing->has_value());
+  for (const char* planted : {"/link", "/fifo"}) {
+    auto refused = open_regular_file(dir_ + planted, O_RDONLY | O_NONBLOCK);
+    ASSERT_FALSE(refused.ok()) << planted;
+    EXPECT_EQ(refused.error().message, dir_ + planted + " is not a regular file: not reading it");
+  }
+}
+
 TEST_F(FilesTest, MakesDirectoriesAndSaysWhetherItDid) {
   EXPECT_EQ(*make_directory(dir_ + "/a", 0700), true);
   EXPECT_EQ(*make_directory(dir_ + "/a", 0700), false);

@@ -48,6 +48,8 @@ mode_t current_umask() {
   return mask;
 }
 
+mode_t set_umask(mode_t mask) { return umask(mask); }
+
 std::string host_name() {
   char name[HOST_NAME_MAX + 1] = {};
   if (gethostname(name, sizeof(name) - 1) != 0) return "";

@@ -28,6 +28,8 @@ Result<Fd> open_process_fd(pid_t pid);
 
 // The file mode creation mask, left as it is.
 mode_t current_umask();
+// Sets the file mode creation mask; returns the one it replaces.
+mode_t set_umask(mode_t mask);
 
 // This machine's name; "" when it has none.
 std::string host_name();

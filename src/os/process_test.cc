@@ -21,10 +21,10 @@ TEST(Process, KnowsWhoWeAre) {
 }
 
 TEST(Process, ReadsTheUmaskWithoutChangingIt) {
-  mode_t before = umask(027);
+  mode_t before = set_umask(027);
   EXPECT_EQ(current_umask(), 027u);
   EXPECT_EQ(current_umask(), 027u);
-  umask(before);
+  EXPECT_EQ(set_umask(before), 027u);
 }
 
 TEST(Process, APidfdTurnsReadableWhenTheProcessEnds) {

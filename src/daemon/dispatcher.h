@@ -1,0 +1,126 @@
+// The driver of the job lifecycle (jobs/lifecycle.h), in the manner of ninja's Builder: it hands
+// the lifecycle what happened and carries out what it decides, asks the scheduler what may start,
+// takes the GPUs' leases and starts attempts through an AttemptRunner. It keeps the jobs that
+// have not ended (queued, held, running) and stores every change in the job store.
+//
+// It knows no socket: what concerns clients (an interactive job's leases handed to its client,
+// a job's end told to those who wait) goes through the daemon's hooks. So the whole of a job's
+// life, from submission through retries, cancels and restarts to its end, is tested with a fake
+// runner and no process (dispatcher_test.cc).
+#pragma once
+
+#include <sys/types.h>
+
+#include <functional>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "daemon/attempt_runner.h"
+#include "jobs/job_store.h"
+#include "jobs/lifecycle.h"
+#include "lease/lease_directory.h"
+#include "machine/gpu.h"
+#include "os/host_files.h"
+#include "sched/scheduler.h"
+
+namespace gpupool {
+
+// What the scheduler needs to know of a job.
+JobRequest scheduler_request(const Job& job);
+
+struct DispatcherSettings {
+  std::string state_dir;  // logs/ and attempts/ are in it
+  double kill_grace_s = 10;
+  pid_t daemon_pid = 0;  // holds the leases of an interactive job whose client's pid is unknown
+};
+
+// What the dispatcher asks of the daemon's other parts.
+struct DispatcherHooks {
+  // Hands an interactive job's leases to its client (which waits on its connection), or says
+  // that no client waits for it any more.
+  std::function<bool(const Job& job, const HeldLeases& held)> hand_to_client;
+  // Whether an interactive job's client is still connected, and so reports the job's end itself.
+  std::function<bool(JobId id)> client_connected;
+  // The job has ended and is stored: its client and those waiting for it are told.
+  std::function<void(const Job& job)> finished;
+  // A GPU the scheduler took for free is held by someone else: the machine is to be looked at soon.
+  std::function<void()> look_again_soon;
+  // The queue may have changed (called on every dispatch).
+  std::function<void()> queue_changed;
+  // Starting one job took this long (seconds).
+  std::function<void(double seconds)> started_in;
+};
+
+class Dispatcher {
+ public:
+  Dispatcher(DispatcherSettings settings, JobStore& store, LeaseDirectory& leases, const Machine& machine,
+             Scheduler& scheduler, AttemptRunner& runner, const HostFiles& host, DispatcherHooks hooks);
+
+  // At start: takes up the unfinished jobs a previous daemon left in the store. The running ones
+  // first (adopt_running, which returns the others' ids), then, once what they ran is accounted
+  // for, the queued and held ones (adopt_waiting).
+  Result<std::vector<JobId>> adopt_running(std::vector<Job> jobs);
+  void adopt_waiting(const std::vector<JobId>& ids);
+
+  // A new job, stored (it has its id): queued, or held when its state says so.
+  void submitted(Job job);
+  // Hands the event to the lifecycle and carries out its effects; what refused it or went wrong
+  // in carrying them out, for whoever asked.
+  std::optional<std::string> feed(const lifecycle::Event& event);
+  // Cancels every job (the daemon's session is ending); the running ones are stored as being
+  // cancelled, by whom, until their attempts end.
+  void cancel_all(const std::string& by);
+  // Starts what the scheduler lets start now.
+  void dispatch();
+  // The attempt (or the interactive job) has ended: its GPUs are free, and the lifecycle decides.
+  void attempt_ended(JobId id, lifecycle::AttemptExited ended);
+  // The watched process of a running job has ended (from the runner).
+  void on_exit(JobId id);
+
+  // Queued, held and running jobs.
+  const std::map<JobId, Job>& active() const { return active_; }
+  // A job, ended or not; nullopt when there is none.
+  Result<std::optional<Job>> find_job(JobId id) const;
+  bool drained() const { return lifecycle_.drained(); }
+  // The cgroup names of the running batch attempts (isolation/device_rules.h).
+  std::set<std::string> running_batch_groups() const;
+  // A batch job's logs are in the state directory, named after it.
+  void fill_log_paths(Job& job) const;
+
+ private:
+  std::optional<std::string> carry_out(const lifecycle::Effect& effect);
+  void finished(JobId id, JobState state, std::string reason);
+  void start(const JobStart& decision);
+  void start_attempt(const lifecycle::StartAttempt& start);
+  void start_batch(Job& job, HeldLeases held, pid_t supervisor);
+  void start_interactive(Job& job, HeldLeases held);
+  std::optional<std::string> stop_attempt(const Job& job);
+  // The attempt never ran (its record says so): the job is queued again as it was.
+  void never_ran(Job& job);
+  void adopt(const Job& job);
+  std::string record_path(const Job& job) const;
+  void save(const Job& job);
+
+  DispatcherSettings settings_;
+  JobStore& store_;
+  LeaseDirectory& leases_;
+  const Machine& machine_;
+  Scheduler& scheduler_;
+  AttemptRunner& runner_;
+  const HostFiles& host_;
+  DispatcherHooks hooks_;
+  JobLifecycle lifecycle_;
+  std::map<JobId, Job> active_;  // what the lifecycle tracks
+  // What a granted job's attempt starts with, from the grant to the lifecycle's StartAttempt (or
+  // its refusal).
+  struct Reserved {
+    HeldLeases held;
+    std::optional<pid_t> supervisor;  // a batch job's, reserved from the runner
+  };
+  std::optional<Reserved> reserved_;
+};
+
+}  // namespace gpupool

@@ -1,0 +1,411 @@
+#include "daemon/dispatcher.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <map>
+#include <set>
+
+#include <fmt/format.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "lease/gpu_pool.h"
+#include "os/process.h"
+
+namespace gpupool {
+namespace {
+
+using ::testing::Contains;
+using ::testing::HasSubstr;
+
+// Runs nothing: records what it is asked, and holds a started attempt's leases (as its
+// supervisor would) until the test ends the attempt.
+class FakeRunner final : public AttemptRunner {
+ public:
+  Result<pid_t> reserve(JobId id) override {
+    if (refuse_reserve) return fail("no supervisor could be started");
+    reserved.insert(id);
+    return own_pid();
+  }
+  void unreserve(JobId id) override {
+    reserved.erase(id);
+    unreserved.push_back(id);
+  }
+  Result<void> start(const SupervisedAttempt& attempt, const std::vector<unsigned>& gpus,
+                     const std::vector<int>& lease_descriptors) override {
+    if (reserved.erase(attempt.id) == 0) return fail("job {} was not reserved a supervisor", attempt.id);
+    if (refuse_start) return fail("the supervisor went away");
+    started.push_back(attempt);
+    started_gpus.push_back(gpus);
+    for (int fd : lease_descriptors) {
+      auto copy = duplicate(fd);
+      if (!copy) return copy.error();
+      held[attempt.id].push_back(std::move(*copy));
+    }
+    watched[attempt.id] = own_pid();
+    return {};
+  }
+  Result<void> stop(JobKind, pid_t pid) override {
+    stopped.push_back(pid);
+    return {};
+  }
+  void watch(JobId id, pid_t pid) override { watched[id] = pid; }
+  void forget(JobId id) override { watched.erase(id); }
+  void reap(pid_t) override {}
+  Result<AttemptRecord> read_record(const std::string& record_path) override {
+    auto it = records.find(record_path);
+    return it == records.end() ? AttemptRecord{} : it->second;
+  }
+  void remove_record(const std::string& record_path) override {
+    records.erase(record_path);
+    removed.push_back(record_path);
+  }
+  void attempt_over(JobId id, unsigned attempt) override { over.emplace_back(id, attempt); }
+
+  // The last attempt of job `id` has ended so: its record says so and its leases are let go.
+  void end(JobId id, int exit_code, const std::string& reason = "") {
+    const SupervisedAttempt& attempt = last_of(id);
+    AttemptRecord record;
+    record.progress = AttemptProgress::Exited;
+    record.exit_code = exit_code;
+    record.reason = reason;
+    records[attempt.record_path] = record;
+    held.erase(id);
+  }
+  const SupervisedAttempt& last_of(JobId id) const {
+    auto it = std::find_if(started.rbegin(), started.rend(), [id](const auto& a) { return a.id == id; });
+    EXPECT_NE(it, started.rend()) << "job " << id << " never started";
+    return *it;
+  }
+
+  bool refuse_reserve = false;
+  bool refuse_start = false;
+  std::set<JobId> reserved;
+  std::vector<JobId> unreserved;
+  std::vector<SupervisedAttempt> started;
+  std::vector<std::vector<unsigned>> started_gpus;
+  std::map<JobId, std::vector<Fd>> held;
+  std::vector<pid_t> stopped;
+  std::map<JobId, pid_t> watched;
+  std::map<std::string, AttemptRecord> records;
+  std::vector<std::string> removed;
+  std::vector<std::pair<JobId, unsigned>> over;
+};
+
+// Two 80 GB GPUs joined by an NVSwitch.
+Machine two_gpu_machine() {
+  Machine machine;
+  for (unsigned i = 0; i < 2; ++i) {
+    Gpu gpu;
+    gpu.index = i;
+    gpu.minor_number = i;
+    gpu.uuid = fmt::format("GPU-dispatch-{}", i);
+    gpu.memory_total_mib = 80000;
+    machine.gpus.push_back(gpu);
+  }
+  machine.links.assign(2, std::vector<Link>(2, Link{12, true, PcieLevel::System}));
+  return machine;
+}
+
+class DispatcherTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char pattern[] = "/tmp/gpupool-dispatcher-XXXXXX";
+    ASSERT_NE(mkdtemp(pattern), nullptr);
+    dir_ = pattern;
+    std::filesystem::create_directories(dir_ + "/state/attempts");
+    auto store = JobStore::open(dir_ + "/state/gpupool.db");
+    ASSERT_TRUE(store.ok()) << store.error().message;
+    store_.emplace(std::move(*store));
+    auto leases = LeaseDirectory::open(dir_ + "/run");
+    ASSERT_TRUE(leases.ok()) << leases.error().message;
+    leases_.emplace(std::move(*leases));
+    auto scheduler = Scheduler::create(machine_, SchedulerConfig{});
+    ASSERT_TRUE(scheduler.ok()) << scheduler.error().message;
+    scheduler_.emplace(std::move(*scheduler));
+    make_dispatcher();
+  }
+  void TearDown() override {
+    dispatcher_.reset();
+    std::filesystem::remove_all(dir_);
+  }
+
+  // A dispatcher as a (re)started daemon has it, over the same store, leases and runner.
+  void make_dispatcher() {
+    DispatcherHooks hooks;
+    hooks.hand_to_client = [this](const Job& job, const HeldLeases&) {
+      handed_to_client.push_back(job.id);
+      return client_waits;
+    };
+    hooks.client_connected = [this](JobId) { return client_waits; };
+    hooks.finished = [this](const Job& job) { finished.push_back(job); };
+    hooks.look_again_soon = [this] { ++looks_again; };
+    hooks.queue_changed = [] {};
+    hooks.started_in = [](double) {};
+    dispatcher_.emplace(DispatcherSettings{dir_ + "/state", 0.5, own_pid()}, *store_, *leases_, machine_,
+                        *scheduler_, runner_, host_, hooks);
+  }
+
+  JobId submit(unsigned gpus, unsigned retries = 0, std::vector<JobId> after = {}) {
+    Job job;
+    job.owner = JobOwner{1000, 1000, {}, "alice"};
+    job.spec.argv = {"train.py"};
+    job.spec.cwd = "/";
+    job.spec.gpus.count = gpus;
+    job.spec.retries = retries;
+    job.spec.after = std::move(after);
+    job.submit_time = 1;
+    auto id = store_->insert(job);
+    EXPECT_TRUE(id.ok()) << id.error().message;
+    job.id = *id;
+    dispatcher_->submitted(job);
+    dispatcher_->dispatch();
+    return job.id;
+  }
+
+  Job stored(JobId id) {
+    auto job = store_->get(id);
+    EXPECT_TRUE(job.ok() && job->has_value());
+    return **job;
+  }
+
+  // Whether GPU `index` is free to lease now (a lease taken and let go again).
+  bool gpu_free(unsigned index) {
+    auto held = leases_->try_acquire(claims_for(machine_, {index}, std::nullopt), LeaseHolder{own_pid(), "test", "probe", 0});
+    EXPECT_TRUE(held.ok());
+    return held.ok() && held->has_value();
+  }
+
+  void ended(JobId id, int exit_code, const std::string& reason = "") {
+    runner_.end(id, exit_code, reason);
+    dispatcher_->on_exit(id);
+  }
+
+  std::string dir_;
+  Machine machine_ = two_gpu_machine();
+  std::optional<JobStore> store_;
+  std::optional<LeaseDirectory> leases_;
+  std::optional<Scheduler> scheduler_;
+  FakeRunner runner_;
+  HostFiles host_;
+  std::optional<Dispatcher> dispatcher_;
+  bool client_waits = true;
+  std::vector<JobId> handed_to_client;
+  std::vector<Job> finished;
+  int looks_again = 0;
+};
+
+TEST_F(DispatcherTest, RunsABatchJobOnLeasedGpusAndRecordsItsEnd) {
+  JobId id = submit(2);
+  ASSERT_EQ(runner_.started.size(), 1u);
+  const SupervisedAttempt& attempt = runner_.started[0];
+  EXPECT_EQ(attempt.attempt, 1u);
+  EXPECT_EQ(attempt.uid, 1000u);
+  EXPECT_EQ(attempt.record_path, fmt::format("{}/state/attempts/{}.1", dir_, id));
+  EXPECT_EQ(attempt.stdout_path, fmt::format("{}/state/logs/{}.out", dir_, id));
+  EXPECT_EQ(attempt.kill_grace_s, 0.5);
+  EXPECT_THAT(attempt.environment, Contains(HasSubstr("CUDA_VISIBLE_DEVICES=GPU-dispatch-")));
+  EXPECT_EQ(runner_.started_gpus[0], (std::vector<unsigned>{0, 1}));
+  // Stored as running under its supervisor before the attempt could begin; the GPUs are its.
+  Job running = stored(id);
+  EXPECT_EQ(running.state, JobState::Running);
+  EXPECT_EQ(running.pid, own_pid());
+  EXPECT_EQ(running.gpu_uuids, (std::vector<std::string>{"GPU-dispatch-0", "GPU-dispatch-1"}));
+  EXPECT_FALSE(gpu_free(0));
+  EXPECT_EQ(runner_.watched.count(id), 1u);
+
+  ended(id, 0);
+  Job done = stored(id);
+  EXPECT_EQ(done.state, JobState::Done);
+  EXPECT_EQ(done.exit_code, 0);
+  EXPECT_TRUE(done.end_time.has_value());
+  ASSERT_EQ(finished.size(), 1u);
+  EXPECT_EQ(finished[0].id, id);
+  EXPECT_TRUE(dispatcher_->active().empty());
+  EXPECT_EQ(runner_.watched.count(id), 0u);
+  EXPECT_EQ(runner_.over, (std::vector<std::pair<JobId, unsigned>>{{id, 1}}));
+  EXPECT_TRUE(gpu_free(0) && gpu_free(1));
+}
+
+TEST_F(DispatcherTest, AQueuedJobStartsWhenTheGpusItWaitsForAreFree) {
+  JobId first = submit(2);
+  JobId second = submit(1);
+  EXPECT_EQ(runner_.started.size(), 1u);
+  EXPECT_EQ(stored(second).state, JobState::Queued);
+  ended(first, 0);
+  ASSERT_EQ(runner_.started.size(), 2u);
+  EXPECT_EQ(runner_.started[1].id, second);
+  EXPECT_EQ(stored(second).state, JobState::Running);
+}
+
+TEST_F(DispatcherTest, AFailedAttemptRunsAgainUnderTheNextNumber) {
+  JobId id = submit(1, /*retries=*/1);
+  ended(id, 3);
+  ASSERT_EQ(runner_.started.size(), 2u);
+  EXPECT_EQ(runner_.started[1].attempt, 2u);
+  EXPECT_EQ(runner_.started[1].record_path, fmt::format("{}/state/attempts/{}.2", dir_, id));
+  EXPECT_TRUE(finished.empty());
+  ended(id, 3);
+  Job failed = stored(id);
+  EXPECT_EQ(failed.state, JobState::Failed);
+  EXPECT_EQ(failed.attempts, 2u);
+  EXPECT_EQ(failed.exit_code, 3);
+}
+
+TEST_F(DispatcherTest, ACancelStopsTheAttemptAndWinsOverHowItEnds) {
+  JobId id = submit(1);
+  EXPECT_EQ(dispatcher_->feed(lifecycle::Cancel{id, "bob"}), std::nullopt);
+  EXPECT_EQ(runner_.stopped, (std::vector<pid_t>{own_pid()}));
+  EXPECT_TRUE(finished.empty());  // until the attempt has ended
+  ended(id, 0);
+  Job cancelled = stored(id);
+  EXPECT_EQ(cancelled.state, JobState::Cancelled);
+  EXPECT_EQ(cancelled.reason, "cancelled by bob");
+}
+
+TEST_F(DispatcherTest, AnAttemptThatNeverRanRunsAgainUnderItsNumber) {
+  JobId id = submit(1);
+  std::string record = runner_.started[0].record_path;
+  // The supervisor ended before starting the job: its leases went with it, no record says it began.
+  runner_.held.erase(id);
+  dispatcher_->on_exit(id);
+  EXPECT_EQ(runner_.removed, (std::vector<std::string>{record}));
+  ASSERT_EQ(runner_.started.size(), 2u);
+  EXPECT_EQ(runner_.started[1].attempt, 1u);
+  EXPECT_TRUE(finished.empty());
+}
+
+TEST_F(DispatcherTest, GpusTakenFromOutsideAreLookedAtAgainNotFailed) {
+  auto outsider = leases_->try_acquire(claims_for(machine_, {0, 1}, std::nullopt),
+                                       LeaseHolder{own_pid(), "carol", "pid 99", 0});
+  ASSERT_TRUE(outsider.ok() && outsider->has_value());
+  JobId id = submit(1);
+  EXPECT_TRUE(runner_.started.empty());
+  EXPECT_EQ(runner_.unreserved, (std::vector<JobId>{id}));  // its supervisor goes back to the pool
+  EXPECT_GE(looks_again, 1);
+  EXPECT_EQ(stored(id).state, JobState::Queued);
+  (*outsider)->release();
+  dispatcher_->dispatch();
+  EXPECT_EQ(runner_.started.size(), 1u);
+}
+
+TEST_F(DispatcherTest, ASupervisorThatCannotBeHadFailsTheJobAtOnce) {
+  runner_.refuse_reserve = true;
+  JobId id = submit(1);
+  Job failed = stored(id);
+  EXPECT_EQ(failed.state, JobState::Failed);
+  EXPECT_EQ(failed.reason, "could not start: no supervisor could be started");
+  EXPECT_TRUE(gpu_free(0) && gpu_free(1));
+}
+
+TEST_F(DispatcherTest, AnAttemptThatCannotBeHandedOverEndsAndFreesItsGpus) {
+  runner_.refuse_start = true;
+  JobId id = submit(1);
+  Job failed = stored(id);
+  EXPECT_EQ(failed.state, JobState::Failed);
+  EXPECT_EQ(failed.reason, "could not start: the supervisor went away");
+  EXPECT_TRUE(gpu_free(0) && gpu_free(1));
+}
+
+TEST_F(DispatcherTest, ADrainedQueueStartsNothingUntilResumed) {
+  dispatcher_->feed(lifecycle::Drain{});
+  JobId id = submit(1);
+  EXPECT_TRUE(runner_.started.empty());
+  EXPECT_TRUE(dispatcher_->drained());
+  dispatcher_->feed(lifecycle::Resume{});
+  dispatcher_->dispatch();
+  ASSERT_EQ(runner_.started.size(), 1u);
+  EXPECT_EQ(runner_.started[0].id, id);
+}
+
+TEST_F(DispatcherTest, AJobAfterAnotherStartsOnlyOnceItIsDone) {
+  JobId first = submit(1);
+  JobId second = submit(1, 0, {first});
+  EXPECT_EQ(runner_.started.size(), 1u);  // a GPU is free, but the job it runs after is not done
+  ended(first, 0);
+  ASSERT_EQ(runner_.started.size(), 2u);
+  EXPECT_EQ(runner_.started[1].id, second);
+}
+
+TEST_F(DispatcherTest, AnInteractiveJobsLeasesGoToItsClient) {
+  Job job;
+  job.owner = JobOwner{1000, 1000, {}, "alice"};
+  job.spec.kind = JobKind::Interactive;
+  job.spec.gpus.count = 1;
+  job.pid = own_pid();
+  JobId id = *store_->insert(job);
+  job.id = id;
+  dispatcher_->submitted(job);
+  dispatcher_->dispatch();
+  EXPECT_EQ(handed_to_client, (std::vector<JobId>{id}));
+  EXPECT_TRUE(runner_.started.empty());
+  EXPECT_EQ(stored(id).state, JobState::Running);
+  dispatcher_->attempt_ended(id, {id, 0, std::nullopt, "", false});
+  EXPECT_EQ(stored(id).state, JobState::Done);
+
+  client_waits = false;  // the next one's client went away before its GPUs were free
+  job.id = *store_->insert(job);
+  dispatcher_->submitted(job);
+  dispatcher_->dispatch();
+  Job gone = stored(job.id);
+  EXPECT_EQ(gone.state, JobState::Cancelled);
+  EXPECT_THAT(gone.reason, HasSubstr("its client disconnected"));
+  EXPECT_TRUE(gpu_free(0) && gpu_free(1));
+}
+
+TEST_F(DispatcherTest, ARestartedDaemonAdoptsTheRunningAttemptAndRecordsItsEnd) {
+  JobId id = submit(1);
+  JobId waiting = submit(2);
+  std::string record_path = runner_.started[0].record_path;
+  // The daemon goes; the supervisor (this process) runs on and holds the leases.
+  AttemptRecord alive;
+  alive.progress = AttemptProgress::Running;
+  alive.supervisor_pid = own_pid();
+  runner_.records[record_path] = alive;
+  runner_.watched.clear();
+  auto scheduler = Scheduler::create(machine_, SchedulerConfig{});
+  ASSERT_TRUE(scheduler.ok());
+  scheduler_.emplace(std::move(*scheduler));
+  make_dispatcher();
+
+  auto unfinished = store_->unfinished();
+  ASSERT_TRUE(unfinished.ok());
+  auto left_waiting = dispatcher_->adopt_running(*unfinished);
+  ASSERT_TRUE(left_waiting.ok()) << left_waiting.error().message;
+  EXPECT_EQ(*left_waiting, (std::vector<JobId>{waiting}));
+  dispatcher_->adopt_waiting(*left_waiting);
+  EXPECT_EQ(runner_.watched.at(id), own_pid());
+  dispatcher_->dispatch();
+  EXPECT_EQ(runner_.started.size(), 1u);  // the adopted job still has its GPU
+
+  ended(id, 0);
+  EXPECT_EQ(stored(id).state, JobState::Done);
+  ASSERT_EQ(runner_.started.size(), 2u);
+  EXPECT_EQ(runner_.started[1].id, waiting);
+}
+
+TEST_F(DispatcherTest, ARestartBeforeTheJobBeganRunsTheAttemptAgain) {
+  JobId id = submit(1);
+  std::string record_path = runner_.started[0].record_path;
+  runner_.held.clear();  // the supervisor died before starting the job; no record says it began
+  auto scheduler = Scheduler::create(machine_, SchedulerConfig{});
+  ASSERT_TRUE(scheduler.ok());
+  scheduler_.emplace(std::move(*scheduler));
+  make_dispatcher();
+
+  auto left_waiting = dispatcher_->adopt_running(*store_->unfinished());
+  ASSERT_TRUE(left_waiting.ok());
+  EXPECT_EQ(*left_waiting, (std::vector<JobId>{id}));
+  EXPECT_EQ(runner_.removed, (std::vector<std::string>{record_path}));
+  Job queued = stored(id);
+  EXPECT_EQ(queued.state, JobState::Queued);
+  EXPECT_EQ(queued.attempts, 0u);
+  EXPECT_TRUE(queued.gpus.empty());
+  dispatcher_->adopt_waiting(*left_waiting);
+  dispatcher_->dispatch();
+  ASSERT_EQ(runner_.started.size(), 2u);
+  EXPECT_EQ(runner_.started[1].attempt, 1u);
+}
+
+}  // namespace
+}  // namespace gpupool
