@@ -24,6 +24,7 @@ void add_leases_command(CLI::App& app, int& exit_code);
 void add_top_command(CLI::App& app, int& exit_code);
 void add_sim_command(CLI::App& app, int& exit_code);
 void add_queue_commands(CLI::App& app, int& exit_code, const std::vector<std::string>& program);
+void add_wait_command(CLI::App& app, int& exit_code);
 void add_report_command(CLI::App& app, int& exit_code);
 void add_completion_command(CLI::App& app, int& exit_code);
 // Under `gpupool slurm` (made in app.cc): gres-conf and node-conf.

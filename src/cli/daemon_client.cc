@@ -1,5 +1,9 @@
 #include "cli/daemon_client.h"
 
+#include <thread>
+
+#include "base/duration.h"
+#include "os/environment.h"
 #include "os/files.h"
 #include "os/paths.h"
 #include "os/process.h"
@@ -51,11 +55,15 @@ Result<DaemonClient> DaemonClient::connect(const std::string& runtime_dir) {
 }
 
 Result<void> DaemonClient::send(const protocol::Request& request) {
-  return send_line(fd_.get(), protocol::encode(request));
+  auto sent = send_line(fd_.get(), protocol::encode(request));
+  if (!sent) lost_ = true;
+  return sent;
 }
 
 Result<ReceivedResponse> DaemonClient::receive() {
-  TRY_ASSIGN(auto line, reader_->read_line());
+  auto read = reader_->read_line();
+  if (!read || !*read) lost_ = true;
+  TRY_ASSIGN(auto line, std::move(read));
   if (!line) return fail("gpupoold closed the connection");
   auto response = protocol::parse_response(line->line);
   if (!response) return response.error();
@@ -67,6 +75,98 @@ Result<protocol::Response> DaemonClient::request(const protocol::Request& reques
   TRY(send(request));
   TRY_ASSIGN(ReceivedResponse received, receive());
   return std::move(received.response);
+}
+
+ReconnectingClient::ReconnectingClient(std::string runtime_dir, std::optional<DaemonClient> client,
+                                       std::chrono::milliseconds comeback)
+    : runtime_dir_(std::move(runtime_dir)), comeback_(comeback) {
+  if (client) client_.emplace(std::move(*client));
+}
+
+Result<ReconnectingClient> ReconnectingClient::connect(const std::string& runtime_dir) {
+  std::chrono::milliseconds comeback = kDaemonComeback;
+  if (auto configured = environment_variable("GPUPOOL_RECONNECT_S")) {
+    auto seconds = parse_duration_s(*configured);
+    if (!seconds) return fail("GPUPOOL_RECONNECT_S: {}", seconds.error().message);
+    comeback = std::chrono::milliseconds(static_cast<int64_t>(*seconds * 1000));
+  }
+  auto client = DaemonClient::connect(runtime_dir);
+  if (client) return ReconnectingClient(runtime_dir, std::move(*client), comeback);
+  // No socket: no daemon runs. A socket that did not answer is a daemon going away or coming
+  // back (a restart): the first request waits for it as for one lost later.
+  if (!link_status(protocol::socket_path(runtime_dir))) return client.error();
+  return ReconnectingClient(runtime_dir, std::nullopt, comeback);
+}
+
+Result<void> ReconnectingClient::reconnect() {
+  // Asked again every tenth of a second: a restart takes about that long.
+  auto give_up = std::chrono::steady_clock::now() + comeback_;
+  for (;;) {
+    auto back = DaemonClient::connect_if_running(runtime_dir_);
+    if (back && *back) {
+      client_.emplace(std::move(**back));
+      sent_ = false;
+      return {};
+    }
+    if (std::chrono::steady_clock::now() >= give_up) {
+      return fail("lost gpupoold, and none answered on {} within {} s{}", protocol::socket_path(runtime_dir_),
+                  std::chrono::duration<double>(comeback_).count(), back ? "" : ": " + back.error().message);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+}
+
+Result<void> ReconnectingClient::start(const protocol::Request& request) {
+  if (pending_ && sent_) client_.reset();  // its answer would come first
+  pending_ = request;
+  sent_ = false;
+  return {};
+}
+
+Result<std::optional<ReceivedResponse>> ReconnectingClient::answer(std::optional<Deadline> deadline) {
+  if (!pending_) return fail("no request to answer");
+  for (;;) {
+    if (!client_) TRY(reconnect());
+    if (!sent_) {
+      if (auto sent = client_->send(*pending_); !sent) {
+        if (!client_->connection_lost()) return sent.error();
+        client_.reset();
+        continue;
+      }
+      sent_ = true;
+    }
+    if (!client_->has_message()) {
+      std::optional<std::chrono::milliseconds> left;
+      if (deadline) {
+        left = std::chrono::ceil<std::chrono::milliseconds>(
+            std::max(*deadline - std::chrono::steady_clock::now(), std::chrono::steady_clock::duration{}));
+      }
+      TRY_ASSIGN(std::vector<bool> ready, wait_until_ready({client_->descriptor()}, left));
+      if (!ready[0]) return std::optional<ReceivedResponse>();
+    }
+    auto received = client_->receive();
+    if (received) {
+      pending_.reset();
+      return std::optional(std::move(*received));
+    }
+    if (!client_->connection_lost()) {
+      pending_.reset();  // the daemon refused it: answered
+      return received.error();
+    }
+    client_.reset();
+  }
+}
+
+Result<std::optional<ReceivedResponse>> ReconnectingClient::request(const protocol::Request& request,
+                                                                    std::optional<Deadline> deadline) {
+  TRY(start(request));
+  return answer(deadline);
+}
+
+Result<std::vector<Job>> ReconnectingClient::jobs(const protocol::Request& request) {
+  TRY_ASSIGN(auto received, this->request(request));
+  TRY_ASSIGN(protocol::JobsResponse page, expect<protocol::JobsResponse>(std::move(received->response)));
+  return std::move(page.jobs);
 }
 
 }  // namespace gpupool::cli

@@ -58,12 +58,6 @@ std::string elapsed_text(const Job& job) {
   return duration_text(std::max(0.0, end - *job.start_time));
 }
 
-std::string state_text(const Job& job) {
-  std::string state = to_string(job.state);
-  if (is_finished(job.state) && job.exit_code && *job.exit_code != 0) state += fmt::format("({})", *job.exit_code);
-  return state;
-}
-
 // A Slurm job Slurm has forgotten reads "unknown".
 std::string state_text(const SlurmJobStatus& status) { return status.known ? state_text(status.job) : "unknown"; }
 
@@ -288,104 +282,6 @@ Result<int> act_on_jobs(proto::JobAction action, const std::vector<std::string>&
   return code;
 }
 
-// --- wait ---
-
-// The worst outcome decides: 0 when every job is done, else the highest exit code, and 1 for a
-// job that was cancelled or failed without an exit code.
-int wait_exit_code(const std::vector<Job>& jobs) {
-  int worst = 0;
-  for (const Job& job : jobs) {
-    if (job.state == JobState::Done) continue;
-    worst = std::max(worst, job.exit_code.value_or(1) > 0 ? job.exit_code.value_or(1) : 1);
-  }
-  return worst;
-}
-
-// A wait is answered with its jobs, all in one message: many ids are waited for a batch at a
-// time (all of them must end anyway), each answer well within the message limit.
-constexpr size_t kWaitBatch = proto::kMaxJobsPage / 2;
-
-Result<std::vector<Job>> wait_for_ids(DaemonClient& client, const std::vector<JobId>& ids) {
-  std::vector<Job> jobs;
-  for (size_t first = 0; first < ids.size(); first += kWaitBatch) {
-    std::vector<JobId> batch(ids.begin() + static_cast<std::ptrdiff_t>(first),
-                                 ids.begin() + static_cast<std::ptrdiff_t>(std::min(first + kWaitBatch, ids.size())));
-    TRY_ASSIGN(std::vector<Job> ended, jobs_answer(client, proto::WaitRequest{std::move(batch)}));
-    jobs.insert(jobs.end(), std::make_move_iterator(ended.begin()), std::make_move_iterator(ended.end()));
-  }
-  return jobs;
-}
-
-// The caller's jobs: with `all`, finished ones too; only those with an id above `after_id`.
-Result<std::vector<Job>> jobs_of_mine(DaemonClient& client, bool all, JobId after_id) {
-  proto::JobsRequest request;
-  request.user = user_name(real_user_id());
-  request.all = all;
-  request.after_id = after_id;
-  std::vector<Job> jobs;
-  for (;;) {
-    TRY_ASSIGN(proto::Response response, client.request(request));
-    TRY_ASSIGN(proto::JobsResponse page, expect<proto::JobsResponse>(std::move(response)));
-    if (page.jobs.empty()) return jobs;
-    request.after_id = page.jobs.back().id;
-    jobs.insert(jobs.end(), std::make_move_iterator(page.jobs.begin()), std::make_move_iterator(page.jobs.end()));
-    if (!page.more) return jobs;
-  }
-}
-
-// `wait --all` drains the queue: it waits for the caller's queued and running jobs (held ones
-// would never end by themselves), then for whatever they submitted meanwhile (a job that
-// submits more, a loop still submitting), until none is left. Ids only grow, so the jobs
-// submitted since a look are those above the largest id it saw; those that have already ended
-// count too, unless they ended before the wait began.
-Result<std::vector<Job>> wait_for_daemon_jobs(bool all, const std::vector<JobId>& ids) {
-  const double began = unix_now();
-  TRY_ASSIGN(DaemonClient client, DaemonClient::connect(runtime_directory()));
-  if (!all) return wait_for_ids(client, ids);
-  std::vector<Job> jobs;
-  TRY_ASSIGN(std::vector<Job> seen, jobs_of_mine(client, false, 0));
-  for (;;) {
-    std::vector<JobId> unfinished;
-    JobId largest = 0;
-    for (Job& job : seen) {
-      largest = std::max(largest, job.id);
-      if (job.state == JobState::Held) continue;
-      if (is_finished(job.state)) {
-        if (job.end_time.value_or(began) >= began) jobs.push_back(std::move(job));
-      } else {
-        unfinished.push_back(job.id);
-      }
-    }
-    if (unfinished.empty()) return jobs;
-    TRY_ASSIGN(std::vector<Job> ended, wait_for_ids(client, unfinished));
-    jobs.insert(jobs.end(), std::make_move_iterator(ended.begin()), std::make_move_iterator(ended.end()));
-    TRY_ASSIGN(seen, jobs_of_mine(client, true, largest));
-  }
-}
-
-// gpupoold's jobs, then Slurm's (slurm:ID): all of them must end anyway.
-Result<int> wait_for_jobs(const std::vector<std::string>& id_texts, bool all, bool quiet) {
-  if (all == !id_texts.empty()) return fail("wait needs job ids or --all (not both)");
-  JobIds ids;
-  if (!all) {
-    TRY_ASSIGN(ids, parse_any_job_ids(id_texts));
-  }
-  std::vector<Job> jobs;
-  if (all || !ids.local.empty()) {
-    TRY_ASSIGN(jobs, wait_for_daemon_jobs(all, ids.local));
-  }
-  TRY_ASSIGN(std::vector<SlurmJobStatus> slurm, wait_for_slurm_jobs(ids.slurm));
-  auto tell = [quiet](const std::string& id, const std::string& state, const std::string& reason) {
-    if (!quiet) fmt::print(stderr, "gpupool: job {} {}{}\n", id, state, reason.empty() ? "" : ": " + reason);
-  };
-  for (const Job& job : jobs) tell(std::to_string(job.id), state_text(job), job.reason);
-  for (const SlurmJobStatus& status : slurm) {
-    tell(slurm_id_text(status.job.id), state_text(status), status.job.reason);
-    jobs.push_back(status.job);  // one Slurm has forgotten counts as failed: its state is not done
-  }
-  return wait_exit_code(jobs);
-}
-
 // --- logs ---
 
 Result<void> copy_new_bytes(int fd) {
@@ -410,46 +306,43 @@ struct OpenedLog {
 
 // The daemon opens the log and passes the descriptor: the file is its user's alone, and an
 // administrator may read it through the daemon.
-Result<OpenedLog> request_log(DaemonClient& client, JobId id, proto::LogStream stream) {
-  TRY(client.send(proto::LogsRequest{id, stream}));
-  TRY_ASSIGN(ReceivedResponse received, client.receive());
-  auto* answer = std::get_if<proto::JobsResponse>(&received.response);
+Result<OpenedLog> request_log(ReconnectingClient& client, JobId id, proto::LogStream stream) {
+  TRY_ASSIGN(auto received, client.request(proto::LogsRequest{id, stream}));
+  auto* answer = std::get_if<proto::JobsResponse>(&received->response);
   if (answer == nullptr || answer->jobs.size() != 1 || !answer->descriptors ||
-      *answer->descriptors != received.descriptors.size()) {
+      *answer->descriptors != received->descriptors.size()) {
     if (answer != nullptr && !answer->descriptors) {
       return fail("this gpupoold is older than this gpupool and does not send logs; restart it");
     }
-    return fail("the daemon sent an unexpected answer: {}", proto::encode(received.response));
+    return fail("the daemon sent an unexpected answer: {}", proto::encode(received->response));
   }
   return OpenedLog{std::move(answer->jobs.front()),
-                   received.descriptors.empty() ? Fd() : std::move(received.descriptors.front())};
+                   received->descriptors.empty() ? Fd() : std::move(received->descriptors.front())};
 }
 
 // Follows a log until the job finishes: looks for new bytes every kLogPoll (the reader may
 // not be allowed to watch the file itself); a `wait` on a second connection says when the job
-// has ended.
+// has ended. A restart of the daemon ends neither: the wait is asked of the next one.
 Result<void> follow_log(int fd, JobId id) {
-  TRY_ASSIGN(DaemonClient waiter, DaemonClient::connect(runtime_directory()));
-  TRY(waiter.send(proto::WaitRequest{{id}}));
+  TRY_ASSIGN(ReconnectingClient waiter, ReconnectingClient::connect(runtime_directory()));
+  TRY(waiter.start(proto::WaitRequest{{id}}));
   for (;;) {
     TRY(copy_new_bytes(fd));
     fflush(stdout);
-    auto ended = wait_until_ready({waiter.descriptor()}, kLogPoll);
-    if (!ended) return fail("cannot wait for the log: {}", ended.error().message);
-    if ((*ended)[0]) return copy_new_bytes(fd);  // what the job wrote last
+    TRY_ASSIGN(auto ended, waiter.answer(std::chrono::steady_clock::now() + kLogPoll));
+    if (ended) return copy_new_bytes(fd);  // what the job wrote last
   }
 }
 
 // A queued job, or one whose supervisor is just starting, has no log yet: asks again every
 // kLogPoll until the log exists or the job has ended without one (no fd).
-Result<OpenedLog> open_once_created(DaemonClient& client, JobId id, proto::LogStream stream) {
-  TRY_ASSIGN(DaemonClient waiter, DaemonClient::connect(runtime_directory()));
-  TRY(waiter.send(proto::WaitRequest{{id}}));
+Result<OpenedLog> open_once_created(ReconnectingClient& client, JobId id, proto::LogStream stream) {
+  TRY_ASSIGN(ReconnectingClient waiter, ReconnectingClient::connect(runtime_directory()));
+  TRY(waiter.start(proto::WaitRequest{{id}}));
   for (;;) {
-    auto ended = wait_until_ready({waiter.descriptor()}, kLogPoll);
-    if (!ended) return fail("cannot wait for the log: {}", ended.error().message);
+    TRY_ASSIGN(auto ended, waiter.answer(std::chrono::steady_clock::now() + kLogPoll));
     TRY_ASSIGN(OpenedLog log, request_log(client, id, stream));
-    if (log.fd || (*ended)[0]) return log;
+    if (log.fd || ended) return log;
   }
 }
 
@@ -488,7 +381,7 @@ Result<int> show_logs(const std::string& id_text, bool follow, bool errors) {
     return 0;
   }
   const std::vector<JobId>& ids = any.local;
-  TRY_ASSIGN(DaemonClient client, DaemonClient::connect(runtime_directory()));
+  TRY_ASSIGN(ReconnectingClient client, ReconnectingClient::connect(runtime_directory()));
   proto::LogStream stream = errors ? proto::LogStream::Stderr : proto::LogStream::Stdout;
   TRY_ASSIGN(OpenedLog log, request_log(client, ids.at(0), stream));
   if (!log.fd) {
@@ -573,18 +466,6 @@ void add_queue_commands(CLI::App& app, int& exit_code, const std::vector<std::st
     cmd->add_option("ids", *ids, "Job ids")->required()->type_name("JOB_ID")->check(job_ids_value());
     proto::JobAction which = action.action;
     cmd->callback([&exit_code, ids, which] { run_command(exit_code, [&] { return act_on_jobs(which, *ids); }); });
-  }
-  {
-    auto* cmd = app.add_subcommand("wait", "Wait until jobs finish; the exit code is the worst of theirs");
-    auto ids = std::make_shared<std::vector<std::string>>();
-    auto all = std::make_shared<bool>(false);
-    auto quiet = std::make_shared<bool>(false);
-    cmd->add_option("ids", *ids, "Job ids")->type_name("JOB_ID")->check(job_ids_value());
-    cmd->add_flag("-a,--all", *all, "Every queued and running job of yours, and those submitted meanwhile, until none is left");
-    cmd->add_flag("-q,--quiet", *quiet, "Do not print how each job ended");
-    cmd->callback([&exit_code, ids, all, quiet] {
-      run_command(exit_code, [&] { return wait_for_jobs(*ids, *all, *quiet); });
-    });
   }
   {
     auto* cmd = app.add_subcommand("logs", "Print a job's output");

@@ -138,6 +138,11 @@ void Daemon::Impl::handle(const SessionPtr& s, const protocol::JobsRequest& r) {
   filter.user = r.user;
   filter.state = r.state;
   filter.after_id = r.after_id;
+  if (r.submitted_since) {
+    auto before = store_.last_submitted_before(*r.submitted_since);
+    if (!before) return sessions_.send(s, protocol::ErrorResponse{before.error().message});
+    filter.after_id = std::max(filter.after_id, *before);
+  }
   filter.limit = size_t{r.limit} + 1;  // the one past the page says whether more remain
   size_t listed = 0;
   {

@@ -417,7 +417,7 @@ Result<void> create_or_check_schema(sqlite3* db) {
 }  // namespace
 
 struct JobStore::Statements {
-  Statement insert, update, get, setting, set_setting;
+  Statement insert, update, get, setting, set_setting, first_from;
   std::array<Statement, 4 * kStateMatches.size()> list;  // at list_index(by_user, states, with_environment)
 };
 
@@ -475,6 +475,7 @@ Result<JobStore> JobStore::open(const std::string& path) {
              kept(fmt::format("UPDATE jobs SET ({}) = ({}) WHERE id = ?", columns, placeholders())));
   TRY_ASSIGN(statements->get, kept(fmt::format("SELECT id, {} FROM jobs WHERE id = ?", columns)));
   TRY_ASSIGN(statements->setting, kept("SELECT value FROM settings WHERE name = ?"));
+  TRY_ASSIGN(statements->first_from, kept("SELECT id, submit_time FROM jobs WHERE id >= ? ORDER BY id LIMIT 1"));
   TRY_ASSIGN(statements->set_setting,
              kept("INSERT INTO settings (name, value) VALUES (?, ?) "
                          "ON CONFLICT (name) DO UPDATE SET value = excluded.value"));
@@ -580,6 +581,38 @@ Result<std::vector<Job>> JobStore::unfinished() const {
   JobFilter filter;
   filter.with_environment = true;  // they are to run
   return list(filter);
+}
+
+Result<JobId> JobStore::last_submitted_before(double unix_time) const {
+  // The first job at or after an id, with its submission time; nullopt past the last job.
+  auto first_from = [this](JobId id) -> Result<std::optional<std::pair<JobId, double>>> {
+    StatementUse statement(statements_->first_from);
+    Binder parameters(statement.get());
+    parameters.add(id);
+    TRY(parameters.status(db_));
+    int rc = sqlite3_step(statement.get());
+    if (rc == SQLITE_DONE) return std::optional<std::pair<JobId, double>>();
+    if (rc != SQLITE_ROW) return database_error(db_, "looking for jobs by submission time");
+    return std::optional(std::pair(static_cast<JobId>(sqlite3_column_int64(statement.get(), 0)),
+                                   sqlite3_column_double(statement.get(), 1)));
+  };
+  // Invariant: every job below `low` was submitted before; none at or after `high` was.
+  JobId low = 1;
+  JobId high = static_cast<JobId>(std::numeric_limits<int64_t>::max());
+  JobId last_before = 0;
+  while (low < high) {
+    JobId middle = low + (high - low) / 2;
+    TRY_ASSIGN(auto found, first_from(middle));
+    if (!found) {
+      high = middle;
+    } else if (found->second < unix_time) {
+      last_before = std::max(last_before, found->first);
+      low = found->first + 1;
+    } else {
+      high = middle;
+    }
+  }
+  return last_before;
 }
 
 Result<std::optional<std::string>> JobStore::setting(const std::string& name) const {

@@ -49,6 +49,11 @@ class JobStore {
   Result<std::vector<Job>> list(const JobFilter& filter) const;
   // Queued, held and running jobs: what the daemon loads at start.
   Result<std::vector<Job>> unfinished() const;
+  // The largest id of the jobs submitted before `unix_time` (0: none was), as a list's
+  // `after_id` that starts at the jobs submitted since. Found by bisecting the ids, whose
+  // submission times grow with them (to within a group commit's milliseconds), so it costs a
+  // few dozen key lookups however long the history.
+  Result<JobId> last_submitted_before(double unix_time) const;
   // New jobs get ids above `largest_used` from now on: ids found outside the database (its
   // jobs' log and attempt files) are never handed out again after it is deleted or replaced.
   Result<void> keep_ids_above(JobId largest_used);

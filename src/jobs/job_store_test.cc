@@ -249,6 +249,28 @@ TEST_F(JobStoreTest, ListsUnfinishedJobsByDefault) {
   EXPECT_EQ(listed(filter(kFinishedToo)), (std::vector<JobId>{1, 2, 3, 4, 5, 6}));
 }
 
+TEST_F(JobStoreTest, FindsWhereTheJobsSubmittedSinceATimeBegin) {
+  ASSERT_NO_FATAL_FAILURE(open_store());
+  EXPECT_EQ(*store_->last_submitted_before(100), 0u);  // no job at all
+  for (double submitted : {10.0, 20.0, 30.0, 40.0}) {
+    Job job = job_of("ana", JobState::Done);
+    job.submit_time = submitted;
+    insert(job);
+  }
+  EXPECT_EQ(*store_->last_submitted_before(5), 0u);
+  EXPECT_EQ(*store_->last_submitted_before(20), 1u);  // job 2 was submitted at 20: since, not before
+  EXPECT_EQ(*store_->last_submitted_before(25), 2u);
+  EXPECT_EQ(*store_->last_submitted_before(1e9), 4u);
+  ASSERT_TRUE(store_->keep_ids_above(1000).ok());  // a gap in the ids
+  Job late = job_of("ana", JobState::Queued);
+  late.submit_time = 50;
+  EXPECT_EQ(insert(late), 1001u);
+  EXPECT_EQ(*store_->last_submitted_before(45), 4u);
+  EXPECT_EQ(*store_->last_submitted_before(55), 1001u);
+  EXPECT_EQ(listed(filter(kFinishedToo, std::nullopt, std::nullopt, 0, *store_->last_submitted_before(35))),
+            (std::vector<JobId>{4, 1001}));
+}
+
 // Jobs 1 to 5: ana queued, bob running, ana done, bob done, ana running.
 void JobStoreTest::insert_two_users_jobs() {
   insert(job_of("ana", JobState::Queued));   // 1

@@ -32,4 +32,10 @@ std::string request_text(const Job& job) {
   return fmt::format("{}", job.spec.gpus.count);
 }
 
+std::string state_text(const Job& job) {
+  std::string state = to_string(job.state);
+  if (is_finished(job.state) && job.exit_code && *job.exit_code != 0) state += fmt::format("({})", *job.exit_code);
+  return state;
+}
+
 }  // namespace gpupool

@@ -17,4 +17,7 @@ std::string gpu_list_text(std::vector<unsigned> gpus);
 // What the job asked for: "2" whole GPUs, or "2x20480M" slices.
 std::string request_text(const Job& job);
 
+// The state, with a finished job's non-zero exit code: "running", "failed(3)".
+std::string state_text(const Job& job);
+
 }  // namespace gpupool

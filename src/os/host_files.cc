@@ -103,6 +103,16 @@ std::optional<uint64_t> HostFiles::process_start_ticks(uint32_t pid) const {
   return stat_number<uint64_t>(path(fmt::format("/proc/{}/stat", pid)), 22);
 }
 
+std::optional<double> HostFiles::process_start_time(uint32_t pid) const {
+  auto ticks = process_start_ticks(pid);
+  auto stat = read_file(path("/proc/stat"));
+  if (!ticks || !stat) return std::nullopt;
+  size_t line = stat->find("\nbtime ");
+  if (line == std::string::npos) return std::nullopt;
+  double boot = std::strtod(stat->c_str() + line + 7, nullptr);
+  return boot + static_cast<double>(*ticks) / static_cast<double>(sysconf(_SC_CLK_TCK));
+}
+
 std::optional<int> HostFiles::pci_numa_node(const std::string& nvml_bus_id) const {
   auto text = read_file(path("/sys/bus/pci/devices/" + sysfs_pci_name(nvml_bus_id) + "/numa_node"));
   if (!text) return std::nullopt;

@@ -29,6 +29,8 @@ class HostFiles {
   // When a process started, in clock ticks after boot (/proc/PID/stat); with the pid it names
   // one process for good, since a pid can be recycled but not at the same start time.
   std::optional<uint64_t> process_start_ticks(uint32_t pid) const;
+  // When a process started, in Unix seconds (the boot time of /proc/stat plus its start ticks).
+  std::optional<double> process_start_time(uint32_t pid) const;
   // The NUMA node a PCI device hangs off (sysfs numa_node), nullopt when unknown (-1).
   std::optional<int> pci_numa_node(const std::string& nvml_bus_id) const;
   // How many NUMA nodes the host has (sysfs); 0 when it cannot tell.

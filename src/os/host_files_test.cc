@@ -22,6 +22,9 @@ TEST(HostFilesTest, ReadsParentAndStartTimeFromProcStat) {
   EXPECT_EQ(host.parent_pid(42), 7u);
   EXPECT_EQ(host.process_start_ticks(42), 123456789u);
   EXPECT_EQ(host.process_start_ticks(43), std::nullopt);
+  EXPECT_EQ(host.process_start_time(42), std::nullopt);  // no /proc/stat yet
+  std::ofstream(root + "/proc/stat") << "cpu  1 2 3\nintr 5\nbtime 1764900000\nprocesses 9\n";
+  EXPECT_DOUBLE_EQ(*host.process_start_time(42), 1764900000.0 + 123456789.0 / static_cast<double>(sysconf(_SC_CLK_TCK)));
   std::filesystem::remove_all(root);
 }
 
@@ -31,6 +34,10 @@ TEST(HostFilesTest, AProcessKeepsItsStartTime) {
   ASSERT_TRUE(ours.has_value());
   EXPECT_EQ(host.process_start_ticks(static_cast<uint32_t>(getpid())), ours);
   EXPECT_LE(host.process_start_ticks(1).value_or(0), *ours);
+  auto started = host.process_start_time(static_cast<uint32_t>(getpid()));
+  ASSERT_TRUE(started.has_value());
+  EXPECT_LE(*started, static_cast<double>(time(nullptr)) + 1);
+  EXPECT_GT(*started, static_cast<double>(time(nullptr)) - 3600);  // this test started moments ago
 }
 
 TEST(HostFilesTest, ReadsPermissionsAndListsDirectoriesUnderTheRoot) {

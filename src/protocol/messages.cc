@@ -314,6 +314,7 @@ json request_json(const JobsRequest& request) {
                  {"state", request.state ? json(to_string(*request.state)) : json(nullptr)},
                  {"limit", request.limit}};
   if (request.after_id > 0) object["after_id"] = request.after_id;
+  if (request.submitted_since) object["submitted_since"] = *request.submitted_since;
   return object;
 }
 json request_json(const ShowRequest& request) { return {{"op", "show"}, {"id", request.id}}; }
@@ -360,6 +361,7 @@ Result<Request> request_from_json(const json& object) {
     TRY_ASSIGN(request.state, maybe(object, "state", as_state));
     TRY_ASSIGN(request.after_id, defaulted(object, "after_id", JobId{0}, whole_from<JobId>(0)));
     TRY_ASSIGN(request.limit, defaulted(object, "limit", kMaxJobsPage, whole<unsigned>(1, kMaxJobsPage)));
+    TRY_ASSIGN(request.submitted_since, maybe(object, "submitted_since", as_time));
     return Request(request);
   }
   if (op == "show") {

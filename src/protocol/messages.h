@@ -51,6 +51,8 @@ struct JobsRequest {
   std::optional<JobState> state;
   JobId after_id = 0;             // only jobs with a larger id (the previous page's last)
   unsigned limit = kMaxJobsPage;      // at most this many, 1 to kMaxJobsPage
+  // Only jobs submitted at or after this Unix time (give or take a group commit's milliseconds).
+  std::optional<double> submitted_since;
 };
 struct ShowRequest {
   JobId id = 0;

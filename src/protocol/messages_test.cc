@@ -220,9 +220,9 @@ TEST(ProtocolRequestTest, SubmitHeld) {
 }
 
 TEST(ProtocolRequestTest, Jobs) {
-  EXPECT_EQ(encode(Request(JobsRequest{true, "alice", JobState::Running, 4000, 50})),
+  EXPECT_EQ(encode(Request(JobsRequest{true, "alice", JobState::Running, 4000, 50, std::nullopt})),
             R"({"after_id":4000,"all":true,"limit":50,"op":"jobs","state":"running","user":"alice"})");
-  auto full = through_the_wire(JobsRequest{true, "alice", JobState::Running, 4000, 50});
+  auto full = through_the_wire(JobsRequest{true, "alice", JobState::Running, 4000, 50, std::nullopt});
   EXPECT_TRUE(full.all);
   EXPECT_EQ(full.user, "alice");
   EXPECT_EQ(full.state, JobState::Running);
@@ -238,8 +238,15 @@ TEST(ProtocolRequestTest, Jobs) {
   EXPECT_EQ(minimal.after_id, 0u);
   EXPECT_EQ(minimal.limit, kMaxJobsPage);
   through_the_wire(JobsRequest{});
-  EXPECT_EQ(through_the_wire(JobsRequest{false, {}, {}, 18446744073709551615u, 1}).after_id,
+  EXPECT_EQ(through_the_wire(JobsRequest{false, {}, {}, 18446744073709551615u, 1, std::nullopt}).after_id,
             18446744073709551615u);
+  JobsRequest since{true, "alice", {}, 0, 10, 1764930000.5};
+  EXPECT_EQ(encode(Request(since)),
+            R"({"all":true,"limit":10,"op":"jobs","state":null,"submitted_since":1764930000.5,"user":"alice"})");
+  EXPECT_EQ(through_the_wire(since).submitted_since, 1764930000.5);
+  auto bad = parse_request(R"({"op":"jobs","submitted_since":"yesterday"})");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.error().message.find("submitted_since"), std::string::npos) << bad.error().message;
 }
 
 TEST(ProtocolRequestTest, ShowAndLogs) {

@@ -43,7 +43,10 @@ class RestartTest(unittest.TestCase):
             before = {job: d.wait_state(job, "running")
                       for job in (ends_while_down, ends_after_restart, out_of_time, blocker)}
             self.assertEqual(d.job_state(queued), "queued")
-            waiter = d.background("wait", str(blocker), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            # A wait carries on across a restart (test_wait.py); one whose daemon does not come back
+            # within GPUPOOL_RECONNECT_S fails with one line, as one finding no daemon does.
+            waiter = d.background("wait", str(blocker), env={"GPUPOOL_RECONNECT_S": "0.5"},
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE)
             # Either way it must fail with one line: connected when the daemon dies, or finding no daemon.
             wait_until(lambda: has_socket(waiter.pid) or waiter.poll() is not None,
                        what="gpupool wait connecting")
