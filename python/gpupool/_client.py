@@ -1,7 +1,8 @@
 """The queue requests: submit, jobs, show, cancel, hold, release, wait, status (docs/protocol.md)."""
 import os
+import time
 
-from ._connection import Connection, Error
+from ._connection import Connection, ConnectionLost, Error
 from ._units import memory_mib, seconds
 
 _JOBS_PAGE = 1000  # jobs per `jobs` request: the protocol's largest page
@@ -26,11 +27,23 @@ def _argv(command):
     return list(command)
 
 
+def _comeback_seconds():
+    """How long a client that lost its daemon waits for the next one: GPUPOOL_RECONNECT_S, as
+    for the command-line tool, else a minute."""
+    configured = os.environ.get("GPUPOOL_RECONNECT_S", "")
+    return seconds(configured, "GPUPOOL_RECONNECT_S") if configured else 60.0
+
+
 class Client:
     """A connection to gpupoold. Every method sends one request (or a few, for paging) and
-    raises gpupool.Error with the daemon's line when it refuses."""
+    raises gpupool.Error with the daemon's line when it refuses. A refusal leaves the connection
+    usable; a restart of the daemon does too: a request whose connection is lost is sent again
+    once a daemon answers on the socket (within GPUPOOL_RECONNECT_S, default 60 s), except a
+    submission or a cancel, hold or release that may have reached the daemon, which raises
+    instead (it may have been carried out)."""
 
     def __init__(self, socket_path=None):
+        self._socket_path = socket_path
         self._connection = Connection(socket_path)
 
     @property
@@ -48,8 +61,27 @@ class Client:
         self.close()
         return False
 
-    def _request(self, message):
-        return self._connection.request(message)
+    def _request(self, message, may_repeat=True):
+        while True:
+            try:
+                return self._connection.request(message)
+            except ConnectionLost as lost:
+                if lost.sent and not may_repeat:
+                    raise Error(f"{lost}, after the request was sent: it may have been carried out "
+                                "(look with `gpupool jobs` before sending it again)") from None
+                self._reconnect(lost)
+
+    def _reconnect(self, lost):
+        self._connection.close()
+        give_up = time.monotonic() + _comeback_seconds()
+        while True:
+            try:
+                self._connection = Connection(self._socket_path)
+                return
+            except Error as e:
+                if time.monotonic() >= give_up:
+                    raise Error(f"lost gpupoold ({lost}), and none answered again: {e}") from None
+            time.sleep(0.1)
 
     def submit(self, command, gpus=1, mem=None, name=None, priority=0, after=(), retries=0, time_limit=None,
                hold=False, env=None, cwd=None):
@@ -74,7 +106,7 @@ class Client:
         }
         if job["time_limit_s"] == 0:
             raise Error(f"invalid time limit '{time_limit}': must be more than 0")
-        return self._request({"op": "submit", "job": job, "hold": bool(hold)})["id"]
+        return self._request({"op": "submit", "job": job, "hold": bool(hold)}, may_repeat=False)["id"]
 
     def jobs(self, all=False, user=None, state=None):  # noqa: A002 - the protocol's and the CLI's name
         """The queue (queued, held and running jobs; with all=True finished ones too), oldest
@@ -98,7 +130,7 @@ class Client:
         return jobs[0]
 
     def _act(self, op, ids):
-        outcomes = self._request({"op": op, "ids": _ids(ids)})["outcomes"]
+        outcomes = self._request({"op": op, "ids": _ids(ids)}, may_repeat=False)["outcomes"]
         problems = [outcome["error"] for outcome in outcomes if outcome.get("error")]
         if problems:
             raise Error("; ".join(problems))

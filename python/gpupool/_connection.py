@@ -16,6 +16,15 @@ class Error(Exception):
     """Every failure of this package: one line for a person, as `gpupool` would print it."""
 
 
+class ConnectionLost(Error):
+    """The connection broke or the daemon closed it (it stopped, or restarts), as opposed to the
+    daemon refusing a request. `sent` says whether the request may have reached the daemon."""
+
+    def __init__(self, message, sent):
+        super().__init__(message)
+        self.sent = sent
+
+
 def runtime_directory():
     """Where gpupoold's socket lives, by the rules the command-line tool follows."""
     configured = os.environ.get("GPUPOOL_RUNTIME_DIR", "")
@@ -82,10 +91,12 @@ class Connection:
         line = json.dumps(message, separators=(",", ":"), sort_keys=True, ensure_ascii=False).encode()
         if len(line) > MAX_MESSAGE_BYTES:
             raise Error(f"the request is {len(line)} bytes, more than a message may have ({MAX_MESSAGE_BYTES})")
+        if self.sock is None:
+            raise ConnectionLost("the connection to gpupoold is closed", sent=False)
         try:
             self.sock.sendall(line + b"\n")
         except OSError as e:
-            raise Error(f"cannot talk to gpupoold: {e.strerror or e}") from None
+            raise ConnectionLost(f"cannot talk to gpupoold: {e.strerror or e}", sent=False) from None
 
     def receive_line(self):
         """The next message (a dict) and the descriptors that came with it; (None, []) when the
@@ -115,7 +126,7 @@ class Connection:
             except socket.timeout:
                 raise  # the caller's deadline, not a broken connection
             except OSError as e:
-                raise Error(f"cannot talk to gpupoold: {e.strerror or e}") from None
+                raise ConnectionLost(f"cannot talk to gpupoold: {e.strerror or e}", sent=True) from None
             for level, kind, payload in ancillary:
                 if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
                     fds.frombytes(payload[:len(payload) - len(payload) % fds.itemsize])
@@ -136,6 +147,8 @@ class Connection:
         answer, fds = self.receive_line()
         for fd in fds:
             os.close(fd)
+        if answer is None:
+            raise ConnectionLost("gpupoold closed the connection", sent=True)
         return check(answer)
 
 

@@ -150,9 +150,10 @@ class PythonClientTest(unittest.TestCase):
                     call()
                 cli = d.gp(*args)
                 self.assertEqual(f"gpupool: {caught.exception}\n", cli.stderr, "the message gpupool prints")
-            with self.assertRaisesRegex(gpupool.Error, r"^bad request: 'priority' must be a whole number"), \
-                    gpupool.Client(d.socket) as closed_after:
-                closed_after.submit(["true"], priority=5000)
+            with gpupool.Client(d.socket) as refused:
+                with self.assertRaisesRegex(gpupool.Error, r"^bad request: 'priority' must be a whole number"):
+                    refused.submit(["true"], priority=5000)
+                self.assertEqual(refused.status()["queued"], 0, "the client lives on after a bad request")
             with self.assertRaisesRegex(gpupool.Error, "list of strings"):
                 c.submit("echo hi")
             with self.assertRaisesRegex(gpupool.Error, "unknown unit"):
@@ -165,6 +166,27 @@ class PythonClientTest(unittest.TestCase):
             gpupool.Client()
         with self.assertRaisesRegex(gpupool.Error, "^no gpupoold is running"):
             gpupool.acquire(1)
+
+    def test_a_client_carries_on_across_a_restart_of_the_daemon(self):
+        with Daemon() as d, gpupool.Client(d.socket) as c:
+            job = c.submit(["sh", "-c", f"{until_exists(d.path('go'))}; exit 5"], env=d.env, cwd=d.work)
+            d.wait_state(job, "running")
+            waited = []
+            waiter = threading.Thread(target=lambda: waited.extend(c.wait(job)))
+            waiter.start()
+            d.stop()  # the job runs on; the wait is asked again of the next daemon
+            d.start()
+            d.touch("go")
+            waiter.join(timeout=60)
+            self.assertFalse(waiter.is_alive(), "the wait did not end")
+            self.assertEqual([(j["id"], j["state"], j["exit_code"]) for j in waited], [(job, "failed", 5)])
+            self.assertEqual(c.status()["pid"], d.proc.pid)
+            os.environ["GPUPOOL_RECONNECT_S"] = "0.3"
+            d.kill()
+            with self.assertRaisesRegex(gpupool.Error, r"^lost gpupoold \(.*\), and none answered again: "):
+                c.status()
+            d.start()
+            self.assertEqual(c.status()["pid"], d.proc.pid, "it connects again when asked again")
 
     def test_acquire_sets_what_gpupool_run_sets(self):
         with Daemon() as d:
