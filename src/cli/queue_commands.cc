@@ -285,14 +285,10 @@ Result<int> act_on_jobs(proto::JobAction action, const std::vector<std::string>&
 // --- logs ---
 
 Result<void> copy_new_bytes(int fd) {
-  char buffer[65536];
-  for (;;) {
-    ssize_t n = read(fd, buffer, sizeof(buffer));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return fail("cannot read the log: {}", std::strerror(errno));
-    if (n == 0) return {};
-    if (fwrite(buffer, 1, static_cast<size_t>(n), stdout) != static_cast<size_t>(n)) return fail("cannot write");
-  }
+  return read_each_chunk(fd, [](std::string_view chunk) -> Result<void> {
+    if (fwrite(chunk.data(), 1, chunk.size(), stdout) != chunk.size()) return fail("cannot write");
+    return {};
+  });
 }
 
 // How often a followed log is looked at for new bytes, and a missing one asked for again.

@@ -3,13 +3,12 @@
 #include <fcntl.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <charconv>
-#include <cstring>
 
 #include <nlohmann/json.hpp>
 
 #include "os/fd.h"
+#include "os/file_lock.h"
 #include "os/files.h"
 
 namespace gpupool {
@@ -43,20 +42,14 @@ JobId largest_recorded_id(const std::vector<std::string>& file_names) {
 
 Result<AttemptRecord> read_attempt_record(const std::string& record_path) {
   AttemptRecord record;
-  Fd file(::open(record_path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
-  if (!file.valid()) {
-    if (errno == ENOENT) return record;  // NeverStarted
-    return fail("cannot open {}: {}", record_path, std::strerror(errno));
-  }
+  TRY_ASSIGN(std::optional<Fd> opened, open_existing(record_path, O_RDONLY | O_NOFOLLOW));
+  if (!opened) return record;  // NeverStarted
+  const Fd& file = *opened;
   // The lock first: once it is free, no one writes the record any more, so what we read next is
   // final. (Read first, and a supervisor that wrote "exited" in between would look lost.)
-  struct flock lock {};
-  lock.l_type = F_WRLCK;
-  lock.l_whence = SEEK_SET;
-  if (fcntl(file.get(), F_OFD_GETLK, &lock) != 0) {
-    return fail("cannot test the lock of {}: {}", record_path, std::strerror(errno));
-  }
-  const bool locked = lock.l_type != F_UNLCK;
+  auto lock = find_range_lock(file.get(), ByteRange{0, kToEndOfFile});
+  if (!lock) return fail("cannot test the lock of {}: {}", record_path, lock.error().message);
+  const bool locked = lock->has_value();
   auto text = read_to_end(file.get());
   if (!text) return fail("cannot read {}: {}", record_path, text.error().message);
 

@@ -1,9 +1,4 @@
 // gpupoold: the job queue daemon (src/daemon/daemon.h), or one attempt's supervisor.
-#include <unistd.h>
-
-#include <climits>
-#include <cstdlib>
-#include <cstring>
 #include <string_view>
 
 #include <CLI/CLI.hpp>
@@ -14,6 +9,8 @@
 #include "daemon/daemon_options.h"
 #include "daemon/supervisor.h"
 #include "os/accounts.h"
+#include "os/environment.h"
+#include "os/host_files.h"
 
 namespace gpupool {
 namespace {
@@ -38,9 +35,9 @@ int daemon_main(int argc, char** argv) {
   std::string& config_path = options.config_path;
   bool named = !config_path.empty();
   if (!named) {
-    const char* env = std::getenv("GPUPOOL_CONFIG");
-    named = env != nullptr && *env != '\0';
-    config_path = named ? env : kDefaultConfigPath;
+    std::optional<std::string> env = environment_variable("GPUPOOL_CONFIG");
+    named = env && !env->empty();
+    config_path = named ? *env : kDefaultConfigPath;
   }
   auto config = load_config(config_path, named);
   if (!config) {
@@ -59,14 +56,13 @@ int daemon_main(int argc, char** argv) {
     return 0;
   }
   if (http) config->http = *http == "off" ? std::nullopt : http;
-  char self[PATH_MAX] = {};
-  ssize_t length = readlink("/proc/self/exe", self, sizeof(self) - 1);
-  if (length <= 0) {
-    fmt::print(stderr, "gpupoold: cannot find its own program: {}\n", std::strerror(errno));
+  auto self = executable_path();
+  if (!self) {
+    fmt::print(stderr, "gpupoold: cannot find its own program: {}\n", self.error().message);
     return 1;
   }
-  DaemonSettings settings{options.runtime_dir, options.state_dir, std::string(self, static_cast<size_t>(length)),
-                          std::move(*config), options.end_with};
+  DaemonSettings settings{options.runtime_dir, options.state_dir, std::move(*self), std::move(*config),
+                          options.end_with};
   auto daemon = Daemon::create(std::move(settings));
   if (!daemon) {
     fmt::print(stderr, "gpupoold: {}\n", daemon.error().message);

@@ -1,25 +1,17 @@
 #include "daemon/process_watch.h"
 
-#include <poll.h>
-#include <sys/syscall.h>
-#include <unistd.h>
+#include <chrono>
 
-#include <cerrno>
-#include <cstring>
+#include "os/fd.h"
+#include "os/process.h"
 
 namespace gpupool {
 namespace {
 
-int pidfd_open(pid_t pid) { return static_cast<int>(syscall(SYS_pidfd_open, pid, 0)); }
-
 // A pidfd polls readable once its process has ended.
 bool pidfd_ended(int pidfd) {
-  pollfd ready{pidfd, POLLIN, 0};
-  int n = 0;
-  do {
-    n = poll(&ready, 1, 0);
-  } while (n < 0 && errno == EINTR);
-  return n != 0;  // an error counts as ended: the job's end is then read from its record
+  auto ready = wait_until_ready({pidfd}, std::chrono::milliseconds(0));
+  return !ready || (*ready)[0];  // an error counts as ended: the job's end is then read from its record
 }
 
 }  // namespace
@@ -28,12 +20,12 @@ ProcessWatch::ProcessWatch(asio::io_context& io, std::function<void(JobId)> ende
     : io_(io), ended_(std::move(ended)) {}
 
 void ProcessWatch::watch(JobId id, pid_t pid) {
-  int fd = pidfd_open(pid);
-  if (fd < 0) {
+  auto fd = open_process_fd(pid);
+  if (!fd) {
     asio::post(io_, [this, id] { ended_(id); });  // already gone
     return;
   }
-  watchers_[id] = std::make_unique<asio::posix::stream_descriptor>(io_, fd);
+  watchers_[id] = std::make_unique<asio::posix::stream_descriptor>(io_, fd->release());
   await(id);
 }
 
@@ -56,9 +48,9 @@ void ProcessWatch::await(JobId id) {
 }
 
 Result<void> ProcessWatch::watch_end_with(pid_t pid, std::function<void()> ended) {
-  int pidfd = pidfd_open(pid);
-  if (pidfd < 0) return fail("--end-with {}: {}", pid, std::strerror(errno));
-  end_with_.emplace(io_, pidfd);
+  auto pidfd = open_process_fd(pid);
+  if (!pidfd) return fail("--end-with {}: {}", pid, pidfd.error().message);
+  end_with_.emplace(io_, pidfd->release());
   end_with_->async_wait(asio::posix::stream_descriptor::wait_read,
                         [ended = std::move(ended)](const asio::error_code& error) {
                           if (!error) ended();

@@ -1,17 +1,15 @@
 #include "daemon/session.h"
 
 #include <fcntl.h>
-#include <sys/file.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
-#include <cstring>
 
 #include <fmt/format.h>
 
 #include "os/accounts.h"
+#include "os/file_lock.h"
+#include "os/files.h"
+#include "os/process.h"
 
 namespace gpupool {
 namespace {
@@ -25,7 +23,7 @@ namespace proto = protocol;
 constexpr unsigned kMaxConnectionsPerUser = 512;
 
 // Asio opens its sockets inheritable; a supervisor must not carry the daemon's sockets.
-void keep_from_children(int fd) { fcntl(fd, F_SETFD, FD_CLOEXEC); }
+void keep_from_children(int fd) { (void)set_inherited_by_exec(fd, false); }
 
 }  // namespace
 
@@ -34,23 +32,22 @@ Sessions::Sessions(asio::io_context& io) : acceptor_(io) {}
 Result<void> Sessions::listen(const std::string& state_dir, const std::string& runtime_dir) {
   // One daemon per state directory: the lock lives as long as this process.
   std::string lock_path = state_dir + "/gpupoold.lock";
-  instance_lock_ = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
-  if (instance_lock_ < 0) return fail("cannot open {}: {}", lock_path, std::strerror(errno));
-  if (flock(instance_lock_, LOCK_EX | LOCK_NB) != 0) {
+  TRY_ASSIGN(Fd lock, open_file(lock_path, O_RDWR | O_CREAT | O_NOFOLLOW, 0600));
+  if (!try_lock_file(lock.get(), LockMode::exclusive)) {
     return fail("another gpupoold is running with state directory {}", state_dir);
   }
+  instance_lock_ = lock.release();  // never closed
   socket_path_ = proto::socket_path(runtime_dir);
-  struct stat st {};
-  if (lstat(socket_path_.c_str(), &st) == 0) {
+  if (auto existing = link_status(socket_path_)) {
     // Left by a daemon that died, unless someone else planted it there.
-    if (st.st_uid != geteuid()) {
-      return fail("{} belongs to uid {}: remove it, it is not this daemon's", socket_path_, st.st_uid);
+    if (existing->owner != effective_user_id()) {
+      return fail("{} belongs to uid {}: remove it, it is not this daemon's", socket_path_, existing->owner);
     }
     if (auto fd = connect_unix_socket(socket_path_)) {
-      ::close(*fd);
+      close_descriptors({*fd});
       return fail("another gpupoold is listening on {}", socket_path_);
     }
-    unlink(socket_path_.c_str());
+    (void)remove_file(socket_path_);
   }
   asio::error_code error;
   acceptor_.open(stream_protocol(), error);
@@ -61,16 +58,13 @@ Result<void> Sessions::listen(const std::string& state_dir, const std::string& r
   keep_from_children(acceptor_.native_handle());
   // A system daemon serves everyone (identity comes from the kernel, not the socket's mode);
   // a personal daemon only its own user.
-  if (chmod(socket_path_.c_str(), geteuid() == 0 ? 0666 : 0600) != 0) {
-    return fail("cannot set the mode of {}: {}", socket_path_, std::strerror(errno));
-  }
-  return {};
+  return change_mode(socket_path_, effective_user_id() == 0 ? 0666 : 0600);
 }
 
 void Sessions::stop_listening() {
   asio::error_code ignored;  // also from the destructor, which must not throw
   acceptor_.close(ignored);
-  if (socket_bound_) unlink(socket_path_.c_str());
+  if (socket_bound_) (void)remove_file(socket_path_);
   socket_bound_ = false;
 }
 
@@ -110,14 +104,14 @@ void Sessions::accept_next() {
           ++(*connections_)[peer->uid];
           session->connections = connections_;
         }
-        read(session);
+        read_request(session);
       }
     }
     accept_next();
   });
 }
 
-void Sessions::read(const SessionPtr& session) {
+void Sessions::read_request(const SessionPtr& session) {
   asio::async_read_until(session->socket, session->input, '\n',
                          [this, session](const asio::error_code& error, size_t length) {
                            if (error) {
@@ -134,7 +128,7 @@ void Sessions::read(const SessionPtr& session) {
                                                 static_cast<std::ptrdiff_t>(length - 1));
                            session->input.consume(length);
                            handle_line(session, line);
-                           if (!session->closing) read(session);
+                           if (!session->closing) read_request(session);
                          });
 }
 
@@ -181,7 +175,7 @@ void Sessions::flush(const SessionPtr& session) {
     // Descriptors go with sendmsg; the line is short and the client is waiting for it.
     Session::Outgoing& out = session->outbox.front();
     auto sent = send_line(session->socket.native_handle(), out.line, out.descriptors);
-    for (int fd : out.descriptors) ::close(fd);
+    close_descriptors(out.descriptors);
     session->outbox.pop_front();
     if (!sent) {
       hang_up(session);
@@ -207,9 +201,7 @@ void Sessions::flush(const SessionPtr& session) {
 }
 
 void Sessions::hang_up(const SessionPtr& session) {
-  for (auto& out : session->outbox) {
-    for (int fd : out.descriptors) ::close(fd);
-  }
+  for (auto& out : session->outbox) close_descriptors(out.descriptors);
   // A line being written stays until its handler pops it: the write reads from it. (Clearing it
   // too crashed the daemon on a client's oversized line, whose error reply is then in flight.)
   session->outbox.erase(session->outbox.begin() + (session->writing ? 1 : 0), session->outbox.end());

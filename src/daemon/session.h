@@ -29,7 +29,7 @@ using ConnectionCounts = std::map<uid_t, unsigned>;
 
 struct Session {
   explicit Session(asio::local::stream_protocol::socket s)
-      : socket(std::move(s)), input(protocol::kMaxMessageBytes) {}
+      : socket{std::move(s)}, input(protocol::kMaxMessageBytes) {}
   ~Session() {
     if (connections) --(*connections)[peer.uid];
   }
@@ -78,7 +78,7 @@ class Sessions {
  private:
   void hang_up(const SessionPtr& session);
   void accept_next();
-  void read(const SessionPtr& session);
+  void read_request(const SessionPtr& session);
   void handle_line(const SessionPtr& session, const std::string& line);
   // Sends what is queued, then closes the connection if it is closing.
   void flush(const SessionPtr& session);

@@ -1,87 +1,51 @@
 #include "daemon/supervisor.h"
 
 #include <fcntl.h>
-#include <grp.h>
-#include <poll.h>
 #include <signal.h>
-#include <spawn.h>
-#include <sys/prctl.h>
-#include <sys/signalfd.h>
-#include <sys/socket.h>
-#include <sys/stat.h>
-#include <sys/syscall.h>
-#include <sys/timerfd.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <cerrno>
-#include <climits>
-#include <cmath>
 #include <cstring>
-#include <iterator>
+#include <initializer_list>
+#include <optional>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "os/child_process.h"
+#include "os/clock.h"
 #include "os/fd.h"
+#include "os/file_lock.h"
 #include "os/files.h"
+#include "os/forked_child.h"
+#include "os/process.h"
+#include "os/signals.h"
+#include "os/timer.h"
+#include "os/unix_socket.h"
 
 namespace gpupool {
 namespace {
 
 using nlohmann::json;
 
-double unix_time() {
-  timespec now{};
-  clock_gettime(CLOCK_REALTIME, &now);
-  return static_cast<double>(now.tv_sec) + static_cast<double>(now.tv_nsec) / 1e9;
-}
-
 // One line in one write() to a file opened O_APPEND, so a reader sees whole lines, and at worst
 // a torn last one when the writer dies mid-write.
 Result<void> append_event(int record_fd, const json& event) {
   // Reasons may quote paths that are not UTF-8; they are for people, so replacing is fine.
   std::string line = event.dump(-1, ' ', false, json::error_handler_t::replace) + "\n";
-  if (::write(record_fd, line.data(), line.size()) != static_cast<ssize_t>(line.size())) {
+  if (!write_in_one_call(record_fd, line.data(), line.size())) {
     return fail("cannot write the attempt record: {}", std::strerror(errno));
   }
   return {};
 }
 
-// Puts every signal back to its default action: ignored signals stay ignored across exec, and
-// neither the supervisor nor the job should inherit the daemon's choices.
-void reset_signal_dispositions() {
-  struct sigaction default_action {};
-  default_action.sa_handler = SIG_DFL;
-  sigemptyset(&default_action.sa_mask);
-  for (int signal = 1; signal < NSIG; ++signal) {
-    if (signal != SIGKILL && signal != SIGSTOP) sigaction(signal, &default_action, nullptr);
-  }
-}
-
-void unblock_all_signals() {
-  sigset_t none;
-  sigemptyset(&none);
-  sigprocmask(SIG_SETMASK, &none, nullptr);
-}
-
 // What the supervisor takes through its signalfd: a cancel, and its job's end. Blocked from before
 // the supervisor's exec, so a cancel sent as soon as its pid is known is never lost.
-sigset_t supervisor_signals() {
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGTERM);
-  sigaddset(&signals, SIGCHLD);
-  return signals;
-}
-
-// The most descriptors one attempt carries: its record and one lease per GPU (the kernel's
-// limit for one message is 253).
-constexpr size_t kMaxHandedDescriptors = 253;
+constexpr std::initializer_list<int> kSupervisorSignals = {SIGTERM, SIGCHLD};
 
 std::string attempt_text(const SupervisedAttempt& a) {
   json time_limit = a.time_limit_s ? json(*a.time_limit_s) : json(nullptr);
@@ -153,7 +117,8 @@ struct ChildReport {
 constexpr int kNotFoundExit = 127;   // as a shell reports a command it cannot find
 constexpr int kCannotRunExit = 126;  // found but not runnable; also a failed setup
 
-// Everything the job's child needs, prepared before the fork so the child only makes system calls.
+// Everything the job's child needs, prepared before the fork so the child only makes system calls
+// (through the async-signal-safe steps of os/forked_child.h): it allocates nothing.
 struct JobLaunch {
   std::vector<std::string> args, env, candidates;
   std::vector<char*> argv, envp;
@@ -187,25 +152,9 @@ std::vector<std::string> command_candidates(const std::string& command, const st
   return candidates;
 }
 
-// fork() that starts the child in the cgroup v2 directory `group_fd` (clone3 with
-// CLONE_INTO_CGROUP, Linux 5.7): the caller stays where it is. Our own declarations of the
-// kernel's ABI, as the C library has no wrapper.
-pid_t fork_into_cgroup(int group_fd) {
-  struct CloneArgs {
-    uint64_t flags, pidfd, child_tid, parent_tid, exit_signal, stack, stack_size, tls, set_tid, set_tid_size,
-        cgroup;
-  };
-  constexpr uint64_t kCloneIntoCgroup = 0x200000000ULL;
-  CloneArgs args{};
-  args.flags = kCloneIntoCgroup;
-  args.exit_signal = SIGCHLD;
-  args.cgroup = static_cast<uint64_t>(group_fd);
-  return static_cast<pid_t>(syscall(SYS_clone3, &args, sizeof args));
-}
-
 [[noreturn]] void report_and_exit(int report_fd, ChildStep step, int error) {
   ChildReport report{step, error};
-  (void)!::write(report_fd, &report, sizeof report);
+  (void)write_in_one_call(report_fd, &report, sizeof report);
   _exit(step == ChildStep::Exec && error == ENOENT ? kNotFoundExit : kCannotRunExit);
 }
 
@@ -214,49 +163,29 @@ pid_t fork_into_cgroup(int group_fd) {
 [[noreturn]] void exec_job(const JobLaunch& launch) {
   // Closing our copy of the record now (not only at exec) lets the lock go with the supervisor
   // even while we are still setting up.
-  for (int fd : launch.close_first) ::close(fd);
+  close_descriptors(launch.close_first);
+  // Neither the supervisor's signal choices nor its mask are the job's.
   reset_signal_dispositions();
   unblock_all_signals();
-  setpgid(0, 0);
+  make_group_leader(0);
   if (launch.change_identity) {
-    if (setgroups(launch.groups.size(), launch.groups.data()) != 0 || setgid(launch.gid) != 0 ||
-        setuid(launch.uid) != 0) {
-      report_and_exit(launch.report_fd, ChildStep::Identity, errno);
-    }
-    uid_t ruid = 0, euid = 0, suid = 0;
-    gid_t rgid = 0, egid = 0, sgid = 0;
-    if (getresuid(&ruid, &euid, &suid) != 0 || getresgid(&rgid, &egid, &sgid) != 0 || ruid != launch.uid ||
-        euid != launch.uid || suid != launch.uid || rgid != launch.gid || egid != launch.gid ||
-        sgid != launch.gid) {
-      report_and_exit(launch.report_fd, ChildStep::Identity, EPERM);
+    if (int error = become_user(launch.uid, launch.gid, launch.groups); error != 0) {
+      report_and_exit(launch.report_fd, ChildStep::Identity, error);
     }
   }
-  umask(launch.umask);
-  if (chdir(launch.cwd.c_str()) != 0) report_and_exit(launch.report_fd, ChildStep::Directory, errno);
-  if (dup2(launch.stdout_fd, STDOUT_FILENO) < 0 || dup2(launch.stderr_fd, STDERR_FILENO) < 0) {
-    report_and_exit(launch.report_fd, ChildStep::Output, errno);
+  set_umask(launch.umask);
+  if (int error = change_directory(launch.cwd.c_str()); error != 0) {
+    report_and_exit(launch.report_fd, ChildStep::Directory, error);
+  }
+  if (int error = redirect_standard_streams(-1, launch.stdout_fd, launch.stderr_fd); error != 0) {
+    report_and_exit(launch.report_fd, ChildStep::Output, error);
   }
   ChildReport ready;
-  if (::write(launch.report_fd, &ready, sizeof ready) != static_cast<ssize_t>(sizeof ready)) {
-    _exit(kCannotRunExit);
-  }
+  if (!write_in_one_call(launch.report_fd, &ready, sizeof ready)) _exit(kCannotRunExit);
   char go = 0;
-  ssize_t got = 0;
-  do {
-    got = ::read(launch.go_fd, &go, 1);
-  } while (got < 0 && errno == EINTR);
-  if (got != 1) _exit(kCannotRunExit);  // the supervisor is gone, or decided against starting
-  // As execvp: a candidate we may not run is remembered, a missing one skipped.
-  int error = ENOENT;
-  for (const auto& candidate : launch.candidates) {
-    execve(candidate.c_str(), launch.argv.data(), launch.envp.data());
-    if (errno == EACCES) {
-      error = EACCES;
-    } else if (errno != ENOENT && errno != ENOTDIR) {
-      error = errno;
-      break;
-    }
-  }
+  // Nothing: the supervisor is gone, or decided against starting.
+  if (!read_in_one_call(launch.go_fd, &go, 1)) _exit(kCannotRunExit);
+  int error = exec_first_found(launch.candidates, launch.argv.data(), launch.envp.data());
   report_and_exit(launch.report_fd, ChildStep::Exec, error);
 }
 
@@ -282,17 +211,12 @@ std::string could_not_start(const SupervisedAttempt& attempt, const ChildReport&
 }
 
 Result<Fd> open_log(const std::string& path, uid_t uid, gid_t gid) {
-  if (path.empty()) {
-    Fd null(::open("/dev/null", O_WRONLY | O_CLOEXEC));
-    if (!null.valid()) return fail("cannot open /dev/null: {}", std::strerror(errno));
-    return null;
-  }
+  if (path.empty()) return open_file("/dev/null", O_WRONLY);
   // Opened here, where we may still be root, and handed to the job's owner: the log directory is
   // not writable by users, so nobody can plant a link where the log goes.
-  Fd log(::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_CLOEXEC, 0600));
-  if (!log.valid()) return fail("cannot open {}: {}", path, std::strerror(errno));
-  if (fchown(log.get(), uid, gid) != 0) {
-    return fail("cannot hand {} to uid {}: {}", path, uid, std::strerror(errno));
+  TRY_ASSIGN(Fd log, open_file(path, O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW, 0600));
+  if (auto handed = change_owner(log.get(), uid, gid); !handed) {
+    return fail("cannot hand {} to uid {}: {}", path, uid, handed.error().message);
   }
   return log;
 }
@@ -312,17 +236,13 @@ class AttemptSupervisor {
 
  private:
   Result<void> start_job() {
-    bool as_root = geteuid() == 0;
-    if (!as_root && (attempt_.uid != getuid() || attempt_.gid != getgid())) {
+    bool as_root = effective_user_id() == 0;
+    if (!as_root && (attempt_.uid != real_user_id() || attempt_.gid != real_group_id())) {
       return fail("the supervisor runs as uid {} gid {}, not root, so it cannot run a job as uid {} gid {}",
-                  getuid(), getgid(), attempt_.uid, attempt_.gid);
+                  real_user_id(), real_group_id(), attempt_.uid, attempt_.gid);
     }
-    sigset_t handled = supervisor_signals();
-    signal_fd_.reset(signalfd(-1, &handled, SFD_NONBLOCK | SFD_CLOEXEC));
-    timer_fd_.reset(timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC));
-    if (!signal_fd_.valid() || !timer_fd_.valid()) {
-      return fail("cannot wait for signals: {}", std::strerror(errno));
-    }
+    TRY_ASSIGN(signal_fd_, signal_descriptor(kSupervisorSignals));
+    TRY_ASSIGN(timer_fd_, timer_descriptor());
     TRY_ASSIGN(Fd out, open_log(attempt_.stdout_path, attempt_.uid, attempt_.gid));
     TRY_ASSIGN(Fd err, open_log(attempt_.stderr_path, attempt_.uid, attempt_.gid));
     TRY_ASSIGN(auto report_pipe, make_pipe());
@@ -352,7 +272,7 @@ class AttemptSupervisor {
 
     TRY_ASSIGN(pid_t pid, fork_job(err.get()));
     if (pid == 0) exec_job(launch);
-    setpgid(pid, pid);  // also here, so the group exists before we might signal it
+    make_group_leader(pid);  // also here, so the group exists before we might signal it
     job_ = pid;
     report_fd_ = std::move(report_pipe.first);
     go_fd_ = std::move(go_pipe.second);
@@ -369,9 +289,12 @@ class AttemptSupervisor {
     auto files = system_cgroup_files();
     auto ready = create_attempt_group(*files, isolation.mechanism, isolation.group, isolation.denied_minors);
     if (ready && isolation.mechanism == IsolationMechanism::CgroupV2) {
-      group_fd_.reset(::open(isolation.group.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-      if (group_fd_.valid()) return {};
-      ready = fail("cannot open {}: {}", isolation.group, std::strerror(errno));
+      auto group = open_file(isolation.group, O_RDONLY | O_DIRECTORY);
+      if (group) {
+        group_fd_ = std::move(*group);
+        return {};
+      }
+      ready = std::move(group).error();
     } else if (ready) {
       return join_own_group(*files, stderr_fd);
     }
@@ -392,55 +315,45 @@ class AttemptSupervisor {
     if (attempt_.isolation->required) return fail("cannot isolate its devices: {}", why.error().message);
     std::string warning = fmt::format("gpupool: job {} runs without device isolation: {}\n", attempt_.id,
                                       why.error().message);
-    (void)!::write(stderr_fd, warning.data(), warning.size());
+    (void)write_in_one_call(stderr_fd, warning.data(), warning.size());
     return {};
   }
 
   Result<pid_t> fork_job(int stderr_fd) {
     if (group_fd_.valid()) {
-      pid_t pid = fork_into_cgroup(group_fd_.get());
-      if (pid >= 0) return pid;
-      // A kernel before 5.7 (ENOSYS, or EINVAL for the flag): into the group the old way.
-      if (errno != ENOSYS && errno != EINVAL && errno != E2BIG) {
-        return fail("cannot fork into {}: {}", attempt_.isolation->group, std::strerror(errno));
-      }
+      TRY_ASSIGN(std::optional<pid_t> pid, fork_into_cgroup(group_fd_.get(), attempt_.isolation->group));
+      if (pid) return *pid;
+      // A kernel before 5.7: into the group the old way.
       TRY(join_own_group(*system_cgroup_files(), stderr_fd));
     }
-    pid_t pid = fork();
-    if (pid < 0) return fail("cannot fork: {}", std::strerror(errno));
-    return pid;
+    return fork_process();
   }
 
   // Until the job's leader has exited and been reaped.
   void supervise() {
     while (!leader_status_) {
-      pollfd waits[] = {
-          {signal_fd_.get(), POLLIN, 0}, {timer_fd_.get(), POLLIN, 0}, {report_fd_.get(), POLLIN, 0}};
-      if (poll(waits, std::size(waits), -1) < 0) {
-        if (errno == EINTR) continue;
+      auto ready = wait_until_ready({signal_fd_.get(), timer_fd_.get(), report_fd_.get()}, std::nullopt);
+      if (!ready) {
         stop_now();  // cannot wait any more: make sure the job does not outlive its supervision
-        wait_for_leader(0);
+        wait_for_leader(true);
         return;
       }
       // Signals first: a cancel that came while the child prepared must win over its "ready".
-      if (waits[0].revents != 0) on_signals();
-      if (waits[1].revents != 0) on_timer();
-      if (waits[2].revents != 0) on_report();
+      if ((*ready)[0]) on_signals();
+      if ((*ready)[1]) on_timer();
+      if ((*ready)[2]) on_report();
     }
   }
 
   void on_signals() {
-    signalfd_siginfo info{};
-    while (::read(signal_fd_.get(), &info, sizeof info) == static_cast<ssize_t>(sizeof info)) {
-      if (info.ssi_signo == SIGTERM) stop("cancelled");
+    while (auto signal = read_signal(signal_fd_.get())) {
+      if (*signal == SIGTERM) stop("cancelled");
     }
-    wait_for_leader(WNOHANG);
+    wait_for_leader(false);
   }
 
   void on_timer() {
-    uint64_t expirations = 0;
-    ssize_t got = ::read(timer_fd_.get(), &expirations, sizeof expirations);
-    if (got != static_cast<ssize_t>(sizeof expirations)) return;  // not expired after all
+    if (!take_timer_expiry(timer_fd_.get())) return;  // not expired after all
     if (!stop_reason_) {
       stop("time limit");
     } else {
@@ -450,11 +363,7 @@ class AttemptSupervisor {
 
   void on_report() {
     ChildReport report;
-    ssize_t got = 0;
-    do {
-      got = ::read(report_fd_.get(), &report, sizeof report);
-    } while (got < 0 && errno == EINTR);
-    if (got != static_cast<ssize_t>(sizeof report)) {  // exec succeeded, or the child died
+    if (!read_in_one_call(report_fd_.get(), &report, sizeof report)) {  // exec succeeded, or the child died
       report_fd_.reset();
       return;
     }
@@ -471,7 +380,7 @@ class AttemptSupervisor {
   void on_ready() {
     // Cancelled meanwhile, or dead: the child was signalled and never gets the go.
     if (stop_reason_ || leader_status_) return;
-    json started = {{"event", "started"}, {"job_pid", job_}, {"pgid", job_}, {"time", unix_time()}};
+    json started = {{"event", "started"}, {"job_pid", job_}, {"pgid", job_}, {"time", unix_now()}};
     if (auto written = append_event(record_fd_, started); !written) {
       failure_ = "could not start: " + written.error().message;
       failed_before_exec_ = true;
@@ -479,9 +388,9 @@ class AttemptSupervisor {
       return;
     }
     char go = 1;
-    (void)!::write(go_fd_.get(), &go, 1);
+    (void)write_in_one_call(go_fd_.get(), &go, 1);
     go_fd_.reset();
-    if (attempt_.time_limit_s) arm_timer(*attempt_.time_limit_s);
+    if (attempt_.time_limit_s) arm_timer(timer_fd_.get(), *attempt_.time_limit_s);
   }
 
   // SIGTERM to the job's group, SIGKILL after the grace period.
@@ -492,35 +401,19 @@ class AttemptSupervisor {
       stop_now();
       return;
     }
-    killpg(job_, SIGTERM);
-    arm_timer(attempt_.kill_grace_s);
+    (void)signal_process_group(job_, SIGTERM);
+    arm_timer(timer_fd_.get(), attempt_.kill_grace_s);
   }
 
-  void stop_now() { killpg(job_, SIGKILL); }
+  void stop_now() { (void)signal_process_group(job_, SIGKILL); }
 
-  void arm_timer(double seconds) {
-    double whole = std::floor(std::max(seconds, 0.0));
-    itimerspec when{};
-    when.it_value.tv_sec = static_cast<time_t>(whole);
-    when.it_value.tv_nsec = static_cast<long>((std::max(seconds, 0.0) - whole) * 1e9);
-    if (when.it_value.tv_sec == 0 && when.it_value.tv_nsec == 0) when.it_value.tv_nsec = 1;  // 0 disarms
-    timerfd_settime(timer_fd_.get(), 0, &when, nullptr);
-  }
-
-  void wait_for_leader(int options) {
-    siginfo_t info{};
-    if (waitid(P_PID, static_cast<id_t>(job_), &info, WEXITED | WNOWAIT | options) != 0 ||
-        info.si_pid != job_) {
-      return;
-    }
+  void wait_for_leader(bool wait) {
+    if (!child_has_exited(job_, wait)) return;
     // The leader has exited, but what it left running in its group would go on holding the GPUs
     // (through the inherited lease descriptors) with nobody to stop it, and outside the time
     // limit: kill it now, while the unreaped leader keeps the group's id from being reused.
-    killpg(job_, SIGKILL);
-    int status = 0;
-    while (waitpid(job_, &status, 0) < 0 && errno == EINTR) {
-    }
-    leader_status_ = status;
+    stop_now();
+    leader_status_ = reap_child(job_);
   }
 
   // Records how the attempt ended; without a leader status, the job never ran.
@@ -534,7 +427,7 @@ class AttemptSupervisor {
       if (WIFSIGNALED(*leader_status_)) signal = WTERMSIG(*leader_status_);
     }
     json exited = {{"event", "exited"}, {"exit_code", exit_code}, {"signal", signal},
-                   {"reason", reason}, {"time", unix_time()}};
+                   {"reason", reason}, {"time", unix_now()}};
     return append_event(record_fd_, exited) ? 0 : 1;
   }
 
@@ -554,51 +447,25 @@ class AttemptSupervisor {
 Result<StandbySupervisor> StandbySupervisor::spawn(const std::string& supervisor_program) {
   // The attempt comes through a socket rather than a pipe: it carries descriptors, and sending on
   // it cannot raise SIGPIPE here when the supervisor dies early.
-  int sockets[2];
-  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sockets) != 0) {
-    return fail("cannot create a socket pair: {}", std::strerror(errno));
-  }
-  Fd ours(sockets[0]), theirs(sockets[1]);
+  TRY_ASSIGN(auto sockets, socket_pair());
+  auto& [ours, theirs] = sockets;
   if (theirs.get() <= STDERR_FILENO) {  // a daemon started with closed standard descriptors
-    theirs.reset(fcntl(theirs.get(), F_DUPFD_CLOEXEC, STDERR_FILENO + 1));
-    if (!theirs.valid()) return fail("cannot move a descriptor: {}", std::strerror(errno));
+    TRY_ASSIGN(theirs, duplicate(theirs.get()));
   }
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_adddup2(&actions, theirs.get(), STDIN_FILENO);
-  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, "/dev/null", O_WRONLY, 0);
-  posix_spawn_file_actions_adddup2(&actions, STDOUT_FILENO, STDERR_FILENO);
-  posix_spawn_file_actions_addclosefrom_np(&actions, STDERR_FILENO + 1);
   // Signals: every disposition back to its default, and the supervisor's own blocked from the
   // first instant, so a cancel sent as soon as it has an attempt is never lost.
-  posix_spawnattr_t attributes;
-  posix_spawnattr_init(&attributes);
-  sigset_t all = {}, blocked = supervisor_signals();
-  sigfillset(&all);
-  posix_spawnattr_setsigdefault(&attributes, &all);
-  posix_spawnattr_setsigmask(&attributes, &blocked);
-  posix_spawnattr_setflags(&attributes, POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK);
-  std::string program = supervisor_program;
-  std::string mode = "supervise";
-  char* argv[] = {program.data(), mode.data(), nullptr};
-  // posix_spawn shares our memory until the exec instead of copying the page tables: no
-  // copy-on-write faults in the daemon afterwards.
-  pid_t pid = -1;
-  int error = posix_spawn(&pid, program.c_str(), &actions, &attributes, argv, environ);
-  posix_spawn_file_actions_destroy(&actions);
-  posix_spawnattr_destroy(&attributes);
-  if (error != 0) return fail("cannot start {}: {}", supervisor_program, std::strerror(error));
-  return StandbySupervisor(pid, ours.release());
+  TRY_ASSIGN(pid_t pid, spawn_helper({supervisor_program, "supervise"}, theirs.get(), kSupervisorSignals));
+  return StandbySupervisor(pid, std::move(ours));
 }
 
 StandbySupervisor::StandbySupervisor(StandbySupervisor&& other) noexcept
-    : pid_(std::exchange(other.pid_, -1)), socket_(std::exchange(other.socket_, -1)) {}
+    : pid_(std::exchange(other.pid_, -1)), socket_(std::move(other.socket_)) {}
 
 StandbySupervisor& StandbySupervisor::operator=(StandbySupervisor&& other) noexcept {
   if (this != &other) {
     end();
     pid_ = std::exchange(other.pid_, -1);
-    socket_ = std::exchange(other.socket_, -1);
+    socket_ = std::move(other.socket_);
   }
   return *this;
 }
@@ -606,18 +473,16 @@ StandbySupervisor& StandbySupervisor::operator=(StandbySupervisor&& other) noexc
 StandbySupervisor::~StandbySupervisor() { end(); }
 
 void StandbySupervisor::end() {
-  if (socket_ < 0) return;
-  ::close(socket_);  // it reads the end of the stream and exits at once
-  socket_ = -1;
-  while (waitpid(pid_, nullptr, 0) < 0 && errno == EINTR) {
-  }
+  if (!socket_.valid()) return;
+  socket_.reset();  // it reads the end of the stream and exits at once
+  (void)reap_child(pid_);
   pid_ = -1;
 }
 
 Result<void> StandbySupervisor::hand(const SupervisedAttempt& attempt, const std::vector<int>& lease_descriptors) {
-  if (socket_ < 0) return fail("this supervisor has been handed an attempt already");
+  if (!socket_.valid()) return fail("this supervisor has been handed an attempt already");
   if (attempt.argv.empty()) return fail("job {} has no command to run", attempt.id);
-  if (lease_descriptors.size() + 1 > kMaxHandedDescriptors) {
+  if (lease_descriptors.size() + 1 > kMaxDescriptorsPerMessage) {
     return fail("job {} holds {} leases, more than one message can carry", attempt.id, lease_descriptors.size());
   }
   std::string text;
@@ -626,131 +491,74 @@ Result<void> StandbySupervisor::hand(const SupervisedAttempt& attempt, const std
   } catch (const nlohmann::json::exception&) {
     return fail("job {}: its command, environment or paths are not valid UTF-8", attempt.id);
   }
-  Fd record(::open(attempt.record_path.c_str(),
-                           O_WRONLY | O_APPEND | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
-  if (!record.valid()) return fail("cannot create {}: {}", attempt.record_path, std::strerror(errno));
+  TRY_ASSIGN(auto created, create_file(attempt.record_path, O_WRONLY | O_APPEND | O_NOFOLLOW, 0600));
+  if (!created) return fail("cannot create {}: {}", attempt.record_path, std::strerror(EEXIST));
+  Fd record = std::move(*created);
   // Whatever goes wrong from here on, the record goes too, so the attempt can be started again,
   // and so does the supervisor, which may have part of the attempt.
   auto give_up = [&](const std::string& why) -> Error {
-    kill(pid_, SIGKILL);
+    (void)send_signal(pid_, SIGKILL);
     end();
-    unlink(attempt.record_path.c_str());
+    (void)remove_file(attempt.record_path);
     return fail("cannot hand job {} to its supervisor: {}", attempt.id, why);
   };
-  struct flock lock {};
-  lock.l_type = F_WRLCK;
-  lock.l_whence = SEEK_SET;  // l_start 0, l_len 0: the whole file, however long it grows
-  if (fcntl(record.get(), F_OFD_SETLK, &lock) != 0) {
+  // The whole file, however long it grows. (try_lock_range makes one fcntl(2): errno says why.)
+  if (!try_lock_range(record.get(), ByteRange{0, kToEndOfFile})) {
     return give_up(fmt::format("cannot lock {}: {}", attempt.record_path, std::strerror(errno)));
   }
   // Before the supervisor has its attempt, so this line always comes first.
-  json supervising = {{"event", "supervising"}, {"supervisor_pid", pid_}, {"time", unix_time()}};
+  json supervising = {{"event", "supervising"}, {"supervisor_pid", pid_}, {"time", unix_now()}};
   if (auto written = append_event(record.get(), supervising); !written) {
     return give_up(written.error().message);
   }
   // The descriptors ride on the first byte: the record first, then the leases.
   std::vector<int> handed = {record.get()};
   handed.insert(handed.end(), lease_descriptors.begin(), lease_descriptors.end());
-  std::vector<char> control(CMSG_SPACE(sizeof(int) * handed.size()));
-  iovec first{text.data(), 1};
-  msghdr message{};
-  message.msg_iov = &first;
-  message.msg_iovlen = 1;
-  message.msg_control = control.data();
-  message.msg_controllen = control.size();
-  cmsghdr* rights = CMSG_FIRSTHDR(&message);
-  rights->cmsg_level = SOL_SOCKET;
-  rights->cmsg_type = SCM_RIGHTS;
-  rights->cmsg_len = CMSG_LEN(sizeof(int) * handed.size());
-  std::memcpy(CMSG_DATA(rights), handed.data(), sizeof(int) * handed.size());
-  ssize_t n = 0;
-  do {
-    n = sendmsg(socket_, &message, MSG_NOSIGNAL);
-  } while (n < 0 && errno == EINTR);
-  if (n != 1) return give_up(fmt::format("cannot send it the attempt: {}", std::strerror(errno)));
-  for (size_t sent = 1; sent < text.size();) {
-    n = send(socket_, text.data() + sent, text.size() - sent, MSG_NOSIGNAL);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return give_up(fmt::format("cannot send it the attempt: {}", std::strerror(errno)));
-    sent += static_cast<size_t>(n);
+  if (auto sent = send_with_descriptors(socket_.get(), text, handed); !sent) {
+    return give_up(fmt::format("cannot send it the attempt: {}", sent.error().message));
   }
   // The end of the stream ends the attempt's text. Our copy of the record goes; the lock stays,
   // held by the supervisor's copy of the same open file.
-  ::close(socket_);
-  socket_ = -1;
+  socket_.reset();
   return {};
 }
 
-namespace {
-
-// The first byte of the attempt and the descriptors that come with it: the record, then the
-// leases. Received close-on-exec; the caller decides what the job inherits.
-Result<std::pair<std::string, std::vector<int>>> receive_handed_descriptors(int socket) {
-  char first = 0;
-  iovec data{&first, 1};
-  std::vector<char> control(CMSG_SPACE(sizeof(int) * kMaxHandedDescriptors));
-  msghdr message{};
-  message.msg_iov = &data;
-  message.msg_iovlen = 1;
-  message.msg_control = control.data();
-  message.msg_controllen = control.size();
-  ssize_t n = 0;
-  do {
-    n = recvmsg(socket, &message, MSG_CMSG_CLOEXEC);
-  } while (n < 0 && errno == EINTR);
-  if (n != 1) return fail("no attempt came");
-  std::vector<int> descriptors;
-  for (cmsghdr* c = CMSG_FIRSTHDR(&message); c != nullptr; c = CMSG_NXTHDR(&message, c)) {
-    if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
-    size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-    std::vector<int> received(count);
-    std::memcpy(received.data(), CMSG_DATA(c), count * sizeof(int));
-    descriptors.insert(descriptors.end(), received.begin(), received.end());
-  }
-  if (descriptors.empty() || (message.msg_flags & MSG_CTRUNC) != 0) {
-    return fail("the attempt came without its record");
-  }
-  return std::make_pair(std::string(1, first), std::move(descriptors));
-}
-
-}  // namespace
-
 int supervise_main() {
   // Out of the daemon's session and process group: what is sent to those never reaches us.
-  setsid();
+  start_new_session();
   // Its own process name, so `pkill gpupoold` or `killall gpupoold` aimed at the daemon
   // leaves the jobs' supervisors alone.
-  prctl(PR_SET_NAME, "gpupool-superv", 0, 0, 0);
-  sigset_t handled = supervisor_signals();
-  sigprocmask(SIG_BLOCK, &handled, nullptr);
+  set_process_name("gpupool-superv");
+  block_signals(kSupervisorSignals);
+  // Neither the supervisor nor the job should inherit the daemon's signal choices.
   reset_signal_dispositions();
-  signal(SIGHUP, SIG_IGN);
-  signal(SIGPIPE, SIG_IGN);
+  ignore_signals({SIGHUP, SIGPIPE});
 
   // No attempt to run (the daemon died, or ended this standby, before handing one over): record
-  // nothing, so the record says the job never started and the daemon queues it again.
-  auto handed = receive_handed_descriptors(STDIN_FILENO);
-  if (!handed) return 3;
-  auto& [text, descriptors] = *handed;
+  // nothing, so the record says the job never started and the daemon queues it again. The first
+  // byte of the attempt brings the record and then the leases, received close-on-exec.
+  auto handed = receive_byte_with_descriptors(STDIN_FILENO, kMaxDescriptorsPerMessage);
+  if (!handed || handed->descriptors.empty()) return 3;
   // The job must never get the record (it could forge its outcome); it inherits the leases.
-  int record_fd = descriptors.front();
-  for (size_t i = 1; i < descriptors.size(); ++i) {
-    if (fcntl(descriptors[i], F_SETFD, 0) != 0) return 2;
+  int record_fd = handed->descriptors.front().release();
+  for (size_t i = 1; i < handed->descriptors.size(); ++i) {
+    if (!set_inherited_by_exec(handed->descriptors[i].release(), true)) return 2;
   }
   auto rest = read_to_end(STDIN_FILENO);
-  auto attempt = rest ? parse_attempt(text + *rest) : Result<SupervisedAttempt>(fail("cannot read the attempt"));
+  auto attempt = rest ? parse_attempt(handed->byte + *rest)
+                      : Result<SupervisedAttempt>(fail("cannot read the attempt"));
   if (!attempt) return 3;
   // The job's stdin is /dev/null; the daemon's socket goes.
-  int null = ::open("/dev/null", O_RDONLY);
-  if (null < 0 || dup2(null, STDIN_FILENO) < 0) return 2;
-  ::close(null);
+  auto null = open_file("/dev/null", O_RDONLY);
+  if (!null || redirect_standard_streams(null->get(), -1, -1) != 0) return 2;
+  null->reset();
   return AttemptSupervisor(std::move(*attempt), record_fd).run();
 }
 
 Result<void> cancel_supervised(pid_t supervisor_pid) {
   if (supervisor_pid <= 0) return fail("no supervisor to cancel (pid {})", supervisor_pid);
-  if (kill(supervisor_pid, SIGTERM) != 0) {
-    return fail("cannot signal the supervisor (pid {}): {}", supervisor_pid, std::strerror(errno));
+  if (auto sent = send_signal(supervisor_pid, SIGTERM); !sent) {
+    return fail("cannot cancel its supervisor: {}", sent.error().message);
   }
   return {};
 }

@@ -38,11 +38,13 @@
 
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "base/result.h"
 #include "daemon/attempt_record.h"
 #include "jobs/job.h"
+#include "os/fd.h"
 #include "os/job_cgroup.h"
 
 namespace gpupool {
@@ -98,11 +100,11 @@ class StandbySupervisor {
   Result<void> hand(const SupervisedAttempt& attempt, const std::vector<int>& lease_descriptors);
 
  private:
-  StandbySupervisor(pid_t pid, int socket) : pid_(pid), socket_(socket) {}
+  StandbySupervisor(pid_t pid, Fd socket) : pid_(pid), socket_(std::move(socket)) {}
   void end();  // closes the socket and reaps the process, if it was never handed an attempt
 
   pid_t pid_ = -1;
-  int socket_ = -1;  // to the supervisor's stdin; -1 once handed
+  Fd socket_;  // to the supervisor's stdin; closed once handed
 };
 
 // Supervisor side: the body of `gpupoold supervise`; waits for its attempt on stdin.

@@ -27,11 +27,12 @@ constexpr off_t kWholeFile = kToEndOfFile;
 // conflicting lock at a time, in no particular order, so both sides of it are searched again.
 void collect_locks(int fd, off_t lo, off_t hi, std::vector<ByteRange>& out) {
   if (lo >= hi) return;
-  auto conflict = find_range_lock(fd, ByteRange{lo, hi == std::numeric_limits<off_t>::max() ? kWholeFile : hi - lo});
-  if (!conflict) return;
-  out.push_back(*conflict);
-  collect_locks(fd, lo, std::max(lo, conflict->start), out);
-  collect_locks(fd, std::min(hi, conflict->end()), hi, out);
+  auto found = find_range_lock(fd, ByteRange{lo, hi == std::numeric_limits<off_t>::max() ? kWholeFile : hi - lo});
+  if (!found || !*found) return;  // an error counts as no lock, as it always has here
+  ByteRange conflict = **found;
+  out.push_back(conflict);
+  collect_locks(fd, lo, std::max(lo, conflict.start), out);
+  collect_locks(fd, std::min(hi, conflict.end()), hi, out);
 }
 
 Result<void> ensure_shared_directory(const std::string& path) {
@@ -392,7 +393,8 @@ Result<std::vector<LeaseRecord>> LeaseDirectory::list() const {
     // Only the lock is the truth: a record whose first byte is not locked is left over.
     auto fd = open_lock(lease.uuid);
     if (!fd) continue;
-    bool locked = find_range_lock(fd->get(), ByteRange{static_cast<off_t>(first), 1}).has_value();
+    auto lock = find_range_lock(fd->get(), ByteRange{static_cast<off_t>(first), 1});
+    bool locked = lock && lock->has_value();
     if (!locked) {
       (void)remove_file(dir + "/" + name);  // best effort: only its owner or root may
       continue;

@@ -1,7 +1,9 @@
 #include "os/child_process.h"
 
+#include <fcntl.h>
 #include <sched.h>
 #include <signal.h>
+#include <spawn.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -76,6 +78,48 @@ std::optional<int> exit_code_if_ended(pid_t child) {
   int status = 0;
   if (waitpid(child, &status, WNOHANG) != child) return std::nullopt;
   return exit_code_from_status(status);
+}
+
+bool child_has_exited(pid_t child, bool wait) {
+  siginfo_t info{};
+  return waitid(P_PID, static_cast<id_t>(child), &info, WEXITED | WNOWAIT | (wait ? 0 : WNOHANG)) == 0 &&
+         info.si_pid == child;
+}
+
+int reap_child(pid_t child) {
+  int status = 0;
+  while (waitpid(child, &status, 0) < 0 && errno == EINTR) {
+  }
+  return status;
+}
+
+Result<pid_t> spawn_helper(const std::vector<std::string>& argv, int stdin_fd, std::initializer_list<int> blocked) {
+  if (argv.empty()) return fail("no command to run");
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, stdin_fd, STDIN_FILENO);
+  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, "/dev/null", O_WRONLY, 0);
+  posix_spawn_file_actions_adddup2(&actions, STDOUT_FILENO, STDERR_FILENO);
+  posix_spawn_file_actions_addclosefrom_np(&actions, STDERR_FILENO + 1);
+  posix_spawnattr_t attributes;
+  posix_spawnattr_init(&attributes);
+  sigset_t all, blocked_set;
+  sigfillset(&all);
+  sigemptyset(&blocked_set);
+  for (int signal : blocked) sigaddset(&blocked_set, signal);
+  posix_spawnattr_setsigdefault(&attributes, &all);
+  posix_spawnattr_setsigmask(&attributes, &blocked_set);
+  posix_spawnattr_setflags(&attributes, POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK);
+  std::vector<std::string> args = argv;
+  std::vector<char*> pointers;
+  for (auto& arg : args) pointers.push_back(arg.data());
+  pointers.push_back(nullptr);
+  pid_t pid = -1;
+  int error = posix_spawn(&pid, args[0].c_str(), &actions, &attributes, pointers.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  posix_spawnattr_destroy(&attributes);
+  if (error != 0) return fail("cannot start {}: {}", argv[0], std::strerror(error));
+  return pid;
 }
 
 int exit_code_from_status(int status) {

@@ -5,6 +5,7 @@
 
 #include <sys/types.h>
 
+#include <initializer_list>
 #include <optional>
 #include <string>
 #include <vector>
@@ -30,6 +31,20 @@ Result<pid_t> spawn_child(const ChildSpec& spec);
 
 // The shell-style exit code once `child` has ended (and is reaped); nullopt while it runs.
 std::optional<int> exit_code_if_ended(pid_t child);
+
+// Whether `child` has exited, leaving it unreaped: until it is reaped its pid and process group id
+// cannot be reused, so its group can still be signalled safely. With `wait`, waits for the exit.
+bool child_has_exited(pid_t child, bool wait);
+// Waits for `child` to end and reaps it; its wait status (0 when there is no such child).
+int reap_child(pid_t child);
+
+// Starts argv (argv[0] a path, not looked up) in the background with posix_spawn, which shares
+// our memory until the exec instead of copying the page tables (no copy-on-write faults in a big
+// threaded caller afterwards): stdin from `stdin_fd` (above the standard streams, as duplicate()
+// makes it), stdout and stderr to /dev/null, no other descriptor, every signal's action at its
+// default and `blocked` blocked from the first instant (so none of them sent as soon as its pid is
+// known is lost). The caller reaps it.
+Result<pid_t> spawn_helper(const std::vector<std::string>& argv, int stdin_fd, std::initializer_list<int> blocked);
 
 // The exit code a shell would report: the status, or 128 + the signal.
 int exit_code_from_status(int wait_status);

@@ -51,6 +51,22 @@ Result<std::vector<bool>> wait_until_ready(const std::vector<int>& fds,
   }
 }
 
+void close_descriptors(const std::vector<int>& fds) {
+  for (int fd : fds) ::close(fd);
+}
+
+bool write_in_one_call(int fd, const void* data, size_t size) {
+  return ::write(fd, data, size) == static_cast<ssize_t>(size);
+}
+
+bool read_in_one_call(int fd, void* buffer, size_t size) {
+  ssize_t got = 0;
+  do {
+    got = ::read(fd, buffer, size);
+  } while (got < 0 && errno == EINTR);
+  return got == static_cast<ssize_t>(size);
+}
+
 Result<std::pair<Fd, Fd>> make_pipe() {
   int ends[2];
   if (pipe2(ends, O_CLOEXEC) != 0) return fail("cannot create a pipe: {}", std::strerror(errno));

@@ -43,6 +43,19 @@ Result<void> set_inherited_by_exec(int fd, bool inherited);
 // takes the place of a standard stream).
 Result<Fd> duplicate(int fd);
 
+// Closes descriptors held as plain numbers (a batch handed over, or what a forked child must not
+// keep). Async-signal-safe: allocates nothing.
+void close_descriptors(const std::vector<int>& fds);
+
+// All of `data` in one write(2): on a pipe (up to PIPE_BUF) or a file opened O_APPEND a reader
+// sees it whole or not at all. false when the kernel took less or failed; errno says why then.
+// Async-signal-safe.
+bool write_in_one_call(int fd, const void* data, size_t size);
+// One read(2) (again if a signal interrupts it) that fills all of `buffer`: the counterpart of
+// write_in_one_call for fixed-size messages. false when it brought less: the end of the file, an
+// error, or nothing yet on a non-blocking descriptor. Async-signal-safe.
+bool read_in_one_call(int fd, void* buffer, size_t size);
+
 // A pipe, both ends close-on-exec: the read end first.
 Result<std::pair<Fd, Fd>> make_pipe();
 

@@ -95,5 +95,29 @@ TEST(Fd, PipesCarryBytesFromTheWriteEndToTheReadEndCloseOnExec) {
   EXPECT_EQ(got, 'x');
 }
 
+TEST(Fd, ClosesDescriptorsHeldAsNumbers) {
+  int first = open_null(), second = open_null();
+  close_descriptors({first, second});
+  EXPECT_FALSE(is_open(first));
+  EXPECT_FALSE(is_open(second));
+}
+
+TEST(Fd, FixedSizeMessagesGoInOneCallAndComeWholeOrNotAtAll) {
+  auto pipe = make_pipe();
+  ASSERT_TRUE(pipe.ok()) << pipe.error().message;
+  auto& [read_end, write_end] = *pipe;
+  const int sent[2] = {7, -1};
+  ASSERT_TRUE(write_in_one_call(write_end.get(), sent, sizeof sent));
+  int got[2] = {};
+  ASSERT_TRUE(read_in_one_call(read_end.get(), got, sizeof got));
+  EXPECT_EQ(got[0], 7);
+  EXPECT_EQ(got[1], -1);
+  ASSERT_TRUE(write_in_one_call(write_end.get(), "x", 1));
+  write_end.reset();
+  EXPECT_FALSE(read_in_one_call(read_end.get(), got, sizeof got));  // one byte, then the end
+  EXPECT_FALSE(read_in_one_call(read_end.get(), got, sizeof got));
+  EXPECT_FALSE(write_in_one_call(-1, "x", 1));
+}
+
 }  // namespace
 }  // namespace gpupool

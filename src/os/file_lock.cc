@@ -27,10 +27,13 @@ bool try_lock_range(int fd, ByteRange range) {
   return fcntl(fd, F_OFD_SETLK, &lock) == 0;
 }
 
-std::optional<ByteRange> find_range_lock(int fd, ByteRange range) {
+Result<std::optional<ByteRange>> find_range_lock(int fd, ByteRange range) {
   struct flock lock = range_lock(F_WRLCK, range);
-  if (fcntl(fd, F_OFD_GETLK, &lock) != 0 || lock.l_type == F_UNLCK) return std::nullopt;
-  return ByteRange{lock.l_start, lock.l_len};
+  if (fcntl(fd, F_OFD_GETLK, &lock) != 0) {
+    return fail("cannot test the locks of descriptor {}: {}", fd, std::strerror(errno));
+  }
+  if (lock.l_type == F_UNLCK) return std::optional<ByteRange>();
+  return std::optional<ByteRange>(ByteRange{lock.l_start, lock.l_len});
 }
 
 Result<void> lock_file(int fd, LockMode mode) {

@@ -24,8 +24,8 @@ struct ByteRange {
 // (or the lock cannot be taken at all).
 bool try_lock_range(int fd, ByteRange range);
 // One lock held through another open file description that overlaps `range`; the kernel reports
-// one at a time, in no particular order.
-std::optional<ByteRange> find_range_lock(int fd, ByteRange range);
+// one at a time, in no particular order. nullopt when there is none.
+Result<std::optional<ByteRange>> find_range_lock(int fd, ByteRange range);
 
 enum class LockMode { shared, exclusive };
 

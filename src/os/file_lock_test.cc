@@ -31,12 +31,16 @@ TEST_F(FileLockTest, RangeLocksConflictOnlyWhereTheyOverlap) {
   EXPECT_FALSE(try_lock_range(other.get(), ByteRange{12, 1}));
   EXPECT_TRUE(try_lock_range(other.get(), ByteRange{15, 5}));
   auto found = find_range_lock(other.get(), ByteRange{0, kToEndOfFile});
-  ASSERT_TRUE(found.has_value());
-  EXPECT_EQ(found->start, 10);
-  EXPECT_EQ(found->length, 5);
-  EXPECT_EQ(found->end(), 15);
+  ASSERT_TRUE(found.ok() && found->has_value());
+  EXPECT_EQ((*found)->start, 10);
+  EXPECT_EQ((*found)->length, 5);
+  EXPECT_EQ((*found)->end(), 15);
   // Our own locks are no conflict to ourselves.
-  EXPECT_FALSE(find_range_lock(holder.get(), ByteRange{0, 10}).has_value());
+  EXPECT_FALSE(find_range_lock(holder.get(), ByteRange{0, 10})->has_value());
+  // Nor is a descriptor that is not a file's: that is an error.
+  auto not_a_file = find_range_lock(-1, ByteRange{0, 10});
+  ASSERT_FALSE(not_a_file.ok());
+  EXPECT_EQ(not_a_file.error().message, "cannot test the locks of descriptor -1: Bad file descriptor");
 }
 
 TEST_F(FileLockTest, ClosingTheDescriptionReleasesItsRanges) {

@@ -100,13 +100,21 @@ Result<void> write_all(int fd, std::string_view data) {
 
 Result<std::string> read_to_end(int fd) {
   std::string text;
+  TRY(read_each_chunk(fd, [&text](std::string_view chunk) -> Result<void> {
+    text.append(chunk);
+    return {};
+  }));
+  return text;
+}
+
+Result<void> read_each_chunk(int fd, const std::function<Result<void>(std::string_view)>& use) {
   char buffer[65536];
   for (;;) {
     ssize_t n = ::read(fd, buffer, sizeof(buffer));
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) return system_error("read from", fmt::format("descriptor {}", fd));
-    if (n == 0) return text;
-    text.append(buffer, static_cast<size_t>(n));
+    if (n == 0) return {};
+    TRY(use(std::string_view(buffer, static_cast<size_t>(n))));
   }
 }
 

@@ -5,6 +5,7 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -52,6 +53,9 @@ Result<UniqueFile> create_unique_file(const std::string& prefix, const std::stri
 Result<void> write_all(int fd, std::string_view data);
 // What is left to read, up to the end of the file (or until the writer closes a pipe).
 Result<std::string> read_to_end(int fd);
+// The same handed to `use` a buffer at a time, for what need not be held in memory whole (a log
+// copied out); the first error of `use` ends the reading and is returned.
+Result<void> read_each_chunk(int fd, const std::function<Result<void>(std::string_view)>& use);
 // Up to `bytes` bytes from `offset`, fewer at the end of the file.
 Result<std::string> read_at(int fd, size_t bytes, off_t offset);
 

@@ -47,6 +47,26 @@ TEST_F(FilesTest, CreatesOnceAndOpensWhatExists) {
   EXPECT_EQ(status->owner, getuid());
 }
 
+TEST_F(FilesTest, ReadsAChunkAtATimeUntilTheEndOrTheFirstError) {
+  auto pipe = make_pipe();
+  ASSERT_TRUE(pipe.ok()) << pipe.error().message;
+  ASSERT_TRUE(write_all(pipe->second.get(), "abc").ok());
+  pipe->second.reset();
+  std::string seen;
+  ASSERT_TRUE(read_each_chunk(pipe->first.get(), [&seen](std::string_view chunk) -> Result<void> {
+                seen.append(chunk);
+                return {};
+              }).ok());
+  EXPECT_EQ(seen, "abc");
+
+  auto again = make_pipe();
+  ASSERT_TRUE(again.ok()) << again.error().message;
+  ASSERT_TRUE(write_all(again->second.get(), "x").ok());
+  auto stopped = read_each_chunk(again->first.get(), [](std::string_view) -> Result<void> { return fail("full"); });
+  ASSERT_FALSE(stopped.ok());  // and no waiting for more: the writer is still open
+  EXPECT_EQ(stopped.error().message, "full");
+}
+
 TEST_F(FilesTest, ErrorsNameThePathAndTheReason) {
   auto opened = open_file(dir_ + "/none", O_RDONLY);
   ASSERT_FALSE(opened.ok());

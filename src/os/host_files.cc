@@ -202,11 +202,17 @@ HostFiles host_files_from_environment() {
   return HostFiles(root && !root->empty() ? *root : "/");
 }
 
-std::string executable_directory() {
+Result<std::string> executable_path() {
   std::error_code ec;
   auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
-  if (ec) return ".";
-  return exe.parent_path().string();
+  if (ec) return fail("cannot read /proc/self/exe: {}", ec.message());
+  return exe.string();
+}
+
+std::string executable_directory() {
+  auto exe = executable_path();
+  if (!exe) return ".";
+  return std::filesystem::path(*exe).parent_path().string();
 }
 
 std::string private_library_directory() { return executable_directory() + "/../lib/gpupool"; }

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "base/result.h"
 #include "machine/cpu_topology.h"
 #include "os/environment.h"
 
@@ -61,6 +62,8 @@ class HostFiles {
 // The root from GPUPOOL_HOST_ROOT, else "/".
 HostFiles host_files_from_environment();
 
+// The running executable's path (/proc/self/exe): e.g. to start the same program again.
+Result<std::string> executable_path();
 // The directory holding the running executable (for finding lib/ and share/ beside it).
 std::string executable_directory();
 

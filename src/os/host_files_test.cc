@@ -10,6 +10,13 @@
 namespace gpupool {
 namespace {
 
+TEST(HostFilesTest, KnowsTheRunningExecutableAndItsDirectory) {
+  auto exe = executable_path();
+  ASSERT_TRUE(exe.ok()) << exe.error().message;
+  EXPECT_EQ(*exe, std::filesystem::read_symlink("/proc/self/exe").string());
+  EXPECT_EQ(executable_directory(), std::filesystem::path(*exe).parent_path().string());
+}
+
 TEST(HostFilesTest, ReadsParentAndStartTimeFromProcStat) {
   char pattern[] = "/tmp/gpupool-host-files-test-XXXXXX";
   std::string root = mkdtemp(pattern);

@@ -2,6 +2,7 @@
 
 #include <pwd.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -15,6 +16,7 @@ namespace gpupool {
 
 uid_t real_user_id() { return getuid(); }
 uid_t effective_user_id() { return geteuid(); }
+gid_t real_group_id() { return getgid(); }
 pid_t own_pid() { return getpid(); }
 pid_t own_parent_pid() { return getppid(); }
 
@@ -34,6 +36,15 @@ Result<void> send_signal(pid_t pid, int signal) {
   if (kill(pid, signal) != 0) return fail("cannot signal process {}: {}", pid, std::strerror(errno));
   return {};
 }
+
+Result<void> signal_process_group(pid_t group, int signal) {
+  if (killpg(group, signal) != 0) return fail("cannot signal process group {}: {}", group, std::strerror(errno));
+  return {};
+}
+
+void start_new_session() { setsid(); }
+
+void set_process_name(const char* name) { prctl(PR_SET_NAME, name, 0, 0, 0); }
 
 Result<Fd> open_process_fd(pid_t pid) {
   int fd = static_cast<int>(syscall(SYS_pidfd_open, pid, 0));

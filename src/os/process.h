@@ -14,6 +14,7 @@ namespace gpupool {
 
 uid_t real_user_id();
 uid_t effective_user_id();
+gid_t real_group_id();
 pid_t own_pid();
 pid_t own_parent_pid();
 
@@ -21,6 +22,15 @@ pid_t own_parent_pid();
 std::optional<std::string> home_directory_of(uid_t uid);
 
 Result<void> send_signal(pid_t pid, int signal);
+// To every process of the group `group` (killpg).
+Result<void> signal_process_group(pid_t group, int signal);
+
+// Leaves the caller's session and process group for a new session it leads (setsid): what is
+// sent to the old ones (a terminal's hang-up, a signal to the group) no longer reaches it.
+void start_new_session();
+
+// The name `ps`, `pkill` and `killall` see (PR_SET_NAME; the kernel keeps the first 15 bytes).
+void set_process_name(const char* name);
 
 // A pidfd: readable once the process has ended, whether or not it is our child, and never
 // confused with a later process that gets the same pid.
@@ -28,7 +38,8 @@ Result<Fd> open_process_fd(pid_t pid);
 
 // The file mode creation mask, left as it is.
 mode_t current_umask();
-// Sets the file mode creation mask; returns the one it replaces.
+// Sets the file mode creation mask; returns the one it replaces. Async-signal-safe, for a
+// forked child before it execs too.
 mode_t set_umask(mode_t mask);
 
 // This machine's name; "" when it has none.

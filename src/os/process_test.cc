@@ -1,6 +1,7 @@
 #include "os/process.h"
 
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -15,6 +16,7 @@ namespace {
 TEST(Process, KnowsWhoWeAre) {
   EXPECT_EQ(real_user_id(), getuid());
   EXPECT_EQ(effective_user_id(), geteuid());
+  EXPECT_EQ(real_group_id(), getgid());
   EXPECT_EQ(own_pid(), getpid());
   EXPECT_EQ(own_parent_pid(), getppid());
   EXPECT_FALSE(host_name().empty());
@@ -25,6 +27,46 @@ TEST(Process, ReadsTheUmaskWithoutChangingIt) {
   EXPECT_EQ(current_umask(), 027u);
   EXPECT_EQ(current_umask(), 027u);
   EXPECT_EQ(set_umask(before), 027u);
+}
+
+TEST(Process, SetsTheUmask) {
+  mode_t before = umask(022);
+  set_umask(077);
+  EXPECT_EQ(current_umask(), 077u);
+  umask(before);
+}
+
+TEST(Process, NamesItself) {
+  char before[16] = {};
+  prctl(PR_GET_NAME, before, 0, 0, 0);
+  set_process_name("gpupool-test-name-too-long");
+  char now[16] = {};
+  prctl(PR_GET_NAME, now, 0, 0, 0);
+  EXPECT_STREQ(now, "gpupool-test-na");  // the kernel's 15 bytes
+  set_process_name(before);
+}
+
+// A child that leads a new session and process group, then signalled as a group.
+TEST(Process, StartsASessionAndSignalsItsProcessGroup) {
+  auto pipe = make_pipe();
+  ASSERT_TRUE(pipe.ok()) << pipe.error().message;
+  pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    start_new_session();
+    char ready = getsid(0) == getpid() && getpgid(0) == getpid() ? 'y' : 'n';
+    (void)!write(pipe->second.get(), &ready, 1);
+    pause();
+    _exit(0);
+  }
+  char ready = 0;
+  ASSERT_EQ(read(pipe->first.get(), &ready, 1), 1);
+  EXPECT_EQ(ready, 'y');
+  ASSERT_TRUE(signal_process_group(child, SIGKILL).ok());
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+  EXPECT_FALSE(signal_process_group(child, 0).ok());  // gone: no such group
 }
 
 TEST(Process, APidfdTurnsReadableWhenTheProcessEnds) {

@@ -49,6 +49,25 @@ void set_signal_handler(std::initializer_list<int> signals, void (*handler)(int)
   for (int signal : signals) sigaction(signal, &action, nullptr);
 }
 
+void reset_signal_dispositions() {
+  struct sigaction default_action {};
+  default_action.sa_handler = SIG_DFL;
+  sigemptyset(&default_action.sa_mask);
+  for (int signal = 1; signal < NSIG; ++signal) {
+    if (signal != SIGKILL && signal != SIGSTOP) sigaction(signal, &default_action, nullptr);
+  }
+}
+
+void unblock_all_signals() {
+  sigset_t none;
+  sigemptyset(&none);
+  sigprocmask(SIG_SETMASK, &none, nullptr);
+}
+
+void ignore_signals(std::initializer_list<int> signals) {
+  for (int signal : signals) ::signal(signal, SIG_IGN);
+}
+
 AllSignalsBlocked::AllSignalsBlocked() {
   sigset_t all;
   sigfillset(&all);

@@ -28,6 +28,15 @@ bool take_pending_signal(int signal);
 // Calls `handler` on each of `signals`; a system call it interrupts fails with EINTR.
 void set_signal_handler(std::initializer_list<int> signals, void (*handler)(int));
 
+// Every signal's action back to its default, and none blocked: handlers do not survive exec, but
+// ignored signals and the mask do, and a program started from here should inherit neither.
+// Async-signal-safe, for a forked child before it execs.
+void reset_signal_dispositions();
+void unblock_all_signals();
+
+// Ignores `signals` (SIG_IGN): e.g. SIGPIPE, so a write to a closed pipe is an error, not death.
+void ignore_signals(std::initializer_list<int> signals);
+
 // Blocks every signal in the calling thread while it lives. Threads inherit their creator's
 // mask: threads started meanwhile (by a library being loaded) never take a signal meant for the
 // program's own signal handling.

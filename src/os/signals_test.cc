@@ -1,6 +1,8 @@
 #include "os/signals.h"
 
 #include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <thread>
@@ -70,6 +72,35 @@ TEST_F(SignalsTest, BlocksEverySignalForItsLifeAndInItsThreads) {
   }
   EXPECT_TRUE(blocked_in_thread);
   EXPECT_FALSE(blocked(SIGUSR1));
+}
+
+void (*action_of(int signal))(int) {
+  struct sigaction now {};
+  sigaction(signal, nullptr, &now);
+  return now.sa_handler;
+}
+
+TEST_F(SignalsTest, IgnoresSignals) {
+  ignore_signals({SIGUSR1});
+  EXPECT_EQ(action_of(SIGUSR1), SIG_IGN);
+  raise(SIGUSR1);  // and lives
+}
+
+// In a child, as the supervisor does it: the test binary's own actions stay as they are.
+TEST_F(SignalsTest, PutsEveryActionAndTheMaskBackToTheDefaults) {
+  pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    ignore_signals({SIGUSR1});
+    set_signal_handler({SIGUSR2}, [](int) {});
+    block_signals({SIGTERM});
+    reset_signal_dispositions();
+    unblock_all_signals();
+    _exit(action_of(SIGUSR1) == SIG_DFL && action_of(SIGUSR2) == SIG_DFL && !blocked(SIGTERM) ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
 }
 
 }  // namespace

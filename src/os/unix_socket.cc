@@ -57,21 +57,30 @@ Result<int> connect_unix_socket(const std::string& path) {
   return fd;
 }
 
-Result<void> send_line(int socket_fd, const std::string& line, const std::vector<int>& descriptors) {
-  if (descriptors.size() > kMaxDescriptors) return fail("too many descriptors to send ({})", descriptors.size());
-  std::string data = line + '\n';
+Result<std::pair<Fd, Fd>> socket_pair() {
+  int sockets[2];
+  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sockets) != 0) {
+    return fail("cannot create a socket pair: {}", std::strerror(errno));
+  }
+  return std::make_pair(Fd(sockets[0]), Fd(sockets[1]));
+}
+
+Result<void> send_with_descriptors(int socket_fd, std::string_view data, const std::vector<int>& descriptors) {
+  if (descriptors.size() > kMaxDescriptorsPerMessage) {
+    return fail("too many descriptors to send ({})", descriptors.size());
+  }
+  std::vector<char> control(CMSG_SPACE(sizeof(int) * descriptors.size()));
   size_t sent = 0;
   bool attach = !descriptors.empty();
   while (sent < data.size()) {
-    iovec io{data.data() + sent, data.size() - sent};
+    iovec io{const_cast<char*>(data.data()) + sent, data.size() - sent};
     msghdr message{};
     message.msg_iov = &io;
     message.msg_iovlen = 1;
-    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kMaxDescriptors)];
     if (attach) {
       size_t bytes = sizeof(int) * descriptors.size();
-      message.msg_control = control;
-      message.msg_controllen = CMSG_SPACE(bytes);
+      message.msg_control = control.data();
+      message.msg_controllen = control.size();
       cmsghdr* header = CMSG_FIRSTHDR(&message);
       header->cmsg_level = SOL_SOCKET;
       header->cmsg_type = SCM_RIGHTS;
@@ -87,6 +96,40 @@ Result<void> send_line(int socket_fd, const std::string& line, const std::vector
     sent += static_cast<size_t>(n);
   }
   return {};
+}
+
+Result<void> send_line(int socket_fd, const std::string& line, const std::vector<int>& descriptors) {
+  // No more than a LineReader has room for.
+  if (descriptors.size() > kMaxDescriptors) return fail("too many descriptors to send ({})", descriptors.size());
+  return send_with_descriptors(socket_fd, line + '\n', descriptors);
+}
+
+Result<ReceivedByte> receive_byte_with_descriptors(int socket_fd, size_t max_descriptors) {
+  ReceivedByte received;
+  iovec data{&received.byte, 1};
+  std::vector<char> control(CMSG_SPACE(sizeof(int) * max_descriptors));
+  msghdr message{};
+  message.msg_iov = &data;
+  message.msg_iovlen = 1;
+  message.msg_control = control.data();
+  message.msg_controllen = control.size();
+  ssize_t n = 0;
+  do {
+    n = recvmsg(socket_fd, &message, MSG_CMSG_CLOEXEC);
+  } while (n < 0 && errno == EINTR);
+  if (n < 0) return fail("cannot read from the socket: {}", std::strerror(errno));
+  for (cmsghdr* header = CMSG_FIRSTHDR(&message); header != nullptr; header = CMSG_NXTHDR(&message, header)) {
+    if (header->cmsg_level != SOL_SOCKET || header->cmsg_type != SCM_RIGHTS) continue;
+    size_t count = (header->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+    for (size_t i = 0; i < count; ++i) {
+      int fd = -1;
+      std::memcpy(&fd, CMSG_DATA(header) + i * sizeof(int), sizeof(int));
+      received.descriptors.emplace_back(fd);
+    }
+  }
+  if (n == 0) return fail("the connection closed before any data");
+  if ((message.msg_flags & MSG_CTRUNC) != 0) return fail("more than {} descriptors came", max_descriptors);
+  return received;
 }
 
 Result<std::optional<ReceivedLine>> LineReader::read_line() {

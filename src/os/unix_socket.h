@@ -7,6 +7,8 @@
 
 #include <optional>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include "base/result.h"
@@ -29,8 +31,27 @@ Result<PeerCredentials> peer_credentials(int socket_fd);
 // Connects to the socket at `path`; the error says why ("no daemon listening on …").
 Result<int> connect_unix_socket(const std::string& path);
 
+// A connected pair of Unix stream sockets, both close-on-exec: e.g. to hand a child its work,
+// descriptors included, where a pipe could carry only bytes (and raise SIGPIPE).
+Result<std::pair<Fd, Fd>> socket_pair();
+
+// The most descriptors one message can carry (the kernel's SCM_MAX_FD).
+constexpr size_t kMaxDescriptorsPerMessage = 253;
+
+// Sends all of `data`, with `descriptors` attached to its first byte. Never raises SIGPIPE: a
+// peer that is gone is an error.
+Result<void> send_with_descriptors(int socket_fd, std::string_view data, const std::vector<int>& descriptors);
 // Sends `line` plus '\n', with `descriptors` attached to its first byte.
 Result<void> send_line(int socket_fd, const std::string& line, const std::vector<int>& descriptors = {});
+
+struct ReceivedByte {
+  char byte = 0;
+  std::vector<Fd> descriptors;  // close-on-exec
+};
+// Reads one byte and the descriptors that came with it (sent with send_with_descriptors): the
+// rest of the data is then read as from any descriptor. An error when the peer closed first, or
+// when more than `max_descriptors` came (those that did not fit are lost).
+Result<ReceivedByte> receive_byte_with_descriptors(int socket_fd, size_t max_descriptors);
 
 struct ReceivedLine {
   std::string line;              // without the '\n'

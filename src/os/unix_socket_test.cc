@@ -87,6 +87,43 @@ TEST(UnixSocket, DescriptorsTravelWithTheirLine) {
   ::close(pipe_fds[0]);
 }
 
+TEST(UnixSocket, APairCarriesDataWithDescriptorsOnItsFirstByte) {
+  auto pair = socket_pair();
+  ASSERT_TRUE(pair.ok()) << pair.error().message;
+  auto& [ours, theirs] = *pair;
+  EXPECT_NE(fcntl(ours.get(), F_GETFD) & FD_CLOEXEC, 0);
+  EXPECT_NE(fcntl(theirs.get(), F_GETFD) & FD_CLOEXEC, 0);
+  int pipe_fds[2];
+  ASSERT_EQ(pipe2(pipe_fds, O_CLOEXEC), 0);
+  ASSERT_TRUE(send_with_descriptors(ours.get(), "first and the rest", {pipe_fds[1], pipe_fds[1]}).ok());
+  ::close(pipe_fds[1]);
+  ::close(pipe_fds[0]);
+  ours.reset();
+  auto received = receive_byte_with_descriptors(theirs.get(), 2);
+  ASSERT_TRUE(received.ok()) << received.error().message;
+  EXPECT_EQ(received->byte, 'f');
+  ASSERT_EQ(received->descriptors.size(), 2u);
+  EXPECT_NE(fcntl(received->descriptors[0].get(), F_GETFD) & FD_CLOEXEC, 0);
+  char rest[64] = {};
+  EXPECT_EQ(read(theirs.get(), rest, sizeof rest), 17);
+  EXPECT_STREQ(rest, "irst and the rest");
+  EXPECT_FALSE(receive_byte_with_descriptors(theirs.get(), 2).ok());  // closed
+}
+
+TEST(UnixSocket, MoreDescriptorsThanExpectedAreAnError) {
+  auto pair = socket_pair();
+  ASSERT_TRUE(pair.ok()) << pair.error().message;
+  int pipe_fds[2];
+  ASSERT_EQ(pipe2(pipe_fds, O_CLOEXEC), 0);
+  ASSERT_TRUE(send_with_descriptors(pair->first.get(), "x", {pipe_fds[0], pipe_fds[1], pipe_fds[0]}).ok());
+  ::close(pipe_fds[0]);
+  ::close(pipe_fds[1]);
+  auto received = receive_byte_with_descriptors(pair->second.get(), 1);
+  ASSERT_FALSE(received.ok());
+  EXPECT_EQ(received.error().message, "more than 1 descriptors came");
+  EXPECT_FALSE(send_with_descriptors(pair->first.get(), "x", std::vector<int>(254, 0)).ok());
+}
+
 TEST(UnixSocket, OverlongLineIsAnError) {
   SocketPair pair;
   ASSERT_TRUE(send_line(pair.fds[0], std::string(5000, 'a')).ok());

@@ -9,10 +9,7 @@ naming file and line, on:
   - two files of src/ with the same name,
   - a system call or an environment read outside src/os (the one OS boundary).
 
-Usage: check_layers.py SRC_DIR LAYERS_FILE [OS_CALLS_LEFT]
-
-OS_CALLS_LEFT lists files that still make system calls of their own and how many, while they move
-behind src/os; a count may only go down.
+Usage: check_layers.py SRC_DIR LAYERS_FILE
 """
 import collections
 import os
@@ -109,12 +106,6 @@ def main():
     if cycle:
         problems.append('a cycle among the libraries: ' + ' -> '.join(cycle))
 
-    allowed_os_calls = collections.Counter()
-    if len(sys.argv) > 3:
-        for line in open(sys.argv[3]):
-            line = line.split('#', 1)[0].split()
-            if line:
-                allowed_os_calls[line[0]] = int(line[1])
     seen = collections.defaultdict(list)
     for folder in folders:
         for file in sorted(os.listdir(os.path.join(src, folder))):
@@ -150,20 +141,10 @@ def main():
                     if re.search(r'(\w|>|(?<!&)&|\*)\s+$', before) and not re.search(
                             r'\b(return|else|do|case|co_return)\s+$', before):
                         continue  # a declaration of our own function of that name: `Result<X> open(`
-                    if allowed_os_calls[relative] > 0:
-                        allowed_os_calls[relative] -= 1
-                        continue
                     problems.append(f'src/{relative}:{number}: calls {match.group(1)}() outside src/os '
                                     '(put it behind an interface there)')
                 if ENVIRON.search(line):
-                    if allowed_os_calls[relative] > 0:
-                        allowed_os_calls[relative] -= 1
-                        continue
                     problems.append(f'src/{relative}:{number}: reads environ outside src/os (use os/environment)')
-    for relative, count in sorted(allowed_os_calls.items()):
-        if count > 0:
-            problems.append(f'{relative}: makes {count} system call(s) fewer than os_calls_left.txt allows; '
-                            'lower its count')
     for file, where in sorted(seen.items()):
         if len(where) > 1:
             problems.append(f'{file}: in {", ".join("src/" + w for w in where)}; names must be unique')

@@ -1,0 +1,68 @@
+#include "os/child_process.h"
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "os/fd.h"
+#include "os/files.h"
+
+namespace gpupool {
+namespace {
+
+TEST(ChildProcess, TellsAnExitWithoutReapingThenReaps) {
+  auto go = make_pipe();
+  ASSERT_TRUE(go.ok()) << go.error().message;
+  pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    go->second.reset();
+    char byte = 0;
+    (void)!read(go->first.get(), &byte, 1);
+    _exit(3);
+  }
+  EXPECT_FALSE(child_has_exited(child, false));
+  go->second.reset();
+  EXPECT_TRUE(child_has_exited(child, true));
+  EXPECT_TRUE(child_has_exited(child, false));  // still there to ask: not reaped
+  EXPECT_EQ(kill(child, 0), 0);
+  int status = reap_child(child);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 3);
+  EXPECT_FALSE(child_has_exited(child, false));  // reaped: no such child
+  EXPECT_EQ(reap_child(child), 0);
+}
+
+TEST(ChildProcess, SpawnsAHelperReadingItsStdinWithSignalsBlocked) {
+  auto input = make_pipe();
+  ASSERT_TRUE(input.ok()) << input.error().message;
+  auto& [read_end, write_end] = *input;
+  // cat copies its stdin (to /dev/null) until we close the pipe.
+  auto pid = spawn_helper({"/bin/cat"}, read_end.get(), {SIGTERM});
+  ASSERT_TRUE(pid.ok()) << pid.error().message;
+  read_end.reset();
+  // posix_spawn returns once the exec is done: the mask is cat's own now, SIGTERM (bit 15) only.
+  std::ifstream status("/proc/" + std::to_string(*pid) + "/status");
+  std::string line, blocked;
+  while (std::getline(status, line)) {
+    if (line.rfind("SigBlk:", 0) == 0) blocked = line.substr(line.find_first_not_of(" \t", 7));
+  }
+  EXPECT_EQ(blocked, "0000000000004000");
+  EXPECT_FALSE(child_has_exited(*pid, false));  // still reading
+  ASSERT_TRUE(write_all(write_end.get(), "text\n").ok());
+  write_end.reset();
+  EXPECT_EQ(exit_code_from_status(reap_child(*pid)), 0);
+}
+
+TEST(ChildProcess, AHelperThatCannotStartIsAnError) {
+  auto pid = spawn_helper({"/nonexistent-gpupool-test"}, STDIN_FILENO, {});
+  ASSERT_FALSE(pid.ok());
+  EXPECT_EQ(pid.error().message, "cannot start /nonexistent-gpupool-test: No such file or directory");
+}
+
+}  // namespace
+}  // namespace gpupool
