@@ -165,6 +165,7 @@ Result<std::optional<ReceivedResponse>> ReconnectingClient::request(const protoc
 
 Result<std::vector<Job>> ReconnectingClient::jobs(const protocol::Request& request) {
   TRY_ASSIGN(auto received, this->request(request));
+  if (!received) return fail("no answer from gpupoold");  // no deadline was given: not reached
   TRY_ASSIGN(protocol::JobsResponse page, expect<protocol::JobsResponse>(std::move(received->response)));
   return std::move(page.jobs);
 }

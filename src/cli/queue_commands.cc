@@ -304,6 +304,7 @@ struct OpenedLog {
 // administrator may read it through the daemon.
 Result<OpenedLog> request_log(ReconnectingClient& client, JobId id, proto::LogStream stream) {
   TRY_ASSIGN(auto received, client.request(proto::LogsRequest{id, stream}));
+  if (!received) return fail("no answer from gpupoold");  // no deadline was given: not reached
   auto* answer = std::get_if<proto::JobsResponse>(&received->response);
   if (answer == nullptr || answer->jobs.size() != 1 || !answer->descriptors ||
       *answer->descriptors != received->descriptors.size()) {

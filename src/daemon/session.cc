@@ -151,8 +151,11 @@ void Sessions::handle_line(const SessionPtr& session, const std::string& line) {
   }
   auto request = proto::parse_request(line);
   if (!request) {
-    // A malformed message says nothing trustworthy about what else the client will send.
-    send_and_close(session, proto::ErrorResponse{request.error().message});
+    // Refused, not hung up on: the line ended where it should, so the next one can be read, and
+    // a client (a script's long-lived Client) keeps its connection after one bad request. A line
+    // over the size limit, which breaks the framing, never gets here.
+    session->outbox.push_back({proto::encode(proto::ErrorResponse{request.error().message}), {}});
+    flush(session);
     return;
   }
   requests_(session, *request);

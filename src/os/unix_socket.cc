@@ -22,6 +22,19 @@ Result<sockaddr_un> socket_address(const std::string& path) {
   return address;
 }
 
+// The descriptors a received message carries (SCM_RIGHTS), owned from now on.
+void take_descriptors(msghdr& message, std::vector<Fd>& into) {
+  for (cmsghdr* header = CMSG_FIRSTHDR(&message); header != nullptr; header = CMSG_NXTHDR(&message, header)) {
+    if (header->cmsg_level != SOL_SOCKET || header->cmsg_type != SCM_RIGHTS) continue;
+    size_t count = (header->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+    for (size_t i = 0; i < count; ++i) {
+      int fd = -1;
+      std::memcpy(&fd, CMSG_DATA(header) + i * sizeof(int), sizeof(int));
+      into.emplace_back(fd);
+    }
+  }
+}
+
 }  // namespace
 
 Result<PeerCredentials> peer_credentials(int socket_fd) {
@@ -118,15 +131,7 @@ Result<ReceivedByte> receive_byte_with_descriptors(int socket_fd, size_t max_des
     n = recvmsg(socket_fd, &message, MSG_CMSG_CLOEXEC);
   } while (n < 0 && errno == EINTR);
   if (n < 0) return fail("cannot read from the socket: {}", std::strerror(errno));
-  for (cmsghdr* header = CMSG_FIRSTHDR(&message); header != nullptr; header = CMSG_NXTHDR(&message, header)) {
-    if (header->cmsg_level != SOL_SOCKET || header->cmsg_type != SCM_RIGHTS) continue;
-    size_t count = (header->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-    for (size_t i = 0; i < count; ++i) {
-      int fd = -1;
-      std::memcpy(&fd, CMSG_DATA(header) + i * sizeof(int), sizeof(int));
-      received.descriptors.emplace_back(fd);
-    }
-  }
+  take_descriptors(message, received.descriptors);
   if (n == 0) return fail("the connection closed before any data");
   if ((message.msg_flags & MSG_CTRUNC) != 0) return fail("more than {} descriptors came", max_descriptors);
   return received;
@@ -162,15 +167,7 @@ Result<std::optional<ReceivedLine>> LineReader::read_line() {
       return fail("cannot read from the socket: {}", std::strerror(errno));
     }
     Arrived arrived{buffer_.size() + static_cast<size_t>(n), {}};
-    for (cmsghdr* header = CMSG_FIRSTHDR(&message); header != nullptr; header = CMSG_NXTHDR(&message, header)) {
-      if (header->cmsg_level != SOL_SOCKET || header->cmsg_type != SCM_RIGHTS) continue;
-      size_t count = (header->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-      for (size_t i = 0; i < count; ++i) {
-        int fd = -1;
-        std::memcpy(&fd, CMSG_DATA(header) + i * sizeof(int), sizeof(int));
-        arrived.fds.emplace_back(fd);
-      }
-    }
+    take_descriptors(message, arrived.fds);
     if (!arrived.fds.empty()) arrived_.push_back(std::move(arrived));
     if (n == 0) {
       if (!buffer_.empty()) return fail("the connection closed in the middle of a message");

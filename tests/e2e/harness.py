@@ -185,6 +185,44 @@ def as_user(user, argv, env):
     return command, dict(env, HOME=entry.pw_dir, USER=user, LOGNAME=user)
 
 
+def processes_under(root):
+    """Processes (but this one) whose environment names a runtime directory under root, or whose
+    working directory or an open file is under it: what a daemon or a demo there started and left
+    behind. (pid, command line) pairs."""
+    marker = f"GPUPOOL_RUNTIME_DIR={root}/".encode()
+    under = lambda path: path == root or path.startswith(root + "/")
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid() or process_gone(int(entry)):
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as f:
+                ours = any(v.startswith(marker) for v in f.read().split(b"\0"))
+            ours = ours or under(os.readlink(f"/proc/{entry}/cwd"))
+            for fd in [] if ours else os.listdir(f"/proc/{entry}/fd"):
+                try:
+                    if under(os.readlink(f"/proc/{entry}/fd/{fd}")):
+                        ours = True
+                        break
+                except OSError:
+                    pass
+            if ours:
+                with open(f"/proc/{entry}/cmdline", "rb") as f:
+                    found.append((int(entry), f.read().replace(b"\0", b" ").decode(errors="replace").strip()))
+        except OSError:
+            continue
+    return found
+
+
+def has_socket(pid):
+    """Whether the process has a socket open (a gpupool that has connected to the daemon)."""
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+        return any(os.readlink(f"/proc/{pid}/fd/{fd}").startswith("socket:") for fd in fds)
+    except OSError:
+        return False
+
+
 def one_line(proc):
     """True when the command said exactly one line on stderr."""
     return len(proc.stderr.strip().splitlines()) == 1
@@ -472,32 +510,8 @@ class Daemon:
         return problems
 
     def leftovers(self):
-        """Processes (but this one) that belong to this daemon's world: its environment, its
-        working directory or an open file under the temporary root."""
-        marker = f"GPUPOOL_RUNTIME_DIR={self.runtime_dir}".encode()
-        found = []
-        for entry in os.listdir("/proc"):
-            if not entry.isdigit() or int(entry) == os.getpid() or process_gone(int(entry)):
-                continue
-            try:
-                with open(f"/proc/{entry}/environ", "rb") as f:
-                    ours = marker in f.read().split(b"\0")
-                ours = ours or self.under_root(os.readlink(f"/proc/{entry}/cwd"))
-                if not ours:
-                    for fd in os.listdir(f"/proc/{entry}/fd"):
-                        try:
-                            if self.under_root(os.readlink(f"/proc/{entry}/fd/{fd}")):
-                                ours = True
-                                break
-                        except OSError:
-                            pass
-                if ours:
-                    with open(f"/proc/{entry}/cmdline", "rb") as f:
-                        cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
-                    found.append((int(entry), cmd.strip()))
-            except OSError:
-                continue
-        return found
+        """Processes (but this one) that belong to this daemon's world (processes_under)."""
+        return processes_under(self.root)
 
     def under_root(self, path):
         return path == self.root or path.startswith(self.root + "/")

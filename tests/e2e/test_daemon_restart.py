@@ -7,7 +7,7 @@ import subprocess
 import time
 import unittest
 
-from harness import (GPUPOOLD, Daemon, job_record_script, main, overlaps, read_records, request_as,
+from harness import (GPUPOOLD, Daemon, has_socket, job_record_script, main, overlaps, read_records, request_as,
                      until_exists, wait_until)
 
 
@@ -18,15 +18,6 @@ def sh(script):
 def ended(records, job):
     """The end time a job recorded with job_record_script(), or None."""
     return read_records(records).get(str(job), (None, None, []))[1]
-
-
-def has_socket(pid):
-    """True when the process has a socket open (a client that has connected)."""
-    try:
-        fds = os.listdir(f"/proc/{pid}/fd")
-        return any(os.readlink(f"/proc/{pid}/fd/{fd}").startswith("socket:") for fd in fds)
-    except OSError:
-        return False
 
 
 class RestartTest(unittest.TestCase):

@@ -174,12 +174,17 @@ class OverloadTest(unittest.TestCase):
                 s = connect(d)  # (b) half a hello, and then nothing
                 s.sendall(HELLO[:len(HELLO) // 2])
                 partial.append(s)
+            answered = []
             for n in range(15):
-                s = connect(d)  # (a) garbage: before the hello, or in place of a request
+                # (a) garbage: in place of the hello (dropped), or of a request (refused; the line
+                # ended where it should, so the next one can be read: the connection stays)
+                s = connect(d)
                 if n % 2:
                     s.sendall(HELLO + b"\n")
+                    answered.append(s)
+                else:
+                    dropped[f"garbage {n}"] = (s, False)
                 s.sendall(os.urandom(200).replace(b"\n", b"") + b"\n")
-                dropped[f"garbage {n}"] = (s, n % 2 == 1)
             oversized = []
             for n in range(5):  # (d) a line longer than the protocol allows, with or without a hello
                 s = connect(d)
@@ -203,6 +208,16 @@ class OverloadTest(unittest.TestCase):
                         self.assertIs(answer["ok"], False)
                         self.assertEqual(len(answer["error"].splitlines()), 1)
                     s.close()
+            for s in answered:
+                lines = s.makefile("rb")
+                self.assertIn(b'"hello"', lines.readline())
+                refused = json.loads(lines.readline())
+                self.assertIs(refused["ok"], False)
+                self.assertTrue(refused["error"].startswith("bad request: "), refused)
+                s.sendall(json.dumps({"op": "status"}).encode() + b"\n")
+                self.assertIn("status", json.loads(lines.readline()), "served after a bad request")
+                lines.close()
+                s.close()
             for sender in oversized:
                 sender.join(timeout=60)
             # The silent ones are still connected, and harm nobody: a new client is served at once.

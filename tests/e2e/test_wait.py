@@ -7,20 +7,11 @@ import pwd
 import subprocess
 import unittest
 
-from harness import Daemon, LineReader, main, until_exists, wait_until
+from harness import Daemon, LineReader, has_socket, main, until_exists, wait_until
 
 
 def sh(script):
     return ["--", "sh", "-c", script]
-
-
-def has_socket(pid):
-    """Whether the process has a socket open (a gpupool that has connected to the daemon)."""
-    try:
-        fds = os.listdir(f"/proc/{pid}/fd")
-        return any(os.readlink(f"/proc/{pid}/fd/{fd}").startswith("socket:") for fd in fds)
-    except OSError:
-        return False
 
 
 class WaitTest(unittest.TestCase):
