@@ -61,6 +61,16 @@ std::string elapsed_text(const Job& job) {
 // A Slurm job Slurm has forgotten reads "unknown".
 std::string state_text(const SlurmJobStatus& status) { return status.known ? state_text(status.job) : "unknown"; }
 
+// "The queue is drained by root since 12-05 15:30:12: swap GPU 3. No job starts until `gpupool resume`."
+std::string drained_banner(const proto::StatusResponse& status) {
+  std::string who = status.drained_by.empty() ? "" : " by " + status.drained_by;
+  std::string since = status.drained_at ? " since " + clock_time(status.drained_at) : "";
+  std::string why = status.drain_reason.empty() ? "" : ": " + status.drain_reason;
+  // The reason is an administrator's text, shown to every user: escaped.
+  return printable(fmt::format("The queue is drained{}{}{}.", who, since, why), kMaxShownBytes) +
+         " No job starts until `gpupool resume`.";
+}
+
 void print_jobs_header() {
   fmt::print("{:>6}  {:<14} {:<10} {:<20} {:>7} {:<7} {:<11} {:>9}  {}\n", "ID", "STATE", "USER", "NAME", "REQ",
              "GPUS", "SUBMITTED", "ELAPSED", "REASON");
@@ -209,6 +219,12 @@ Result<int> list_jobs(const JobsOptions& options) {
   TRY_ASSIGN(std::optional<DaemonClient> client, DaemonClient::connect_if_running(runtime_directory()));
   if (!client && slurm.ok() && !*slurm) TRY(DaemonClient::connect(runtime_directory()));
   if (!client) TRY(slurm);
+  if (client && !options.json) {
+    // A drained queue says so above the table: otherwise its queued jobs just seem slow.
+    TRY_ASSIGN(proto::Response response, client->request(proto::StatusRequest{}));
+    TRY_ASSIGN(proto::StatusResponse status, expect<proto::StatusResponse>(std::move(response)));
+    if (status.drained) fmt::print("{}\n", drained_banner(status));
+  }
   if (!options.json) print_jobs_header();
   size_t printed = 0;
   auto print = [&](const Job& job, const std::string& id, const std::string& state, auto to_json) {
@@ -392,10 +408,20 @@ Result<int> show_logs(const std::string& id_text, bool follow, bool errors) {
 
 // --- drain / resume ---
 
-Result<int> admin(proto::AdminAction action) {
+// Says what it did, on stdout: "drained: ...", "resumed: ...".
+Result<int> admin(proto::AdminAction action, const std::string& reason) {
+  if (reason.size() > proto::kMaxReasonBytes) return fail("--reason is longer than {} bytes", proto::kMaxReasonBytes);
   TRY_ASSIGN(DaemonClient client, DaemonClient::connect(runtime_directory()));
-  TRY_ASSIGN(proto::Response response, client.request(proto::AdminRequest{action}));
+  TRY_ASSIGN(proto::Response response, client.request(proto::AdminRequest{action, reason}));
   TRY(expect<proto::Ack>(std::move(response)));
+  TRY_ASSIGN(response, client.request(proto::StatusRequest{}));
+  TRY_ASSIGN(proto::StatusResponse status, expect<proto::StatusResponse>(std::move(response)));
+  if (action == proto::AdminAction::Drain) {
+    fmt::print("drained: no job starts until `gpupool resume`; {} running go on, {} queued wait\n", status.running,
+               status.queued);
+  } else {
+    fmt::print("resumed: queued jobs start again ({} queued, {} running)\n", status.queued, status.running);
+  }
   return 0;
 }
 
@@ -476,10 +502,17 @@ void add_queue_commands(CLI::App& app, int& exit_code, const std::vector<std::st
       run_command(exit_code, [&] { return show_logs(*id, *follow, *errors); });
     });
   }
-  app.add_subcommand("drain", "Start no more jobs (running ones go on); administrators only")
-      ->callback([&exit_code] { run_command(exit_code, [] { return admin(proto::AdminAction::Drain); }); });
+  {
+    auto* cmd = app.add_subcommand("drain", "Start no more jobs (running ones go on); administrators only");
+    auto reason = std::make_shared<std::string>();
+    cmd->add_option("-r,--reason", *reason, "Why, shown to everyone who looks at the queue (jobs, show, top)")
+        ->type_name("TEXT");
+    cmd->callback([&exit_code, reason] {
+      run_command(exit_code, [&] { return admin(proto::AdminAction::Drain, *reason); });
+    });
+  }
   app.add_subcommand("resume", "Start jobs again after `gpupool drain`; administrators only")
-      ->callback([&exit_code] { run_command(exit_code, [] { return admin(proto::AdminAction::Resume); }); });
+      ->callback([&exit_code] { run_command(exit_code, [] { return admin(proto::AdminAction::Resume, ""); }); });
 }
 
 }  // namespace gpupool::cli

@@ -1,6 +1,7 @@
 #include "daemon/daemon.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <vector>
 
 #include <fmt/format.h>
@@ -66,7 +67,17 @@ Result<void> Daemon::Impl::recover() {
     admin_gid_ = *admins;
   }
   TRY_ASSIGN(auto drained, store_.setting("drained"));
-  if (drained && *drained == "1") dispatcher_.feed(lifecycle::Drain{});
+  if (drained && *drained == "1") {
+    DrainNote note;
+    TRY_ASSIGN(auto by, store_.setting("drained_by"));
+    TRY_ASSIGN(auto at, store_.setting("drained_at"));
+    TRY_ASSIGN(auto reason, store_.setting("drain_reason"));
+    note.by = by.value_or("");
+    note.at = at ? std::strtod(at->c_str(), nullptr) : 0;
+    note.reason = reason.value_or("");
+    drain_ = std::move(note);
+    dispatcher_.feed(lifecycle::Drain{});
+  }
   TRY_ASSIGN(std::vector<Job> jobs, store_.unfinished());
   TRY_ASSIGN(std::vector<JobId> waiting, dispatcher_.adopt_running(std::move(jobs)));
   fair_share_.restore();  // after adoption: the adopted jobs add what they ran while it was down
@@ -184,7 +195,7 @@ void Daemon::Impl::publish() {
     size_t queued = 0;
     for (const auto& [id, job] : dispatcher_.active()) {
       QueueEntry entry = queue_entry(job);
-      if (entry.state == JobState::Queued && entry.reason.empty()) entry.reason = scheduler_.waiting_reason(id);
+      if (entry.state == JobState::Queued) entry.reason = queued_reason(job);
       queued += entry.state == JobState::Queued;
       view.jobs.push_back(std::move(entry));
     }

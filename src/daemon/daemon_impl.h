@@ -73,6 +73,8 @@ class Daemon::Impl {
   bool may_act_on(const Session& session, const Job& job) const;
   Job for_client(Job job, const Session& session) const;
   void answer_wait(const SessionPtr& session);
+  // Why a queued job waits, as everyone is told: the drain, or what the scheduler says.
+  std::string queued_reason(const Job& job) const;
   // The dispatcher's hooks (DispatcherHooks).
   bool hand_to_client(const Job& job, const HeldLeases& held);
   void job_finished(const Job& job);
@@ -105,6 +107,13 @@ class Daemon::Impl {
   SupervisedRunner runner_{supervisors_, processes_, groups_, machine_, settings_.config.device_isolation};
   Dispatcher dispatcher_;
   std::optional<gid_t> admin_gid_;
+  // Who drained the queue, when and why: set while drained, kept in the store's settings.
+  struct DrainNote {
+    std::string by;
+    double at = 0;
+    std::string reason;
+  };
+  std::optional<DrainNote> drain_;
   bool ending_ = false;  // end_session(): stopping once the cancelled jobs have ended
 
   std::vector<std::pair<SessionPtr, Job>> pending_submissions_;  // admitted, not yet stored

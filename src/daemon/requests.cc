@@ -116,8 +116,9 @@ void Daemon::Impl::handle(const SessionPtr& s, const protocol::LeaseRequest& r) 
   auto queued = dispatcher_.active().find(*id);
   if (queued != dispatcher_.active().end() &&
       (queued->second.state == JobState::Queued || queued->second.state == JobState::Held)) {
-    const std::string& reason = queued->second.reason;
-    sessions_.send(s, protocol::LeaseQueued{*id, reason.empty() ? scheduler_.waiting_reason(*id) : reason});
+    const Job& waiting = queued->second;
+    sessions_.send(s, protocol::LeaseQueued{*id, waiting.state == JobState::Queued ? queued_reason(waiting)
+                                                                                   : waiting.reason});
   }
 }
 
@@ -276,9 +277,19 @@ void Daemon::Impl::handle(const SessionPtr& s, const protocol::WaitRequest& r) {
 void Daemon::Impl::handle(const SessionPtr& s, const protocol::AdminRequest& r) {
   if (!s->admin) return sessions_.send(s, protocol::ErrorResponse{"only root or the admin group may drain or resume"});
   bool drain = r.action == protocol::AdminAction::Drain;
+  std::optional<DrainNote> note;
+  if (drain) note = DrainNote{s->owner.user, unix_now(), r.reason};
+  // Stored first: a drain the store could not keep would end with the next restart unsaid.
+  for (const auto& [name, value] : {std::pair<const char*, std::string>{"drained", drain ? "1" : "0"},
+                                    {"drained_by", note ? note->by : ""},
+                                    {"drained_at", note ? fmt::format("{:.3f}", note->at) : ""},
+                                    {"drain_reason", note ? note->reason : ""}}) {
+    if (auto stored = store_.set_setting(name, value); !stored) {
+      return sessions_.send(s, protocol::ErrorResponse{stored.error().message});
+    }
+  }
+  drain_ = std::move(note);
   dispatcher_.feed(drain ? lifecycle::Event(lifecycle::Drain{}) : lifecycle::Event(lifecycle::Resume{}));
-  auto stored = store_.set_setting("drained", drain ? "1" : "0");
-  if (!stored) return sessions_.send(s, protocol::ErrorResponse{stored.error().message});
   sessions_.send(s, protocol::Ack{});
 }
 
@@ -287,6 +298,11 @@ void Daemon::Impl::handle(const SessionPtr& s, const protocol::StatusRequest&) {
   status.software = std::string("gpupoold ") + GPUPOOL_VERSION;
   status.pid = own_pid();
   status.drained = dispatcher_.drained();
+  if (drain_) {
+    status.drained_by = drain_->by;
+    status.drained_at = drain_->at;
+    status.drain_reason = drain_->reason;
+  }
   std::string host = host_name();
   std::string simulated = backend_->simulated_machine();
   status.machine = simulated.empty() ? host : fmt::format("{} (simulated {})", host, simulated);
@@ -352,6 +368,14 @@ void Daemon::Impl::job_finished(const Job& job) {
   }
 }
 
+std::string Daemon::Impl::queued_reason(const Job& job) const {
+  if (drain_) {
+    return fmt::format("drained by {}{} (starts after `gpupool resume`)", drain_->by,
+                       drain_->reason.empty() ? "" : ": " + drain_->reason);
+  }
+  return job.reason.empty() ? scheduler_.waiting_reason(job.id) : job.reason;
+}
+
 // Queued and held, submitted but not yet stored included. A walk over the active jobs (the limit
 // bounds them too), simpler than keeping a count right through every change of state.
 size_t Daemon::Impl::waiting_jobs_of(uid_t uid) const {
@@ -372,7 +396,7 @@ Job Daemon::Impl::for_client(Job job, const Session& session) const {
   // Another user's environment may hold their secrets.
   if (!may_act_on(session, job)) job.spec.environment.clear();
   dispatcher_.fill_log_paths(job);
-  if (job.state == JobState::Queued && job.reason.empty()) job.reason = scheduler_.waiting_reason(job.id);
+  if (job.state == JobState::Queued) job.reason = queued_reason(job);
   return job;
 }
 

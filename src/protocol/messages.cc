@@ -327,7 +327,11 @@ json request_json(const LogsRequest& request) {
   if (request.open) object["open"] = name_of(*request.open, kLogStreams);
   return object;
 }
-json request_json(const AdminRequest& request) { return {{"op", name_of(request.action, kAdminActions)}}; }
+json request_json(const AdminRequest& request) {
+  json object = {{"op", name_of(request.action, kAdminActions)}};
+  if (!request.reason.empty()) object["reason"] = request.reason;
+  return object;
+}
 json request_json(const StatusRequest&) { return {{"op", "status"}}; }
 json request_json(const LeaseRequest& request) {
   return {{"op", "lease"},
@@ -384,7 +388,10 @@ Result<Request> request_from_json(const json& object) {
     return Request(WaitRequest{std::move(ids)});
   }
   for (const auto& [action, name] : kAdminActions) {
-    if (op == name) return Request(AdminRequest{action});
+    if (op != name) continue;
+    TRY_ASSIGN(std::string reason, defaulted(object, "reason", std::string(), as_text));
+    if (reason.size() > kMaxReasonBytes) return fail("'reason' is longer than {} bytes", kMaxReasonBytes);
+    return Request(AdminRequest{action, std::move(reason)});
   }
   if (op == "status") return Request(StatusRequest{});
   if (op == "lease") {
@@ -440,6 +447,9 @@ json response_json(const StatusResponse& response) {
            {{"software", response.software},
             {"pid", response.pid},
             {"drained", response.drained},
+            {"drained_by", response.drained_by},
+            {"drained_at", response.drained_at ? json(*response.drained_at) : json(nullptr)},
+            {"drain_reason", response.drain_reason},
             {"machine", response.machine},
             {"gpus", response.gpus},
             {"queued", response.queued},
@@ -545,6 +555,9 @@ Result<StatusResponse> as_status(const json& value, const Field& field) {
   TRY_ASSIGN(status.software, defaulted(value, "software", std::string(), as_text));
   TRY_ASSIGN(status.pid, defaulted(value, "pid", int64_t{0}, whole_from<int64_t>(0)));
   TRY_ASSIGN(status.drained, defaulted(value, "drained", false, as_flag));
+  TRY_ASSIGN(status.drained_by, defaulted(value, "drained_by", std::string(), as_text));
+  TRY_ASSIGN(status.drained_at, maybe(value, "drained_at", as_time));
+  TRY_ASSIGN(status.drain_reason, defaulted(value, "drain_reason", std::string(), as_text));
   TRY_ASSIGN(status.machine, defaulted(value, "machine", std::string(), as_text));
   TRY_ASSIGN(status.gpus, defaulted(value, "gpus", 0u, count));
   TRY_ASSIGN(status.queued, defaulted(value, "queued", 0u, count));

@@ -75,7 +75,9 @@ struct LogsRequest {
 enum class AdminAction { Drain, Resume };
 struct AdminRequest {
   AdminAction action = AdminAction::Drain;
+  std::string reason;  // drain: why, for everyone who sees the queue (at most kMaxReasonBytes)
 };
+constexpr size_t kMaxReasonBytes = 200;
 struct StatusRequest {};
 struct LeaseRequest {  // `gpupool run` / `launch`: queue, then hand the lease to the client
   JobSpec spec;  // kind Interactive, with its allowed and excluded GPUs; argv is shown, not run
@@ -117,6 +119,10 @@ struct StatusResponse {
   std::string software;
   int64_t pid = 0;
   bool drained = false;
+  // Of a drained queue: who drained it, when (Unix seconds), why ("" when not said).
+  std::string drained_by;
+  std::optional<double> drained_at;
+  std::string drain_reason;
   std::string machine;  // fixture name or host name
   unsigned gpus = 0;
   unsigned queued = 0, held = 0, running = 0;

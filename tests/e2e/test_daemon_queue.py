@@ -398,22 +398,36 @@ class QueueTest(unittest.TestCase):
         with Daemon(config=admins) as d:
             running = d.enqueue(["sh", "-c", until_exists(d.path("go"))])
             d.wait_state(running, "running")
-            self.assertEqual(d.gp("drain").returncode, 0)
-            self.assertTrue(d.status()["drained"])
+            drained = d.gp("drain", "--reason", "swap GPU 3")
+            self.assertEqual((drained.returncode, drained.stdout),
+                             (0, "drained: no job starts until `gpupool resume`; 1 running go on, 0 queued wait\n"))
+            status = d.status()
+            self.assertEqual((status["drained"], status["drained_by"], status["drain_reason"]),
+                             (True, ME, "swap GPU 3"))
             waiting = d.enqueue(["true"])
             d.wait_for_samples()
-            self.assertEqual(d.job_state(waiting), "queued", "a drained daemon starts nothing")
+            told = f"drained by {ME}: swap GPU 3 (starts after `gpupool resume`)"
+            self.assertEqual((d.job_state(waiting), d.show(waiting)["reason"]), ("queued", told),
+                             "a drained daemon starts nothing, and says why")
             self.assertEqual(d.job_state(running), "running", "running jobs go on")
+            banner = d.gp("jobs").stdout.splitlines()[0]
+            self.assertRegex(banner, rf"^The queue is drained by {ME} since [0-9:]+: swap GPU 3\. "
+                                     r"No job starts until `gpupool resume`\.$")
             d.touch("go")
             d.finish(running)
             self.assertEqual(d.job_state(waiting), "queued")
-            # Draining is remembered across a restart.
+            # Draining, by whom and why, is remembered across a restart.
             self.assertEqual(d.stop(), 0)
             d.start()
             d.wait_for_samples()
-            self.assertEqual(d.job_state(waiting), "queued")
-            self.assertEqual(d.gp("resume").returncode, 0)
+            self.assertEqual((d.job_state(waiting), d.show(waiting)["reason"]), ("queued", told))
+            resumed = d.gp("resume")
+            self.assertEqual(resumed.returncode, 0, resumed.stderr)
+            # The job may have started by the time the counts are read.
+            self.assertRegex(resumed.stdout, r"^resumed: queued jobs start again \(\d queued, \d running\)\n$")
             self.assertEqual(d.finish(waiting)[0]["state"], "done")
+            self.assertEqual((d.status()["drained"], d.status()["drained_by"]), (False, ""))
+            self.assertNotIn("drained", d.gp("jobs").stdout)
 
     def test_logs_follow_streams_while_the_job_runs(self):
         with Daemon() as d:
