@@ -8,12 +8,12 @@
 namespace gpupool {
 namespace {
 
-Result<std::vector<JobId>> ids(std::vector<std::string> texts) { return parse_job_ids(texts); }
+Result<std::vector<JobId>> parsed_ids(std::vector<std::string> texts) { return parse_job_ids(texts); }
 
 TEST(JobIds, ReadsListsAndSeveralArguments) {
-  EXPECT_EQ(*ids({"42"}), (std::vector<JobId>{42}));
-  EXPECT_EQ(*ids({"7,8", "9"}), (std::vector<JobId>{7, 8, 9}));
-  EXPECT_EQ(*ids({"999999999999999999"}), (std::vector<JobId>{999999999999999999ull}));
+  EXPECT_EQ(*parsed_ids({"42"}), (std::vector<JobId>{42}));
+  EXPECT_EQ(*parsed_ids({"7,8", "9"}), (std::vector<JobId>{7, 8, 9}));
+  EXPECT_EQ(*parsed_ids({"999999999999999999"}), (std::vector<JobId>{999999999999999999ull}));
 }
 
 TEST(JobIds, RefusesWhatIsNotAnIdWithOneLine) {
@@ -26,7 +26,7 @@ TEST(JobIds, RefusesWhatIsNotAnIdWithOneLine) {
       {"4\n2", "invalid job id '4\\n2': expected a number like 42"},
   };
   for (const auto& [text, message] : cases) {
-    auto parsed = ids({text});
+    auto parsed = parsed_ids({text});
     ASSERT_FALSE(parsed.ok()) << text;
     EXPECT_EQ(parsed.error().message, message);
   }
