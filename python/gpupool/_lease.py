@@ -4,7 +4,7 @@ import ctypes
 import os
 import socket
 import sys
-import time
+from time import monotonic
 
 from ._connection import Connection, Error, check
 from ._units import memory_mib, seconds
@@ -136,17 +136,23 @@ class Lease:
         return f"<gpupool.Lease job {self.id} gpus {self.gpus} {state}>"
 
 
-def acquire(n=1, mem=None, timeout=None, name=None, on_wait=None, socket_path=None):
+def acquire(n=1, mem=None, timeout=None, name=None, on_wait=None, socket_path=None, time=None):
     """Leases n GPUs (mem: a slice of each, e.g. "20G" or MiB) from gpupoold for this process,
     waiting in the queue like `gpupool run` (timeout: give up after this many seconds; None waits
     as long as it takes), then sets CUDA_VISIBLE_DEVICES and the GPUPOOL_* variables exactly as
-    `gpupool run` sets them for its program. on_wait(text) hears why the request waits."""
+    `gpupool run` sets them for its program. on_wait(text) hears why the request waits. time: a
+    time limit (seconds, or e.g. "30m"), as `gpupool run --time`: the job may then start beside
+    GPUs reserved for a wider one; past it and the daemon's grace period, the process gets
+    SIGTERM, as a `gpupool cancel` sends it."""
     global _held
     if _held is not None and _held.held and _held._pid == os.getpid():
         raise Error(f"this process holds job {_held.id}'s GPUs already: release() that lease first")
     if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= 1024:
         raise Error(f"invalid GPU count {n!r}: expected a whole number from 1 to 1024")
     limit = seconds(timeout, "timeout")
+    time_limit = seconds(time, "time limit")
+    if time_limit == 0:
+        raise Error(f"invalid time limit {time!r}: must be more than 0")
     _refuse_if_cuda_started()
     command = list(getattr(sys, "orig_argv", None) or [sys.executable, *sys.argv])
     try:
@@ -154,9 +160,9 @@ def acquire(n=1, mem=None, timeout=None, name=None, on_wait=None, socket_path=No
     except OSError:
         cwd = "/"
     job = {"kind": "interactive", "command": command, "cwd": cwd, "gpu_count": n, "mem_mib": memory_mib(mem),
-           "name": name or ""}
+           "name": name or "", "time_limit_s": time_limit}
     connection = Connection(socket_path)
-    deadline = None if limit is None else time.monotonic() + limit
+    deadline = None if limit is None else monotonic() + limit
     try:
         connection.send({"op": "lease", "job": job})
         answered = False
@@ -164,7 +170,7 @@ def acquire(n=1, mem=None, timeout=None, name=None, on_wait=None, socket_path=No
             # The daemon answers a lease request at once (queued or granted): the time limit is
             # for the wait in the queue after that, so timeout=0 means "only if free now".
             if answered and deadline is not None:
-                connection.sock.settimeout(max(0.001, deadline - time.monotonic()))
+                connection.sock.settimeout(max(0.001, deadline - monotonic()))
             try:
                 answer, fds = connection.receive_line()
             except socket.timeout:

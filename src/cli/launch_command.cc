@@ -102,12 +102,13 @@ Result<int> launch_job(LaunchOptions options) {
   TRY(leased.acquired.leases.make_inheritable());
   GroupOptions group;
   group.grace = grace;
+  TRY_ASSIGN(group.time_limit, parse_time_limit(options.lease.time_limit));
   group.on_started = [&](const std::vector<pid_t>& pids) {
     leased.acquired.leases.set_holder_pid(pids.front());
   };
   TRY_ASSIGN(GroupOutcome outcome, run_child_group(std::move(ranks), group));
   leased.acquired.leases.release();
-  report_finished(leased, outcome.exit_code);
+  report_finished(leased, outcome.exit_code, outcome.timed_out);
 
   std::string stopped = outcome.stopped == 0
                             ? ""
@@ -120,6 +121,9 @@ Result<int> launch_job(LaunchOptions options) {
                           : fmt::format("exited with code {}", outcome.exit_code);
     fmt::print(stderr, "gpupool: rank {} (GPU {}) {}{}\n", rank,
                leased.gpus[rank / options.per_gpu], how, stopped);
+  } else if (outcome.timed_out) {
+    fmt::print(stderr, "gpupool: {} reached its time limit ({}); stopped all {} running rank{}\n", leased.job,
+               options.lease.time_limit, outcome.stopped, outcome.stopped == 1 ? "" : "s");
   } else if (outcome.signal) {
     fmt::print(stderr, "gpupool: got {}; stopped all {} running rank{}\n",
                signal_name(*outcome.signal), outcome.stopped, outcome.stopped == 1 ? "" : "s");

@@ -37,6 +37,11 @@ void add_lease_options(CLI::App& cmd, LeaseRequestOptions& options) {
       ->type_name("DURATION")
       ->check(duration_or_nothing_value());
   cmd.add_option("--name", options.name, "The job's name, shown in `gpupool leases` (default: run-PID)");
+  cmd.add_option("--time", options.time_limit,
+                 "Time limit (e.g. 30m, 2h): SIGTERM at the limit, SIGKILL 10s later, exit code 124. Through "
+                 "gpupoold, a job with a limit may start beside GPUs reserved for a wider job (backfill)")
+      ->type_name("DURATION")
+      ->check(duration_value());
   cmd.add_flag("-q,--quiet", options.quiet, "Do not report waiting and the GPUs taken on stderr");
 }
 
@@ -44,6 +49,15 @@ Result<std::chrono::milliseconds> parse_duration(const std::string& text) {
   TRY_ASSIGN(double seconds, parse_duration_s(text));
   return std::chrono::milliseconds(std::llround(seconds * 1000));
 }
+
+Result<std::optional<std::chrono::milliseconds>> parse_time_limit(const std::string& text) {
+  if (text.empty()) return std::optional<std::chrono::milliseconds>();
+  TRY_ASSIGN(auto limit, parse_duration(text));
+  if (limit.count() <= 0) return fail("invalid time limit '{}': must be more than 0", text);
+  return std::optional(limit);
+}
+
+double seconds_of(std::chrono::milliseconds duration) { return static_cast<double>(duration.count()) / 1000.0; }
 
 namespace {
 
@@ -63,6 +77,8 @@ Result<LeasedGpus> lease_from_daemon(DaemonClient client, GpuBackend& backend, c
   request.spec.name = options.name;
   request.spec.argv = command;
   request.spec.gpus = acquire.request;
+  TRY_ASSIGN(auto time_limit, parse_time_limit(options.time_limit));
+  if (time_limit) request.spec.time_limit_s = seconds_of(*time_limit);
   auto cwd = current_directory();
   request.spec.cwd = cwd ? *cwd : "/";
   // `gpupool cancel` of a running job sends SIGTERM to this client: held back from before the
@@ -113,7 +129,7 @@ Result<LeasedGpus> lease_from_daemon(DaemonClient client, GpuBackend& backend, c
     if (terminated) {
       id = granted->id;
       leases.release();
-      (void)client.request(protocol::FinishedRequest{128 + SIGTERM, SIGTERM});
+      (void)client.request(protocol::FinishedRequest{128 + SIGTERM, SIGTERM, false});
       return cancelled();
     }
     if (leases.descriptors().size() != granted->descriptors) {
@@ -176,15 +192,16 @@ Result<void> start_unless_cancelled(LeasedGpus& leased) {
   if (!leased.daemon) return {};
   if (!take_pending_signal(SIGTERM)) return {};
   leased.acquired.leases.release();
-  report_finished(leased, 128 + SIGTERM);
+  report_finished(leased, 128 + SIGTERM, false);
   return fail("job {} cancelled before it started", leased.id);
 }
 
-void report_finished(LeasedGpus& leased, int exit_code) {
+void report_finished(LeasedGpus& leased, int exit_code, bool timed_out) {
   if (!leased.daemon) return;
   protocol::FinishedRequest finished;
   finished.exit_code = exit_code;
   if (exit_code > 128) finished.signal = exit_code - 128;
+  finished.timed_out = timed_out;
   // The daemon may have gone away meanwhile; the job still ran, so this is not an error.
   (void)leased.daemon->request(finished);
   leased.daemon.reset();

@@ -20,6 +20,7 @@ struct LeaseRequestOptions {
   std::string exclude;   // --exclude: never these
   std::optional<std::string> wait;  // --wait[=TIMEOUT]; default: wait as long as it takes
   std::string name;      // --name: the job's name
+  std::string time_limit;  // --time: the program is ended once it has run this long; empty: no limit
   bool quiet = false;
 };
 
@@ -46,8 +47,9 @@ Result<LeasedGpus> lease_gpus(const LeaseRequestOptions& options, const std::vec
 // the program's signal forwarding to pass on.
 Result<void> start_unless_cancelled(LeasedGpus& leased);
 
-// Tells gpupoold how the job ended (nothing to do without a daemon).
-void report_finished(LeasedGpus& leased, int exit_code);
+// Tells gpupoold how the job ended (nothing to do without a daemon), and whether it was ended
+// at its time limit.
+void report_finished(LeasedGpus& leased, int exit_code, bool timed_out);
 
 // CUDA_VISIBLE_DEVICES (full UUIDs, in the order of `gpus`), CUDA_DEVICE_ORDER and GPUPOOL_*
 // for a process that uses `gpus`, a subset of the lease.
@@ -55,5 +57,10 @@ std::vector<std::string> job_environment(const LeasedGpus& leased, const std::ve
 
 // base's parse_duration_s in milliseconds: --wait, --time, --grace, --idle-after, report --since.
 Result<std::chrono::milliseconds> parse_duration(const std::string& text);
+
+// A --time option's value: nullopt when not given, an error unless it is more than 0.
+Result<std::optional<std::chrono::milliseconds>> parse_time_limit(const std::string& text);
+// Seconds, as a job's time_limit_s holds it.
+double seconds_of(std::chrono::milliseconds duration);
 
 }  // namespace gpupool::cli

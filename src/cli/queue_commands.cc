@@ -21,6 +21,7 @@
 #include "cli/app.h"
 #include "cli/commands.h"
 #include "cli/daemon_client.h"
+#include "cli/jobs_table.h"
 #include "cli/lease_options.h"
 #include "cli/slurm_queue.h"
 #include "cli/value_checks.h"
@@ -38,19 +39,26 @@ namespace {
 
 namespace proto = protocol;
 
-std::string clock_time(std::optional<double> unix_seconds) {
-  if (!unix_seconds) return "-";
-  time_t t = static_cast<time_t>(*unix_seconds);
+// A Unix time in local time: `today_format` on the same day, `other_day_format` on another.
+std::string local_time_text(double unix_seconds, const char* today_format, const char* other_day_format) {
+  time_t t = static_cast<time_t>(unix_seconds);
   tm local{};
   localtime_r(&t, &local);
   time_t now = std::time(nullptr);
   tm today{};
   localtime_r(&now, &today);
   char text[32];
-  const char* format = local.tm_yday == today.tm_yday && local.tm_year == today.tm_year ? "%H:%M:%S" : "%m-%d %H:%M";
-  strftime(text, sizeof(text), format, &local);
+  bool same_day = local.tm_yday == today.tm_yday && local.tm_year == today.tm_year;
+  strftime(text, sizeof(text), same_day ? today_format : other_day_format, &local);
   return text;
 }
+
+std::string clock_time(std::optional<double> unix_seconds) {
+  return unix_seconds ? local_time_text(*unix_seconds, "%H:%M:%S", "%m-%d %H:%M") : "-";
+}
+
+// The jobs table's narrower column.
+std::string table_clock(double unix_seconds) { return local_time_text(unix_seconds, "%H:%M", "%m-%d"); }
 
 std::string elapsed_text(const Job& job) {
   if (!job.start_time) return "-";
@@ -69,19 +77,6 @@ std::string drained_banner(const proto::StatusResponse& status) {
   // The reason is an administrator's text, shown to every user: escaped.
   return printable(fmt::format("The queue is drained{}{}{}.", who, since, why), kMaxShownBytes) +
          " No job starts until `gpupool resume`.";
-}
-
-void print_jobs_header() {
-  fmt::print("{:>6}  {:<14} {:<10} {:<20} {:>7} {:<7} {:<11} {:>9}  {}\n", "ID", "STATE", "USER", "NAME", "REQ",
-             "GPUS", "SUBMITTED", "ELAPSED", "REASON");
-}
-
-// `id` and `state` as they read: "42" or "slurm:42"; "failed(3)", "unknown".
-void print_jobs_row(const Job& job, const std::string& id, const std::string& state) {
-  // Names, users and reasons may come from other users: escaped, and measured in display cells.
-  fmt::print("{:>6}  {:<14} {} {} {:>7} {:<7} {:<11} {:>9}  {}\n", id, state, pad_cells(job.owner.user, 10),
-             pad_cells(display_name(job), 20), request_text(job), gpu_list_text(job.gpus), clock_time(job.submit_time),
-             elapsed_text(job), printable(job.reason, kMaxShownBytes));
 }
 
 // One job as an entry of a JSON array printed with an indent of 2: what the whole array's
@@ -106,6 +101,8 @@ void print_job_details(const Job& job, const std::string& id, const std::string&
   line("id", id);
   line("name", display_name(job));
   line("state", state + (job.reason.empty() ? "" : " (" + job.reason + ")"));
+  if (job.wait_reason) line("waiting", to_string(*job.wait_reason));
+  if (job.expected_start) line("expected", "to start at " + clock_time(std::max(*job.expected_start, unix_now())));
   line("user", job.owner.user);
   line("kind", to_string(job.spec.kind));
   std::vector<std::string> words;
@@ -124,6 +121,14 @@ void print_job_details(const Job& job, const std::string& id, const std::string&
   line("started", clock_time(job.start_time));
   line("ended", clock_time(job.end_time));
   line("elapsed", elapsed_text(job));
+  if (job.state == JobState::Running && job.spec.time_limit_s && job.start_time) {
+    line("time left", duration_text(*job.start_time + *job.spec.time_limit_s - unix_now()));
+  }
+  if (job.usage) {
+    std::string utilization = job.usage->mean_utilization ? fmt::format(", {:.0f} % utilisation on average", *job.usage->mean_utilization) : "";
+    std::string idle = job.usage->idle_since ? fmt::format(", idle since {}", clock_time(job.usage->idle_since)) : "";
+    line("usage", fmt::format("{:.2f} GPU-hours{}{}", job.usage->gpu_hours, utilization, idle));
+  }
   if (job.exit_code) line("exit code", std::to_string(*job.exit_code));
   if (!job.stdout_path.empty()) line("stdout", job.stdout_path);
   if (!job.stderr_path.empty()) line("stderr", job.stderr_path);
@@ -169,11 +174,8 @@ Result<int> submit(const SubmitOptions& options) {
   }
   spec.priority = options.priority;
   spec.retries = options.retries;
-  if (!options.time_limit.empty()) {
-    TRY_ASSIGN(auto limit, parse_duration(options.time_limit));
-    if (limit.count() <= 0) return fail("invalid time limit '{}': must be more than 0", options.time_limit);
-    spec.time_limit_s = static_cast<double>(limit.count()) / 1000.0;
-  }
+  TRY_ASSIGN(auto time_limit, parse_time_limit(options.time_limit));
+  if (time_limit) spec.time_limit_s = seconds_of(*time_limit);
   if (options.slurm.enabled) return submit_to_slurm(spec, options.after, options.hold, options.slurm);
   if (!options.after.empty()) {
     TRY_ASSIGN(spec.after, parse_job_ids(std::array{options.after}));
@@ -225,13 +227,13 @@ Result<int> list_jobs(const JobsOptions& options) {
     TRY_ASSIGN(proto::StatusResponse status, expect<proto::StatusResponse>(std::move(response)));
     if (status.drained) fmt::print("{}\n", drained_banner(status));
   }
-  if (!options.json) print_jobs_header();
+  if (!options.json) fmt::print("{}\n", jobs_table_header());
   size_t printed = 0;
   auto print = [&](const Job& job, const std::string& id, const std::string& state, auto to_json) {
     if (options.json) {
       fmt::print("{}\n{}", printed == 0 ? "[" : ",", json_array_entry(to_json()));
     } else {
-      print_jobs_row(job, id, state);
+      fmt::print("{}\n", jobs_table_row(job, id, state, unix_now(), table_clock));
     }
     ++printed;
   };

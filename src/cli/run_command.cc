@@ -13,12 +13,17 @@
 namespace gpupool::cli {
 namespace {
 
+// As a batch job's default, and `timeout`'s exit code for a command it stopped.
+constexpr std::chrono::seconds kKillGrace{10};
+constexpr int kTimedOutExitCode = 124;
+
 struct RunOptions {
   LeaseRequestOptions lease;
   std::vector<std::string> command;
 };
 
 Result<int> run_job(const RunOptions& options) {
+  TRY_ASSIGN(auto time_limit, parse_time_limit(options.lease.time_limit));
   TRY_ASSIGN(LeasedGpus leased, lease_gpus(options.lease, options.command));
   ChildSpec spec;
   spec.argv = options.command;
@@ -27,10 +32,14 @@ Result<int> run_job(const RunOptions& options) {
   TRY(leased.acquired.leases.make_inheritable());
   TRY_ASSIGN(pid_t child, spawn_child(spec));
   leased.acquired.leases.set_holder_pid(child);
-  int code = wait_forwarding_signals(child);
+  std::optional<RunTimeLimit> limit;
+  if (time_limit) limit = RunTimeLimit{*time_limit, kKillGrace};
+  ChildEnd end = wait_forwarding_signals(child, limit);
   leased.acquired.leases.release();
-  report_finished(leased, code);
-  return code;
+  report_finished(leased, end.exit_code, end.timed_out);
+  if (!end.timed_out) return end.exit_code;
+  fmt::print(stderr, "gpupool: {} reached its time limit ({}) and was stopped\n", leased.job, options.lease.time_limit);
+  return kTimedOutExitCode;
 }
 
 }  // namespace

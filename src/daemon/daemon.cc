@@ -193,9 +193,15 @@ void Daemon::Impl::publish() {
     QueueView view;
     view.drained = dispatcher_.drained();
     size_t queued = 0;
+    std::optional<std::map<JobId, double>> starts;  // planned once, when a waiting client is told
     for (const auto& [id, job] : dispatcher_.active()) {
       QueueEntry entry = queue_entry(job);
-      if (entry.state == JobState::Queued) entry.reason = queued_reason(job);
+      if (entry.state == JobState::Queued) {
+        Scheduler::Waiting waiting = waiting_for(job);
+        entry.wait_reason = waiting.reason;
+        entry.reason = std::move(waiting.detail);
+        tell_lease_client(id, entry.reason, starts);
+      }
       queued += entry.state == JobState::Queued;
       view.jobs.push_back(std::move(entry));
     }
@@ -203,6 +209,19 @@ void Daemon::Impl::publish() {
     service_.tell_status(fmt::format("STATUS={} running, {} queued{}", scheduler_.running(), queued,
                                      dispatcher_.drained() ? ", drained" : ""));
   });
+}
+
+// A `run` or `launch` waiting for its lease hears why whenever that changes, with when it is
+// expected to start.
+void Daemon::Impl::tell_lease_client(JobId id, const std::string& reason,
+                                     std::optional<std::map<JobId, double>>& starts) {
+  auto session = lease_sessions_.find(id);
+  if (session == lease_sessions_.end() || session->second->granted || session->second->told_reason == reason) return;
+  if (!starts) starts = expected_starts();
+  session->second->told_reason = reason;
+  auto start = starts->find(id);
+  sessions_.send(session->second, protocol::LeaseQueued{id, reason, start == starts->end() ? std::nullopt
+                                                                                          : std::optional(start->second)});
 }
 
 // A reading from the monitor's thread, posted to the loop.
@@ -231,6 +250,7 @@ void Daemon::Impl::on_sample(const Machine& machine) {
   if (auto set = scheduler_.set_outside_use(outside); !set) {
     fmt::print(stderr, "gpupoold: {}\n", set.error().message);
   }
+  dispatcher_.end_overdue_interactive(unix_now());
   dispatcher_.dispatch();
 }
 

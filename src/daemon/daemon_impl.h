@@ -41,6 +41,10 @@
 
 namespace gpupool {
 
+// How many queued jobs, first in the scheduler's order, get an expected start: bounds the cost
+// of planning for each `jobs` answer (as squeue --start, later ones show none).
+inline constexpr size_t kPlannedJobs = 200;
+
 class Daemon::Impl {
  public:
   Impl(DaemonSettings settings, JobStore store, LeaseDirectory leases, std::unique_ptr<GpuBackend> backend,
@@ -71,10 +75,18 @@ class Daemon::Impl {
   Result<Job> admit(const SessionPtr& session, const protocol::SubmitRequest& request, JobKind kind);
   size_t waiting_jobs_of(uid_t uid) const;
   bool may_act_on(const Session& session, const Job& job) const;
-  Job for_client(Job job, const Session& session) const;
+  // The job as `session` may see it; a queued one with why it waits and, when `expected_starts`
+  // has it, when it is expected to start.
+  Job for_client(Job job, const Session& session, const std::map<JobId, double>& expected_starts = {}) const;
   void answer_wait(const SessionPtr& session);
-  // Why a queued job waits, as everyone is told: the drain, or what the scheduler says.
-  std::string queued_reason(const Job& job) const;
+  // Why a queued job waits, as everyone is told: the drain, a job it runs after, or what the
+  // scheduler says.
+  Scheduler::Waiting waiting_for(const Job& job) const;
+  // When the first queued jobs in order are expected to start (none while drained).
+  std::map<JobId, double> expected_starts();
+  // Tells the client of interactive job `id` that it waits for `reason` if it has not been told
+  // so; `starts` is planned on first use.
+  void tell_lease_client(JobId id, const std::string& reason, std::optional<std::map<JobId, double>>& starts);
   // The dispatcher's hooks (DispatcherHooks).
   bool hand_to_client(const Job& job, const HeldLeases& held);
   void job_finished(const Job& job);

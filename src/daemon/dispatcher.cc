@@ -217,6 +217,21 @@ void Dispatcher::dispatch() {
   }
 }
 
+void Dispatcher::end_overdue_interactive(double now) {
+  std::vector<JobId> overdue;
+  for (const auto& [id, job] : active_) {
+    if (job.spec.kind != JobKind::Interactive || job.state != JobState::Running || !job.start_time ||
+        !job.spec.time_limit_s || now < *job.start_time + *job.spec.time_limit_s + settings_.kill_grace_s) {
+      continue;
+    }
+    const TrackedJob* tracked = lifecycle_.find(id);
+    if (tracked != nullptr && !tracked->timed_out) overdue.push_back(id);
+  }
+  for (JobId id : overdue) {
+    if (auto problem = feed(lifecycle::TimeLimitReached{id})) fmt::print(stderr, "gpupoold: job {}: {}\n", id, *problem);
+  }
+}
+
 // The scheduler chose the job's GPUs: what will run it and their leases are taken, then the
 // lifecycle grants them.
 void Dispatcher::start(const JobStart& decision) {

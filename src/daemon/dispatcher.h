@@ -75,6 +75,10 @@ class Dispatcher {
   void cancel_all(const std::string& by);
   // Starts what the scheduler lets start now.
   void dispatch();
+  // Running interactive jobs past their time limit and the grace period are told to end, as a
+  // cancel tells them (SIGTERM to the client). `gpupool run` and `launch` end their programs at
+  // the limit themselves; this is for a client that does not (acquire(), a stuck one).
+  void end_overdue_interactive(double now);
   // The attempt (or the interactive job) has ended: its GPUs are free, and the lifecycle decides.
   void attempt_ended(JobId id, lifecycle::AttemptExited ended);
   // The watched process of a running job has ended (from the runner).

@@ -357,6 +357,30 @@ TEST_F(DispatcherTest, AnInteractiveJobsLeasesGoToItsClient) {
   EXPECT_TRUE(gpu_free(0) && gpu_free(1));
 }
 
+TEST_F(DispatcherTest, AnInteractiveJobPastItsTimeLimitAndGraceIsToldToEndOnce) {
+  Job job;
+  job.owner = JobOwner{1000, 1000, {}, "alice"};
+  job.spec.kind = JobKind::Interactive;
+  job.spec.time_limit_s = 60;
+  job.pid = own_pid();
+  JobId id = *store_->insert(job);
+  job.id = id;
+  dispatcher_->submitted(job);
+  dispatcher_->dispatch();
+  ASSERT_EQ(stored(id).state, JobState::Running);
+  double started = *dispatcher_->active().at(id).start_time;
+  // Within its limit and the grace period (0.5 s here) its client ends it: nothing yet.
+  dispatcher_->end_overdue_interactive(started + 60.4);
+  EXPECT_TRUE(runner_.stopped.empty());
+  dispatcher_->end_overdue_interactive(started + 61);
+  EXPECT_EQ(runner_.stopped, std::vector<pid_t>{own_pid()});
+  dispatcher_->end_overdue_interactive(started + 62);
+  EXPECT_EQ(runner_.stopped.size(), 1u);
+  dispatcher_->attempt_ended(id, {id, 143, 15, "", false});
+  EXPECT_EQ(stored(id).state, JobState::Failed);
+  EXPECT_EQ(stored(id).reason, "time limit");
+}
+
 TEST_F(DispatcherTest, ARestartedDaemonAdoptsTheRunningAttemptAndRecordsItsEnd) {
   JobId id = submit(1);
   JobId waiting = submit(2);

@@ -116,9 +116,9 @@ void Daemon::Impl::handle(const SessionPtr& s, const protocol::LeaseRequest& r) 
   auto queued = dispatcher_.active().find(*id);
   if (queued != dispatcher_.active().end() &&
       (queued->second.state == JobState::Queued || queued->second.state == JobState::Held)) {
-    const Job& waiting = queued->second;
-    sessions_.send(s, protocol::LeaseQueued{*id, waiting.state == JobState::Queued ? queued_reason(waiting)
-                                                                                   : waiting.reason});
+    Job waiting = for_client(queued->second, *s, expected_starts());
+    s->told_reason = waiting.reason;
+    sessions_.send(s, protocol::LeaseQueued{*id, waiting.reason, waiting.expected_start});
   }
 }
 
@@ -127,7 +127,7 @@ void Daemon::Impl::handle(const SessionPtr& s, const protocol::FinishedRequest& 
   JobId id = *s->lease_job;
   s->lease_job.reset();
   lease_sessions_.erase(id);
-  dispatcher_.attempt_ended(id, {id, r.exit_code, r.signal, "", false});
+  dispatcher_.attempt_ended(id, {id, r.exit_code, r.signal, r.timed_out ? "time limit" : "", false});
   sessions_.send(s, protocol::Ack{});
 }
 
@@ -152,12 +152,14 @@ void Daemon::Impl::handle(const SessionPtr& s, const protocol::JobsRequest& r) {
     listed = jobs->size();
     protocol::JobsResponse response;
     size_t bytes = 0;
+    bool any_queued = std::any_of(jobs->begin(), jobs->end(), [](const Job& job) { return job.state == JobState::Queued; });
+    std::map<JobId, double> starts = any_queued ? expected_starts() : std::map<JobId, double>{};
     for (Job& job : *jobs) {
       if (response.jobs.size() == r.limit) {
         response.more = true;
         break;
       }
-      Job shown = for_client(std::move(job), *s);
+      Job shown = for_client(std::move(job), *s, starts);
       bytes += protocol::encoded_size(shown);
       // Long commands could make a full page too long for one message: end it sooner. (64:
       // room for what the answer holds besides its jobs, `{"jobs":[` and `],"more":true,"ok":true}`.)
@@ -178,7 +180,8 @@ void Daemon::Impl::handle(const SessionPtr& s, const protocol::ShowRequest& r) {
   auto job = dispatcher_.find_job(r.id);
   if (!job) return sessions_.send(s, protocol::ErrorResponse{job.error().message});
   if (!*job) return sessions_.send(s, protocol::ErrorResponse{fmt::format("no job {}", r.id)});
-  sessions_.send(s, protocol::JobsResponse{{for_client(std::move(**job), *s)}});
+  bool queued = (*job)->state == JobState::Queued;
+  sessions_.send(s, protocol::JobsResponse{{for_client(std::move(**job), *s, queued ? expected_starts() : std::map<JobId, double>{})}});
 }
 
 void Daemon::Impl::handle(const SessionPtr& s, const protocol::LogsRequest& r) {
@@ -368,12 +371,23 @@ void Daemon::Impl::job_finished(const Job& job) {
   }
 }
 
-std::string Daemon::Impl::queued_reason(const Job& job) const {
+Scheduler::Waiting Daemon::Impl::waiting_for(const Job& job) const {
   if (drain_) {
-    return fmt::format("drained by {}{} (starts after `gpupool resume`)", drain_->by,
-                       drain_->reason.empty() ? "" : ": " + drain_->reason);
+    return {WaitReason::Drained, fmt::format("drained by {}{} (starts after `gpupool resume`)", drain_->by,
+                                             drain_->reason.empty() ? "" : ": " + drain_->reason)};
   }
-  return job.reason.empty() ? scheduler_.waiting_reason(job.id) : job.reason;
+  // The lifecycle's reason, which the store does not keep: a job it runs after has not finished
+  // (it is not in the scheduler's queue).
+  auto active = dispatcher_.active().find(job.id);
+  if (active != dispatcher_.active().end() && !active->second.reason.empty()) {
+    return {WaitReason::Dependency, active->second.reason};
+  }
+  return scheduler_.waiting(job.id, unix_now()).value_or(Scheduler::Waiting{WaitReason::Priority, ""});
+}
+
+std::map<JobId, double> Daemon::Impl::expected_starts() {
+  if (drain_) return {};
+  return scheduler_.expected_starts(unix_now(), kPlannedJobs);
 }
 
 // Queued and held, submitted but not yet stored included. A walk over the active jobs (the limit
@@ -392,11 +406,20 @@ bool Daemon::Impl::may_act_on(const Session& session, const Job& job) const {
   return session.admin || session.owner.uid == job.owner.uid;
 }
 
-Job Daemon::Impl::for_client(Job job, const Session& session) const {
+Job Daemon::Impl::for_client(Job job, const Session& session, const std::map<JobId, double>& expected_starts) const {
   // Another user's environment may hold their secrets.
   if (!may_act_on(session, job)) job.spec.environment.clear();
   dispatcher_.fill_log_paths(job);
-  if (job.state == JobState::Queued) job.reason = queued_reason(job);
+  if (job.state == JobState::Queued) {
+    Scheduler::Waiting waiting = waiting_for(job);
+    job.wait_reason = waiting.reason;
+    job.reason = std::move(waiting.detail);
+    if (auto start = expected_starts.find(job.id); start != expected_starts.end()) job.expected_start = start->second;
+  } else if (job.state == JobState::Held) {
+    job.wait_reason = WaitReason::Held;
+  } else if (job.state == JobState::Running) {
+    job.usage = monitor_->usage_of(job.id);
+  }
   return job;
 }
 

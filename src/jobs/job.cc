@@ -1,6 +1,7 @@
 #include "jobs/job.h"
 
 #include <array>
+#include <optional>
 #include <utility>
 
 #include "base/quote.h"
@@ -17,20 +18,39 @@ constexpr std::array<std::pair<JobState, const char*>, 6> kStateNames = {{
     {JobState::Failed, "failed"},
     {JobState::Cancelled, "cancelled"},
 }};
+constexpr std::array<std::pair<WaitReason, const char*>, 7> kWaitReasonNames{{
+    {WaitReason::Resources, "Resources"},
+    {WaitReason::Priority, "Priority"},
+    {WaitReason::Reservation, "Reservation"},
+    {WaitReason::Dependency, "Dependency"},
+    {WaitReason::Held, "Held"},
+    {WaitReason::Drained, "Drained"},
+    {WaitReason::QuotaLimit, "QuotaLimit"},
+}};
 
-}  // namespace
-
-const char* to_string(JobState state) {
-  for (const auto& [value, name] : kStateNames) {
-    if (value == state) return name;
+// The name of `value` in one of the tables above, and back.
+template <typename Enum, size_t N>
+const char* name_in(const std::array<std::pair<Enum, const char*>, N>& names, Enum value) {
+  for (const auto& [entry, name] : names) {
+    if (entry == value) return name;
   }
   return "unknown";
 }
 
-Result<JobState> parse_job_state(std::string_view text) {
-  for (const auto& [value, name] : kStateNames) {
-    if (text == name) return value;
+template <typename Enum, size_t N>
+std::optional<Enum> named_in(const std::array<std::pair<Enum, const char*>, N>& names, std::string_view text) {
+  for (const auto& [entry, name] : names) {
+    if (text == name) return entry;
   }
+  return std::nullopt;
+}
+
+}  // namespace
+
+const char* to_string(JobState state) { return name_in(kStateNames, state); }
+
+Result<JobState> parse_job_state(std::string_view text) {
+  if (auto state = named_in(kStateNames, text)) return *state;
   return fail("unknown job state {} (queued, held, running, done, failed or cancelled)", quote(text));
 }
 
@@ -44,6 +64,13 @@ Result<JobKind> parse_job_kind(std::string_view text) {
   if (text == "batch") return JobKind::Batch;
   if (text == "interactive") return JobKind::Interactive;
   return fail("unknown job kind {} (batch or interactive)", quote(text));
+}
+
+const char* to_string(WaitReason reason) { return name_in(kWaitReasonNames, reason); }
+
+Result<WaitReason> parse_wait_reason(std::string_view text) {
+  if (auto reason = named_in(kWaitReasonNames, text)) return *reason;
+  return fail("unknown wait reason {}", quote(text));
 }
 
 Result<std::vector<JobId>> parse_job_ids(std::span<const std::string> texts) {

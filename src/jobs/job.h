@@ -38,6 +38,20 @@ enum class JobKind {
 const char* to_string(JobKind kind);
 Result<JobKind> parse_job_kind(std::string_view text);
 
+// Why a queued or held job has not started, in one word, as `gpupool jobs` shows it (squeue's
+// REASON column); Job::reason says it in full.
+enum class WaitReason {
+  Resources,    // not enough GPUs free for it (the first in line: the GPUs are reserved for it)
+  Priority,     // jobs ahead of it in the policy's order come first
+  Reservation,  // GPUs it could use are kept for the first job in line, which starts before it
+  Dependency,   // a job it runs after (--after) has not finished
+  Held,         // `gpupool hold`
+  Drained,      // `gpupool drain`: no job starts
+  QuotaLimit,   // its user holds as many GPUs as the quota allows
+};
+const char* to_string(WaitReason reason);
+Result<WaitReason> parse_wait_reason(std::string_view text);
+
 // Job ids as users type them: "42", "7,8,9", one or several arguments.
 Result<std::vector<JobId>> parse_job_ids(std::span<const std::string> texts);
 
@@ -74,6 +88,13 @@ struct JobOwner {
   std::string user;           // name of uid (or the number when it has none)
 };
 
+// A running job's use of its GPUs so far, from the daemon's samples.
+struct JobUsage {
+  double gpu_hours = 0;                     // a slice counts its share of the GPU
+  std::optional<double> mean_utilization;   // percent; nullopt until the GPUs say
+  std::optional<double> idle_since;         // Unix seconds; set once the job is flagged idle
+};
+
 struct Job {
   JobId id = 0;
   JobSpec spec;
@@ -95,6 +116,11 @@ struct Job {
   std::optional<uint64_t> pid_start_ticks;
   std::string stdout_path;            // batch jobs' log files
   std::string stderr_path;
+  // What the daemon says of a job when it answers, never stored: why a waiting one waits, in one
+  // word, and when the scheduler's plan expects it to start (nullopt when no plan reaches it).
+  std::optional<WaitReason> wait_reason;
+  std::optional<double> expected_start;  // Unix seconds
+  std::optional<JobUsage> usage;          // a running job's, likewise
 };
 
 // The job's name, or its command's base name when it has none: what tables show.

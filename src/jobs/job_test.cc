@@ -39,6 +39,12 @@ TEST(JobNames, StatesAndKindsReadBackWhatTheyWrite) {
   }
   EXPECT_EQ(*parse_job_kind("batch"), JobKind::Batch);
   EXPECT_EQ(*parse_job_kind("interactive"), JobKind::Interactive);
+  for (WaitReason reason : {WaitReason::Resources, WaitReason::Priority, WaitReason::Reservation,
+                            WaitReason::Dependency, WaitReason::Held, WaitReason::Drained, WaitReason::QuotaLimit}) {
+    EXPECT_EQ(*parse_wait_reason(to_string(reason)), reason);
+  }
+  EXPECT_EQ(std::string(to_string(WaitReason::QuotaLimit)), "QuotaLimit");
+  EXPECT_FALSE(parse_wait_reason("resources").ok());
   EXPECT_EQ(parse_job_state("lost\nfound").error().message,
             "unknown job state 'lost\\nfound' (queued, held, running, done, failed or cancelled)");
 }

@@ -13,6 +13,14 @@ std::string duration_text(double seconds) {
   return fmt::format("{}:{:02}:{:02}", s / 3600, s % 3600 / 60, s % 60);
 }
 
+std::string rough_duration_text(double seconds) {
+  auto minutes = static_cast<int64_t>(std::max(0.0, seconds) / 60);
+  if (minutes == 0) return "under a minute";
+  if (minutes < 60) return fmt::format("{}m", minutes);
+  if (minutes < 24 * 60) return fmt::format("{}h{:02}m", minutes / 60, minutes % 60);
+  return fmt::format("{}d{:02}h", minutes / (24 * 60), minutes % (24 * 60) / 60);
+}
+
 std::string gpu_list_text(std::vector<unsigned> gpus) {
   if (gpus.empty()) return "-";
   std::sort(gpus.begin(), gpus.end());
@@ -28,7 +36,10 @@ std::string gpu_list_text(std::vector<unsigned> gpus) {
 }
 
 std::string request_text(const Job& job) {
-  if (job.spec.gpus.slice_mib) return fmt::format("{}x{}M", job.spec.gpus.count, *job.spec.gpus.slice_mib);
+  if (std::optional<uint64_t> mib = job.spec.gpus.slice_mib) {
+    return *mib % 1024 == 0 ? fmt::format("{}x{}G", job.spec.gpus.count, *mib / 1024)
+                            : fmt::format("{}x{}M", job.spec.gpus.count, *mib);
+  }
   return fmt::format("{}", job.spec.gpus.count);
 }
 

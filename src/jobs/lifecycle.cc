@@ -100,6 +100,10 @@ Result<void> JobLifecycle::on(const AttemptExited& e, Effects& out) {
     finish(e.id, JobState::Cancelled, said_who || e.reason.empty() ? job->reason : e.reason, out);
     return {};
   }
+  if (job->timed_out) {  // however it ended after being told to, as Slurm's TIMEOUT
+    finish(e.id, JobState::Failed, "time limit", out);
+    return {};
+  }
   if (e.exit_code == 0 || (!e.exit_code && job->kind == JobKind::Interactive)) {
     // An interactive job whose end was not reported did run: done, with the reason saying so.
     finish(e.id, JobState::Done, e.reason, out);
@@ -186,7 +190,9 @@ Result<void> JobLifecycle::on(const Resume&, Effects&) {
 }
 
 Result<void> JobLifecycle::on(const TimeLimitReached& e, Effects& out) {
-  TRY(tracked(e.id, JobState::Running));
+  TRY_ASSIGN(TrackedJob * job, tracked(e.id, JobState::Running));
+  if (job->timed_out) return fail("job {} has been told to end already", e.id);
+  job->timed_out = true;
   out.push_back(SignalAttempt{e.id, SignalWhy::TimeLimit});
   return {};
 }

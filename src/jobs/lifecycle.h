@@ -142,6 +142,7 @@ struct TrackedJob {
   std::vector<JobId> after;
   bool in_queue = false;                 // the scheduler has it
   std::optional<std::string> cancel_by;  // cancelled while running: ends Cancelled however it ends
+  bool timed_out = false;                // its attempt was told to end at its time limit
 };
 
 class JobLifecycle {

@@ -193,6 +193,10 @@ TEST_F(LifecycleTest, ADrainedQueueStartsNothingUntilResumed) {
 TEST_F(LifecycleTest, ATimeLimitSignalsTheRunningAttempt) {
   start(1);
   EXPECT_EQ(only<SignalAttempt>(handle(TimeLimitReached{1}))->why, SignalWhy::TimeLimit);
+  EXPECT_EQ(refusal(TimeLimitReached{1}), "job 1 has been told to end already");  // once
+  // The end says why, whatever signal the program died of.
+  auto ended = handle(AttemptExited{1, 143, 15, "", false});
+  EXPECT_EQ(only<Finished>(ended)->reason, "time limit");
 }
 
 TEST_F(LifecycleTest, AdoptedJobsGoOnWhereThePreviousDaemonLeftThem) {

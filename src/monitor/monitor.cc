@@ -53,7 +53,17 @@ json usage_json(const Accounting::JobAccount* account, double now, const Account
 QueueEntry queue_entry(const Job& job) {
   return QueueEntry{job.id,          display_name(job), job.owner.user, job.state,
                     job.spec.kind,   job.spec.gpus.count, job.spec.gpus.slice_mib, job.spec.priority,
-                    job.gpus,        job.submit_time,   job.start_time,     job.reason};
+                    job.gpus,        job.submit_time,   job.start_time,     job.reason,
+                    job.state == JobState::Held ? std::optional(WaitReason::Held) : job.wait_reason};
+}
+
+std::optional<JobUsage> Monitor::usage_of(JobId id) {
+  std::lock_guard lock(mutex_);
+  const Accounting::JobAccount* account = accounting_.job(id);
+  if (account == nullptr) return std::nullopt;
+  double now = unix_now();
+  return JobUsage{account->total.gpu_seconds / 3600, account->total.mean_utilization(),
+                  accounting_.idle(id, now) ? account->idle_since : std::nullopt};
 }
 
 Monitor::Monitor(MonitorSettings settings, Machine machine, GpuBackend& backend, UsageStore store,
@@ -380,7 +390,8 @@ std::string Monitor::jobs_json() {
                   {"gpus", job.gpus},
                   {"submit_time", job.submit_time},
                   {"start_time", or_null(job.start_time)},
-                  {"reason", job.reason}};
+                  {"reason", job.reason},
+                  {"wait_reason", job.wait_reason ? json(to_string(*job.wait_reason)) : json(nullptr)}};
     entry.update(usage_json(accounting_.job(job.id), now, accounting_, job.id));
     jobs.push_back(std::move(entry));
   }

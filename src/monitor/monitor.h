@@ -44,6 +44,7 @@ struct QueueEntry {
   double submit_time = 0;
   std::optional<double> start_time;
   std::string reason;
+  std::optional<WaitReason> wait_reason;  // queued or held
 };
 
 QueueEntry queue_entry(const Job& job);
@@ -86,6 +87,8 @@ class Monitor {
   uint64_t samples_surveyed() const { return samples_surveyed_; }
   // How long one start took (leases, record, supervisor).
   void observe_dispatch(double seconds);
+  // A running job's usage so far (nullopt before its first sample): `gpupool jobs`'s columns.
+  std::optional<JobUsage> usage_of(JobId id);
   // `gpupool report`: stored usage plus what is not stored yet.
   Result<protocol::ReportResponse> report(std::optional<double> since);
   // Stores what is not stored yet (the daemon is stopping).

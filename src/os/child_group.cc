@@ -17,6 +17,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 constexpr int kStopSignals[] = {SIGINT, SIGTERM, SIGHUP};
+constexpr int kTimedOutExitCode = 124;  // as timeout(1)
 constexpr int kFinalReads = 64;  // at most 4 MiB of output left in a pipe when the job ends
 
 void write_all(int fd, const std::string& text) {
@@ -131,6 +132,7 @@ class Supervisor {
   }
 
   GroupOutcome supervise() {
+    if (options_.time_limit) time_deadline_ = Clock::now() + *options_.time_limit;
     while (any_running()) {
       std::vector<pollfd> fds{{signal_fd_, POLLIN, 0}};
       std::vector<Stream*> polled;
@@ -145,6 +147,11 @@ class Supervisor {
         if (fds[i + 1].revents != 0 && !polled[i]->read_available(1)) polled[i]->close_fd();
       }
       if (fds[0].revents != 0) take_signals();
+      if (!stopping_ && time_deadline_ && Clock::now() >= *time_deadline_) {
+        outcome_.timed_out = true;
+        outcome_.exit_code = kTimedOutExitCode;
+        begin_stop();
+      }
       if (stopping_ && !killed_ && Clock::now() >= kill_deadline_) kill_all(SIGKILL);
     }
     // What the children wrote before exiting is in the pipes; whatever they left behind that
@@ -192,8 +199,11 @@ class Supervisor {
   }
 
   int poll_timeout_ms() const {
-    if (!stopping_ || killed_) return -1;
-    auto left = std::chrono::ceil<std::chrono::milliseconds>(kill_deadline_ - Clock::now());
+    std::optional<Clock::time_point> next;
+    if (stopping_ && !killed_) next = kill_deadline_;
+    if (!stopping_ && time_deadline_) next = time_deadline_;
+    if (!next) return -1;
+    auto left = std::chrono::ceil<std::chrono::milliseconds>(*next - Clock::now());
     return static_cast<int>(std::max<int64_t>(0, left.count()));
   }
 
@@ -254,6 +264,7 @@ class Supervisor {
   bool stopping_ = false;
   bool killed_ = false;
   Clock::time_point kill_deadline_{};
+  std::optional<Clock::time_point> time_deadline_;
   GroupOutcome outcome_;
 };
 

@@ -25,6 +25,7 @@ struct GroupChild {
 
 struct GroupOptions {
   std::chrono::milliseconds grace{10000};  // between SIGTERM and SIGKILL when stopping
+  std::optional<std::chrono::milliseconds> time_limit;  // the group is stopped once it has run this long
   int stdout_fd = STDOUT_FILENO;           // where the children's prefixed stdout lines go
   int stderr_fd = STDERR_FILENO;
   // Called once every child has started, with their pids in the order given.
@@ -37,10 +38,12 @@ struct GroupOutcome {
   std::optional<int> failed_signal;    // the signal that killed it, when one did
   std::optional<int> signal;           // the SIGINT, SIGTERM or SIGHUP to us that stopped it
   size_t stopped = 0;                  // children still running when the group was stopped
+  bool timed_out = false;              // stopped at the time limit (exit code 124, as timeout(1))
 };
 
 // Starts every child and relays their output until all have exited. When one exits non-zero or
-// is killed, or we get SIGINT, SIGTERM or SIGHUP, the process groups of the others get SIGTERM,
+// is killed, or we get SIGINT, SIGTERM or SIGHUP, or the time limit is reached, the process
+// groups of the others get SIGTERM,
 // then SIGKILL after the grace period (at once on a second such signal). An error means a child
 // could not be started; those already started are killed then.
 Result<GroupOutcome> run_child_group(std::vector<GroupChild> children, const GroupOptions& options);

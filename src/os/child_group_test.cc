@@ -128,6 +128,25 @@ TEST_F(ChildGroupTest, ChildrenIgnoringSigtermAreKilledAfterTheGrace) {
   EXPECT_LT(elapsed_, 5s);
 }
 
+TEST_F(ChildGroupTest, TheTimeLimitStopsEveryChild) {
+  options_.time_limit = 300ms;
+  options_.grace = 200ms;
+  GroupOutcome outcome = run({"sleep 30", "trap '' TERM; sleep 30"});
+  EXPECT_TRUE(outcome.timed_out);
+  EXPECT_EQ(outcome.exit_code, 124);
+  EXPECT_FALSE(outcome.failed_child);
+  EXPECT_EQ(outcome.stopped, 2u);
+  EXPECT_GE(elapsed_, 500ms);  // the limit, then the grace for the one ignoring SIGTERM
+  EXPECT_LT(elapsed_, 10s);
+}
+
+TEST_F(ChildGroupTest, AGroupDoneWithinItsTimeLimitIsNotTimedOut) {
+  options_.time_limit = 30s;
+  GroupOutcome outcome = run({"true", "exit 0"});
+  EXPECT_FALSE(outcome.timed_out);
+  EXPECT_EQ(outcome.exit_code, 0);
+}
+
 TEST_F(ChildGroupTest, AStopSignalToUsStopsEveryChild) {
   // The first child signals the test process, which is its parent.
   GroupOutcome outcome = run({"kill -TERM $PPID; sleep 30", "sleep 30"});

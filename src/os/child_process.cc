@@ -8,7 +8,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <climits>
 #include <cstring>
 #include <string>
@@ -128,13 +130,19 @@ int exit_code_from_status(int status) {
   return 1;
 }
 
-int wait_forwarding_signals(pid_t child) {
-  // Signals are taken synchronously (sigwaitinfo), so none can slip between checks.
+ChildEnd wait_forwarding_signals(pid_t child, std::optional<RunTimeLimit> time_limit) {
+  using Clock = std::chrono::steady_clock;
+  // Signals are taken synchronously (sigtimedwait), so none can slip between checks.
   sigset_t wanted, previous;
   sigemptyset(&wanted);
   sigaddset(&wanted, SIGCHLD);
   for (int signal : kForwardedSignals) sigaddset(&wanted, signal);
   sigprocmask(SIG_BLOCK, &wanted, &previous);
+  // The next thing the clock does to the child: SIGTERM at the limit, then SIGKILL.
+  std::optional<Clock::time_point> next_step;
+  int next_signal = SIGTERM;
+  if (time_limit) next_step = Clock::now() + time_limit->limit;
+  ChildEnd end;
   int status = 0;
   for (;;) {
     pid_t done = waitpid(child, &status, WNOHANG);
@@ -144,12 +152,29 @@ int wait_forwarding_signals(pid_t child) {
       break;
     }
     siginfo_t info{};
-    int signal = sigwaitinfo(&wanted, &info);
+    int signal = 0;
+    if (next_step) {
+      auto left = std::max(Clock::duration::zero(), *next_step - Clock::now());
+      auto seconds = std::chrono::duration_cast<std::chrono::seconds>(left);
+      timespec timeout{static_cast<time_t>(seconds.count()),
+                       static_cast<long>(std::chrono::duration_cast<std::chrono::nanoseconds>(left - seconds).count())};
+      signal = sigtimedwait(&wanted, &info, &timeout);
+      if (signal < 0 && errno == EAGAIN) {
+        kill(child, next_signal);
+        end.timed_out = true;
+        next_step = next_signal == SIGTERM ? std::optional(Clock::now() + time_limit->grace) : std::nullopt;
+        next_signal = SIGKILL;
+        continue;
+      }
+    } else {
+      signal = sigwaitinfo(&wanted, &info);
+    }
     // A signal the kernel sent for the terminal has reached the child's process group already.
     if (signal > 0 && signal != SIGCHLD && info.si_code != SI_KERNEL) kill(child, signal);
   }
   sigprocmask(SIG_SETMASK, &previous, nullptr);
-  return exit_code_from_status(status);
+  end.exit_code = exit_code_from_status(status);
+  return end;
 }
 
 std::vector<std::string> environment_with(const std::vector<std::string>& overrides) {

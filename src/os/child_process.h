@@ -5,6 +5,7 @@
 
 #include <sys/types.h>
 
+#include <chrono>
 #include <initializer_list>
 #include <optional>
 #include <string>
@@ -49,10 +50,21 @@ Result<pid_t> spawn_helper(const std::vector<std::string>& argv, int stdin_fd, s
 // The exit code a shell would report: the status, or 128 + the signal.
 int exit_code_from_status(int wait_status);
 
+// How long a child may run: SIGTERM once it has run `limit`, SIGKILL `grace` later.
+struct RunTimeLimit {
+  std::chrono::milliseconds limit{0};
+  std::chrono::milliseconds grace{10000};
+};
+
+struct ChildEnd {
+  int exit_code = 0;       // shell-style: the status, or 128 + the signal
+  bool timed_out = false;  // it was told to end at its time limit
+};
+
 // Waits for `child`, passing on SIGTERM, SIGHUP, SIGUSR1/2 and SIGINT/SIGQUIT sent to us by
 // another process (those from the terminal already reach the child, which shares our
-// foreground process group). Returns the shell-style exit code.
-int wait_forwarding_signals(pid_t child);
+// foreground process group), and ending it at `time_limit`.
+ChildEnd wait_forwarding_signals(pid_t child, std::optional<RunTimeLimit> time_limit = std::nullopt);
 
 // This process's environment with `overrides` ("NAME=value") replacing or adding entries.
 std::vector<std::string> environment_with(const std::vector<std::string>& overrides);

@@ -4,6 +4,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <fstream>
 #include <string>
 
@@ -35,6 +36,27 @@ TEST(ChildProcess, TellsAnExitWithoutReapingThenReaps) {
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 3);
   EXPECT_FALSE(child_has_exited(child, false));  // reaped: no such child
   EXPECT_EQ(reap_child(child), 0);
+}
+
+TEST(ChildProcess, AChildPastItsTimeLimitGetsSigtermThenSigkill) {
+  using namespace std::chrono_literals;
+  ChildSpec spec;
+  spec.argv = {"/bin/sh", "-c", "trap '' TERM; sleep 30"};
+  spec.environment = environment_with({});
+  auto child = spawn_child(spec);
+  ASSERT_TRUE(child.ok()) << child.error().message;
+  auto started = std::chrono::steady_clock::now();
+  ChildEnd end = wait_forwarding_signals(*child, RunTimeLimit{300ms, 200ms});
+  EXPECT_TRUE(end.timed_out);
+  EXPECT_EQ(end.exit_code, 128 + SIGKILL);  // it ignored SIGTERM
+  EXPECT_GE(std::chrono::steady_clock::now() - started, 500ms);
+
+  spec.argv = {"/bin/sh", "-c", "exit 3"};
+  child = spawn_child(spec);
+  ASSERT_TRUE(child.ok()) << child.error().message;
+  end = wait_forwarding_signals(*child, RunTimeLimit{30s, 1s});
+  EXPECT_FALSE(end.timed_out);
+  EXPECT_EQ(end.exit_code, 3);
 }
 
 TEST(ChildProcess, SpawnsAHelperReadingItsStdinWithSignalsBlocked) {

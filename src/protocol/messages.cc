@@ -133,6 +133,13 @@ Result<JobState> as_state(const json& value, const Field& field) {
                                JobState::Failed, JobState::Cancelled});
 }
 
+Result<WaitReason> as_wait_reason(const json& value, const Field& field) {
+  return as_name_of(value, field,
+                    std::array{WaitReason::Resources, WaitReason::Priority, WaitReason::Reservation,
+                               WaitReason::Dependency, WaitReason::Held, WaitReason::Drained,
+                               WaitReason::QuotaLimit});
+}
+
 Result<JobKind> as_kind(const json& value, const Field& field) {
   return as_name_of(value, field, std::array{JobKind::Batch, JobKind::Interactive});
 }
@@ -340,7 +347,10 @@ json request_json(const LeaseRequest& request) {
           {"excluded", request.spec.gpus.excluded}};
 }
 json request_json(const FinishedRequest& request) {
-  return {{"op", "finished"}, {"exit_code", request.exit_code}, {"signal", or_null(request.signal)}};
+  return {{"op", "finished"},
+          {"exit_code", request.exit_code},
+          {"signal", or_null(request.signal)},
+          {"timed_out", request.timed_out}};
 }
 json request_json(const ReportRequest& request) { return {{"op", "report"}, {"since", or_null(request.since)}}; }
 
@@ -407,6 +417,7 @@ Result<Request> request_from_json(const json& object) {
     FinishedRequest request;
     TRY_ASSIGN(request.exit_code, required(object, "exit_code", whole<int>(0, kMaxExitCode)));
     TRY_ASSIGN(request.signal, maybe(object, "signal", whole<int>(1, kMaxSignal)));
+    TRY_ASSIGN(request.timed_out, defaulted(object, "timed_out", false, as_flag));
     return Request(request);
   }
   if (op == "report") {
@@ -458,7 +469,9 @@ json response_json(const StatusResponse& response) {
             {"samples", response.samples}}}};
 }
 json response_json(const LeaseQueued& response) {
-  return {{"ok", true}, {"event", "queued"}, {"id", response.id}, {"reason", response.reason}};
+  json object = {{"ok", true}, {"event", "queued"}, {"id", response.id}, {"reason", response.reason}};
+  if (response.expected_start) object["expected_start"] = *response.expected_start;
+  return object;
 }
 json response_json(const LeaseGranted& response) {
   return {{"ok", true},
@@ -530,6 +543,15 @@ Result<JobUsageLine> as_job_usage(const json& value, const Field& field) {
   return line;
 }
 
+Result<JobUsage> as_usage(const json& value, const Field& field) {
+  TRY(require_object(value, field));
+  JobUsage usage;
+  TRY_ASSIGN(usage.gpu_hours, required(value, "gpu_hours", as_hours));
+  TRY_ASSIGN(usage.mean_utilization, maybe(value, "mean_utilization", as_percent));
+  TRY_ASSIGN(usage.idle_since, maybe(value, "idle_since", as_time));
+  return usage;
+}
+
 Result<ReportResponse> as_report(const json& value, const Field& field) {
   TRY(require_object(value, field));
   ReportResponse report;
@@ -572,6 +594,7 @@ Result<Response> lease_event_from_json(const json& object, const std::string& ev
     LeaseQueued queued;
     TRY_ASSIGN(queued.id, required(object, "id", job_number));
     TRY_ASSIGN(queued.reason, defaulted(object, "reason", std::string(), as_text));
+    TRY_ASSIGN(queued.expected_start, maybe(object, "expected_start", as_time));
     return Response(std::move(queued));
   }
   if (event == "granted") {
@@ -711,6 +734,14 @@ nlohmann::json job_to_json(const Job& job) {
                  {"stdout", job.stdout_path},
                  {"stderr", job.stderr_path}};
   add_spec_fields(job.spec, object);
+  // A waiting job's: absent otherwise, which keeps long listings short.
+  if (job.wait_reason) object["wait_reason"] = to_string(*job.wait_reason);
+  if (job.expected_start) object["expected_start"] = *job.expected_start;
+  if (job.usage) {
+    object["usage"] = {{"gpu_hours", job.usage->gpu_hours},
+                       {"mean_utilization", or_null(job.usage->mean_utilization)},
+                       {"idle_since", or_null(job.usage->idle_since)}};
+  }
   return object;
 }
 
@@ -734,6 +765,9 @@ Result<Job> job_from_json(const nlohmann::json& object) {
   TRY_ASSIGN(job.pid, maybe(object, "pid", whole_from<pid_t>(1)));
   TRY_ASSIGN(job.stdout_path, defaulted(object, "stdout", std::string(), as_text));
   TRY_ASSIGN(job.stderr_path, defaulted(object, "stderr", std::string(), as_text));
+  TRY_ASSIGN(job.wait_reason, maybe(object, "wait_reason", as_wait_reason));
+  TRY_ASSIGN(job.expected_start, maybe(object, "expected_start", as_time));
+  TRY_ASSIGN(job.usage, maybe(object, "usage", as_usage));
   return job;
 }
 

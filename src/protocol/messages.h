@@ -85,6 +85,7 @@ struct LeaseRequest {  // `gpupool run` / `launch`: queue, then hand the lease t
 struct FinishedRequest {  // after LeaseGranted: the program has exited
   int exit_code = 0;
   std::optional<int> signal;
+  bool timed_out = false;  // the client ended it at its time limit
 };
 struct ReportRequest {  // `gpupool report`: GPU time of the jobs that held GPUs since a time
   std::optional<double> since;  // Unix seconds; nullopt: since the beginning
@@ -133,6 +134,7 @@ struct StatusResponse {
 struct LeaseQueued {
   JobId id = 0;
   std::string reason;  // "waiting for 2 GPUs: ..." as describe_wait says it
+  std::optional<double> expected_start = std::nullopt;  // Unix seconds, when the plan says
 };
 struct LeaseGranted {  // sent with the lock descriptors attached
   JobId id = 0;
@@ -179,7 +181,8 @@ Result<Response> parse_response(std::string_view line);
 // The JSON of one job, as `gpupool show --json` prints it (also used inside responses):
 // id, name, state, reason, kind, user, uid, gpu_count, mem_mib, gpus, gpu_uuids, priority,
 // after, retries, attempts, time_limit_s, command, cwd, umask, exit_code, signal, submit_time,
-// start_time, end_time, pid, stdout, stderr; plus environment when it is non-empty. The owner's
+// start_time, end_time, pid, stdout, stderr; plus environment when it is non-empty, and a
+// waiting job's wait_reason and expected_start when the daemon knows them. The owner's
 // gid and groups and pid_start_ticks stay in the daemon.
 nlohmann::json job_to_json(const Job& job);
 Result<Job> job_from_json(const nlohmann::json& json);

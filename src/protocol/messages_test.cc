@@ -113,7 +113,7 @@ auto carried_fields(const Job& job) {
                   spec.gpus.slice_mib, spec.priority, spec.after, spec.retries, spec.time_limit_s, spec.kind,
                   job.owner.uid, job.owner.user, job.state, job.reason, job.attempts, job.submit_time,
                   job.start_time, job.end_time, job.gpus, job.gpu_uuids, job.exit_code, job.signal, job.pid,
-                  job.stdout_path, job.stderr_path);
+                  job.stdout_path, job.stderr_path, job.wait_reason, job.expected_start);
 }
 
 void expect_same_spec(const JobSpec& actual, const JobSpec& expected) {
@@ -311,14 +311,16 @@ TEST(ProtocolRequestTest, Lease) {
 }
 
 TEST(ProtocolRequestTest, Finished) {
-  EXPECT_EQ(encode(Request(FinishedRequest{0, std::nullopt})),
-            R"({"exit_code":0,"op":"finished","signal":null})");
-  auto killed = through_the_wire(FinishedRequest{137, 9});
+  EXPECT_EQ(encode(Request(FinishedRequest{0, std::nullopt, false})),
+            R"({"exit_code":0,"op":"finished","signal":null,"timed_out":false})");
+  auto killed = through_the_wire(FinishedRequest{137, 9, true});
   EXPECT_EQ(killed.exit_code, 137);
   EXPECT_EQ(killed.signal, 9);
+  EXPECT_TRUE(killed.timed_out);
   auto minimal = parsed_request<FinishedRequest>(R"({"op":"finished","exit_code":3})");
   EXPECT_EQ(minimal.exit_code, 3);
   EXPECT_FALSE(minimal.signal);
+  EXPECT_FALSE(minimal.timed_out);
 }
 
 TEST(ProtocolRequestTest, UnknownFieldsAreIgnored) {
@@ -486,12 +488,28 @@ TEST(ProtocolResponseTest, JobsWithFullAndMinimalJobs) {
   EXPECT_FALSE(through_the_wire(JobsResponse{}).more);
   EXPECT_FALSE(through_the_wire(JobsResponse{}).descriptors);
 
+  Job waiting = minimal;
+  waiting.wait_reason = WaitReason::Reservation;
+  waiting.expected_start = 1764950400.5;
+  auto waiting_parsed = through_the_wire(JobsResponse{{waiting}});
+  EXPECT_TRUE(carried_fields(waiting_parsed.jobs.at(0)) == carried_fields(waiting));
+  Job running = minimal;
+  running.usage = JobUsage{1.5, 42.0, 1764950000.0};
+  auto usage = through_the_wire(JobsResponse{{running}}).jobs.at(0).usage;
+  ASSERT_TRUE(usage);
+  EXPECT_EQ(usage->gpu_hours, 1.5);
+  EXPECT_EQ(usage->mean_utilization, 42.0);
+  EXPECT_EQ(usage->idle_since, 1764950000.0);
+  EXPECT_FALSE(through_the_wire(JobsResponse{{minimal}}).jobs.at(0).usage);
+
   auto sparse = parsed_response<JobsResponse>(
       R"({"ok":true,"jobs":[{"id":3,"state":"queued","command":["x"],"cwd":"/"}]})");
   ASSERT_EQ(sparse.jobs.size(), 1u);
   EXPECT_EQ(sparse.jobs[0].id, 3u);
   EXPECT_EQ(sparse.jobs[0].spec.gpus.count, 1u);
   EXPECT_FALSE(sparse.jobs[0].start_time);
+  EXPECT_FALSE(sparse.jobs[0].wait_reason);
+  EXPECT_FALSE(sparse.jobs[0].expected_start);
   EXPECT_EQ(sparse.jobs[0].owner.user, "");
 }
 
@@ -563,6 +581,8 @@ TEST(ProtocolResponseTest, LeaseEvents) {
   auto queued = through_the_wire(LeaseQueued{11, "waiting for 2 GPUs"});
   EXPECT_EQ(queued.id, 11u);
   EXPECT_EQ(queued.reason, "waiting for 2 GPUs");
+  EXPECT_FALSE(queued.expected_start);
+  EXPECT_EQ(through_the_wire(LeaseQueued{11, "next in line", 1764950400.0}).expected_start, 1764950400.0);
 
   LeaseGranted granted{11, {2, 3}, {"GPU-aaaa", "GPU-bbbb"}, std::nullopt, 2};
   EXPECT_EQ(encode(Response(granted)),
@@ -622,6 +642,12 @@ TEST(ProtocolResponseTest, EveryValidationErrorNamesTheField) {
        "'uid' must be a whole number of at least 0"},
       {R"({"ok":true,"jobs":[{"id":1,"state":"done","command":["x"],"cwd":"/","gpus":[1024]}]})",
        "'gpus[0]' must be a whole number from 0 to 1023"},
+      {R"({"ok":true,"jobs":[{"id":1,"state":"queued","command":["x"],"cwd":"/","wait_reason":"Bored"}]})",
+       "'wait_reason' must be Resources, Priority, Reservation, Dependency, Held, Drained or QuotaLimit"},
+      {R"({"ok":true,"jobs":[{"id":1,"state":"running","command":["x"],"cwd":"/","usage":{"gpu_hours":-1}}]})",
+       "'gpu_hours' must be a number of hours of at least 0"},
+      {R"({"ok":true,"event":"queued","id":1,"expected_start":-5})",
+       "'expected_start' must be a time in Unix seconds (a number of at least 0)"},
   };
   for (const auto& [line, message] : cases) {
     auto response = parse_response(line);
@@ -642,6 +668,11 @@ TEST(ProtocolJobJsonTest, HasTheDocumentedFields) {
       "attempts",    "time_limit_s", "command",  "cwd",       "umask",    "exit_code", "signal",
       "submit_time", "start_time",   "end_time", "pid",       "stdout",   "stderr",    "environment"};
   EXPECT_EQ(keys, documented);
+  Job waiting = full_job();
+  waiting.wait_reason = WaitReason::Priority;
+  waiting.expected_start = 1764950400.0;
+  EXPECT_EQ(job_to_json(waiting)["wait_reason"], "Priority");
+  EXPECT_EQ(job_to_json(waiting)["expected_start"], 1764950400.0);
 
   Job without_environment = full_job();
   without_environment.spec.environment.clear();

@@ -7,7 +7,10 @@
 #include <cmath>
 #include <limits>
 #include <numbers>
+#include <set>
 #include <tuple>
+
+#include "jobs/job_text.h"
 
 namespace gpupool {
 
@@ -292,21 +295,38 @@ Result<void> Scheduler::set_outside_use(const std::vector<GpuAvailability>& outs
   return {};
 }
 
-std::string Scheduler::waiting_reason(JobId id) const {
+std::optional<Scheduler::Waiting> Scheduler::waiting(JobId id, double now) const {
   auto where = queued_.find(id);
-  if (where == queued_.end()) return "";
+  if (where == queued_.end()) return std::nullopt;
   const QueuedJob& job = groups_[where->second.first].jobs.at(where->second.second);
   const UserState& user = users_[job.user];
   if (over_quota(job)) {
-    return fmt::format("over quota: {} holds {:g} of {:g} GPUs", user.name, user.held, user.quota.value_or(0));
+    return Waiting{WaitReason::QuotaLimit,
+                   fmt::format("over quota: {} holds {:g} of {:g} GPUs", user.name, user.held, user.quota.value_or(0))};
   }
+  std::string starts_in = reservation_ ? rough_duration_text(reservation_->start_s - now) : "";
   if (reservation_ && reservation_->id == id) {
-    return fmt::format("next in line: GPU {} reserved for it", fmt::join(reservation_->gpus, ","));
+    return Waiting{WaitReason::Resources, fmt::format("next in line: GPU {} reserved for it, expected to start in {}",
+                                                      gpu_list_text(reservation_->gpus), starts_in)};
   }
   const GpuRequest& request = job.request.gpus;
   auto fits = choose_gpus(machine_, availability_, request);
-  if (fits && !*fits) return describe_wait(machine_, availability_, request);
-  return "behind jobs that go first (priority, fair share, the reservation)";
+  if (fits && !*fits) return Waiting{WaitReason::Resources, describe_wait(machine_, availability_, request)};
+  if (reservation_ && queued_.contains(reservation_->id)) {
+    auto [group, arrival] = queued_.at(reservation_->id);
+    const QueuedJob& holder = groups_[group].jobs.at(arrival);
+    // It would fit but for the reservation: only a job that ends before the holder starts may
+    // use the reserved GPUs (backfill), which its time limit must say.
+    std::string how = job.request.time_limit_s
+                          ? fmt::format("its time limit ({}) ends after that",
+                                        rough_duration_text(*job.request.time_limit_s))
+                          : fmt::format("with a time limit (--time) under {} it could start now", starts_in);
+    return Waiting{WaitReason::Reservation,
+                   fmt::format("GPU {} reserved for job {} of {}, expected to start in {}; {}",
+                               gpu_list_text(reservation_->gpus), reservation_->id, users_[holder.user].name,
+                               starts_in, how)};
+  }
+  return Waiting{WaitReason::Priority, "behind jobs that go first (priority, fair share)"};
 }
 
 double Scheduler::held_gpus(const std::string& user) const {
@@ -424,6 +444,36 @@ class Scheduler::Pass {
     // A pass that stopped before planning keeps the last plan for the job that still waits.
     if (tried_reservation_ || !holder_waits) s_.reservation_ = reservation_;
     return std::move(started_);
+  }
+
+  // Stands in for a pass: the queued jobs in the same order, each planned at the earliest of
+  // now and the moments running or planned jobs are expected to end where it fits, and does not
+  // meet a job planned to start later on its GPUs before its own expected end (conservative
+  // backfilling). Nothing starts.
+  std::map<JobId, double> plan(size_t limit) {
+    std::vector<std::pair<double, const RunningJob*>> ends;
+    for (const auto& [id, running] : s_.running_) ends.emplace_back(expected_end(running), &running);
+    std::sort(ends.begin(), ends.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+    std::set<double> moments = {now_};
+    for (const auto& [end, running] : ends) moments.insert(end);
+    std::vector<Planned> planned;
+    std::map<JobId, double> starts;
+    for (size_t examined = 0; !heads_.empty() && examined < limit; ++examined) {
+      std::pop_heap(heads_.begin(), heads_.end(), later);
+      Cursor cursor = heads_.back().cursor;
+      heads_.pop_back();
+      const QueuedJob& job = cursor.job->second;
+      if (!s_.over_quota(job)) {
+        if (std::optional<Planned> placed = earliest(job.request, ends, moments, planned)) {
+          starts[job.request.id] = placed->start;
+          moments.insert(placed->end);
+          planned.push_back(std::move(*placed));
+        }
+      }
+      ++cursor.job;
+      if (!cursor.alone && skip_holder(cursor)) push(cursor);
+    }
+    return starts;
   }
 
  private:
@@ -665,6 +715,36 @@ class Scheduler::Pass {
     }
   }
 
+  struct Planned {
+    double start = 0, end = 0;
+    const JobRequest* request = nullptr;
+    std::vector<unsigned> gpus;
+  };
+  std::optional<Planned> earliest(const JobRequest& job, const std::vector<std::pair<double, const RunningJob*>>& ends,
+                                  const std::set<double>& moments, const std::vector<Planned>& planned) const {
+    double run_time = job.time_limit_s.value_or(s_.config_.default_runtime_s);
+    for (double moment : moments) {
+      std::vector<GpuAvailability> state = s_.availability_;
+      for (auto end = ends.begin(); end != ends.end() && end->first <= moment; ++end) {
+        give_back(state, end->second->request, end->second->gpus);
+      }
+      for (const Planned& other : planned) {
+        if (other.start <= moment && moment < other.end) take(state, *other.request, other.gpus);
+      }
+      std::optional<std::vector<unsigned>> gpus = place_in(state, job, {});
+      if (!gpus) continue;
+      auto meets = [&](const Planned& later_one) {
+        return later_one.start > moment && later_one.start < moment + run_time &&
+               std::find_first_of(later_one.gpus.begin(), later_one.gpus.end(), gpus->begin(), gpus->end()) !=
+                   later_one.gpus.end();
+      };
+      if (std::none_of(planned.begin(), planned.end(), meets)) {
+        return Planned{moment, moment + run_time, &job, std::move(*gpus)};
+      }
+    }
+    return std::nullopt;
+  }
+
   Scheduler& s_;
   double now_;
   std::vector<Head> heads_;
@@ -682,5 +762,7 @@ std::vector<JobStart> Scheduler::schedule(double now) {
   account_usage(now);
   return Pass(*this, now).run();
 }
+
+std::map<JobId, double> Scheduler::expected_starts(double now, size_t limit) { return Pass(*this, now).plan(limit); }
 
 }  // namespace gpupool

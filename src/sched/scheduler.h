@@ -123,10 +123,21 @@ class Scheduler {
   // as `external_busy` / `external_mib` / `holders`, and `usable` false where either says so.
   const std::vector<GpuAvailability>& availability() const { return availability_; }
   const std::optional<Reservation>& reservation() const { return reservation_; }
-  // Why a queued job has not started, as of the last pass (empty when it is not queued): over
-  // its user's quota, next in line with GPUs reserved, waiting for busy GPUs (and who holds
-  // them), or behind jobs that go first.
-  std::string waiting_reason(JobId id) const;
+  // Why a queued job has not started, as of the last pass (nullopt when it is not queued):
+  // over its user's quota, next in line with GPUs reserved, waiting for busy GPUs (and who
+  // holds them), kept off GPUs reserved for the job in line before it, or behind jobs that go
+  // first. `now` is the clock of the last pass, for how long a reservation has to go.
+  struct Waiting {
+    WaitReason reason = WaitReason::Priority;
+    std::string detail;  // one line: "waiting for 2 GPUs: 2 busy (GPU 0,1: alice (train))"
+  };
+  std::optional<Waiting> waiting(JobId id, double now) const;
+  // When queued jobs are expected to start, from a plan that takes them in the policy's order
+  // (the first `limit` of them) and gives each the earliest moment its GPUs are free for its
+  // whole time limit (the default run time without one) beside the jobs planned before it, as
+  // running jobs are expected to end (expected_end). A job over its quota, or one that only
+  // GPUs in outside use would fit, has no estimate. Plans, never starts: as squeue --start.
+  std::map<JobId, double> expected_starts(double now, size_t limit);
   // GPUs the user holds now (slices as fractions, as for quotas).
   double held_gpus(const std::string& user) const;
   // The user's decayed GPU-seconds, as of the last call.

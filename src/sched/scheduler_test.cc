@@ -8,6 +8,7 @@
 #include <map>
 #include <set>
 
+#include "jobs/job_text.h"
 #include "sched/scheduler_testing.h"
 
 namespace gpupool {
@@ -122,17 +123,71 @@ TEST(SchedulerTest, AQueuedJobSaysWhyItWaits) {
   ASSERT_TRUE(s.submit(job(4, 2, std::nullopt, "c"), 0).ok());  // no room: the next in line
   ASSERT_TRUE(s.submit(job(5, 2, std::nullopt, "d"), 0).ok());  // no room either
   EXPECT_EQ(ids(s.schedule(0)), (std::vector<JobId>{1, 3}));
-  EXPECT_EQ(s.waiting_reason(1), "");  // running
-  EXPECT_EQ(s.waiting_reason(99), "");  // unknown
-  EXPECT_EQ(s.waiting_reason(2), "over quota: a holds 2 of 3 GPUs");
+  EXPECT_FALSE(s.waiting(1, 0));   // running
+  EXPECT_FALSE(s.waiting(99, 0));  // unknown
+  EXPECT_EQ(s.waiting(2, 0)->reason, WaitReason::QuotaLimit);
+  EXPECT_EQ(s.waiting(2, 0)->detail, "over quota: a holds 2 of 3 GPUs");
   ASSERT_TRUE(s.reservation());
-  EXPECT_EQ(s.waiting_reason(s.reservation()->id).rfind("next in line: GPU ", 0), 0u);
+  EXPECT_EQ(s.reservation()->start_s, 100);
+  auto next = s.waiting(s.reservation()->id, 40);
+  EXPECT_EQ(next->reason, WaitReason::Resources);
+  EXPECT_EQ(next->detail.rfind("next in line: GPU ", 0), 0u);
+  EXPECT_NE(next->detail.find("expected to start in 1m"), std::string::npos) << next->detail;
   JobId other = s.reservation()->id == 4 ? 5 : 4;
-  EXPECT_EQ(s.waiting_reason(other).rfind("waiting for 2 GPUs: 4 busy", 0), 0u) << s.waiting_reason(other);
-  // Room, but a job that goes first keeps it: a reservation on an idle machine.
+  EXPECT_EQ(s.waiting(other, 0)->reason, WaitReason::Resources);
+  EXPECT_EQ(s.waiting(other, 0)->detail.rfind("waiting for 2 GPUs: 4 busy", 0), 0u) << s.waiting(other, 0)->detail;
+  // Room, but GPUs kept for the job in line before it: a reservation on an idle machine. It
+  // names the holder and says how the waiting job could use the GPUs meanwhile.
   ASSERT_TRUE(s.finish(1, 10).ok());
   ASSERT_TRUE(s.finish(3, 10).ok());
-  EXPECT_EQ(s.waiting_reason(other), "behind jobs that go first (priority, fair share, the reservation)");
+  auto kept_off = s.waiting(other, 10);
+  EXPECT_EQ(kept_off->reason, WaitReason::Reservation);
+  EXPECT_EQ(kept_off->detail, fmt::format("GPU {} reserved for job {} of {}, expected to start in 1m; with a time "
+                                          "limit (--time) under 1m it could start now",
+                                          gpu_list_text(s.reservation()->gpus), s.reservation()->id,
+                                          other == 4 ? "d" : "c"));
+}
+
+TEST(SchedulerTest, ExpectedStartsPlanTheQueueInOrderAroundTheReservation) {
+  Scheduler s = make_scheduler(4, Policy::Gpupool);
+  ASSERT_TRUE(s.submit(job(1, 2, 100), 0).ok());
+  ASSERT_TRUE(s.submit(job(2, 2, 50), 0).ok());
+  ASSERT_EQ(s.schedule(0).size(), 2u);
+  ASSERT_TRUE(s.submit(job(3, 4, 10), 1).ok());   // the whole machine, when both have ended
+  ASSERT_TRUE(s.submit(job(4, 2, 30), 1).ok());   // on job 2's GPUs, done before job 3 starts
+  ASSERT_TRUE(s.submit(job(5, 1), 1).ok());       // no limit: an hour, so only after job 3
+  EXPECT_TRUE(s.schedule(1).empty());
+  ASSERT_TRUE(s.reservation());
+  EXPECT_EQ(s.reservation()->id, 3u);
+  std::map<JobId, double> starts = s.expected_starts(1, 100);
+  EXPECT_EQ(starts, (std::map<JobId, double>{{3, 100}, {4, 50}, {5, 110}}));
+  // The plan agrees with the reservation, and only the first `limit` jobs in order are planned.
+  EXPECT_EQ(starts.at(3), s.reservation()->start_s);
+  EXPECT_EQ(s.expected_starts(1, 1), (std::map<JobId, double>{{3, 100}}));
+  // Planning starts nothing.
+  EXPECT_EQ(s.queued(), 3u);
+  EXPECT_EQ(s.running(), 2u);
+}
+
+TEST(SchedulerTest, AJobOverItsQuotaHasNoExpectedStart) {
+  Scheduler s = make_scheduler(4, Policy::Gpupool, 2.0);
+  ASSERT_TRUE(s.submit(job(1, 2, 100, "a"), 0).ok());
+  ASSERT_TRUE(s.submit(job(2, 1, 100, "a"), 0).ok());
+  ASSERT_EQ(s.schedule(0).size(), 1u);
+  EXPECT_TRUE(s.expected_starts(0, 100).empty());
+}
+
+TEST(SchedulerTest, WithoutAReservationAJobThatFitsWaitsForPriority) {
+  Scheduler s = make_scheduler(2, Policy::Fifo);
+  ASSERT_TRUE(s.submit(job(1, 2, 100), 0).ok());
+  ASSERT_TRUE(s.submit(job(2, 1), 0).ok());
+  ASSERT_EQ(ids(s.schedule(0)), std::vector<JobId>{1});
+  ASSERT_TRUE(s.submit(job(3, 2), 1).ok());  // the head: it blocks everyone behind it (fifo)
+  ASSERT_TRUE(s.finish(1, 2).ok());
+  ASSERT_TRUE(s.submit(job(4, 1), 3).ok());
+  EXPECT_EQ(ids(s.schedule(3)), std::vector<JobId>{2});
+  EXPECT_EQ(s.waiting(3, 3)->reason, WaitReason::Resources);
+  EXPECT_EQ(s.waiting(4, 3)->reason, WaitReason::Priority) << s.waiting(4, 3)->detail;
 }
 
 TEST(SchedulerTest, JobsThatCanNeverRunAreRefused) {
@@ -417,11 +472,11 @@ TEST(SchedulerTest, AJobKeptToBusyGpusWaitsForThemAndReservesThem) {
   ASSERT_TRUE(s.reservation());
   EXPECT_EQ(s.reservation()->id, 2u);
   EXPECT_EQ(s.reservation()->gpus, std::vector<unsigned>{3});
-  EXPECT_EQ(s.waiting_reason(2), "next in line: GPU 3 reserved for it");
+  EXPECT_EQ(s.waiting(2, 2)->detail, "next in line: GPU 3 reserved for it, expected to start in 1m");
   // Kept to GPU 3 and not first in line: the wait names that GPU alone.
   ASSERT_TRUE(s.submit(kept_to(job(4, 1), {3}), 3).ok());
   EXPECT_TRUE(s.schedule(3).empty());
-  EXPECT_EQ(s.waiting_reason(4), "waiting for 1 GPU: 1 busy (GPU 3: in use)");
+  EXPECT_EQ(s.waiting(4, 3)->detail, "waiting for 1 GPU: 1 busy (GPU 3: in use)");
   ASSERT_TRUE(s.finish(1, 50).ok());
   EXPECT_EQ(ids(s.schedule(50)), std::vector<JobId>{2});
 }

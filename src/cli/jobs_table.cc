@@ -1,0 +1,57 @@
+#include "cli/jobs_table.h"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+#include "base/display_text.h"
+#include "jobs/job_text.h"
+
+namespace gpupool::cli {
+namespace {
+
+constexpr const char* kRowFormat = "{:>6} {:<10} {} {} {:<6} {:<5} {:<6} {:>7} {:>7} {:>4} {:>5} {}";
+
+std::string start_text(const Job& job, double now, const ClockText& clock) {
+  if (job.start_time) return clock(*job.start_time);
+  if (job.state != JobState::Queued || !job.expected_start) return "-";
+  return *job.expected_start <= now ? "~now" : "~" + clock(*job.expected_start);
+}
+
+std::string left_text(const Job& job, double now) {
+  if (job.state != JobState::Running || !job.start_time || !job.spec.time_limit_s) return "-";
+  return duration_text(*job.start_time + *job.spec.time_limit_s - now);
+}
+
+std::string reason_text(const Job& job, double now) {
+  if (job.wait_reason) return to_string(*job.wait_reason);
+  if (job.state == JobState::Running && job.usage && job.usage->idle_since) {
+    return "Idle " + rough_duration_text(now - *job.usage->idle_since);
+  }
+  return "";
+}
+
+}  // namespace
+
+std::string jobs_table_header() {
+  return fmt::format(fmt::runtime(kRowFormat), "ID", "STATE", pad_cells("USER", 8), pad_cells("NAME", 13), "REQ",
+                     "GPUS", "START", "TIME", "LEFT", "UTIL", "GPU-H", "REASON");
+}
+
+std::string jobs_table_row(const Job& job, const std::string& id, const std::string& state, double now,
+                           const ClockText& clock) {
+  std::string elapsed = "-";
+  if (job.start_time) elapsed = duration_text(job.end_time.value_or(std::max(now, *job.start_time)) - *job.start_time);
+  std::string utilization = "-", gpu_hours = "-";
+  if (job.usage) {
+    if (job.usage->mean_utilization) utilization = fmt::format("{:.0f}%", *job.usage->mean_utilization);
+    gpu_hours = job.usage->gpu_hours < 100 ? fmt::format("{:.1f}", job.usage->gpu_hours)
+                                           : fmt::format("{:.0f}", job.usage->gpu_hours);
+  }
+  // Names and users may come from other users: escaped, and measured in display cells.
+  return fmt::format(fmt::runtime(kRowFormat), id, state, pad_cells(job.owner.user, 8), pad_cells(display_name(job), 13),
+                     request_text(job), gpu_list_text(job.gpus), start_text(job, now, clock), elapsed,
+                     left_text(job, now), utilization, gpu_hours, reason_text(job, now));
+}
+
+}  // namespace gpupool::cli

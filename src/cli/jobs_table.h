@@ -1,0 +1,25 @@
+// `gpupool jobs` as a table: one line per job within 100 columns, the reason a job waits in one
+// word (squeue's REASON), the detail left to `gpupool show`. Pure: the caller passes the time
+// and how a time of day reads, so the layout is tested without a clock or a time zone.
+#pragma once
+
+#include <functional>
+#include <string>
+
+#include "jobs/job.h"
+
+namespace gpupool::cli {
+
+// A Unix time as the table shows it: "14:05" today, "12-04" another day.
+using ClockText = std::function<std::string(double unix_seconds)>;
+
+std::string jobs_table_header();
+
+// `id` and `state` as they read: "42" or "slurm:42"; "failed(3)", "unknown". START is when it
+// started, or for a queued job "~" and when it is expected to; TIME how long it has run; LEFT
+// what its time limit leaves; UTIL and GPU-H its GPUs' mean utilisation and GPU-hours so far;
+// REASON why a waiting job waits, or "Idle 25m" for a running job flagged idle.
+std::string jobs_table_row(const Job& job, const std::string& id, const std::string& state, double now,
+                           const ClockText& clock);
+
+}  // namespace gpupool::cli

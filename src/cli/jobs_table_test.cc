@@ -1,0 +1,82 @@
+#include "cli/jobs_table.h"
+
+#include <gtest/gtest.h>
+
+#include "base/display_text.h"
+
+namespace gpupool::cli {
+namespace {
+
+constexpr double kNow = 1'000'000;
+
+// Five characters, as "14:05" and "12-04" are: minutes from now.
+std::string clock_for_table(double unix_seconds) { return fmt::format("c{:04.0f}", (unix_seconds - kNow) / 60); }
+
+Job table_job(JobState state) {
+  Job job;
+  job.id = 4242;
+  job.state = state;
+  job.owner.user = "alice";
+  job.spec.name = "pretrain";
+  job.spec.argv = {"python", "train.py"};
+  job.spec.gpus.count = 4;
+  return job;
+}
+
+std::string row_of(const Job& job) { return jobs_table_row(job, std::to_string(job.id), to_string(job.state), kNow, clock_for_table); }
+
+TEST(JobsTableTest, ARunningJobShowsItsTimeLeftUtilisationAndGpuHours) {
+  Job job = table_job(JobState::Running);
+  job.gpus = {0, 1, 2, 3};
+  job.start_time = kNow - 3910;
+  job.spec.time_limit_s = 7200;
+  job.usage = JobUsage{4.34, 97.4, std::nullopt};
+  EXPECT_EQ(row_of(job), "  4242 running    alice    pretrain      4      0-3   c-065  1:05:10 0:54:50  97%   4.3 ");
+}
+
+TEST(JobsTableTest, AQueuedJobSaysWhyInOneWordAndWhenItIsExpectedToStart) {
+  Job job = table_job(JobState::Queued);
+  job.spec.gpus.slice_mib = 20480;
+  job.spec.gpus.count = 1;
+  job.wait_reason = WaitReason::Reservation;
+  job.reason = "GPU 0-3 reserved for job 4000 of bob, expected to start in 40m; with a time limit ...";
+  job.expected_start = kNow + 2400;
+  EXPECT_EQ(row_of(job), "  4242 queued     alice    pretrain      1x20G  -     ~c0040       -       -    -     - Reservation");
+  job.expected_start = kNow - 1;  // the plan is older than the clock
+  EXPECT_NE(row_of(job).find(" ~now "), std::string::npos);
+  job.expected_start.reset();
+  job.wait_reason = WaitReason::QuotaLimit;
+  EXPECT_EQ(row_of(job).substr(54, 7), "-      ") << row_of(job);
+  EXPECT_TRUE(row_of(job).ends_with("    -     - QuotaLimit"));
+}
+
+TEST(JobsTableTest, AnIdleJobSaysForHowLong) {
+  Job job = table_job(JobState::Running);
+  job.start_time = kNow - 7200;
+  job.usage = JobUsage{8.0, 0.2, kNow - 25 * 60};
+  EXPECT_TRUE(row_of(job).ends_with("   0%   8.0 Idle 25m")) << row_of(job);
+}
+
+TEST(JobsTableTest, AnEndedJobShowsHowLongItRan) {
+  Job job = table_job(JobState::Failed);
+  job.start_time = kNow - 500;
+  job.end_time = kNow - 200;
+  EXPECT_NE(row_of(job).find(" 0:05:00 "), std::string::npos) << row_of(job);
+}
+
+TEST(JobsTableTest, RowsStayWithinAHundredColumnsWhateverTheNames) {
+  Job job = table_job(JobState::Queued);
+  job.owner.user = "a-very-long-user-name";
+  job.spec.name = "evil\x1b[31mred\nline2-日本語-and-much-longer";
+  job.wait_reason = WaitReason::Reservation;
+  job.expected_start = kNow + 90000;
+  std::string row = jobs_table_row(job, "123456", "cancelled", kNow, clock_for_table);
+  EXPECT_EQ(row.find('\x1b'), std::string::npos);
+  EXPECT_EQ(row.find('\n'), std::string::npos);
+  EXPECT_LE(display_width(row), 100u) << row;
+  EXPECT_LE(display_width(jobs_table_header()), 100u);
+  EXPECT_EQ(jobs_table_header().find("REASON"), display_width(row.substr(0, row.find("Reservation"))));
+}
+
+}  // namespace
+}  // namespace gpupool::cli
