@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "base/display_text.h"
+#include "base/quote.h"
 #include "jobs/job_text.h"
 
 namespace gpupool::cli {
@@ -32,6 +33,26 @@ std::string reason_text(const Job& job, double now) {
 }
 
 }  // namespace
+
+std::vector<std::string> drain_notices(const protocol::StatusResponse& status, const ClockText& clock) {
+  auto who_when_why = [&](const std::string& by, std::optional<double> at, const std::string& reason) {
+    return printable(fmt::format("{}{}{}", by.empty() ? "" : " by " + by, at ? " since " + clock(*at) : "",
+                                 reason.empty() ? "" : ": " + reason),
+                     kMaxShownBytes);
+  };
+  std::vector<std::string> notices;
+  if (status.drained) {
+    notices.push_back(fmt::format("The queue is drained{}. No job starts until `gpupool resume`.",
+                                  who_when_why(status.drained_by, status.drained_at, status.drain_reason)));
+  }
+  for (const protocol::DrainedGpu& gpu : status.drained_gpus) {
+    notices.push_back(fmt::format("GPU {} is drained{}. Its jobs run on; none starts on it until `gpupool resume "
+                                  "--gpu {}`.",
+                                  gpu.index, who_when_why(gpu.by, gpu.at > 0 ? std::optional(gpu.at) : std::nullopt, gpu.reason),
+                                  gpu.index));
+  }
+  return notices;
+}
 
 std::string jobs_table_header() {
   return fmt::format(fmt::runtime(kRowFormat), "ID", "STATE", pad_cells("USER", 8), pad_cells("NAME", 13), "REQ",

@@ -78,5 +78,21 @@ TEST(JobsTableTest, RowsStayWithinAHundredColumnsWhateverTheNames) {
   EXPECT_EQ(jobs_table_header().find("REASON"), display_width(row.substr(0, row.find("Reservation"))));
 }
 
+TEST(JobsTableTest, DrainsAreOneLineEachAboveTheTable) {
+  protocol::StatusResponse status;
+  EXPECT_TRUE(drain_notices(status, clock_for_table).empty());
+  status.drained = true;
+  status.drained_by = "root";
+  status.drained_at = kNow - 600;
+  status.drain_reason = "upgrade\x1b[2J";
+  status.drained_gpus = {{3, "admin", kNow - 60, "fan"}, {5, "", 0, ""}};
+  EXPECT_EQ(drain_notices(status, clock_for_table),
+            (std::vector<std::string>{
+                "The queue is drained by root since c-010: upgrade\\x1b[2J. No job starts until `gpupool resume`.",
+                "GPU 3 is drained by admin since c-001: fan. Its jobs run on; none starts on it until `gpupool "
+                "resume --gpu 3`.",
+                "GPU 5 is drained. Its jobs run on; none starts on it until `gpupool resume --gpu 5`."}));
+}
+
 }  // namespace
 }  // namespace gpupool::cli

@@ -18,6 +18,7 @@
 
 #include "base/display_text.h"
 #include "base/quote.h"
+#include "base/text.h"
 #include "cli/app.h"
 #include "cli/commands.h"
 #include "cli/daemon_client.h"
@@ -26,6 +27,7 @@
 #include "cli/slurm_queue.h"
 #include "cli/value_checks.h"
 #include "jobs/job_text.h"
+#include "machine/gpu_selection.h"
 #include "os/accounts.h"
 #include "os/clock.h"
 #include "os/environment.h"
@@ -33,6 +35,7 @@
 #include "os/files.h"
 #include "os/process.h"
 #include "sched/allocation.h"
+#include "sim/open_backend.h"
 
 namespace gpupool::cli {
 namespace {
@@ -68,16 +71,6 @@ std::string elapsed_text(const Job& job) {
 
 // A Slurm job Slurm has forgotten reads "unknown".
 std::string state_text(const SlurmJobStatus& status) { return status.known ? state_text(status.job) : "unknown"; }
-
-// "The queue is drained by root since 12-05 15:30:12: swap GPU 3. No job starts until `gpupool resume`."
-std::string drained_banner(const proto::StatusResponse& status) {
-  std::string who = status.drained_by.empty() ? "" : " by " + status.drained_by;
-  std::string since = status.drained_at ? " since " + clock_time(status.drained_at) : "";
-  std::string why = status.drain_reason.empty() ? "" : ": " + status.drain_reason;
-  // The reason is an administrator's text, shown to every user: escaped.
-  return printable(fmt::format("The queue is drained{}{}{}.", who, since, why), kMaxShownBytes) +
-         " No job starts until `gpupool resume`.";
-}
 
 // One job as an entry of a JSON array printed with an indent of 2: what the whole array's
 // dump(2) would show for it. Strings hold no raw newline (JSON escapes it), so every newline
@@ -225,7 +218,9 @@ Result<int> list_jobs(const JobsOptions& options) {
     // A drained queue says so above the table: otherwise its queued jobs just seem slow.
     TRY_ASSIGN(proto::Response response, client->request(proto::StatusRequest{}));
     TRY_ASSIGN(proto::StatusResponse status, expect<proto::StatusResponse>(std::move(response)));
-    if (status.drained) fmt::print("{}\n", drained_banner(status));
+    for (const std::string& notice : drain_notices(status, [](double at) { return clock_time(at); })) {
+      fmt::print("{}\n", notice);
+    }
   }
   if (!options.json) fmt::print("{}\n", jobs_table_header());
   size_t printed = 0;
@@ -411,18 +406,36 @@ Result<int> show_logs(const std::string& id_text, bool follow, bool errors) {
 // --- drain / resume ---
 
 // Says what it did, on stdout: "drained: ...", "resumed: ...".
-Result<int> admin(proto::AdminAction action, const std::string& reason) {
+Result<int> admin(proto::AdminAction action, const std::string& reason, const std::string& gpu_list) {
   if (reason.size() > proto::kMaxReasonBytes) return fail("--reason is longer than {} bytes", proto::kMaxReasonBytes);
+  std::vector<unsigned> gpus;
+  if (!gpu_list.empty()) {  // indices or UUIDs, as `run --gpus` takes them
+    TRY_ASSIGN(auto backend, open_pool_backend());
+    TRY_ASSIGN(Machine machine, backend->discover(DiscoveryScope{.links = false, .processes = false}));
+    TRY_ASSIGN(gpus, find_gpus(machine.gpus, split(gpu_list, ',')));
+  }
   TRY_ASSIGN(DaemonClient client, DaemonClient::connect(runtime_directory()));
-  TRY_ASSIGN(proto::Response response, client.request(proto::AdminRequest{action, reason}));
+  TRY_ASSIGN(proto::Response response, client.request(proto::AdminRequest{action, reason, gpus}));
   TRY(expect<proto::Ack>(std::move(response)));
   TRY_ASSIGN(response, client.request(proto::StatusRequest{}));
   TRY_ASSIGN(proto::StatusResponse status, expect<proto::StatusResponse>(std::move(response)));
-  if (action == proto::AdminAction::Drain) {
+  bool drain = action == proto::AdminAction::Drain;
+  if (!gpus.empty()) {
+    std::string which = fmt::format("GPU{} {}", gpus.size() == 1 ? "" : "s", fmt::join(gpus, ","));
+    if (drain) {
+      fmt::print("drained {}: jobs running there go on; no new job starts there until `gpupool resume --gpu {}`\n",
+                 which, fmt::join(gpus, ","));
+    } else {
+      fmt::print("resumed {}: jobs may start there again{}\n", which,
+                 status.drained ? " (the queue stays drained until `gpupool resume`)" : "");
+    }
+  } else if (drain) {
     fmt::print("drained: no job starts until `gpupool resume`; {} running go on, {} queued wait\n", status.running,
                status.queued);
   } else {
-    fmt::print("resumed: queued jobs start again ({} queued, {} running)\n", status.queued, status.running);
+    fmt::print("resumed: queued jobs start again ({} queued, {} running){}\n", status.queued, status.running,
+               status.drained_gpus.empty() ? "" : fmt::format("; {} GPU(s) stay drained (`gpupool resume --gpu`)",
+                                                              status.drained_gpus.size()));
   }
   return 0;
 }
@@ -507,14 +520,23 @@ void add_queue_commands(CLI::App& app, int& exit_code, const std::vector<std::st
   {
     auto* cmd = app.add_subcommand("drain", "Start no more jobs (running ones go on); administrators only");
     auto reason = std::make_shared<std::string>();
+    auto gpus = std::make_shared<std::string>();
     cmd->add_option("-r,--reason", *reason, "Why, shown to everyone who looks at the queue (jobs, show, top)")
         ->type_name("TEXT");
-    cmd->callback([&exit_code, reason] {
-      run_command(exit_code, [&] { return admin(proto::AdminAction::Drain, *reason); });
+    cmd->add_option("--gpu", *gpus, "Only these GPUs (indices, comma-separated): for the maintenance of a card")
+        ->type_name("GPUS");
+    cmd->callback([&exit_code, reason, gpus] {
+      run_command(exit_code, [&] { return admin(proto::AdminAction::Drain, *reason, *gpus); });
     });
   }
-  app.add_subcommand("resume", "Start jobs again after `gpupool drain`; administrators only")
-      ->callback([&exit_code] { run_command(exit_code, [] { return admin(proto::AdminAction::Resume, ""); }); });
+  {
+    auto* cmd = app.add_subcommand("resume", "Start jobs again after `gpupool drain`; administrators only");
+    auto gpus = std::make_shared<std::string>();
+    cmd->add_option("--gpu", *gpus, "Only these drained GPUs (indices, comma-separated)")->type_name("GPUS");
+    cmd->callback([&exit_code, gpus] {
+      run_command(exit_code, [&] { return admin(proto::AdminAction::Resume, "", *gpus); });
+    });
+  }
 }
 
 }  // namespace gpupool::cli

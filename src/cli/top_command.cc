@@ -14,6 +14,7 @@
 
 #include "cli/commands.h"
 #include "cli/daemon_client.h"
+#include "cli/jobs_table.h"
 #include "cli/lease_options.h"
 #include "gpu/gpu_backend.h"
 #include "lease/lease_directory.h"
@@ -62,12 +63,18 @@ Result<void> sample(GpuBackend& backend, DashboardInput& input) {
     }
   }
   input.jobs.clear();
+  input.notices.clear();
   input.daemon_running = false;
   if (auto client = DaemonClient::connect_if_running(runtime_directory()); client && *client) {
     if (auto answer = (*client)->request(proto::JobsRequest{})) {
       if (auto listed = expect<proto::JobsResponse>(std::move(*answer))) {
         input.jobs = std::move(listed->jobs);
         input.daemon_running = true;
+      }
+    }
+    if (auto answer = (*client)->request(proto::StatusRequest{})) {
+      if (auto status = expect<proto::StatusResponse>(std::move(*answer))) {
+        input.notices = drain_notices(*status, [](double at) { return local_clock(at); });
       }
     }
   }

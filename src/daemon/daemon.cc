@@ -66,17 +66,19 @@ Result<void> Daemon::Impl::recover() {
     if (!admins) return fail("admin_group: {}", admins.error().message);
     admin_gid_ = *admins;
   }
-  TRY_ASSIGN(auto drained, store_.setting("drained"));
-  if (drained && *drained == "1") {
-    DrainNote note;
-    TRY_ASSIGN(auto by, store_.setting("drained_by"));
-    TRY_ASSIGN(auto at, store_.setting("drained_at"));
-    TRY_ASSIGN(auto reason, store_.setting("drain_reason"));
-    note.by = by.value_or("");
-    note.at = at ? std::strtod(at->c_str(), nullptr) : 0;
-    note.reason = reason.value_or("");
-    drain_ = std::move(note);
-    dispatcher_.feed(lifecycle::Drain{});
+  TRY_ASSIGN(auto drained, store_.setting("drain"));
+  if (drained) {
+    auto state = parse_drain_state(*drained);
+    if (!state) return fail("the job store's drain setting: {}", state.error().message);
+    drain_ = std::move(*state);
+  } else {
+    TRY(recover_drain_of_an_older_daemon());
+  }
+  if (drain_.queue) dispatcher_.feed(lifecycle::Drain{});
+  if (!drain_.gpus.empty()) {  // kept from jobs before the first sample, which may come after a dispatch
+    std::vector<GpuAvailability> unsurveyed(machine_.gpus.size());
+    mark_drained_gpus(drain_, unsurveyed);
+    TRY(scheduler_.set_outside_use(unsurveyed));
   }
   TRY_ASSIGN(std::vector<Job> jobs, store_.unfinished());
   TRY_ASSIGN(std::vector<JobId> waiting, dispatcher_.adopt_running(std::move(jobs)));
@@ -224,6 +226,18 @@ void Daemon::Impl::tell_lease_client(JobId id, const std::string& reason,
                                                                                           : std::optional(start->second)});
 }
 
+// Before the drain was one setting, it was four: read once, written back as one.
+Result<void> Daemon::Impl::recover_drain_of_an_older_daemon() {
+  TRY_ASSIGN(auto drained, store_.setting("drained"));
+  if (!drained || *drained != "1") return {};
+  TRY_ASSIGN(auto by, store_.setting("drained_by"));
+  TRY_ASSIGN(auto at, store_.setting("drained_at"));
+  TRY_ASSIGN(auto reason, store_.setting("drain_reason"));
+  drain_.queue = DrainNote{by.value_or(""), at ? std::strtod(at->c_str(), nullptr) : 0, reason.value_or("")};
+  TRY(store_.set_setting("drain", encode(drain_)));
+  return store_.set_setting("drained", "0");
+}
+
 // A reading from the monitor's thread, posted to the loop.
 void Daemon::Impl::on_sample(const Machine& machine) {
   auto survey = survey_pool(machine, leases_, host_, busy_memory_threshold_mib());
@@ -231,10 +245,17 @@ void Daemon::Impl::on_sample(const Machine& machine) {
     fmt::print(stderr, "gpupoold: cannot read the leases: {}\n", survey.error().message);
     return;
   }
-  monitor_->set_pool(*survey);
-  // Leases of the daemon's own running jobs are the scheduler's business, not outside use.
-  std::vector<GpuAvailability> outside = std::move(*survey);
+  survey_ = std::move(*survey);
+  apply_survey();
+}
+
+void Daemon::Impl::apply_survey() {
+  if (survey_.empty()) return;  // before the first sample: it will apply the drain
+  std::vector<GpuAvailability> outside = survey_;
   outside.resize(machine_.gpus.size());
+  mark_drained_gpus(drain_, outside);
+  monitor_->set_pool(outside);
+  // Leases of the daemon's own running jobs are the scheduler's business, not outside use.
   for (const auto& [id, job] : dispatcher_.active()) {
     if (job.state != JobState::Running) continue;
     for (unsigned index : job.gpus) {

@@ -23,6 +23,7 @@
 
 #include "daemon/daemon.h"
 #include "daemon/dispatcher.h"
+#include "daemon/drain_state.h"
 #include "daemon/fair_share_keeper.h"
 #include "daemon/http_server.h"
 #include "daemon/job_groups.h"
@@ -87,6 +88,10 @@ class Daemon::Impl {
   // Tells the client of interactive job `id` that it waits for `reason` if it has not been told
   // so; `starts` is planned on first use.
   void tell_lease_client(JobId id, const std::string& reason, std::optional<std::map<JobId, double>>& starts);
+  // Hands the last survey, with the drained GPUs marked, to the monitor and (less the daemon's
+  // own running jobs) to the scheduler as outside use, then starts what may start.
+  void apply_survey();
+  Result<void> recover_drain_of_an_older_daemon();
   // The dispatcher's hooks (DispatcherHooks).
   bool hand_to_client(const Job& job, const HeldLeases& held);
   void job_finished(const Job& job);
@@ -119,13 +124,11 @@ class Daemon::Impl {
   SupervisedRunner runner_{supervisors_, processes_, groups_, machine_, settings_.config.device_isolation};
   Dispatcher dispatcher_;
   std::optional<gid_t> admin_gid_;
-  // Who drained the queue, when and why: set while drained, kept in the store's settings.
-  struct DrainNote {
-    std::string by;
-    double at = 0;
-    std::string reason;
-  };
-  std::optional<DrainNote> drain_;
+  // What is drained (the queue, single GPUs), by whom, when and why: kept in the store's settings.
+  DrainState drain_;
+  // The last survey of the GPUs (leases, outside use), before the daemon's own jobs are taken
+  // out: a drain of a GPU applies to it at once, without waiting for the next sample.
+  std::vector<GpuAvailability> survey_;
   bool ending_ = false;  // end_session(): stopping once the cancelled jobs have ended
 
   std::vector<std::pair<SessionPtr, Job>> pending_submissions_;  // admitted, not yet stored

@@ -280,19 +280,32 @@ void Daemon::Impl::handle(const SessionPtr& s, const protocol::WaitRequest& r) {
 void Daemon::Impl::handle(const SessionPtr& s, const protocol::AdminRequest& r) {
   if (!s->admin) return sessions_.send(s, protocol::ErrorResponse{"only root or the admin group may drain or resume"});
   bool drain = r.action == protocol::AdminAction::Drain;
-  std::optional<DrainNote> note;
-  if (drain) note = DrainNote{s->owner.user, unix_now(), r.reason};
-  // Stored first: a drain the store could not keep would end with the next restart unsaid.
-  for (const auto& [name, value] : {std::pair<const char*, std::string>{"drained", drain ? "1" : "0"},
-                                    {"drained_by", note ? note->by : ""},
-                                    {"drained_at", note ? fmt::format("{:.3f}", note->at) : ""},
-                                    {"drain_reason", note ? note->reason : ""}}) {
-    if (auto stored = store_.set_setting(name, value); !stored) {
-      return sessions_.send(s, protocol::ErrorResponse{stored.error().message});
+  for (unsigned index : r.gpus) {
+    if (index >= machine_.gpus.size()) {
+      return sessions_.send(s, protocol::ErrorResponse{fmt::format("there is no GPU {}: the machine has {}", index,
+                                                                   machine_.gpus.size())});
     }
   }
-  drain_ = std::move(note);
-  dispatcher_.feed(drain ? lifecycle::Event(lifecycle::Drain{}) : lifecycle::Event(lifecycle::Resume{}));
+  DrainState changed = drain_;
+  DrainNote note{s->owner.user, unix_now(), r.reason};
+  if (r.gpus.empty()) {
+    changed.queue = drain ? std::optional(note) : std::nullopt;
+  }
+  for (unsigned index : r.gpus) {
+    if (drain) {
+      changed.gpus[index] = note;
+    } else {
+      changed.gpus.erase(index);
+    }
+  }
+  // Stored first, in one piece: a drain the store could not keep would end with the next restart unsaid.
+  if (auto stored = store_.set_setting("drain", encode(changed)); !stored) {
+    return sessions_.send(s, protocol::ErrorResponse{stored.error().message});
+  }
+  bool queue_changed = changed.queue.has_value() != drain_.queue.has_value();
+  drain_ = std::move(changed);
+  if (queue_changed) dispatcher_.feed(drain ? lifecycle::Event(lifecycle::Drain{}) : lifecycle::Event(lifecycle::Resume{}));
+  if (!r.gpus.empty()) apply_survey();  // the GPUs are kept from jobs (or given back) at once
   sessions_.send(s, protocol::Ack{});
 }
 
@@ -301,11 +314,12 @@ void Daemon::Impl::handle(const SessionPtr& s, const protocol::StatusRequest&) {
   status.software = std::string("gpupoold ") + GPUPOOL_VERSION;
   status.pid = own_pid();
   status.drained = dispatcher_.drained();
-  if (drain_) {
-    status.drained_by = drain_->by;
-    status.drained_at = drain_->at;
-    status.drain_reason = drain_->reason;
+  if (drain_.queue) {
+    status.drained_by = drain_.queue->by;
+    status.drained_at = drain_.queue->at;
+    status.drain_reason = drain_.queue->reason;
   }
+  for (const auto& [index, note] : drain_.gpus) status.drained_gpus.push_back({index, note.by, note.at, note.reason});
   std::string host = host_name();
   std::string simulated = backend_->simulated_machine();
   status.machine = simulated.empty() ? host : fmt::format("{} (simulated {})", host, simulated);
@@ -372,9 +386,8 @@ void Daemon::Impl::job_finished(const Job& job) {
 }
 
 Scheduler::Waiting Daemon::Impl::waiting_for(const Job& job) const {
-  if (drain_) {
-    return {WaitReason::Drained, fmt::format("drained by {}{} (starts after `gpupool resume`)", drain_->by,
-                                             drain_->reason.empty() ? "" : ": " + drain_->reason)};
+  if (drain_.queue) {
+    return {WaitReason::Drained, DrainState::describe(*drain_.queue) + " (starts after `gpupool resume`)"};
   }
   // The lifecycle's reason, which the store does not keep: a job it runs after has not finished
   // (it is not in the scheduler's queue).
@@ -386,7 +399,7 @@ Scheduler::Waiting Daemon::Impl::waiting_for(const Job& job) const {
 }
 
 std::map<JobId, double> Daemon::Impl::expected_starts() {
-  if (drain_) return {};
+  if (drain_.queue) return {};
   return scheduler_.expected_starts(unix_now(), kPlannedJobs);
 }
 

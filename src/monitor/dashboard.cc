@@ -139,6 +139,7 @@ std::vector<ScreenLine> queue_section(const DashboardInput& input, const Dashboa
                                    view.user ? " (user " + *view.user + ")" : ""),
                        width),
                    LineStyle::Title});
+  for (const std::string& notice : input.notices) lines.push_back({fit_cells(notice, width), LineStyle::Flagged});
   lines.push_back({fit_cells(fmt::format("{:>5} {:<8} {:<8} {:<14} {:>7} {:<7} {:>7} {}", "ID", "STATE", "USER", "NAME",
                                    "REQ", "GPUS", "TIME", "REASON"),
                        width),

@@ -29,6 +29,7 @@ struct DashboardInput {
   std::vector<CardLease> leases;
   std::vector<Job> jobs;          // the daemon's unfinished jobs; empty without a daemon
   bool daemon_running = false;
+  std::vector<std::string> notices;  // the daemon's, above the queue: a drained queue or GPU
   std::string source;             // where the sample came from (the backend's description)
   double now = 0;                 // Unix seconds
   std::string clock;              // the time to show, "14:03:07" (the caller's time zone)

@@ -4,6 +4,8 @@
 #include <rapidcheck.h>
 #include <rapidcheck/gtest.h>
 
+#include <algorithm>
+
 #include "jobs/job_text.h"
 
 namespace gpupool {
@@ -147,6 +149,18 @@ TEST(Dashboard, ListsTheQueueRunningFirst) {
   EXPECT_LT(running, queued);
   EXPECT_NE(text.find("0:10:00"), std::string::npos) << "job 12 has run 600 s";
   EXPECT_NE(text.find("waiting for GPUs"), std::string::npos);
+}
+
+TEST(Dashboard, ADrainIsFlaggedAboveTheQueue) {
+  auto input = busy_machine();
+  input.notices = {"The queue is drained by root: upgrade. No job starts until `gpupool resume`."};
+  auto frame = render_dashboard(input, DashboardView{}, 80, 24);
+  auto notice = std::find_if(frame.begin(), frame.end(), [](const ScreenLine& line) {
+    return line.text.rfind("The queue is drained by root", 0) == 0;
+  });
+  ASSERT_NE(notice, frame.end()) << all_text(frame);
+  EXPECT_EQ(notice->style, LineStyle::Flagged);
+  EXPECT_EQ((notice - 1)->text.rfind("QUEUE ", 0), 0u);
 }
 
 TEST(Dashboard, WithoutADaemonSaysSo) {

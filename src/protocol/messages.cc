@@ -337,6 +337,7 @@ json request_json(const LogsRequest& request) {
 json request_json(const AdminRequest& request) {
   json object = {{"op", name_of(request.action, kAdminActions)}};
   if (!request.reason.empty()) object["reason"] = request.reason;
+  if (!request.gpus.empty()) object["gpus"] = request.gpus;
   return object;
 }
 json request_json(const StatusRequest&) { return {{"op", "status"}}; }
@@ -401,7 +402,8 @@ Result<Request> request_from_json(const json& object) {
     if (op != name) continue;
     TRY_ASSIGN(std::string reason, defaulted(object, "reason", std::string(), as_text));
     if (reason.size() > kMaxReasonBytes) return fail("'reason' is longer than {} bytes", kMaxReasonBytes);
-    return Request(AdminRequest{action, std::move(reason)});
+    TRY_ASSIGN(std::vector<unsigned> gpus, defaulted(object, "gpus", std::vector<unsigned>(), list_of(gpu_index)));
+    return Request(AdminRequest{action, std::move(reason), std::move(gpus)});
   }
   if (op == "status") return Request(StatusRequest{});
   if (op == "lease") {
@@ -452,6 +454,13 @@ json response_json(const JobActionResponse& response) {
   for (const ActionOutcome& outcome : response.outcomes) outcomes.push_back(outcome_json(outcome));
   return {{"ok", true}, {"outcomes", std::move(outcomes)}};
 }
+json drained_gpus_json(const std::vector<DrainedGpu>& gpus) {
+  json list = json::array();
+  for (const DrainedGpu& gpu : gpus) {
+    list.push_back({{"index", gpu.index}, {"by", gpu.by}, {"at", gpu.at}, {"reason", gpu.reason}});
+  }
+  return list;
+}
 json response_json(const StatusResponse& response) {
   return {{"ok", true},
           {"status",
@@ -461,6 +470,7 @@ json response_json(const StatusResponse& response) {
             {"drained_by", response.drained_by},
             {"drained_at", response.drained_at ? json(*response.drained_at) : json(nullptr)},
             {"drain_reason", response.drain_reason},
+            {"drained_gpus", drained_gpus_json(response.drained_gpus)},
             {"machine", response.machine},
             {"gpus", response.gpus},
             {"queued", response.queued},
@@ -570,6 +580,16 @@ Result<ActionOutcome> as_outcome(const json& value, const Field& field) {
   return outcome;
 }
 
+Result<DrainedGpu> as_drained_gpu(const json& value, const Field& field) {
+  TRY(require_object(value, field));
+  DrainedGpu gpu;
+  TRY_ASSIGN(gpu.index, required(value, "index", gpu_index));
+  TRY_ASSIGN(gpu.by, defaulted(value, "by", std::string(), as_text));
+  TRY_ASSIGN(gpu.at, defaulted(value, "at", 0.0, as_time));
+  TRY_ASSIGN(gpu.reason, defaulted(value, "reason", std::string(), as_text));
+  return gpu;
+}
+
 Result<StatusResponse> as_status(const json& value, const Field& field) {
   TRY(require_object(value, field));
   StatusResponse status;
@@ -580,6 +600,8 @@ Result<StatusResponse> as_status(const json& value, const Field& field) {
   TRY_ASSIGN(status.drained_by, defaulted(value, "drained_by", std::string(), as_text));
   TRY_ASSIGN(status.drained_at, maybe(value, "drained_at", as_time));
   TRY_ASSIGN(status.drain_reason, defaulted(value, "drain_reason", std::string(), as_text));
+  TRY_ASSIGN(status.drained_gpus,
+             defaulted(value, "drained_gpus", std::vector<DrainedGpu>(), list_of(as_drained_gpu)));
   TRY_ASSIGN(status.machine, defaulted(value, "machine", std::string(), as_text));
   TRY_ASSIGN(status.gpus, defaulted(value, "gpus", 0u, count));
   TRY_ASSIGN(status.queued, defaulted(value, "queued", 0u, count));

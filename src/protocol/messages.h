@@ -76,6 +76,9 @@ enum class AdminAction { Drain, Resume };
 struct AdminRequest {
   AdminAction action = AdminAction::Drain;
   std::string reason;  // drain: why, for everyone who sees the queue (at most kMaxReasonBytes)
+  // Only these GPUs (nvidia-smi indices): no new job starts on them, running ones go on. Empty:
+  // the whole queue.
+  std::vector<unsigned> gpus;
 };
 constexpr size_t kMaxReasonBytes = 200;
 struct StatusRequest {};
@@ -116,6 +119,13 @@ struct ActionOutcome {
 struct JobActionResponse {
   std::vector<ActionOutcome> outcomes;  // one per requested id, in order
 };
+// A GPU that `gpupool drain --gpu` took out of service: by whom, when (Unix seconds), why.
+struct DrainedGpu {
+  unsigned index = 0;
+  std::string by;
+  double at = 0;
+  std::string reason;
+};
 struct StatusResponse {
   std::string software;
   int64_t pid = 0;
@@ -124,6 +134,7 @@ struct StatusResponse {
   std::string drained_by;
   std::optional<double> drained_at;
   std::string drain_reason;
+  std::vector<DrainedGpu> drained_gpus;  // in index order
   std::string machine;  // fixture name or host name
   unsigned gpus = 0;
   unsigned queued = 0, held = 0, running = 0;

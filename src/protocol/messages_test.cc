@@ -277,15 +277,19 @@ TEST(ProtocolRequestTest, Wait) {
 }
 
 TEST(ProtocolRequestTest, DrainResumeStatus) {
-  EXPECT_EQ(encode(Request(AdminRequest{AdminAction::Drain, ""})), R"({"op":"drain"})");
-  EXPECT_EQ(encode(Request(AdminRequest{AdminAction::Resume, ""})), R"({"op":"resume"})");
-  EXPECT_EQ(through_the_wire(AdminRequest{AdminAction::Drain, ""}).action, AdminAction::Drain);
-  EXPECT_EQ(through_the_wire(AdminRequest{AdminAction::Resume, ""}).action, AdminAction::Resume);
-  EXPECT_EQ(encode(Request(AdminRequest{AdminAction::Drain, "swap GPU 3"})), R"({"op":"drain","reason":"swap GPU 3"})");
-  EXPECT_EQ(through_the_wire(AdminRequest{AdminAction::Drain, "swap GPU 3"}).reason, "swap GPU 3");
+  EXPECT_EQ(encode(Request(AdminRequest{AdminAction::Drain, "", {}})), R"({"op":"drain"})");
+  EXPECT_EQ(encode(Request(AdminRequest{AdminAction::Resume, "", {}})), R"({"op":"resume"})");
+  EXPECT_EQ(through_the_wire(AdminRequest{AdminAction::Drain, "", {}}).action, AdminAction::Drain);
+  EXPECT_EQ(through_the_wire(AdminRequest{AdminAction::Resume, "", {}}).action, AdminAction::Resume);
+  EXPECT_EQ(encode(Request(AdminRequest{AdminAction::Drain, "swap GPU 3", {}})), R"({"op":"drain","reason":"swap GPU 3"})");
+  EXPECT_EQ(through_the_wire(AdminRequest{AdminAction::Drain, "swap GPU 3", {}}).reason, "swap GPU 3");
   auto long_reason = parse_request(nlohmann::json{{"op", "drain"}, {"reason", std::string(201, 'x')}}.dump());
   ASSERT_FALSE(long_reason.ok());
   EXPECT_EQ(long_reason.error().message, "bad request: 'reason' is longer than 200 bytes");
+  AdminRequest one_gpu{AdminAction::Drain, "swap", {3}};
+  EXPECT_EQ(encode(Request(one_gpu)), R"({"gpus":[3],"op":"drain","reason":"swap"})");
+  EXPECT_EQ(through_the_wire(one_gpu).gpus, std::vector<unsigned>{3});
+  EXPECT_EQ(through_the_wire(AdminRequest{AdminAction::Resume, "", {1, 2}}).gpus, (std::vector<unsigned>{1, 2}));
   EXPECT_EQ(encode(Request(StatusRequest{})), R"({"op":"status"})");
   through_the_wire(StatusRequest{});
 }
@@ -550,12 +554,19 @@ TEST(ProtocolResponseTest, ActionOutcomes) {
 }
 
 TEST(ProtocolResponseTest, Status) {
-  StatusResponse status{"gpupoold 0.1.0", 812, true, "root", 1764945000.0, "swap GPU 3", "hgx-h200", 8, 3, 1, 2, 40};
+  StatusResponse status{"gpupoold 0.1.0", 812, true, "root", 1764945000.0, "swap GPU 3",
+                        {{3, "admin", 1764945100.0, "fan"}}, "hgx-h200", 8, 3, 1, 2, 40};
   EXPECT_EQ(encode(Response(status)),
             R"({"ok":true,"status":{"drain_reason":"swap GPU 3","drained":true,"drained_at":1764945000.0,)"
-            R"("drained_by":"root","gpus":8,"held":1,"machine":"hgx-h200","pid":812,)"
+            R"("drained_by":"root","drained_gpus":[{"at":1764945100.0,"by":"admin","index":3,"reason":"fan"}],)"
+            R"("gpus":8,"held":1,"machine":"hgx-h200","pid":812,)"
             R"("queued":3,"running":2,"samples":40,"software":"gpupoold 0.1.0"}})");
   auto parsed = through_the_wire(status);
+  ASSERT_EQ(parsed.drained_gpus.size(), 1u);
+  EXPECT_EQ(parsed.drained_gpus[0].index, 3u);
+  EXPECT_EQ(parsed.drained_gpus[0].by, "admin");
+  EXPECT_EQ(parsed.drained_gpus[0].at, 1764945100.0);
+  EXPECT_EQ(parsed.drained_gpus[0].reason, "fan");
   EXPECT_EQ(parsed.drained_by, "root");
   EXPECT_EQ(parsed.drained_at, 1764945000.0);
   EXPECT_EQ(parsed.drain_reason, "swap GPU 3");
@@ -571,6 +582,7 @@ TEST(ProtocolResponseTest, Status) {
   auto minimal = parsed_response<StatusResponse>(R"({"ok":true,"status":{}})");
   EXPECT_FALSE(minimal.drained);
   EXPECT_FALSE(minimal.drained_at);
+  EXPECT_TRUE(minimal.drained_gpus.empty());
   EXPECT_EQ(minimal.gpus, 0u);
   EXPECT_EQ(minimal.samples, 0u);
 }

@@ -83,7 +83,7 @@ std::string describe_wait(const Machine& machine, const std::vector<GpuAvailabil
     bool blocks = request.slice_mib ? slice_room(gpu, a) < *request.slice_mib : !whole_gpu_free(a);
     if (!blocks) continue;
     ++busy;
-    std::string who = !a.usable ? "unusable" : a.holders.empty() ? "in use" : a.holders;
+    std::string who = !a.holders.empty() ? a.holders : !a.usable ? "unusable" : "in use";
     auto same = std::find_if(by_holder.begin(), by_holder.end(), [&](auto& entry) { return entry.first == who; });
     if (same == by_holder.end()) {
       by_holder.push_back({who, {gpu.index}});

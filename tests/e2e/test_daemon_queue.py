@@ -429,6 +429,42 @@ class QueueTest(unittest.TestCase):
             self.assertEqual((d.status()["drained"], d.status()["drained_by"]), (False, ""))
             self.assertNotIn("drained", d.gp("jobs").stdout)
 
+    def test_drain_and_resume_one_gpu(self):
+        admins = "" if os.geteuid() == 0 else f'admin_group = "{grp.getgrgid(os.getegid()).gr_name}"\n'
+        with Daemon(config=admins) as d:
+            running = d.enqueue(["sh", "-c", until_exists(d.path("go"))])
+            gpu = d.wait_state(running, "running")["gpus"][0]
+            drained = d.gp("drain", "--gpu", str(gpu), "--reason", "swap fan")
+            self.assertEqual((drained.returncode, drained.stdout),
+                             (0, f"drained GPU {gpu}: jobs running there go on; no new job starts there until "
+                                 f"`gpupool resume --gpu {gpu}`\n"), drained.stderr)
+            self.assertEqual([(g["index"], g["by"], g["reason"]) for g in d.status()["drained_gpus"]],
+                             [(gpu, ME, "swap fan")])
+            self.assertFalse(d.status()["drained"], "the queue itself is not drained")
+            wide = d.enqueue(["true"], gpus=8)
+            narrow = d.enqueue(["true"])
+            self.assertNotEqual(d.finish(narrow)[0]["gpus"], [gpu], "other GPUs take jobs")
+            self.assertEqual(d.job_state(running), "running", "its job goes on")
+            d.touch("go")
+            d.finish(running)
+            d.wait_for_samples(3)
+            waiting = d.show(wide)
+            self.assertEqual((waiting["state"], waiting["wait_reason"]), ("queued", "Resources"))
+            self.assertIn(f"drained by {ME}: swap fan", waiting["reason"])
+            notice = [line for line in d.gp("jobs").stdout.splitlines() if line.startswith(f"GPU {gpu} ")]
+            self.assertEqual(len(notice), 1)
+            self.assertRegex(notice[0], rf"^GPU {gpu} is drained by {ME} since [0-9:]+: swap fan\. Its jobs run on; "
+                                        rf"none starts on it until `gpupool resume --gpu {gpu}`\.$")
+            # Remembered across a restart, and one GPU's resume gives it back.
+            self.assertEqual(d.stop(), 0)
+            d.start()
+            d.wait_for_samples(3)
+            self.assertEqual(d.job_state(wide), "queued")
+            self.assertEqual(d.gp("resume", "--gpu", str(gpu)).stdout, f"resumed GPU {gpu}: jobs may start there again\n")
+            self.assertEqual(d.finish(wide)[0]["state"], "done")
+            self.assertEqual(d.status()["drained_gpus"], [])
+            self.assertNotEqual(d.gp("drain", "--gpu", "99").returncode, 0)
+
     def test_logs_follow_streams_while_the_job_runs(self):
         with Daemon() as d:
             job = d.enqueue(["sh", "-c", f"echo one; {until_exists(d.path('go'))}; echo two; sleep 0.3; "
