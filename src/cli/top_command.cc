@@ -13,10 +13,9 @@
 #include <fmt/format.h>
 
 #include "cli/commands.h"
-#include "cli/daemon_client.h"
+#include "cli/gpu_holders.h"
 #include "cli/lease_options.h"
 #include "gpu/gpu_backend.h"
-#include "lease/lease_directory.h"
 #include "monitor/dashboard.h"
 #include "os/clock.h"
 #include "os/environment.h"
@@ -26,8 +25,6 @@
 
 namespace gpupool::cli {
 namespace {
-
-namespace proto = gpupool::protocol;
 
 volatile std::sig_atomic_t stop_requested = 0;
 
@@ -53,24 +50,7 @@ Result<void> sample(GpuBackend& backend, DashboardInput& input) {
   input.source = backend.description();
   input.now = unix_now();
   input.clock = local_clock(input.now);
-  input.leases.clear();
-  if (auto directory = LeaseDirectory::open_default()) {
-    if (auto records = directory->list()) {
-      for (const LeaseRecord& r : *records) {
-        input.leases.push_back(CardLease{r.index, r.holder.job, r.holder.user, r.holder.pid, r.slice_mib});
-      }
-    }
-  }
-  input.jobs.clear();
-  input.daemon_running = false;
-  if (auto client = DaemonClient::connect_if_running(runtime_directory()); client && *client) {
-    if (auto answer = (*client)->request(proto::JobsRequest{})) {
-      if (auto listed = expect<proto::JobsResponse>(std::move(*answer))) {
-        input.jobs = std::move(listed->jobs);
-        input.daemon_running = true;
-      }
-    }
-  }
+  read_gpu_holders(input);
   track_idle(input.idle_since, input);
   return {};
 }
@@ -153,6 +133,7 @@ Result<int> run_top(const TopOptions& options) {
   DashboardView view;
   TRY(sample(*backend, input));
   if (options.once) {
+    view.key_bar = false;  // no keys to press in a script's output
     auto [width, height] = plain_size();
     for (const ScreenLine& line : render_dashboard(input, view, width, height)) fmt::print("{}\n", line.text);
     return 0;
@@ -192,7 +173,8 @@ void add_top_command(CLI::App& app, int& exit_code) {
   auto options = std::make_shared<TopOptions>();
   cmd->add_option("-n,--interval", options->interval_s, "Seconds between samples (default 1)");
   cmd->add_option("--idle-after", options->idle_after,
-                  "Flag a held GPU at about 0 % utilisation for this long (default 10m; s, m, h)")
+                  "Flag a GPU held by a lease alone at about 0 % utilisation for this long (default 10m; s, m, h); "
+                  "a daemon job's GPUs carry the daemon's idle flag")
       ->type_name("DURATION");
   cmd->add_flag("--once", options->once, "Print one frame as text (COLUMNS x LINES, default 80x24) and exit");
   cmd->callback([&exit_code, options] { run_command(exit_code, [&] { return run_top(*options); }); });
