@@ -18,6 +18,7 @@
 
 #include "base/display_text.h"
 #include "base/quote.h"
+#include "base/text.h"
 #include "cli/app.h"
 #include "cli/commands.h"
 #include "cli/daemon_client.h"
@@ -253,31 +254,58 @@ Result<int> list_jobs(const JobsOptions& options) {
   return 0;
 }
 
-Result<int> show_slurm_job(JobId id, bool json) {
+// One job shown: its details as text, or its JSON added to `shown`.
+Result<void> show_slurm_job(JobId id, bool json, nlohmann::json& shown) {
   TRY_ASSIGN(std::vector<SlurmJobStatus> statuses, slurm_jobs_now(std::array{id}, true));
   const SlurmJobStatus& status = statuses.at(0);
   if (json) {
-    fmt::print("{}\n", slurm_job_json(status).dump(2));
+    shown.push_back(slurm_job_json(status));
   } else {
     print_job_details(status.job, slurm_id_text(id), status.known ? to_string(status.job.state) : "unknown",
                       slurm_detail_lines(status));
   }
-  return 0;
+  return {};
 }
 
-Result<int> show_job(const std::string& id_text, bool json) {
-  TRY_ASSIGN(JobIds ids, parse_any_job_ids(std::array{id_text}));
-  if (ids.local.size() + ids.slurm.size() != 1) return fail("show takes one job id, not {}", quote(id_text));
-  if (!ids.slurm.empty()) return show_slurm_job(ids.slurm.front(), json);
-  TRY_ASSIGN(DaemonClient client, DaemonClient::connect(runtime_directory()));
-  TRY_ASSIGN(std::vector<Job> jobs, jobs_answer(client, proto::ShowRequest{ids.local.at(0)}));
-  if (jobs.empty()) return fail("no job {}", ids.local.at(0));
+Result<void> show_local_job(DaemonClient& client, JobId id, bool json, nlohmann::json& shown) {
+  TRY_ASSIGN(std::vector<Job> jobs, jobs_answer(client, proto::ShowRequest{id}));
+  if (jobs.empty()) return fail("no job {}", id);
   if (json) {
-    fmt::print("{}\n", proto::job_to_json(jobs.front()).dump(2));
+    shown.push_back(proto::job_to_json(jobs.front()));
   } else {
     print_job_details(jobs.front(), std::to_string(jobs.front().id), to_string(jobs.front().state));
   }
-  return 0;
+  return {};
+}
+
+// Each job in the order asked, a blank line between; one that cannot be shown is one line on
+// stderr and exit 1, the others are shown all the same. JSON: the job's object for one id, an
+// array of them for several.
+Result<int> show_jobs(const std::vector<std::string>& id_texts, bool json) {
+  std::vector<std::pair<bool, JobId>> ids;  // (a Slurm job, its id)
+  std::optional<DaemonClient> client;         // when any is gpupoold's
+  for (const std::string& text : id_texts) {
+    TRY_ASSIGN(JobIds parsed, parse_any_job_ids(std::array{text}));
+    for (JobId id : parsed.local) ids.emplace_back(false, id);
+    for (JobId id : parsed.slurm) ids.emplace_back(true, id);
+    if (!parsed.local.empty() && !client) {
+      TRY_ASSIGN(DaemonClient connected, DaemonClient::connect(runtime_directory()));
+      client.emplace(std::move(connected));
+    }
+  }
+  nlohmann::json shown = nlohmann::json::array();
+  int code = kExitOk;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (!json && i > 0) fmt::print("\n");
+    auto [slurm, id] = ids[i];
+    auto done = slurm ? show_slurm_job(id, json, shown) : show_local_job(*client, id, json, shown);
+    if (!done) {
+      fmt::print(stderr, "gpupool: {}\n", done.error().message);
+      code = kExitError;
+    }
+  }
+  if (json && !shown.empty()) fmt::print("{}\n", (ids.size() == 1 ? shown.front() : shown).dump(2));
+  return code;
 }
 
 // --- cancel / hold / release ---
@@ -305,6 +333,27 @@ Result<void> copy_new_bytes(int fd) {
     if (fwrite(chunk.data(), 1, chunk.size(), stdout) != chunk.size()) return fail("cannot write");
     return {};
   });
+}
+
+struct LogsOptions {
+  std::string id;
+  bool follow = false;
+  bool errors = false;
+  std::optional<size_t> tail;  // only the last lines
+};
+
+// What a log holds so far, or its last `tail` lines; either way read to its end, where a
+// follower goes on.
+Result<void> copy_log_so_far(int fd, std::optional<size_t> tail) {
+  if (!tail) return copy_new_bytes(fd);
+  LastLines last(*tail);
+  TRY(read_each_chunk(fd, [&](std::string_view chunk) -> Result<void> {
+    last.add(chunk);
+    return {};
+  }));
+  std::string text = last.text();
+  if (fwrite(text.data(), 1, text.size(), stdout) != text.size()) return fail("cannot write");
+  return {};
 }
 
 // How often a followed log is looked at for new bytes, and a missing one asked for again.
@@ -361,10 +410,10 @@ Result<OpenedLog> open_once_created(ReconnectingClient& client, JobId id, proto:
 
 // A Slurm job's log is a file of its user's, read directly: looked at every kLogPoll, and
 // Slurm asked every tenth time whether the job has ended (the last look comes after that).
-Result<void> print_slurm_log(JobId id, bool follow, bool errors) {
+Result<void> print_slurm_log(JobId id, const LogsOptions& options) {
   TRY_ASSIGN(std::vector<SlurmJobStatus> now, slurm_jobs_now(std::array{id}, true));
-  const std::string path = errors ? now.at(0).job.stderr_path : now.at(0).job.stdout_path;
-  if (path.empty()) return fail("Slurm names no {} file for job {}", errors ? "error" : "output", id);
+  const std::string path = options.errors ? now.at(0).job.stderr_path : now.at(0).job.stdout_path;
+  if (path.empty()) return fail("Slurm names no {} file for job {}", options.errors ? "error" : "output", id);
   std::optional<Fd> fd;
   for (int look = 1;; ++look) {
     bool ended = !now.at(0).known || is_finished(now.at(0).job.state);
@@ -372,10 +421,12 @@ Result<void> print_slurm_log(JobId id, bool follow, bool errors) {
       auto opened = open_existing(path, O_RDONLY);
       if (!opened) return fail("cannot read {}: {}", path, opened.error().message);
       fd = std::move(*opened);
+      if (fd) TRY(copy_log_so_far(fd->get(), options.tail));
+    } else {
+      TRY(copy_new_bytes(fd->get()));
     }
-    if (fd) TRY(copy_new_bytes(fd->get()));
     fflush(stdout);
-    if (!follow || ended) break;
+    if (!options.follow || ended) break;
     std::this_thread::sleep_for(kLogPoll);
     if (look % 10 == 0) {
       TRY_ASSIGN(now, slurm_jobs_now(std::array{id}, false));
@@ -386,23 +437,24 @@ Result<void> print_slurm_log(JobId id, bool follow, bool errors) {
   return {};
 }
 
-Result<int> show_logs(const std::string& id_text, bool follow, bool errors) {
-  TRY_ASSIGN(JobIds any, parse_any_job_ids(std::array{id_text}));
-  if (any.local.size() + any.slurm.size() != 1) return fail("logs takes one job id, not {}", quote(id_text));
+Result<int> show_logs(const LogsOptions& options) {
+  TRY_ASSIGN(JobIds any, parse_any_job_ids(std::array{options.id}));
+  if (any.local.size() + any.slurm.size() != 1) return fail("logs takes one job id, not {}", quote(options.id));
   if (!any.slurm.empty()) {
-    TRY(print_slurm_log(any.slurm.front(), follow, errors));
+    TRY(print_slurm_log(any.slurm.front(), options));
     return 0;
   }
   const std::vector<JobId>& ids = any.local;
   TRY_ASSIGN(ReconnectingClient client, ReconnectingClient::connect(runtime_directory()));
-  proto::LogStream stream = errors ? proto::LogStream::Stderr : proto::LogStream::Stdout;
+  proto::LogStream stream = options.errors ? proto::LogStream::Stderr : proto::LogStream::Stdout;
   TRY_ASSIGN(OpenedLog log, request_log(client, ids.at(0), stream));
   if (!log.fd) {
-    if (!follow || is_finished(log.job.state)) return 0;  // never started: nothing written
+    if (!options.follow || is_finished(log.job.state)) return 0;  // never started: nothing written
     TRY_ASSIGN(log, open_once_created(client, log.job.id, stream));
     if (!log.fd) return 0;
   }
-  TRY(follow && !is_finished(log.job.state) ? follow_log(log.fd.get(), log.job.id) : copy_new_bytes(log.fd.get()));
+  TRY(copy_log_so_far(log.fd.get(), options.tail));
+  if (options.follow && !is_finished(log.job.state)) TRY(follow_log(log.fd.get(), log.job.id));
   return 0;
 }
 
@@ -469,12 +521,12 @@ void add_queue_commands(CLI::App& app, int& exit_code, const std::vector<std::st
     cmd->callback([&exit_code, options] { run_command(exit_code, [&] { return list_jobs(*options); }); });
   }
   {
-    auto* cmd = app.add_subcommand("show", "Everything about one job");
-    auto id = std::make_shared<std::string>();
+    auto* cmd = app.add_subcommand("show", "Everything about jobs");
+    auto ids = std::make_shared<std::vector<std::string>>();
     auto json = std::make_shared<bool>(false);
-    cmd->add_option("id", *id, "Job id")->required()->type_name("JOB_ID")->check(job_ids_value());
-    cmd->add_flag("--json", *json, "Print JSON");
-    cmd->callback([&exit_code, id, json] { run_command(exit_code, [&] { return show_job(*id, *json); }); });
+    cmd->add_option("ids", *ids, "Job ids")->required()->type_name("JOB_ID")->check(job_ids_value());
+    cmd->add_flag("--json", *json, "Print JSON: the job's object for one id, an array of them for several");
+    cmd->callback([&exit_code, ids, json] { run_command(exit_code, [&] { return show_jobs(*ids, *json); }); });
   }
   struct Action {
     const char* name;
@@ -492,15 +544,14 @@ void add_queue_commands(CLI::App& app, int& exit_code, const std::vector<std::st
   }
   {
     auto* cmd = app.add_subcommand("logs", "Print a job's output");
-    auto id = std::make_shared<std::string>();
-    auto follow = std::make_shared<bool>(false);
-    auto errors = std::make_shared<bool>(false);
-    cmd->add_option("id", *id, "Job id")->required()->type_name("JOB_ID")->check(job_ids_value());
-    cmd->add_flag("-f,--follow", *follow, "Keep printing until the job finishes");
-    cmd->add_flag("-e,--stderr", *errors, "Its standard error instead of its standard output");
-    cmd->callback([&exit_code, id, follow, errors] {
-      run_command(exit_code, [&] { return show_logs(*id, *follow, *errors); });
-    });
+    auto options = std::make_shared<LogsOptions>();
+    cmd->add_option("id", options->id, "Job id")->required()->type_name("JOB_ID")->check(job_ids_value());
+    cmd->add_flag("-f,--follow", options->follow, "Keep printing until the job finishes");
+    cmd->add_flag("-e,--stderr", options->errors, "Its standard error instead of its standard output");
+    cmd->add_option("-n,--tail", options->tail, "Only the last N lines written so far (then, with -f, what follows)")
+        ->type_name("N")
+        ->check(whole_number(0, 1000000000));
+    cmd->callback([&exit_code, options] { run_command(exit_code, [&] { return show_logs(*options); }); });
   }
   {
     auto* cmd = app.add_subcommand("drain", "Start no more jobs (running ones go on); administrators only");
