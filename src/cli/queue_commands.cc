@@ -328,9 +328,10 @@ Result<int> act_on_jobs(proto::JobAction action, const std::vector<std::string>&
 
 // --- logs ---
 
-Result<void> copy_new_bytes(int fd) {
-  return read_each_chunk(fd, [](std::string_view chunk) -> Result<void> {
-    if (fwrite(chunk.data(), 1, chunk.size(), stdout) != chunk.size()) return fail("cannot write");
+// A job's standard output goes to ours, its standard error to ours (`logs --both`).
+Result<void> copy_new_bytes(int fd, FILE* out = stdout) {
+  return read_each_chunk(fd, [out](std::string_view chunk) -> Result<void> {
+    if (fwrite(chunk.data(), 1, chunk.size(), out) != chunk.size()) return fail("cannot write");
     return {};
   });
 }
@@ -339,20 +340,21 @@ struct LogsOptions {
   std::string id;
   bool follow = false;
   bool errors = false;
-  std::optional<size_t> tail;  // only the last lines
+  bool both = false;           // both streams, each to its own
+  std::optional<size_t> tail;  // only the last lines (of each)
 };
 
 // What a log holds so far, or its last `tail` lines; either way read to its end, where a
 // follower goes on.
-Result<void> copy_log_so_far(int fd, std::optional<size_t> tail) {
-  if (!tail) return copy_new_bytes(fd);
+Result<void> copy_log_so_far(int fd, std::optional<size_t> tail, FILE* out) {
+  if (!tail) return copy_new_bytes(fd, out);
   LastLines last(*tail);
   TRY(read_each_chunk(fd, [&](std::string_view chunk) -> Result<void> {
     last.add(chunk);
     return {};
   }));
   std::string text = last.text();
-  if (fwrite(text.data(), 1, text.size(), stdout) != text.size()) return fail("cannot write");
+  if (fwrite(text.data(), 1, text.size(), out) != text.size()) return fail("cannot write");
   return {};
 }
 
@@ -382,17 +384,30 @@ Result<OpenedLog> request_log(ReconnectingClient& client, JobId id, proto::LogSt
                    received->descriptors.empty() ? Fd() : std::move(received->descriptors.front())};
 }
 
-// Follows a log until the job finishes: looks for new bytes every kLogPoll (the reader may
-// not be allowed to watch the file itself); a `wait` on a second connection says when the job
-// has ended. A restart of the daemon ends neither: the wait is asked of the next one.
-Result<void> follow_log(int fd, JobId id) {
+// A log being read and where it goes.
+struct ReadLog {
+  Fd fd;
+  FILE* out = stdout;
+};
+
+Result<void> copy_new_bytes(const std::vector<ReadLog>& logs) {
+  for (const ReadLog& log : logs) {
+    TRY(copy_new_bytes(log.fd.get(), log.out));
+    fflush(log.out);
+  }
+  return {};
+}
+
+// Follows logs until the job finishes: looks for new bytes every kLogPoll (the reader may
+// not be allowed to watch the files themselves); a `wait` on a second connection says when the
+// job has ended. A restart of the daemon ends neither: the wait is asked of the next one.
+Result<void> follow_logs(const std::vector<ReadLog>& logs, JobId id) {
   TRY_ASSIGN(ReconnectingClient waiter, ReconnectingClient::connect(runtime_directory()));
   TRY(waiter.start(proto::WaitRequest{{id}}));
   for (;;) {
-    TRY(copy_new_bytes(fd));
-    fflush(stdout);
+    TRY(copy_new_bytes(logs));
     TRY_ASSIGN(auto ended, waiter.answer(std::chrono::steady_clock::now() + kLogPoll));
-    if (ended) return copy_new_bytes(fd);  // what the job wrote last
+    if (ended) return copy_new_bytes(logs);  // what the job wrote last
   }
 }
 
@@ -421,7 +436,7 @@ Result<void> print_slurm_log(JobId id, const LogsOptions& options) {
       auto opened = open_existing(path, O_RDONLY);
       if (!opened) return fail("cannot read {}: {}", path, opened.error().message);
       fd = std::move(*opened);
-      if (fd) TRY(copy_log_so_far(fd->get(), options.tail));
+      if (fd) TRY(copy_log_so_far(fd->get(), options.tail, stdout));
     } else {
       TRY(copy_new_bytes(fd->get()));
     }
@@ -441,20 +456,30 @@ Result<int> show_logs(const LogsOptions& options) {
   TRY_ASSIGN(JobIds any, parse_any_job_ids(std::array{options.id}));
   if (any.local.size() + any.slurm.size() != 1) return fail("logs takes one job id, not {}", quote(options.id));
   if (!any.slurm.empty()) {
+    if (options.both) return fail("--both reads gpupoold's jobs; a Slurm job's error file is `logs -e slurm:ID`");
     TRY(print_slurm_log(any.slurm.front(), options));
     return 0;
   }
-  const std::vector<JobId>& ids = any.local;
   TRY_ASSIGN(ReconnectingClient client, ReconnectingClient::connect(runtime_directory()));
-  proto::LogStream stream = options.errors ? proto::LogStream::Stderr : proto::LogStream::Stdout;
-  TRY_ASSIGN(OpenedLog log, request_log(client, ids.at(0), stream));
-  if (!log.fd) {
-    if (!options.follow || is_finished(log.job.state)) return 0;  // never started: nothing written
-    TRY_ASSIGN(log, open_once_created(client, log.job.id, stream));
-    if (!log.fd) return 0;
+  std::vector<std::pair<proto::LogStream, FILE*>> streams;
+  if (options.both || !options.errors) streams.emplace_back(proto::LogStream::Stdout, stdout);
+  // Asked for alone (-e), the job's standard error is what this prints, on stdout.
+  if (options.both || options.errors) streams.emplace_back(proto::LogStream::Stderr, options.both ? stderr : stdout);
+  std::vector<ReadLog> logs;
+  Job job;
+  for (auto [stream, out] : streams) {
+    TRY_ASSIGN(OpenedLog log, request_log(client, any.local.at(0), stream));
+    // Not written yet: a follower waits for it, unless the job ended without one.
+    if (!log.fd && options.follow && !is_finished(log.job.state)) {
+      TRY_ASSIGN(log, open_once_created(client, log.job.id, stream));
+    }
+    job = std::move(log.job);
+    if (!log.fd) continue;
+    TRY(copy_log_so_far(log.fd.get(), options.tail, out));
+    fflush(out);
+    logs.push_back(ReadLog{std::move(log.fd), out});
   }
-  TRY(copy_log_so_far(log.fd.get(), options.tail));
-  if (options.follow && !is_finished(log.job.state)) TRY(follow_log(log.fd.get(), log.job.id));
+  if (options.follow && !logs.empty() && !is_finished(job.state)) TRY(follow_logs(logs, job.id));
   return 0;
 }
 
@@ -547,7 +572,10 @@ void add_queue_commands(CLI::App& app, int& exit_code, const std::vector<std::st
     auto options = std::make_shared<LogsOptions>();
     cmd->add_option("id", options->id, "Job id")->required()->type_name("JOB_ID")->check(job_ids_value());
     cmd->add_flag("-f,--follow", options->follow, "Keep printing until the job finishes");
-    cmd->add_flag("-e,--stderr", options->errors, "Its standard error instead of its standard output");
+    auto* errors = cmd->add_flag("-e,--stderr", options->errors, "Its standard error instead of its standard output");
+    cmd->add_flag("-b,--both", options->both,
+                  "Its standard output and its standard error, each to ours (a terminal shows them together)")
+        ->excludes(errors);
     cmd->add_option("-n,--tail", options->tail, "Only the last N lines written so far (then, with -f, what follows)")
         ->type_name("N")
         ->check(whole_number(0, 1000000000));

@@ -483,6 +483,9 @@ class QueueTest(unittest.TestCase):
             self.assertEqual(d.gp("logs", "--tail", "2", str(job), check=True).stdout, "4\n5\n")
             self.assertEqual(d.gp("logs", "-n", "1", "-e", str(job), check=True).stdout, "8\n")
             self.assertEqual(d.gp("logs", "-n", "0", str(job), check=True).stdout, "")
+            both = d.gp("logs", "--both", "-n", "2", str(job), check=True)
+            self.assertEqual((both.stdout, both.stderr), ("4\n5\n", "7\n8\n"), "each stream to its own")
+            self.assertEqual(d.gp("logs", "-b", "-e", str(job)).returncode, 2)
             follow = d.background("logs", "-n", "1", "-f", str(job), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
             try:
                 lines = LineReader(follow.stdout)
