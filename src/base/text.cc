@@ -56,4 +56,21 @@ std::vector<std::string> with_overrides(const std::vector<std::string>& environm
   return merged;
 }
 
+void LastLines::add(std::string_view piece) {
+  while (!piece.empty()) {
+    if (lines_.empty() || lines_.back().ends_with('\n')) lines_.emplace_back();
+    size_t end = piece.find('\n');
+    size_t taken = end == std::string_view::npos ? piece.size() : end + 1;
+    lines_.back().append(piece.substr(0, taken));
+    piece.remove_prefix(taken);
+    while (lines_.size() > count_) lines_.pop_front();
+  }
+}
+
+std::string LastLines::text() const {
+  std::string text;
+  for (const std::string& line : lines_) text += line;
+  return text;
+}
+
 }  // namespace gpupool

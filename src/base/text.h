@@ -1,6 +1,7 @@
 // Small text helpers shared by the parsers of user input.
 #pragma once
 
+#include <deque>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -20,5 +21,18 @@ std::vector<std::string> split(std::string_view text, char separator);
 // or added at the end.
 std::vector<std::string> with_overrides(const std::vector<std::string>& environment,
                                         const std::vector<std::string>& overrides);
+
+// The last `count` lines of a text given a piece at a time (a log read in chunks), holding no
+// more than those lines. A last line without its newline counts as a line.
+class LastLines {
+ public:
+  explicit LastLines(size_t count) : count_(count) {}
+  void add(std::string_view piece);
+  std::string text() const;
+
+ private:
+  size_t count_;
+  std::deque<std::string> lines_;  // each with its '\n' but maybe the last
+};
 
 }  // namespace gpupool

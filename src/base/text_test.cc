@@ -36,5 +36,17 @@ TEST(Text, EditDistanceCountsSingleCharacterEdits) {
   EXPECT_EQ(edit_distance("kitten", "sitting"), 3u);
 }
 
+TEST(Text, LastLinesKeepsTheLastLinesOfPieces) {
+  LastLines two(2);
+  for (const char* piece : {"one\ntw", "o\nthr", "ee\n", "fo", "ur"}) two.add(piece);
+  EXPECT_EQ(two.text(), "three\nfour");
+  LastLines whole(10);
+  whole.add("a\n\nb\n");
+  EXPECT_EQ(whole.text(), "a\n\nb\n");
+  LastLines none(0);
+  none.add("a\nb");
+  EXPECT_EQ(none.text(), "");
+}
+
 }  // namespace
 }  // namespace gpupool

@@ -18,18 +18,8 @@ struct DoctorOptions {
   std::optional<uint32_t> pid;
   std::string root;  // empty: GPUPOOL_HOST_ROOT, else "/"
   bool json = false;
+  bool verbose = false;
 };
-
-void print_text(const std::vector<Finding>& findings) {
-  int counts[3] = {0, 0, 0};
-  for (const Finding& f : findings) {
-    ++counts[static_cast<int>(f.status)];
-    fmt::print("{:<8} {:<21} {}\n", to_string(f.status), f.check, f.summary);
-    for (const std::string& line : f.evidence) fmt::print("{:9}{}\n", "", line);
-    if (!f.fix.empty()) fmt::print("{:9}fix: {}\n", "", f.fix);
-  }
-  fmt::print("\n{} ok, {} warning(s), {} problem(s)\n", counts[0], counts[1], counts[2]);
-}
 
 void print_json(const std::vector<Finding>& findings, int exit_code) {
   nlohmann::json list = nlohmann::json::array();
@@ -56,7 +46,7 @@ Result<int> run_doctor(const DoctorOptions& options) {
   if (options.json) {
     print_json(findings, exit_code);
   } else {
-    print_text(findings);
+    fmt::print("{}", findings_text(findings, options.verbose));
   }
   return exit_code;
 }
@@ -73,6 +63,7 @@ void add_doctor_command(CLI::App& app, int& exit_code) {
                   "Read /proc, /dev and /sys under this directory (default: GPUPOOL_HOST_ROOT, else /)")
       ->check(CLI::ExistingDirectory);
   cmd->add_flag("--json", options->json, "Print {status, exit_code, findings: [{check, status, summary, evidence, fix}]}");
+  cmd->add_flag("-v,--verbose", options->verbose, "Show what every check read, the passing ones too");
   cmd->footer("Exit code 0 when every check is ok, 1 with warnings, 2 with problems (and 2 for a wrong command "
               "line). See docs/doctor.md.");
   cmd->callback([&exit_code, options] { run_command(exit_code, [&] { return run_doctor(*options); }); });

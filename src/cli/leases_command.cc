@@ -7,6 +7,7 @@
 
 #include "base/display_text.h"
 #include "cli/commands.h"
+#include "jobs/job_text.h"
 #include "lease/lease_directory.h"
 
 namespace gpupool::cli {
@@ -33,12 +34,12 @@ Result<int> show_leases(bool json) {
     fmt::print("No GPU is leased (lease directory {}).\n", leases.path());
     return 0;
   }
-  fmt::print("{:>3}  {:<14} {:>8}  {:<10} {:<20} {:>10}  {}\n", "GPU", "UUID", "PID", "USER", "JOB", "MEMORY", "SINCE");
+  fmt::print("{:>3}  {:<14} {:>8}  {:<30} {:>10}  {}\n", "GPU", "UUID", "PID", "HELD BY", "MEMORY", "SINCE");
   for (const LeaseRecord& r : records) {
     std::time_t since = static_cast<std::time_t>(r.holder.since);
     // The holder's names come from whoever took the lease: escaped, cut in display cells.
-    fmt::print("{:>3}  {:<14} {:>8}  {} {} {:>10}  {:%Y-%m-%d %H:%M:%S}\n", r.index, r.uuid.substr(0, 12),
-               r.holder.pid, pad_cells(r.holder.user, 10), pad_cells(r.holder.job, 20),
+    fmt::print("{:>3}  {:<14} {:>8}  {} {:>10}  {:%Y-%m-%d %H:%M:%S}\n", r.index, r.uuid.substr(0, 12),
+               r.holder.pid, pad_cells(lease_holder_text(r.holder.job, r.holder.user), 30),
                r.slice_mib ? fmt::format("{} MiB", *r.slice_mib) : "whole", fmt::localtime(since));
   }
   return 0;

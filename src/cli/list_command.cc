@@ -1,4 +1,4 @@
-// gpupool list: one line per GPU and one per process on it, for 80 columns.
+// gpupool list: one line per GPU, with who holds it, and one per process on it, for 80 columns.
 #include <unistd.h>
 
 #include <chrono>
@@ -9,8 +9,10 @@
 
 #include "base/display_text.h"
 #include "cli/commands.h"
+#include "cli/gpu_holders.h"
 #include "gpu/gpu_backend.h"
 #include "machine/gpu_json.h"
+#include "monitor/dashboard.h"
 #include "os/fd.h"
 #include "sim/open_backend.h"
 
@@ -18,6 +20,9 @@ namespace gpupool::cli {
 namespace {
 
 constexpr size_t kWidth = 80;
+constexpr size_t kNameCells = 12;
+// What is left of 80 columns for HELD BY: "job 329 (alice, pretrain)" fits.
+constexpr size_t kHolderCells = kWidth - (3 + 1 + kNameCells + 1 + 13 + 1 + 4 + 1 + 5 + 1 + 4 + 1 + 7 + 1);
 
 template <typename T>
 std::string or_na(const std::optional<T>& value, const char* format) {
@@ -26,35 +31,45 @@ std::string or_na(const std::optional<T>& value, const char* format) {
 
 std::string memory_cell(const Gpu& gpu) {
   if (!gpu.memory_total_mib) return "n/a";
-  return fmt::format("{}/{} MiB", or_na(gpu.memory_used_mib, "{}"), *gpu.memory_total_mib);
+  return fmt::format("{}/{}", or_na(gpu.memory_used_mib, "{}"), *gpu.memory_total_mib);
 }
 
 std::string power_cell(const Gpu& gpu) {
   if (!gpu.power_w && !gpu.power_limit_w) return "n/a";
-  return fmt::format("{}/{} W", or_na(gpu.power_w, "{:.0f}"), or_na(gpu.power_limit_w, "{:.0f}"));
+  return fmt::format("{}/{}", or_na(gpu.power_w, "{:.0f}"), or_na(gpu.power_limit_w, "{:.0f}"));
 }
 
-void print_table(const Machine& machine, const std::string& source) {
+std::string name_cell(const Gpu& gpu) {
+  std::string name = gpu.name.empty() ? "?" : gpu.name;
+  if (name.starts_with("NVIDIA ")) name = name.substr(7);  // every card says it
+  return pad_cells(name, kNameCells);
+}
+
+// MEMBW is NVML's memory utilisation: the share of time the memory controller was busy, not the
+// memory in use (MEMORY MiB is that).
+void print_table(const DashboardInput& holders, const std::string& source) {
+  const Machine& machine = holders.machine;
   const DriverInfo& d = machine.driver;
   fmt::print("Driver {}  CUDA {}  {} GPU{}  ({})\n", d.driver_version.value_or("n/a"),
              d.cuda_driver_version ? cuda_version_string(*d.cuda_driver_version) : "n/a",
              machine.gpus.size(), machine.gpus.size() == 1 ? "" : "s", source);
-  fmt::print("{:>3} {:<24} {:>18} {:>5} {:>5} {:>5} {:>11}\n", "GPU", "NAME", "MEMORY USED/TOTAL", "UTIL",
-             "MEM%", "TEMP", "POWER");
+  fmt::print("{:>3} {} {:>13} {:>4} {:>5} {:>4} {:>7} {}\n", "GPU", pad_cells("NAME", kNameCells), "MEMORY MiB", "UTIL",
+             "MEMBW", "TEMP", "POWER W", "HELD BY");
   for (const Gpu& gpu : machine.gpus) {
     if (gpu.fault) {
-      fmt::print("{:>3} {} {}\n", gpu.index, pad_cells(gpu.name.empty() ? "?" : gpu.name, 24),
-                 fit_cells("FAULT: " + *gpu.fault, kWidth - 29, "..."));
+      fmt::print("{:>3} {} {}\n", gpu.index, name_cell(gpu),
+                 fit_cells("FAULT: " + *gpu.fault, kWidth - (3 + 1 + kNameCells + 1), "..."));
       continue;
     }
-    fmt::print("{:>3} {} {:>18} {:>5} {:>5} {:>5} {:>11}\n", gpu.index, pad_cells(gpu.name, 24), memory_cell(gpu),
+    std::string holder = card_use(holders, gpu).holder;
+    fmt::print("{:>3} {} {:>13} {:>4} {:>5} {:>4} {:>7} {}\n", gpu.index, name_cell(gpu), memory_cell(gpu),
                or_na(gpu.utilization_gpu, "{}%"), or_na(gpu.utilization_memory, "{}%"),
-               or_na(gpu.temperature_c, "{}C"), power_cell(gpu));
+               or_na(gpu.temperature_c, "{}C"), power_cell(gpu), fit_cells(holder.empty() ? "-" : holder, kHolderCells));
     for (const GpuProcess& p : gpu.processes) {
-      std::string head = fmt::format("    pid {:<7} {} {:>9} ", p.pid, pad_cells(p.user.value_or("?"), 10),
+      std::string head = fmt::format("    pid {:<7} {} {:>9} ", p.pid, pad_cells(process_user_text(p), 12),
                                      or_na(p.used_memory_mib, "{} MiB"));
       std::string tail = p.kind == ProcessKind::Compute ? "" : fmt::format("[{}] ", to_string(p.kind));
-      tail += p.command.value_or("(not visible from here)");
+      tail += process_command_text(p);
       fmt::print("{}{}\n", head, fit_cells(tail, kWidth - head.size(), "..."));
     }
   }
@@ -74,7 +89,10 @@ Result<void> print_once(GpuBackend& backend, const ListOptions& options) {
     // Watching, one array per line (JSON Lines), so a log of samples stays easy to parse.
     fmt::print("{}\n", out.dump(options.watch ? -1 : 2));
   } else {
-    print_table(machine, backend.description());
+    DashboardInput holders;
+    holders.machine = std::move(machine);
+    read_gpu_holders(holders);
+    print_table(holders, backend.description());
   }
   return {};
 }
@@ -100,11 +118,14 @@ Result<int> list_gpus(const ListOptions& options) {
 }  // namespace
 
 void add_list_command(CLI::App& app, int& exit_code) {
-  auto* cmd = app.add_subcommand("list", "List the GPUs, their state and the processes on them");
+  auto* cmd = app.add_subcommand("list", "List the GPUs, their state, who holds each and the processes on them");
   auto options = std::make_shared<ListOptions>();
   cmd->add_flag("--json", options->json, "Print a JSON array, one object per GPU");
   cmd->add_flag("--watch", options->watch, "Print again every --interval seconds until interrupted");
   cmd->add_option("-n,--interval", options->interval_s, "Seconds between tables with --watch (default 1)");
+  cmd->footer("MEMORY MiB is the memory in use and the total; MEMBW the share of time the memory was being read\n"
+              "or written (NVML's memory utilisation). HELD BY names the holder as `top` does: a gpupool job,\n"
+              "a lease, or `outside: pid PID USER` for a process gpupool did not start.");
   cmd->callback([&exit_code, options] { run_command(exit_code, [&] { return list_gpus(*options); }); });
 }
 

@@ -250,31 +250,58 @@ Result<int> list_jobs(const JobsOptions& options) {
   return 0;
 }
 
-Result<int> show_slurm_job(JobId id, bool json) {
+// One job shown: its details as text, or its JSON added to `shown`.
+Result<void> show_slurm_job(JobId id, bool json, nlohmann::json& shown) {
   TRY_ASSIGN(std::vector<SlurmJobStatus> statuses, slurm_jobs_now(std::array{id}, true));
   const SlurmJobStatus& status = statuses.at(0);
   if (json) {
-    fmt::print("{}\n", slurm_job_json(status).dump(2));
+    shown.push_back(slurm_job_json(status));
   } else {
     print_job_details(status.job, slurm_id_text(id), status.known ? to_string(status.job.state) : "unknown",
                       slurm_detail_lines(status));
   }
-  return 0;
+  return {};
 }
 
-Result<int> show_job(const std::string& id_text, bool json) {
-  TRY_ASSIGN(JobIds ids, parse_any_job_ids(std::array{id_text}));
-  if (ids.local.size() + ids.slurm.size() != 1) return fail("show takes one job id, not {}", quote(id_text));
-  if (!ids.slurm.empty()) return show_slurm_job(ids.slurm.front(), json);
-  TRY_ASSIGN(DaemonClient client, DaemonClient::connect(runtime_directory()));
-  TRY_ASSIGN(std::vector<Job> jobs, jobs_answer(client, proto::ShowRequest{ids.local.at(0)}));
-  if (jobs.empty()) return fail("no job {}", ids.local.at(0));
+Result<void> show_local_job(DaemonClient& client, JobId id, bool json, nlohmann::json& shown) {
+  TRY_ASSIGN(std::vector<Job> jobs, jobs_answer(client, proto::ShowRequest{id}));
+  if (jobs.empty()) return fail("no job {}", id);
   if (json) {
-    fmt::print("{}\n", proto::job_to_json(jobs.front()).dump(2));
+    shown.push_back(proto::job_to_json(jobs.front()));
   } else {
     print_job_details(jobs.front(), std::to_string(jobs.front().id), to_string(jobs.front().state));
   }
-  return 0;
+  return {};
+}
+
+// Each job in the order asked, a blank line between; one that cannot be shown is one line on
+// stderr and exit 1, the others are shown all the same. JSON: the job's object for one id, an
+// array of them for several.
+Result<int> show_jobs(const std::vector<std::string>& id_texts, bool json) {
+  std::vector<std::pair<bool, JobId>> ids;  // (a Slurm job, its id)
+  std::optional<DaemonClient> client;         // when any is gpupoold's
+  for (const std::string& text : id_texts) {
+    TRY_ASSIGN(JobIds parsed, parse_any_job_ids(std::array{text}));
+    for (JobId id : parsed.local) ids.emplace_back(false, id);
+    for (JobId id : parsed.slurm) ids.emplace_back(true, id);
+    if (!parsed.local.empty() && !client) {
+      TRY_ASSIGN(DaemonClient connected, DaemonClient::connect(runtime_directory()));
+      client.emplace(std::move(connected));
+    }
+  }
+  nlohmann::json shown = nlohmann::json::array();
+  int code = kExitOk;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (!json && i > 0) fmt::print("\n");
+    auto [slurm, id] = ids[i];
+    auto done = slurm ? show_slurm_job(id, json, shown) : show_local_job(*client, id, json, shown);
+    if (!done) {
+      fmt::print(stderr, "gpupool: {}\n", done.error().message);
+      code = kExitError;
+    }
+  }
+  if (json && !shown.empty()) fmt::print("{}\n", (ids.size() == 1 ? shown.front() : shown).dump(2));
+  return code;
 }
 
 // --- cancel / hold / release ---
@@ -297,11 +324,34 @@ Result<int> act_on_jobs(proto::JobAction action, const std::vector<std::string>&
 
 // --- logs ---
 
-Result<void> copy_new_bytes(int fd) {
-  return read_each_chunk(fd, [](std::string_view chunk) -> Result<void> {
-    if (fwrite(chunk.data(), 1, chunk.size(), stdout) != chunk.size()) return fail("cannot write");
+// A job's standard output goes to ours, its standard error to ours (`logs --both`).
+Result<void> copy_new_bytes(int fd, FILE* out = stdout) {
+  return read_each_chunk(fd, [out](std::string_view chunk) -> Result<void> {
+    if (fwrite(chunk.data(), 1, chunk.size(), out) != chunk.size()) return fail("cannot write");
     return {};
   });
+}
+
+struct LogsOptions {
+  std::string id;
+  bool follow = false;
+  bool errors = false;
+  bool both = false;           // both streams, each to its own
+  std::optional<size_t> tail;  // only the last lines (of each)
+};
+
+// What a log holds so far, or its last `tail` lines; either way read to its end, where a
+// follower goes on.
+Result<void> copy_log_so_far(int fd, std::optional<size_t> tail, FILE* out) {
+  if (!tail) return copy_new_bytes(fd, out);
+  LastLines last(*tail);
+  TRY(read_each_chunk(fd, [&](std::string_view chunk) -> Result<void> {
+    last.add(chunk);
+    return {};
+  }));
+  std::string text = last.text();
+  if (fwrite(text.data(), 1, text.size(), out) != text.size()) return fail("cannot write");
+  return {};
 }
 
 // How often a followed log is looked at for new bytes, and a missing one asked for again.
@@ -330,17 +380,30 @@ Result<OpenedLog> request_log(ReconnectingClient& client, JobId id, proto::LogSt
                    received->descriptors.empty() ? Fd() : std::move(received->descriptors.front())};
 }
 
-// Follows a log until the job finishes: looks for new bytes every kLogPoll (the reader may
-// not be allowed to watch the file itself); a `wait` on a second connection says when the job
-// has ended. A restart of the daemon ends neither: the wait is asked of the next one.
-Result<void> follow_log(int fd, JobId id) {
+// A log being read and where it goes.
+struct ReadLog {
+  Fd fd;
+  FILE* out = stdout;
+};
+
+Result<void> copy_new_bytes(const std::vector<ReadLog>& logs) {
+  for (const ReadLog& log : logs) {
+    TRY(copy_new_bytes(log.fd.get(), log.out));
+    fflush(log.out);
+  }
+  return {};
+}
+
+// Follows logs until the job finishes: looks for new bytes every kLogPoll (the reader may
+// not be allowed to watch the files themselves); a `wait` on a second connection says when the
+// job has ended. A restart of the daemon ends neither: the wait is asked of the next one.
+Result<void> follow_logs(const std::vector<ReadLog>& logs, JobId id) {
   TRY_ASSIGN(ReconnectingClient waiter, ReconnectingClient::connect(runtime_directory()));
   TRY(waiter.start(proto::WaitRequest{{id}}));
   for (;;) {
-    TRY(copy_new_bytes(fd));
-    fflush(stdout);
+    TRY(copy_new_bytes(logs));
     TRY_ASSIGN(auto ended, waiter.answer(std::chrono::steady_clock::now() + kLogPoll));
-    if (ended) return copy_new_bytes(fd);  // what the job wrote last
+    if (ended) return copy_new_bytes(logs);  // what the job wrote last
   }
 }
 
@@ -358,10 +421,10 @@ Result<OpenedLog> open_once_created(ReconnectingClient& client, JobId id, proto:
 
 // A Slurm job's log is a file of its user's, read directly: looked at every kLogPoll, and
 // Slurm asked every tenth time whether the job has ended (the last look comes after that).
-Result<void> print_slurm_log(JobId id, bool follow, bool errors) {
+Result<void> print_slurm_log(JobId id, const LogsOptions& options) {
   TRY_ASSIGN(std::vector<SlurmJobStatus> now, slurm_jobs_now(std::array{id}, true));
-  const std::string path = errors ? now.at(0).job.stderr_path : now.at(0).job.stdout_path;
-  if (path.empty()) return fail("Slurm names no {} file for job {}", errors ? "error" : "output", id);
+  const std::string path = options.errors ? now.at(0).job.stderr_path : now.at(0).job.stdout_path;
+  if (path.empty()) return fail("Slurm names no {} file for job {}", options.errors ? "error" : "output", id);
   std::optional<Fd> fd;
   for (int look = 1;; ++look) {
     bool ended = !now.at(0).known || is_finished(now.at(0).job.state);
@@ -369,10 +432,12 @@ Result<void> print_slurm_log(JobId id, bool follow, bool errors) {
       auto opened = open_existing(path, O_RDONLY);
       if (!opened) return fail("cannot read {}: {}", path, opened.error().message);
       fd = std::move(*opened);
+      if (fd) TRY(copy_log_so_far(fd->get(), options.tail, stdout));
+    } else {
+      TRY(copy_new_bytes(fd->get()));
     }
-    if (fd) TRY(copy_new_bytes(fd->get()));
     fflush(stdout);
-    if (!follow || ended) break;
+    if (!options.follow || ended) break;
     std::this_thread::sleep_for(kLogPoll);
     if (look % 10 == 0) {
       TRY_ASSIGN(now, slurm_jobs_now(std::array{id}, false));
@@ -383,23 +448,34 @@ Result<void> print_slurm_log(JobId id, bool follow, bool errors) {
   return {};
 }
 
-Result<int> show_logs(const std::string& id_text, bool follow, bool errors) {
-  TRY_ASSIGN(JobIds any, parse_any_job_ids(std::array{id_text}));
-  if (any.local.size() + any.slurm.size() != 1) return fail("logs takes one job id, not {}", quote(id_text));
+Result<int> show_logs(const LogsOptions& options) {
+  TRY_ASSIGN(JobIds any, parse_any_job_ids(std::array{options.id}));
+  if (any.local.size() + any.slurm.size() != 1) return fail("logs takes one job id, not {}", quote(options.id));
   if (!any.slurm.empty()) {
-    TRY(print_slurm_log(any.slurm.front(), follow, errors));
+    if (options.both) return fail("--both reads gpupoold's jobs; a Slurm job's error file is `logs -e slurm:ID`");
+    TRY(print_slurm_log(any.slurm.front(), options));
     return 0;
   }
-  const std::vector<JobId>& ids = any.local;
   TRY_ASSIGN(ReconnectingClient client, ReconnectingClient::connect(runtime_directory()));
-  proto::LogStream stream = errors ? proto::LogStream::Stderr : proto::LogStream::Stdout;
-  TRY_ASSIGN(OpenedLog log, request_log(client, ids.at(0), stream));
-  if (!log.fd) {
-    if (!follow || is_finished(log.job.state)) return 0;  // never started: nothing written
-    TRY_ASSIGN(log, open_once_created(client, log.job.id, stream));
-    if (!log.fd) return 0;
+  std::vector<std::pair<proto::LogStream, FILE*>> streams;
+  if (options.both || !options.errors) streams.emplace_back(proto::LogStream::Stdout, stdout);
+  // Asked for alone (-e), the job's standard error is what this prints, on stdout.
+  if (options.both || options.errors) streams.emplace_back(proto::LogStream::Stderr, options.both ? stderr : stdout);
+  std::vector<ReadLog> logs;
+  Job job;
+  for (auto [stream, out] : streams) {
+    TRY_ASSIGN(OpenedLog log, request_log(client, any.local.at(0), stream));
+    // Not written yet: a follower waits for it, unless the job ended without one.
+    if (!log.fd && options.follow && !is_finished(log.job.state)) {
+      TRY_ASSIGN(log, open_once_created(client, log.job.id, stream));
+    }
+    job = std::move(log.job);
+    if (!log.fd) continue;
+    TRY(copy_log_so_far(log.fd.get(), options.tail, out));
+    fflush(out);
+    logs.push_back(ReadLog{std::move(log.fd), out});
   }
-  TRY(follow && !is_finished(log.job.state) ? follow_log(log.fd.get(), log.job.id) : copy_new_bytes(log.fd.get()));
+  if (options.follow && !logs.empty() && !is_finished(job.state)) TRY(follow_logs(logs, job.id));
   return 0;
 }
 
@@ -484,12 +560,12 @@ void add_queue_commands(CLI::App& app, int& exit_code, const std::vector<std::st
     cmd->callback([&exit_code, options] { run_command(exit_code, [&] { return list_jobs(*options); }); });
   }
   {
-    auto* cmd = app.add_subcommand("show", "Everything about one job");
-    auto id = std::make_shared<std::string>();
+    auto* cmd = app.add_subcommand("show", "Everything about jobs");
+    auto ids = std::make_shared<std::vector<std::string>>();
     auto json = std::make_shared<bool>(false);
-    cmd->add_option("id", *id, "Job id")->required()->type_name("JOB_ID")->check(job_ids_value());
-    cmd->add_flag("--json", *json, "Print JSON");
-    cmd->callback([&exit_code, id, json] { run_command(exit_code, [&] { return show_job(*id, *json); }); });
+    cmd->add_option("ids", *ids, "Job ids")->required()->type_name("JOB_ID")->check(job_ids_value());
+    cmd->add_flag("--json", *json, "Print JSON: the job's object for one id, an array of them for several");
+    cmd->callback([&exit_code, ids, json] { run_command(exit_code, [&] { return show_jobs(*ids, *json); }); });
   }
   struct Action {
     const char* name;
@@ -507,15 +583,17 @@ void add_queue_commands(CLI::App& app, int& exit_code, const std::vector<std::st
   }
   {
     auto* cmd = app.add_subcommand("logs", "Print a job's output");
-    auto id = std::make_shared<std::string>();
-    auto follow = std::make_shared<bool>(false);
-    auto errors = std::make_shared<bool>(false);
-    cmd->add_option("id", *id, "Job id")->required()->type_name("JOB_ID")->check(job_ids_value());
-    cmd->add_flag("-f,--follow", *follow, "Keep printing until the job finishes");
-    cmd->add_flag("-e,--stderr", *errors, "Its standard error instead of its standard output");
-    cmd->callback([&exit_code, id, follow, errors] {
-      run_command(exit_code, [&] { return show_logs(*id, *follow, *errors); });
-    });
+    auto options = std::make_shared<LogsOptions>();
+    cmd->add_option("id", options->id, "Job id")->required()->type_name("JOB_ID")->check(job_ids_value());
+    cmd->add_flag("-f,--follow", options->follow, "Keep printing until the job finishes");
+    auto* errors = cmd->add_flag("-e,--stderr", options->errors, "Its standard error instead of its standard output");
+    cmd->add_flag("-b,--both", options->both,
+                  "Its standard output and its standard error, each to ours (a terminal shows them together)")
+        ->excludes(errors);
+    cmd->add_option("-n,--tail", options->tail, "Only the last N lines written so far (then, with -f, what follows)")
+        ->type_name("N")
+        ->check(whole_number(0, 1000000000));
+    cmd->callback([&exit_code, options] { run_command(exit_code, [&] { return show_logs(*options); }); });
   }
   {
     auto* cmd = app.add_subcommand("drain", "Start no more jobs (running ones go on); administrators only");

@@ -2,14 +2,18 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstddef>
 #include <ctime>
 #include <memory>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "base/display_text.h"
+#include "base/quote.h"
 #include "cli/app.h"
 #include "cli/commands.h"
 #include "cli/daemon_client.h"
@@ -25,6 +29,8 @@ namespace proto = protocol;
 
 struct ReportOptions {
   std::string since;
+  std::optional<std::string> user;
+  std::optional<size_t> limit;
   bool json = false;
 };
 
@@ -54,6 +60,20 @@ std::string time_text(double unix_seconds) {
   return text;
 }
 
+// --user keeps one user's line and jobs; --limit the latest jobs (the highest ids), in id order.
+// Returns how many jobs there were before --limit.
+size_t narrow(proto::ReportResponse& report, const ReportOptions& options) {
+  if (options.user) {
+    std::erase_if(report.users, [&](const proto::UserUsageLine& line) { return line.user != *options.user; });
+    std::erase_if(report.jobs, [&](const proto::JobUsageLine& line) { return line.user != *options.user; });
+  }
+  size_t found = report.jobs.size();
+  if (options.limit && found > *options.limit) {
+    report.jobs.erase(report.jobs.begin(), report.jobs.end() - static_cast<std::ptrdiff_t>(*options.limit));
+  }
+  return found;
+}
+
 Result<int> print_report(const ReportOptions& options) {
   proto::ReportRequest request;
   if (!options.since.empty()) {
@@ -63,6 +83,7 @@ Result<int> print_report(const ReportOptions& options) {
   TRY_ASSIGN(DaemonClient client, DaemonClient::connect(runtime_directory()));
   TRY_ASSIGN(proto::Response response, client.request(request));
   TRY_ASSIGN(proto::ReportResponse report, expect<proto::ReportResponse>(std::move(response)));
+  const size_t jobs_found = narrow(report, options);
   if (options.json) {
     // The daemon's own encoding of the report, without the envelope.
     auto envelope = nlohmann::json::parse(proto::encode(proto::Response(report)));
@@ -71,7 +92,7 @@ Result<int> print_report(const ReportOptions& options) {
   }
   fmt::print("GPU time {}\n\n", report.since ? "since " + time_text(*report.since) : "since accounting began");
   if (report.users.empty()) {
-    fmt::print("No job held a GPU in that time.\n");
+    fmt::print("No job {}held a GPU in that time.\n", options.user ? "of " + printable(*options.user, kMaxShownBytes) + " " : "");
     return kExitOk;
   }
   fmt::print("{:<16} {:>6} {:>10} {:>10}\n", "USER", "JOBS", "GPU-HOURS", "MEAN UTIL");
@@ -85,6 +106,7 @@ Result<int> print_report(const ReportOptions& options) {
     fmt::print("{:>6}  {} {} {:>10.3f} {:>10}  {:<16}  {}\n", job.id, pad_cells(job.user, 16), pad_cells(job.name, 20), job.gpu_hours,
                percent_text(job.mean_utilization), time_text(job.last_time), note);
   }
+  if (jobs_found > report.jobs.size()) fmt::print("(the latest {} of {} jobs)\n", report.jobs.size(), jobs_found);
   return kExitOk;
 }
 
@@ -105,9 +127,14 @@ void add_report_command(CLI::App& app, int& exit_code) {
                   "Only jobs that held GPUs since then: a duration back from now (7d, 12h) or a date (2026-12-01)")
       ->type_name("WHEN")
       ->check(since_value());
+  cmd->add_option("-u,--user", options->user, "Only this user's line and jobs");
+  cmd->add_option("-n,--limit", options->limit, "Only the latest N jobs (the users' lines count them all)")
+      ->type_name("N")
+      ->check(whole_number(1, 1000000000));
   cmd->add_flag("--json", options->json, "Print JSON");
   cmd->footer("A job counts whole when any of its time falls after --since. A slice of a GPU counts its\n"
-              "share of the GPU's memory. Running jobs flagged idle (idle_flag_after) are marked IDLE.");
+              "share of the GPU's memory. Running jobs flagged idle (idle_flag_after) are marked IDLE.\n"
+              "--user and --limit apply to --json too.");
   cmd->callback([&exit_code, options] { run_command(exit_code, [&] { return print_report(*options); }); });
 }
 

@@ -13,11 +13,9 @@
 #include <fmt/format.h>
 
 #include "cli/commands.h"
-#include "cli/daemon_client.h"
-#include "cli/jobs_table.h"
+#include "cli/gpu_holders.h"
 #include "cli/lease_options.h"
 #include "gpu/gpu_backend.h"
-#include "lease/lease_directory.h"
 #include "monitor/dashboard.h"
 #include "os/clock.h"
 #include "os/environment.h"
@@ -27,8 +25,6 @@
 
 namespace gpupool::cli {
 namespace {
-
-namespace proto = gpupool::protocol;
 
 volatile std::sig_atomic_t stop_requested = 0;
 
@@ -40,44 +36,14 @@ struct TopOptions {
   bool once = false;
 };
 
-std::string local_clock(double now) {
-  std::time_t t = static_cast<std::time_t>(now);
-  std::tm local{};
-  localtime_r(&t, &local);
-  return fmt::format("{:02}:{:02}:{:02}", local.tm_hour, local.tm_min, local.tm_sec);
-}
-
 // One sample of everything the dashboard shows. The GPUs must answer; the leases and the daemon
 // are shown when they can be read.
 Result<void> sample(GpuBackend& backend, DashboardInput& input) {
   TRY_ASSIGN(input.machine, backend.discover(DiscoveryScope{.links = false, .processes = true}));
   input.source = backend.description();
   input.now = unix_now();
-  input.clock = local_clock(input.now);
-  input.leases.clear();
-  if (auto directory = LeaseDirectory::open_default()) {
-    if (auto records = directory->list()) {
-      for (const LeaseRecord& r : *records) {
-        input.leases.push_back(CardLease{r.index, r.holder.job, r.holder.user, r.holder.pid, r.slice_mib});
-      }
-    }
-  }
-  input.jobs.clear();
-  input.notices.clear();
-  input.daemon_running = false;
-  if (auto client = DaemonClient::connect_if_running(runtime_directory()); client && *client) {
-    if (auto answer = (*client)->request(proto::JobsRequest{})) {
-      if (auto listed = expect<proto::JobsResponse>(std::move(*answer))) {
-        input.jobs = std::move(listed->jobs);
-        input.daemon_running = true;
-      }
-    }
-    if (auto answer = (*client)->request(proto::StatusRequest{})) {
-      if (auto status = expect<proto::StatusResponse>(std::move(*answer))) {
-        input.notices = drain_notices(*status, [](double at) { return local_clock(at); });
-      }
-    }
-  }
+  input.clock = clock_of_day(input.now);
+  read_gpu_holders(input);
   track_idle(input.idle_since, input);
   return {};
 }
@@ -160,6 +126,7 @@ Result<int> run_top(const TopOptions& options) {
   DashboardView view;
   TRY(sample(*backend, input));
   if (options.once) {
+    view.key_bar = false;  // no keys to press in a script's output
     auto [width, height] = plain_size();
     for (const ScreenLine& line : render_dashboard(input, view, width, height)) fmt::print("{}\n", line.text);
     return 0;
@@ -199,7 +166,8 @@ void add_top_command(CLI::App& app, int& exit_code) {
   auto options = std::make_shared<TopOptions>();
   cmd->add_option("-n,--interval", options->interval_s, "Seconds between samples (default 1)");
   cmd->add_option("--idle-after", options->idle_after,
-                  "Flag a held GPU at about 0 % utilisation for this long (default 10m; s, m, h)")
+                  "Flag a GPU held by a lease alone at about 0 % utilisation for this long (default 10m; s, m, h); "
+                  "a daemon job's GPUs carry the daemon's idle flag")
       ->type_name("DURATION");
   cmd->add_flag("--once", options->once, "Print one frame as text (COLUMNS x LINES, default 80x24) and exit");
   cmd->callback([&exit_code, options] { run_command(exit_code, [&] { return run_top(*options); }); });

@@ -7,6 +7,7 @@
 
 #include "base/text.h"
 #include "isolation/device_rules.h"
+#include "jobs/job_text.h"
 #include "lease/gpu_pool.h"
 #include "os/clock.h"
 #include "sched/allocation.h"
@@ -247,7 +248,7 @@ void Dispatcher::start(const JobStart& decision) {
     }
     supervisor = *reserved;
   }
-  LeaseHolder holder{supervisor.value_or(job.pid.value_or(settings_.daemon_pid)), job.owner.user, fmt::format("job-{}", job.id), static_cast<int64_t>(unix_now())};
+  LeaseHolder holder{supervisor.value_or(job.pid.value_or(settings_.daemon_pid)), job.owner.user, lease_job_name(job.id), static_cast<int64_t>(unix_now())};
   auto held = leases_.try_acquire(claims_for(machine_, decision.gpus, job.spec.gpus.slice_mib), holder);
   if (!held || !*held) {
     if (supervisor) runner_.unreserve(job.id);

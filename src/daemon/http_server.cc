@@ -1,10 +1,13 @@
 #include "daemon/http_server.h"
 
-#include <cstdlib>
+#include <charconv>
+#include <cmath>
+#include <set>
 #include <thread>
 
 #include <fmt/format.h>
 #include <httplib.h>
+#include <nlohmann/json.hpp>
 
 #include "daemon/config.h"
 #include "daemon/web_assets.h"
@@ -22,6 +25,33 @@ constexpr size_t kWorkerThreads = 8;
 // Prometheus and the dashboard reuse one connection for every request.
 constexpr size_t kKeepAliveRequests = 10000;
 constexpr double kDefaultHistorySeconds = 3600;
+
+// A query value that is not a number, or out of range, is refused: a poller that sent a typo
+// would otherwise get an answer for a window it did not ask for.
+Result<double> number_parameter(const httplib::Request& request, const char* name, double minimum) {
+  const std::string& text = request.get_param_value(name);
+  double value = 0;
+  auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (error != std::errc() || end != text.data() + text.size() || !std::isfinite(value) || value < minimum) {
+    return fail("{} must be a number of seconds from {}, not '{}'", name, minimum, text);
+  }
+  return value;
+}
+
+// ?since=UNIX_SECONDS (what a poller has not seen yet) or ?seconds=N back from now.
+Result<double> history_since(const httplib::Request& request) {
+  if (request.has_param("since")) return number_parameter(request, "since", 0);
+  if (!request.has_param("seconds")) return unix_now() - kDefaultHistorySeconds;
+  TRY_ASSIGN(double seconds, number_parameter(request, "seconds", 0));
+  return unix_now() - seconds;
+}
+
+void set_error(httplib::Response& response, int status, const std::string& message) {
+  response.status = status;
+  // A query may hold any bytes: ones that are not UTF-8 are replaced, not thrown over.
+  std::string body = nlohmann::json{{"error", message}}.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  response.set_content(body + "\n", "application/json");
+}
 
 }  // namespace
 
@@ -60,38 +90,54 @@ class HttpServer::Impl {
   }
 
  private:
+  void get(const std::string& path, httplib::Server::Handler handler) {
+    server_.Get(path, std::move(handler));
+    paths_.insert(path);
+  }
+
   void routes() {
-    server_.Get("/metrics", [this](const httplib::Request&, httplib::Response& response) {
+    get("/metrics", [this](const httplib::Request&, httplib::Response& response) {
       response.set_content(monitor_.metrics_text(), "text/plain; version=0.0.4; charset=utf-8");
     });
-    server_.Get("/api/gpus", [this](const httplib::Request&, httplib::Response& response) {
+    get("/api/gpus", [this](const httplib::Request&, httplib::Response& response) {
       response.set_content(monitor_.gpus_json(), "application/json");
     });
-    server_.Get("/api/jobs", [this](const httplib::Request&, httplib::Response& response) {
+    get("/api/jobs", [this](const httplib::Request&, httplib::Response& response) {
       response.set_content(monitor_.jobs_json(), "application/json");
     });
-    server_.Get("/api/history", [this](const httplib::Request& request, httplib::Response& response) {
-      // ?since=UNIX_SECONDS (what a poller has not seen yet) or ?seconds=N back from now.
-      double since = 0;
-      if (request.has_param("since")) {
-        since = std::strtod(request.get_param_value("since").c_str(), nullptr);
-      } else {
-        double seconds = kDefaultHistorySeconds;
-        if (request.has_param("seconds")) seconds = std::strtod(request.get_param_value("seconds").c_str(), nullptr);
-        since = unix_now() - seconds;
-      }
-      response.set_content(monitor_.history_json(since), "application/json");
+    get("/api/history", [this](const httplib::Request& request, httplib::Response& response) {
+      auto since = history_since(request);
+      if (!since) return set_error(response, 400, since.error().message);
+      response.set_content(monitor_.history_json(*since), "application/json");
     });
     for (const WebAsset& asset : web_assets()) {
-      server_.Get(std::string(asset.path), [&asset](const httplib::Request&, httplib::Response& response) {
+      get(std::string(asset.path), [&asset](const httplib::Request&, httplib::Response& response) {
         response.set_content(asset.body.data(), asset.body.size(), std::string(asset.content_type));
         response.set_header("Cache-Control", "no-cache");
       });
     }
+    // Everything is read-only: another method on a page that exists is 405, as HTTP says.
+    auto other_method = [this](const httplib::Request& request, httplib::Response& response) {
+      if (paths_.count(request.path) == 0) return set_error(response, 404, fmt::format("no page {}", request.path));
+      response.set_header("Allow", "GET, HEAD");
+      set_error(response, 405, fmt::format("{} is read-only: {} is not allowed", request.path, request.method));
+    };
+    server_.Post(".*", other_method);
+    server_.Put(".*", other_method);
+    server_.Patch(".*", other_method);
+    server_.Delete(".*", other_method);
+    // Errors say what went wrong in JSON, which every client of the API reads.
+    server_.set_error_handler([](const httplib::Request& request, httplib::Response& response) {
+      if (!response.body.empty()) return;
+      set_error(response, response.status,
+                response.status == 404 ? fmt::format("no page {}", request.path)
+                                          : fmt::format("the request could not be served (HTTP {})", response.status));
+    });
   }
 
   Monitor& monitor_;
   httplib::Server server_;
+  std::set<std::string> paths_;  // the pages served, written before the server starts
   std::string address_;
   std::thread thread_;
 };

@@ -1,6 +1,7 @@
 // gpupoold's read-only HTTP server (cpp-httplib, threads of its own): /metrics, /api/gpus,
 // /api/jobs, /api/history and the dashboard. It reads only what the monitor publishes, never
-// the event loop's state, and answers GET alone.
+// the event loop's state, and answers GET alone (405 to any other method). Errors come as JSON,
+// {"error": "..."}.
 #pragma once
 
 #include <memory>

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include "daemon/daemon_impl.h"
+#include "jobs/job_text.h"
 #include "os/accounts.h"
 #include "os/clock.h"
 #include "os/files.h"
@@ -220,7 +221,7 @@ void Daemon::Impl::handle(const SessionPtr& s, const protocol::JobActionRequest&
       } else if (!*stored) {
         outcome.error = fmt::format("no job {}", id);
       } else {
-        outcome.error = fmt::format("job {} has already {}", id, to_string((*stored)->state));
+        outcome.error = already_ended_text(id, (*stored)->state);
         outcome.state = (*stored)->state;
       }
       response.outcomes.push_back(outcome);

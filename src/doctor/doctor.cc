@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/text.h"
+#include "jobs/job_text.h"
 #include "machine/cuda_visible_devices.h"
 
 namespace gpupool {
@@ -436,7 +437,7 @@ Finding check_leases(const DoctorFacts& f) {
   std::vector<std::string> evidence;
   std::vector<std::string> dead;
   for (const LeaseFact& l : *f.leases) {
-    evidence.push_back(fmt::format("GPU {} ({}): job {} of {}, pid {}{}", l.index, l.uuid, l.job, l.user, l.pid,
+    evidence.push_back(fmt::format("GPU {} ({}): {}, pid {}{}", l.index, l.uuid, lease_holder_text(l.job, l.user), l.pid,
                                    l.holder_alive ? "" : " — not running"));
     if (!l.holder_alive) dead.push_back(fmt::format("GPU {} (pid {})", l.index, l.pid));
   }
@@ -589,7 +590,7 @@ void check_process(const DoctorFacts& f, const ProcessFacts& p, std::vector<Find
       lease_evidence.push_back(fmt::format("GPU {}: leased to it (or a parent)", index));
     } else if (!foreign.empty()) {
       for (const LeaseFact* l : foreign) {
-        others.push_back(fmt::format("GPU {} (job {} of {}, pid {})", index, l->job, l->user, l->pid));
+        others.push_back(fmt::format("GPU {} ({}, pid {})", index, lease_holder_text(l->job, l->user), l->pid));
       }
       lease_evidence.push_back(fmt::format("GPU {}: leased to another job", index));
     } else {
@@ -689,6 +690,22 @@ int doctor_exit_code(const std::vector<Finding>& findings) {
   CheckStatus worst = CheckStatus::Ok;
   for (const Finding& f : findings) worst = std::max(worst, f.status);
   return static_cast<int>(worst);
+}
+
+std::string findings_text(const std::vector<Finding>& findings, bool verbose) {
+  std::string text;
+  int counts[3] = {0, 0, 0};
+  for (const Finding& f : findings) {
+    ++counts[static_cast<int>(f.status)];
+    text += fmt::format("{:<8} {:<21} {}\n", to_string(f.status), f.check, f.summary);
+    if (verbose || f.status != CheckStatus::Ok) {
+      for (const std::string& line : f.evidence) text += fmt::format("{:9}{}\n", "", line);
+    }
+    if (!f.fix.empty()) text += fmt::format("{:9}fix: {}\n", "", f.fix);
+  }
+  text += fmt::format("\n{} ok, {} warning(s), {} problem(s)\n", counts[0], counts[1], counts[2]);
+  if (!verbose && counts[0] > 0) text += "(--verbose shows what each check read)\n";
+  return text;
 }
 
 }  // namespace gpupool

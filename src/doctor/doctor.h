@@ -94,4 +94,8 @@ std::vector<Finding> diagnose(const DoctorFacts& facts);
 // 0 when every finding is ok, 1 with a warning, 2 with a problem.
 int doctor_exit_code(const std::vector<Finding>& findings);
 
+// The text report: one line per check, the evidence under a check that is not ok (under every
+// check with `verbose`) and the fix, then the counts. A healthy machine reads in a screen.
+std::string findings_text(const std::vector<Finding>& findings, bool verbose);
+
 }  // namespace gpupool

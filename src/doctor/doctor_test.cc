@@ -7,6 +7,7 @@ namespace gpupool {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 constexpr const char* kModuleText =
     "NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.159.04  Thu Nov 13 12:00:00 UTC 2025\n"
@@ -458,14 +459,31 @@ TEST(DoctorTest, ProcessLeases) {
   EXPECT_EQ(run(f, "process-leases").status, CheckStatus::Ok);
 
   f.leases->back().pid = 5000;
-  f.leases->back().job = "theirs";
+  f.leases->back().job = "job-12";  // the daemon's lease of job 12, named as every view names it
   Finding foreign = run(f, "process-leases");
   EXPECT_EQ(foreign.status, CheckStatus::Problem);
-  EXPECT_THAT(foreign.summary, HasSubstr("job theirs of alice, pid 5000"));
+  EXPECT_THAT(foreign.summary, HasSubstr("(job 12 (alice), pid 5000)"));
 
   f.leases.reset();
   f.lease_error = "permission denied";
   EXPECT_EQ(run(f, "process-leases").status, CheckStatus::Warning);
+}
+
+TEST(DoctorTest, TheTextShowsEvidenceOfPassingChecksOnlyWhenVerbose) {
+  std::vector<Finding> findings = {
+      {"kernel-module", CheckStatus::Ok, "loaded", {"/proc/driver/nvidia/version: NVRM 580"}, ""},
+      {"device-nodes", CheckStatus::Warning, "only the group can open /dev/nvidia-uvm", {"/dev/nvidia-uvm mode 0660"},
+       "chmod it"}};
+  EXPECT_EQ(findings_text(findings, false),
+            "ok       kernel-module         loaded\n"
+            "warning  device-nodes          only the group can open /dev/nvidia-uvm\n"
+            "         /dev/nvidia-uvm mode 0660\n"
+            "         fix: chmod it\n"
+            "\n1 ok, 1 warning(s), 0 problem(s)\n"
+            "(--verbose shows what each check read)\n");
+  EXPECT_THAT(findings_text(findings, true), HasSubstr("ok       kernel-module         loaded\n"
+                                                       "         /proc/driver/nvidia/version: NVRM 580\n"));
+  EXPECT_THAT(findings_text(findings, true), Not(HasSubstr("--verbose")));
 }
 
 }  // namespace

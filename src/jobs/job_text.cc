@@ -1,6 +1,7 @@
 #include "jobs/job_text.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cstdint>
 
 #include <fmt/format.h>
@@ -47,6 +48,37 @@ std::string state_text(const Job& job) {
   std::string state = to_string(job.state);
   if (is_finished(job.state) && job.exit_code && *job.exit_code != 0) state += fmt::format("({})", *job.exit_code);
   return state;
+}
+
+std::string job_label(JobId id, std::string_view user, std::string_view name) {
+  if (name.empty()) return fmt::format("job {} ({})", id, user);
+  return fmt::format("job {} ({}, {})", id, user, name);
+}
+
+namespace {
+constexpr std::string_view kLeaseJobPrefix = "job-";
+}  // namespace
+
+std::string lease_job_name(JobId id) { return fmt::format("{}{}", kLeaseJobPrefix, id); }
+
+std::optional<JobId> job_of_lease(std::string_view lease_job) {
+  if (!lease_job.starts_with(kLeaseJobPrefix)) return std::nullopt;
+  std::string_view digits = lease_job.substr(kLeaseJobPrefix.size());
+  JobId id = 0;
+  auto [end, error] = std::from_chars(digits.data(), digits.data() + digits.size(), id);
+  if (error != std::errc() || end != digits.data() + digits.size() || digits.empty() || digits[0] == '0') {
+    return std::nullopt;
+  }
+  return id;
+}
+
+std::string lease_holder_text(std::string_view lease_job, std::string_view user) {
+  if (auto id = job_of_lease(lease_job)) return job_label(*id, user);
+  return fmt::format("{} ({})", lease_job, user);
+}
+
+std::string already_ended_text(JobId id, JobState state) {
+  return fmt::format("job {} has already ended ({})", id, to_string(state));
 }
 
 }  // namespace gpupool

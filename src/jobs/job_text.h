@@ -1,7 +1,9 @@
 // How jobs read in tables (gpupool jobs, show, top): shared so they all say it the same way.
 #pragma once
 
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "jobs/job.h"
@@ -22,5 +24,20 @@ std::string request_text(const Job& job);
 
 // The state, with a finished job's non-zero exit code: "running", "failed(3)".
 std::string state_text(const Job& job);
+
+// A job as every view names it (top, list, leases, doctor, the dashboard): "job 329 (alice,
+// pretrain)"; "job 329 (alice)" where its name is not known.
+std::string job_label(JobId id, std::string_view user, std::string_view name = {});
+
+// The job name in the leases the daemon takes for a job, "job-329", and the job it names back.
+std::string lease_job_name(JobId id);
+std::optional<JobId> job_of_lease(std::string_view lease_job);
+
+// A lease's holder as the views name it: a daemon job's lease as that job ("job 329 (alice)"),
+// another (`gpupool run` without a daemon) by its name and user ("run-777 (bob)").
+std::string lease_holder_text(std::string_view lease_job, std::string_view user);
+
+// Why a finished job cannot be changed: "job 349 has already ended (cancelled)".
+std::string already_ended_text(JobId id, JobState state);
 
 }  // namespace gpupool

@@ -5,6 +5,8 @@
 
 #include <fmt/format.h>
 
+#include "jobs/job_text.h"
+
 namespace gpupool {
 
 using namespace lifecycle;
@@ -50,7 +52,7 @@ Result<void> JobLifecycle::on(const Submitted& e, Effects& out) {
 
 Result<void> JobLifecycle::on(const Adopted& e, Effects& out) {
   if (jobs_.count(e.id) > 0) return fail("job {} exists already", e.id);
-  if (is_finished(e.state)) return fail("job {} has already {}", e.id, to_string(e.state));
+  if (is_finished(e.state)) return fail("{}", already_ended_text(e.id, e.state));
   TrackedJob& job = jobs_[e.id];
   job.kind = e.kind;
   job.state = e.state;
@@ -170,7 +172,10 @@ Result<void> JobLifecycle::on(const Hold& e, Effects& out) {
 
 Result<void> JobLifecycle::on(const Release& e, Effects& out) {
   auto it = jobs_.find(e.id);
-  if (it == jobs_.end() || it->second.state != JobState::Held) return fail("job {} is not held", e.id);
+  if (it == jobs_.end()) return fail("no job {} is queued, held or running", e.id);
+  // As holding a held job does nothing, releasing a queued one does nothing: both ask for what is.
+  if (it->second.state == JobState::Queued) return {};
+  if (it->second.state != JobState::Held) return fail("job {} is {}, not held", e.id, to_string(it->second.state));
   changed_.push_back(e.id);
   it->second.state = JobState::Queued;
   it->second.reason.clear();

@@ -152,11 +152,14 @@ TEST_F(LifecycleTest, HoldAndRelease) {
   auto held = handle(Hold{1, "dave"});
   ASSERT_EQ(held.size(), 2u);
   EXPECT_TRUE(std::holds_alternative<LeaveQueue>(held[0]));
-  EXPECT_EQ(refusal(Release{2}), "job 2 is not held");
+  EXPECT_EQ(refusal(Release{2}), "no job 2 is queued, held or running");
+  EXPECT_TRUE(handle(Hold{1, "dave"}).empty()) << "holding a held job changes nothing";
   handle(Release{1});
+  EXPECT_TRUE(handle(Release{1}).empty()) << "releasing a queued job changes nothing";
+  EXPECT_EQ(state(1), JobState::Queued);
   handle(Granted{1, {0}});
   EXPECT_EQ(refusal(Hold{1, "dave"}), "job 1 is running: cancel it instead");
-  EXPECT_EQ(refusal(Release{1}), "job 1 is not held");
+  EXPECT_EQ(refusal(Release{1}), "job 1 is running, not held");
 }
 
 TEST_F(LifecycleTest, ADependentWaitsForItsJobAndStartsWhenItIsDone) {
@@ -206,7 +209,7 @@ TEST_F(LifecycleTest, AdoptedJobsGoOnWhereThePreviousDaemonLeftThem) {
   auto retried = handle(AttemptExited{1, 2, std::nullopt, "", false});
   ASSERT_EQ(retried.size(), 2u);
   EXPECT_EQ(std::get<Record>(retried[0]).reason, "retry 1 of 1 after: exit code 2");
-  EXPECT_EQ(refusal(Adopted{3, JobKind::Batch, 0, {}, JobState::Done, 1, ""}), "job 3 has already done");
+  EXPECT_EQ(refusal(Adopted{3, JobKind::Batch, 0, {}, JobState::Done, 1, ""}), "job 3 has already ended (done)");
 }
 
 // Random events, valid or not, for a few jobs: whatever happens, a job ends once, never runs two

@@ -22,9 +22,10 @@ bool started_by_gpupool(uint32_t pid, const std::set<uint32_t>& holders, const H
 }
 
 std::string describe_process(const GpuProcess& p) {
-  std::string command = p.command.value_or("?");
-  if (auto space = command.find(' '); space != std::string::npos) command.resize(space);
-  return fmt::format("pid {} {} {}", p.pid, p.user.value_or("?"), command);
+  if (!p.command) return fmt::format("pid {} {}", p.pid, process_user_text(p));
+  std::string program = *p.command;
+  if (auto space = program.find(' '); space != std::string::npos) program.resize(space);
+  return fmt::format("pid {} {} {}", p.pid, process_user_text(p), program);
 }
 
 }  // namespace

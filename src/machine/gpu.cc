@@ -54,4 +54,10 @@ std::string topo_label(const Link& link) {
   return "n/a";
 }
 
+std::string process_user_text(const GpuProcess& process) { return process.user.value_or("unknown user"); }
+
+std::string process_command_text(const GpuProcess& process) {
+  return process.command.value_or("(not visible from here)");
+}
+
 }  // namespace gpupool

@@ -77,6 +77,10 @@ const char* to_string(PcieLevel level);
 std::string to_string(const ComputeCapability& capability);
 // nvidia-smi topo -m's legend: NV#, PIX, PXB, PHB, NODE, SYS.
 std::string topo_label(const Link& link);
+// Who runs a GPU process, for people: its user, or "unknown user" where /proc cannot say (the
+// process ended, or runs in another PID namespace); and its command, or "(not visible from here)".
+std::string process_user_text(const GpuProcess& process);
+std::string process_command_text(const GpuProcess& process);
 
 // Calls visit(info, value) for each reading of `gpu` (any Gpu), in the table's
 // order; value is the std::optional member.

@@ -52,8 +52,8 @@ std::vector<const Job*> running_on(const DashboardInput& input, unsigned gpu) {
 
 // A lease whose job the daemon lists ("job-12" for job 12) is shown as that job, not twice.
 bool lease_of_listed_job(const DashboardInput& input, const CardLease& lease) {
-  return std::any_of(input.jobs.begin(), input.jobs.end(),
-                     [&](const Job& job) { return lease.job == fmt::format("job-{}", job.id); });
+  auto id = job_of_lease(lease.job);
+  return id && std::any_of(input.jobs.begin(), input.jobs.end(), [&](const Job& job) { return job.id == *id; });
 }
 
 std::optional<double> idle_for(const DashboardInput& input, const Gpu& gpu) {
@@ -63,8 +63,19 @@ std::optional<double> idle_for(const DashboardInput& input, const Gpu& gpu) {
 }
 
 bool flagged_idle(const DashboardInput& input, const Gpu& gpu) {
+  auto jobs = running_on(input, gpu.index);
+  if (!jobs.empty()) {
+    return std::any_of(jobs.begin(), jobs.end(), [&](const Job* job) { return input.idle_jobs.count(job->id) > 0; });
+  }
   auto idle = idle_for(input, gpu);
   return idle && *idle >= input.idle_flag_after_s;
+}
+
+// "IDLE 0:06:40 " with top's own measure, "IDLE " with the daemon's flag (which has no duration).
+std::string idle_mark(const DashboardInput& input, const Gpu& gpu) {
+  if (!flagged_idle(input, gpu)) return "";
+  auto idle = idle_for(input, gpu);
+  return idle ? fmt::format("IDLE {} ", duration_text(*idle)) : "IDLE ";
 }
 
 struct Columns {
@@ -101,8 +112,7 @@ std::string gpu_row(const DashboardInput& input, const Gpu& gpu, const Columns& 
   std::string temp = gpu.temperature_c ? fmt::format("{}C", *gpu.temperature_c) : "n/a";
   std::string power = gpu.power_w ? fmt::format("{:.0f}W", *gpu.power_w) : "n/a";
   CardUse use = card_use(input, gpu);
-  std::string holder = use.holder.empty() ? "-" : use.holder;
-  if (flagged_idle(input, gpu)) holder = fmt::format("IDLE {} {}", duration_text(*idle_for(input, gpu)), holder);
+  std::string holder = idle_mark(input, gpu) + (use.holder.empty() ? "-" : use.holder);
   return fmt::format("{:>3} {} {} {:>4} {} {:>8} {:>4} {:>5} {}", gpu.index, pad_cells(name, c.name), bar(util, c.bar),
                      util_text, bar(memory_fraction(gpu), c.bar), memory_text(gpu), temp, power, holder);
 }
@@ -169,19 +179,19 @@ std::vector<ScreenLine> details_section(const DashboardInput& input, const Gpu& 
       gpu.power_limit_w ? fmt::format("{:.0f} W", *gpu.power_limit_w) : "n/a"));
   if (auto idle = idle_for(input, gpu)) text.push_back(fmt::format("held at about 0 % for {}", duration_text(*idle)));
   for (const GpuProcess& p : gpu.processes) {
-    text.push_back(fmt::format("  pid {:<7} {:<10} {:>10}  {}", p.pid, p.user.value_or("?"),
+    text.push_back(fmt::format("  pid {:<7} {:<12} {:>10}  {}", p.pid, process_user_text(p),
                                p.used_memory_mib ? fmt::format("{} MiB", *p.used_memory_mib) : "n/a",
-                               p.command.value_or("(not visible from here)")));
+                               process_command_text(p)));
   }
   for (const CardLease& lease : input.leases) {
     if (lease.gpu != gpu.index) continue;
-    text.push_back(fmt::format("lease: {} held by pid {} ({}){}", lease.job, lease.pid, lease.user,
+    text.push_back(fmt::format("lease: {}, pid {}{}", lease_holder_text(lease.job, lease.user), lease.pid,
                                lease.slice_mib ? fmt::format(", {} MiB slice", *lease.slice_mib) : ""));
   }
   auto jobs = running_on(input, gpu.index);
   if (jobs.empty()) text.push_back("No gpupool job runs on this GPU.");
   for (const Job* job : jobs) {
-    text.push_back(fmt::format("job {}  {}  user {}  {}", job->id, display_name(*job), job->owner.user,
+    text.push_back(fmt::format("{}  {}", job_label(job->id, job->owner.user, display_name(*job)),
                                to_string(job->spec.kind)));
     std::string command;
     for (const std::string& arg : job->spec.argv) command += (command.empty() ? "" : " ") + arg;
@@ -241,19 +251,19 @@ CardUse card_use(const DashboardInput& input, const Gpu& gpu) {
   for (const CardLease* lease : others) use.users.push_back(lease->user);
   if (use.users.empty()) {
     if (gpu.processes.empty()) return use;
-    for (const GpuProcess& p : gpu.processes) use.users.push_back(p.user.value_or("?"));
+    for (const GpuProcess& p : gpu.processes) use.users.push_back(process_user_text(p));
     const GpuProcess& first = gpu.processes.front();
     use.external = true;
     use.user = use.users.front();
-    use.holder = fmt::format("external: pid {} {}", first.pid, use.user);
+    use.holder = fmt::format("outside: pid {} {}", first.pid, use.user);
     if (gpu.processes.size() > 1) use.holder += fmt::format(" +{}", gpu.processes.size() - 1);
     return use;
   }
   use.user = use.users.front();
   if (!jobs.empty()) use.job = jobs.front()->id;
   if (use.users.size() == 1) {
-    use.holder = jobs.empty() ? fmt::format("{} {}", others.front()->job, use.user)
-                              : fmt::format("job {} {} {}", jobs.front()->id, use.user, display_name(*jobs.front()));
+    use.holder = jobs.empty() ? lease_holder_text(others.front()->job, use.user)
+                              : job_label(jobs.front()->id, use.user, display_name(*jobs.front()));
     return use;
   }
   std::string names;
@@ -334,11 +344,14 @@ std::vector<ScreenLine> render_dashboard(const DashboardInput& input, const Dash
                      LineStyle::Dim});
   }
   frame.push_back({"", LineStyle::Normal});
+  // A frame printed once has no keys to press: its last line is the section's too.
+  const size_t key_bar = view.key_bar ? 1 : 0;
   for (auto& line : section) {
-    if (frame.size() + 1 >= height) break;
+    if (frame.size() + key_bar >= height) break;
     frame.push_back(std::move(line));
   }
-  while (frame.size() + 1 < height) frame.push_back({"", LineStyle::Normal});
+  while (frame.size() + key_bar < height) frame.push_back({"", LineStyle::Normal});
+  if (!view.key_bar) return frame;
   std::string keys = fmt::format("q quit  s sort  u user: {}  up/down select  Enter details  ? help",
                                  view.user.value_or("all"));
   frame.push_back({fit_cells(keys, width), LineStyle::Dim});
@@ -390,7 +403,7 @@ DashboardView apply_key(const DashboardInput& input, DashboardView view, Dashboa
 void track_idle(std::map<unsigned, double>& idle_since, const DashboardInput& input) {
   for (const Gpu& gpu : input.machine.gpus) {
     CardUse use = card_use(input, gpu);
-    bool idle_but_held = !use.holder.empty() && !use.external && gpu.utilization_gpu &&
+    bool idle_but_held = !use.holder.empty() && !use.external && !use.job && gpu.utilization_gpu &&
                          *gpu.utilization_gpu <= kIdlePercent;
     if (!idle_but_held) {
       idle_since.erase(gpu.index);

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -18,7 +19,7 @@ namespace gpupool {
 // whose job the daemon does not list).
 struct CardLease {
   unsigned gpu = 0;
-  std::string job;   // the holder's job name ("job-12" for the daemon's jobs)
+  std::string job;   // the holder's job name (lease_job_name for the daemon's jobs)
   std::string user;
   int64_t pid = 0;
   std::optional<uint64_t> slice_mib;
@@ -33,7 +34,11 @@ struct DashboardInput {
   std::string source;             // where the sample came from (the backend's description)
   double now = 0;                 // Unix seconds
   std::string clock;              // the time to show, "14:03:07" (the caller's time zone)
-  // Since when each held GPU has been at about 0 % utilisation (kept by the caller across frames).
+  // The daemon's running jobs it flags idle (its idle_flag_after): the flag of a card a daemon
+  // job holds, the same as the report and the web dashboard show.
+  std::set<JobId> idle_jobs;
+  // For cards held by leases alone (no daemon job): since when each has been at about 0 %
+  // utilisation (kept by the caller across frames), flagged after idle_flag_after_s.
   std::map<unsigned, double> idle_since;
   double idle_flag_after_s = 600;
 };
@@ -47,6 +52,7 @@ struct DashboardView {
   size_t selected = 0;              // row among the GPUs shown
   bool details = false;             // the selected GPU's job in full, instead of the queue
   bool help = false;
+  bool key_bar = true;              // the keys on the last line; not in a frame printed once
 };
 
 enum class LineStyle { Normal, Title, Header, Selected, Flagged, Dim };
@@ -56,8 +62,8 @@ struct ScreenLine {
   LineStyle style = LineStyle::Normal;
 };
 
-// Who is on a GPU, in a word or two: "job 12 alice", "2 slices: alice, bob", "external: pid
-// 4242 bob", or "" when it is free.
+// Who is on a GPU, in a word or two: "job 12 (alice, train)", "2 holders: alice, bob",
+// "outside: pid 4242 bob", or "" when it is free.
 struct CardUse {
   std::string holder;
   std::string user;                 // for sorting: the first holder's user
@@ -82,8 +88,8 @@ std::vector<ScreenLine> render_dashboard(const DashboardInput& input, const Dash
 enum class DashboardKey { Sort, User, Up, Down, Details, Close, Help, Other };
 DashboardView apply_key(const DashboardInput& input, DashboardView view, DashboardKey key);
 
-// Updates idle_since from a new sample: a held GPU at <= 1 % keeps (or starts) its time; any
-// other drops it.
+// Updates idle_since from a new sample: a GPU held by leases alone at <= 1 % keeps (or starts)
+// its time; any other drops it (a daemon job's card has the daemon's flag).
 void track_idle(std::map<unsigned, double>& idle_since, const DashboardInput& input);
 
 }  // namespace gpupool

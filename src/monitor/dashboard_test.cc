@@ -99,19 +99,36 @@ TEST(Dashboard, FillsAnEightyByTwentyFourTerminalExactly) {
   EXPECT_NE(frame.back().text.find("q quit"), std::string::npos);
 }
 
+TEST(Dashboard, AFramePrintedOnceHasNoKeyBar) {
+  DashboardView once;
+  once.key_bar = false;
+  auto frame = render_dashboard(busy_machine(), once, 80, 24);
+  ASSERT_EQ(frame.size(), 24u);
+  EXPECT_EQ(all_text(frame).find("q quit"), std::string::npos) << all_text(frame);
+  // Where the queue is one line too long for the screen, it gets the key bar's line.
+  EXPECT_EQ(all_text(render_dashboard(busy_machine(), DashboardView{}, 80, 17)).find("   15 queued"), std::string::npos);
+  EXPECT_NE(all_text(render_dashboard(busy_machine(), once, 80, 17)).find("   15 queued"), std::string::npos);
+}
+
 TEST(Dashboard, SaysWhoHoldsEachCard) {
   auto input = busy_machine();
   auto frame = render_dashboard(input, DashboardView{}, 100, 30);
-  EXPECT_NE(row_of_gpu(frame, 0).text.find("job 12 alice train"), std::string::npos) << all_text(frame);
-  EXPECT_NE(row_of_gpu(frame, 1).text.find("job 12 alice train"), std::string::npos);
-  EXPECT_NE(row_of_gpu(frame, 2).text.find("run-777 bob"), std::string::npos);
-  EXPECT_NE(row_of_gpu(frame, 3).text.find("external: pid 4242 carol +1"), std::string::npos);
+  EXPECT_NE(row_of_gpu(frame, 0).text.find("job 12 (alice, train)"), std::string::npos) << all_text(frame);
+  EXPECT_NE(row_of_gpu(frame, 1).text.find("job 12 (alice, train)"), std::string::npos);
+  EXPECT_NE(row_of_gpu(frame, 2).text.find("run-777 (bob)"), std::string::npos);
+  EXPECT_NE(row_of_gpu(frame, 3).text.find("outside: pid 4242 carol +1"), std::string::npos);
   // The daemon's lease for job 13 is job 13, not a second holder named "job-13".
   EXPECT_NE(row_of_gpu(frame, 4).text.find("2 holders: alice, dave"), std::string::npos);
   EXPECT_NE(row_of_gpu(frame, 5).text.find(" -"), std::string::npos);
   EXPECT_TRUE(card_use(input, input.machine.gpus[3]).external);
   EXPECT_EQ(card_use(input, input.machine.gpus[0]).job, JobId{12});
   EXPECT_EQ(card_use(input, input.machine.gpus[7]).holder, "");
+  // A process /proc cannot name (another PID namespace) is someone's all the same.
+  input.machine.gpus[7].processes = {GpuProcess{5151, ProcessKind::Compute, 1000, std::nullopt, std::nullopt}};
+  EXPECT_EQ(card_use(input, input.machine.gpus[7]).holder, "outside: pid 5151 unknown user");
+  // The daemon's lease of a job it no longer lists still reads as that job.
+  input.leases.push_back(CardLease{6, "job-99", "erin", 999, std::nullopt});
+  EXPECT_EQ(card_use(input, input.machine.gpus[6]).holder, "job 99 (erin)");
 }
 
 TEST(Dashboard, DrawsBarsAndValues) {
@@ -169,8 +186,8 @@ TEST(Dashboard, WithoutADaemonSaysSo) {
   input.daemon_running = false;
   auto frame = render_dashboard(input, DashboardView{}, 80, 24);
   EXPECT_NE(all_text(frame).find("No gpupoold is running"), std::string::npos);
-  // The daemon's own leases still show, under their lease names.
-  EXPECT_NE(row_of_gpu(frame, 0).text.find("job-12 root"), std::string::npos);
+  // The daemon's own leases still show, as the jobs they are.
+  EXPECT_NE(row_of_gpu(frame, 0).text.find("job 12 (root)"), std::string::npos);
 }
 
 TEST(Dashboard, SortsByUtilisationMemoryAndUser) {
@@ -241,7 +258,7 @@ TEST(Dashboard, DetailsShowTheSelectedCardsJob) {
   ASSERT_TRUE(view.details);
   std::string text = all_text(render_dashboard(input, view, 80, 24));
   EXPECT_NE(text.find("DETAILS"), std::string::npos) << text;
-  EXPECT_NE(text.find("job 12  train  user alice  batch"), std::string::npos) << text;
+  EXPECT_NE(text.find("job 12 (alice, train)  batch"), std::string::npos) << text;
   EXPECT_NE(text.find("command  python train.py"), std::string::npos);
   EXPECT_NE(text.find("stdout   /var/lib/gpupool/logs/12.out"), std::string::npos);
   view = apply_key(input, view, DashboardKey::Close);
@@ -279,6 +296,25 @@ TEST(Dashboard, FlagsCardsHeldAtZeroUtilisation) {
   input.machine.gpus[2].utilization_gpu = 50;
   track_idle(idle, input);
   EXPECT_TRUE(idle.empty());
+}
+
+TEST(Dashboard, ADaemonJobsCardsCarryTheDaemonsIdleFlag) {
+  auto input = busy_machine();
+  input.idle_flag_after_s = 300;
+  input.machine.gpus[0].utilization_gpu = 0;  // job 12's: the daemon decides
+  std::map<unsigned, double> idle;
+  track_idle(idle, input);
+  EXPECT_TRUE(idle.empty()) << "top keeps no timer of its own for a daemon job's card";
+  auto frame = render_dashboard(input, DashboardView{}, 100, 30);
+  EXPECT_EQ(row_of_gpu(frame, 1).style, LineStyle::Normal) << "not flagged by the daemon yet";
+  input.idle_jobs = {12};
+  frame = render_dashboard(input, DashboardView{}, 100, 30);
+  EXPECT_EQ(row_of_gpu(frame, 1).style, LineStyle::Flagged);  // GPU 0's row is the selected one
+  for (unsigned gpu : {0u, 1u}) {
+    EXPECT_NE(row_of_gpu(frame, gpu).text.find("IDLE job 12 (alice, train)"), std::string::npos)
+        << row_of_gpu(frame, gpu).text;
+  }
+  EXPECT_NE(frame[0].text.find("2 idle too long"), std::string::npos) << frame[0].text;
 }
 
 TEST(Dashboard, ManyCardsScrollToTheSelectedOne) {

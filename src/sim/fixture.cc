@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
 #include <charconv>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <initializer_list>
@@ -525,11 +527,15 @@ Result<Fixture> parse_fixture_with_overlay(std::string_view json_text,
 }
 
 Result<std::string> read_text_file(const std::string& path) {
+  // The reason (no such file, permission denied) is what the reader needs to fix it.
+  std::error_code ignored;
+  if (std::filesystem::is_directory(path, ignored)) return fail("cannot read {}: it is a directory", path);
+  errno = 0;
   std::ifstream in(path, std::ios::binary);
-  if (!in) return fail("cannot read {}", path);
+  if (!in) return fail("cannot read {}: {}", path, errno != 0 ? std::strerror(errno) : "cannot open it");
   std::ostringstream text;
   text << in.rdbuf();
-  if (in.bad()) return fail("cannot read {}", path);
+  if (in.bad()) return fail("cannot read {}: {}", path, errno != 0 ? std::strerror(errno) : "a read failed");
   return text.str();
 }
 

@@ -69,6 +69,15 @@ std::string parse_error(const std::function<void(json&)>& breakage) {
   return parse_error(document);
 }
 
+TEST(ReadTextFile, SaysWhyAFileCannotBeRead) {
+  auto missing = read_text_file("/nonexistent/trace.csv");
+  ASSERT_FALSE(missing.ok());
+  EXPECT_EQ(missing.error().message, "cannot read /nonexistent/trace.csv: No such file or directory");
+  auto directory = read_text_file(std::filesystem::temp_directory_path().string());
+  ASSERT_FALSE(directory.ok());
+  EXPECT_THAT(directory.error().message, ::testing::EndsWith(": it is a directory"));
+}
+
 TEST(FixtureParse, MinimalFixtureParsesWithDefaults) {
   auto fixture = parse_fixture(minimal_fixture().dump(), "t.json");
   ASSERT_TRUE(fixture.ok()) << fixture.error().message;
@@ -402,7 +411,7 @@ TEST(FixtureParse, BadFixtureFilesNameTheFileAndField) {
             "fixture " + dir +
                 "bad-nvlink.json: gpus[0].nvlinks[0]: GPU 1 does not list GPU 0 with "
                 "4 links in return");
-  EXPECT_EQ(error("no-such.json"), "cannot read " + dir + "no-such.json");
+  EXPECT_EQ(error("no-such.json"), "cannot read " + dir + "no-such.json: No such file or directory");
 }
 
 TEST(FixtureShipped, EveryFixtureParsesAndIsNamedAfterItsFile) {

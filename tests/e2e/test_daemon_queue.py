@@ -359,6 +359,23 @@ class QueueTest(unittest.TestCase):
             self.assertEqual((shown["state"], shown["attempts"], shown["exit_code"]), ("failed", 2, 1))
             self.assertEqual(read(d.path("unlucky")), "2\n")
 
+    def test_list_leases_and_top_name_the_job_holding_a_gpu_alike(self):
+        with Daemon() as d:
+            job = d.enqueue(["sleep", "60"], gpus=1, name="pretrain")
+            (gpu,) = d.wait_state(job, "running")["gpus"]
+            label = f"job {job} ({ME}, pretrain)"
+            listed = d.gp("list", check=True).stdout
+            self.assertIn("MEMBW", listed.splitlines()[1])
+            row = next(line for line in listed.splitlines() if line.lstrip().startswith(f"{gpu} "))
+            self.assertIn(label[:24], row, listed)  # cut to the column, for a long user name
+            free = next(line for line in listed.splitlines() if line.lstrip().startswith(f"{(gpu + 1) % 8} "))
+            self.assertTrue(free.endswith(" -"), listed)
+            self.assertIn(f"job {job} ({ME})", d.gp("leases", check=True).stdout)
+            frame = d.gp("top", "--once", env={"COLUMNS": "100", "LINES": "30"}, check=True).stdout
+            self.assertIn(label, frame)
+            d.request({"op": "cancel", "ids": [job]})
+            d.finish(job)
+
     def test_hold_and_release(self):
         with Daemon() as d:
             blocker = d.enqueue(["sh", "-c", until_exists(d.path("go"))], gpus=8)
@@ -373,7 +390,10 @@ class QueueTest(unittest.TestCase):
             self.assertTrue(one_line(refused), refused.stderr)
             not_held = d.gp("release", str(blocker))
             self.assertNotEqual(not_held.returncode, 0)
-            self.assertIn("not held", not_held.stderr)
+            self.assertIn("running, not held", not_held.stderr)
+            again = d.gp("hold", str(queued))
+            self.assertEqual((again.returncode, again.stderr), (0, ""), "holding a held job changes nothing")
+            self.assertIn(f"held by {ME}", d.show(queued)["reason"])
             d.touch("go")
             d.finish(blocker)
             d.wait_for_samples()  # a held job stays put on free GPUs
@@ -382,6 +402,8 @@ class QueueTest(unittest.TestCase):
             self.assertEqual(d.gp("release", str(queued)).returncode, 0)
             self.assertEqual(d.finish(queued)[0]["state"], "done")
             self.assertTrue(os.path.exists(d.path("queued-ran")))
+            ended = d.gp("release", str(queued))
+            self.assertEqual(ended.stderr, f"gpupool: job {queued} has already ended (done)\n")
 
             # submit --hold: held from the start, even with every GPU free.
             held = d.submit("--hold", "--", "touch", d.path("held-ran"))
@@ -488,6 +510,48 @@ class QueueTest(unittest.TestCase):
             self.assertEqual(d.job_state(job), "done")
             # On a finished job it prints the log and returns at once.
             self.assertEqual(d.gp("logs", "-f", str(job), timeout=30).stdout, "one\ntwo\nthree\n")
+
+    def test_logs_tail_prints_the_last_lines_then_follows(self):
+        with Daemon() as d:
+            job = d.enqueue(["sh", "-c", f"seq 1 5; seq 6 8 >&2; {until_exists(d.path('go'))}; echo six"])
+            d.wait_state(job, "running")
+            wait_until(lambda: d.gp("logs", "-e", str(job)).stdout == "6\n7\n8\n", what="the job's first lines")
+            self.assertEqual(d.gp("logs", "--tail", "2", str(job), check=True).stdout, "4\n5\n")
+            self.assertEqual(d.gp("logs", "-n", "1", "-e", str(job), check=True).stdout, "8\n")
+            self.assertEqual(d.gp("logs", "-n", "0", str(job), check=True).stdout, "")
+            both = d.gp("logs", "--both", "-n", "2", str(job), check=True)
+            self.assertEqual((both.stdout, both.stderr), ("4\n5\n", "7\n8\n"), "each stream to its own")
+            self.assertEqual(d.gp("logs", "-b", "-e", str(job)).returncode, 2)
+            follow = d.background("logs", "-n", "1", "-f", str(job), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            try:
+                lines = LineReader(follow.stdout)
+                self.assertEqual(lines.readline(), "5\n")
+                d.touch("go")
+                self.assertEqual(lines.readline(), "six\n")
+                self.assertEqual(follow.wait(timeout=30), 0, follow.stderr.read())
+            finally:
+                if follow.poll() is None:
+                    follow.kill()
+                follow.wait()
+                follow.stderr.close()
+            self.assertEqual(d.gp("logs", "-n", "100", str(job), check=True).stdout, "1\n2\n3\n4\n5\nsix\n")
+
+    def test_show_takes_several_ids(self):
+        with Daemon() as d:
+            first = d.enqueue(["true"], name="first")
+            second = d.enqueue(["sh", "-c", "exit 3"], name="second")
+            d.finish(first, second)
+            both = d.gp_json("show", "--json", str(first), str(second))
+            self.assertEqual([j["name"] for j in both], ["first", "second"])
+            self.assertEqual(d.gp_json("show", "--json", str(second))["exit_code"], 3, "one id: the object")
+            text = d.gp("show", str(second), str(first), check=True).stdout
+            self.assertEqual([line.split()[1] for line in text.splitlines() if line.startswith("name ")],
+                             ["second", "first"])
+            self.assertIn("\n\nid ", text, "a blank line between jobs")
+            missing = d.gp("show", str(first), "99999")
+            self.assertEqual(missing.returncode, 1)
+            self.assertEqual(missing.stderr, "gpupool: no job 99999\n")
+            self.assertIn("name         first", missing.stdout, "the jobs that exist are shown all the same")
 
     def test_twelve_one_gpu_jobs_on_eight_gpus(self):
         with Daemon() as d:

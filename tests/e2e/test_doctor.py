@@ -62,9 +62,14 @@ class DoctorTest(unittest.TestCase):
         text = self.doctor()
         self.assertEqual(text.returncode, 0, text.stderr)
         lines = text.stdout.splitlines()
+        # A healthy machine: one line per check, then the counts.
+        self.assertEqual(len(lines), 14 + 3, text.stdout)
         self.assertTrue(lines[0].startswith("ok       kernel-module"), lines[0])
-        self.assertIn("/proc/driver/nvidia/version: NVRM version", lines[1])
-        self.assertEqual(lines[-1], "14 ok, 0 warning(s), 0 problem(s)")
+        self.assertTrue(lines[1].startswith("ok       device-nodes"), lines[1])
+        self.assertEqual(lines[-2:], ["14 ok, 0 warning(s), 0 problem(s)", "(--verbose shows what each check read)"])
+        verbose = self.doctor("--verbose").stdout.splitlines()
+        self.assertIn("/proc/driver/nvidia/version: NVRM version", verbose[1])
+        self.assertEqual(verbose[-1], "14 ok, 0 warning(s), 0 problem(s)")
 
     def test_no_kernel_module(self):
         os.remove(os.path.join(self.root, "proc", "driver", "nvidia", "version"))

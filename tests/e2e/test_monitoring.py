@@ -137,13 +137,41 @@ class MonitoringTest(unittest.TestCase):
             times = history["gpus"][0]["time"]
             self.assertEqual(times, sorted(times))
             self.assertEqual(set(history["gpus"][0]["utilization_gpu"]), {73})
-            self.assertEqual(get(address, "/nowhere")[0], 404)
-            self.assertNotEqual(get(address, "/metrics", method="POST")[0], 200)
+            self.check_http_errors(address)
 
             self.check_prometheus(address, job)
             self.check_dashboard(address, d, job)
             d.request({"op": "cancel", "ids": [job]})
             d.finish(job)
+
+    def check_http_errors(self, address):
+        """Every refusal says why in JSON: 404 for no such page, 405 (with Allow) for another
+        method than GET, 400 for a query value that is not a number."""
+        def refusal(path, method="GET"):
+            connection = http.client.HTTPConnection(address, timeout=10)
+            try:
+                connection.request(method, path)
+                response = connection.getresponse()
+                body = response.read().decode()
+                self.assertEqual(response.getheader("Content-Type"), "application/json", body)
+                return response.status, response.getheader("Allow"), json.loads(body)["error"]
+            finally:
+                connection.close()
+        self.assertEqual(refusal("/nowhere"), (404, None, "no page /nowhere"))
+        self.assertEqual(refusal("/api/nothing")[:2], (404, None))
+        for method in ("POST", "PUT", "DELETE"):
+            with self.subTest(method=method):
+                status, allow, error = refusal("/api/jobs", method)
+                self.assertEqual((status, allow), (405, "GET, HEAD"))
+                self.assertIn(method, error)
+        self.assertEqual(refusal("/metrics", "POST")[0], 405)
+        self.assertEqual(refusal("/nowhere", "POST")[0], 404)
+        for query in ("since=yesterday", "seconds=10x", "seconds=-5", "since=nan"):
+            with self.subTest(query=query):
+                status, _, error = refusal(f"/api/history?{query}")
+                self.assertEqual(status, 400)
+                self.assertIn(query.split("=")[1], error)
+        self.assertEqual(get(address, "/api/history?seconds=0.5")[0], 200)
 
     def check_prometheus(self, address, job):
         """A real Prometheus server scrapes the daemon; its query API returns the simulated values."""
@@ -189,8 +217,11 @@ class MonitoringTest(unittest.TestCase):
             browser.wait_for(f"!!document.querySelector('#queue tr[data-job=\"{job}\"]')", what="the running job")
             held_text = ",".join(str(g) for g in sorted(d.show(job)["gpus"]))
             holder = browser.evaluate(f"[...document.querySelectorAll('.card')].filter(c => "
-                                      f"c.querySelector('.holder').textContent.startsWith('job {job} trainer')).length")
+                                      f"c.querySelector('.holder').textContent.startsWith('job {job} (root, trainer)')).length")
             self.assertEqual(holder, 2)
+            # Times in 24 hours, as the command line shows them.
+            started = browser.evaluate(f"document.querySelector('#queue tr[data-job=\"{job}\"]').children[5].textContent")
+            self.assertEqual(started, time.strftime("%H:%M:%S", time.localtime(d.show(job)["start_time"])))
             later = d.enqueue(["sleep", "60"], gpus=8, name="waits-for-all")
             row = browser.wait_for(f"document.querySelector('#queue tr[data-job=\"{later}\"]')?.textContent",
                                    what="the job submitted while the page is open")
@@ -229,6 +260,9 @@ class MonitoringTest(unittest.TestCase):
             [line] = [j for j in report["jobs"] if j["id"] == idle]
             self.assertEqual((line["running"], line["idle"], line["user"], line["name"]), (True, True, "root", "idler"))
             self.assertIn("running, IDLE", d.gp("report", check=True).stdout)
+            # top shows the daemon's flag, not a timer of its own (which would start at 0 now).
+            frame = d.gp("top", "--once", env={"COLUMNS": "100", "LINES": "30"}, check=True).stdout
+            self.assertRegex(frame, rf"(?m)^\s*{gpu} .* IDLE job {idle} \(root, idler\)", frame)
 
             write_overlay(self.overlay, {gpu: {"utilization_gpu": 90}})
             wait_until(lambda: flagged(False), 20, what="the idle flag cleared by work")
@@ -263,6 +297,23 @@ class MonitoringTest(unittest.TestCase):
             self.assertEqual([(j["id"], round(j["gpu_hours"], 9)) for j in again["jobs"]],
                              [(line["id"], round(line["gpu_hours"], 9))])
             d.http_address(starts=2)
+
+            # --user and --limit narrow the report, its JSON too.
+            self.assertEqual(json.loads(d.gp("report", "--user", "root", "--json", check=True).stdout)["jobs"],
+                             again["jobs"])
+            nobody = json.loads(d.gp("report", "--user", "nobody", "--json", check=True).stdout)
+            self.assertEqual((nobody["users"], nobody["jobs"]), ([], []))
+            self.assertIn("No job of nobody held a GPU", d.gp("report", "-u", "nobody", check=True).stdout)
+            later = d.enqueue(["sleep", "60"], gpus=1, name="later")
+            d.wait_state(later, "running")
+            wait_until(lambda: len(json.loads(d.gp("report", "--json", check=True).stdout)["jobs"]) == 2, 20,
+                       what="the second job in the report")
+            latest = json.loads(d.gp("report", "--limit", "1", "--json", check=True).stdout)
+            self.assertEqual([j["id"] for j in latest["jobs"]], [later])
+            self.assertEqual([(u["user"], u["jobs"]) for u in latest["users"]], [("root", 2)])
+            self.assertIn("(the latest 1 of 2 jobs)", d.gp("report", "-n", "1", check=True).stdout)
+            d.request({"op": "cancel", "ids": [later]})
+            d.finish(later)
 
     def test_bad_http_addresses(self):
         with self.daemon() as d:

@@ -234,6 +234,12 @@ class DockerArgsTest(unittest.TestCase):
         self.assertIn("capabilities: [gpu]", out)
         self.assertIn("NVIDIA_VISIBLE_DEVICES", out)
 
+    def test_a_comma_list_names_gpus_as_run_gpus_does(self):
+        listed = gpupool_json("docker-args", "--json", "5,1", sim="hgx-h200")
+        self.assertEqual(listed["uuids"], [self.uuids[5], self.uuids[1]])
+        mixed = gpupool_json("docker-args", "--json", "2,3", "4", sim="hgx-h200")
+        self.assertEqual(mixed["uuids"], self.uuids[2:5])
+
     def test_json(self):
         out = gpupool_json("docker-args", "--json", "5", "1", sim="hgx-h200")
         wanted = [self.uuids[5], self.uuids[1]]
@@ -254,7 +260,7 @@ class DockerArgsTest(unittest.TestCase):
         prefix_counts = Counter(u[:5] for u in self.uuids)
         ambiguous = next(p for p, n in prefix_counts.items() if n > 1)
         cases = {"8": "no GPU 8", "GPU-zzzz": "no GPU here has a UUID", ambiguous: "fits the UUIDs",
-                 "fast": "neither a GPU index", "1,2": "neither a GPU index"}
+                 "fast": "neither a GPU index", "1,x": "neither a GPU index"}
         for name, message in cases.items():
             with self.subTest(name=name):
                 proc = gpupool("docker-args", name, sim="hgx-h200", check=False)

@@ -54,10 +54,10 @@ class TopTest(unittest.TestCase):
             waiting = d.enqueue(["true"], gpus=8)
             term = Tmux(f"{GPUPOOL} top --interval 0.2", d.env, width=100, height=30)
             try:
-                screen = term.shows(f"job {job} {user} train-resnet")
+                screen = term.shows(f"job {job} ({user}, train-resnet)")
                 for gpu in range(8):
                     self.assertRegex(screen, rf"(?m)^\s*{gpu} H200 ", f"GPU {gpu} is listed:\n{screen}")
-                held = [line for line in screen.splitlines() if f"job {job} {user}" in line]
+                held = [line for line in screen.splitlines() if f"job {job} ({user}" in line]
                 self.assertEqual(len(held), len(gpus), screen)
                 self.assertIn("QUEUE  1 running, 1 queued", screen)
                 self.assertRegex(screen, rf"(?m)^\s*{waiting} queued ", screen)
@@ -73,7 +73,7 @@ class TopTest(unittest.TestCase):
                 term.keys("Enter")
                 screen = term.shows("DETAILS")
                 self.assertIn("command  sleep 60", screen)
-                self.assertIn(f"job {job}  train-resnet  user {user}  batch", screen)
+                self.assertIn(f"job {job} ({user}, train-resnet)  batch", screen)
                 term.keys("Escape")
                 term.shows("QUEUE")
 
@@ -85,15 +85,16 @@ class TopTest(unittest.TestCase):
             finally:
                 term.close()
 
-    def test_cards_used_outside_gpupool_are_marked_external(self):
+    def test_cards_used_outside_gpupool_are_marked_outside(self):
         # The dgx1-v100 fixture has processes on GPUs 0-3 and 5 that no lease accounts for.
         frame = gpupool("top", "--once", sim="dgx1-v100", env={"COLUMNS": "80", "LINES": "24",
                                                                "GPUPOOL_RUNTIME_DIR": "/nonexistent-gpupool"})
         lines = frame.stdout.splitlines()
         self.assertEqual(len(lines), 24, frame.stdout)
         self.assertTrue(all(len(line) <= 80 for line in lines), frame.stdout)
-        self.assertRegex(frame.stdout, r"(?m)^\s*0 .* external: pid 48211 ", frame.stdout)
+        self.assertRegex(frame.stdout, r"(?m)^\s*0 .* outside: pid 48211 ", frame.stdout)
         self.assertIn("No gpupoold is running", frame.stdout)
+        self.assertNotIn("q quit", frame.stdout, "a frame for scripts has no keys to press")
 
     def test_without_a_terminal_top_says_what_to_use_instead(self):
         proc = gpupool("top", check=False)

@@ -23,6 +23,17 @@ async function getJson(path) {
   return response.json();
 }
 
+// 24-hour "14:03:07" in the browser's time zone, as the command line shows times.
+function clockText(unixSeconds) {
+  const t = new Date(unixSeconds * 1000);
+  return [t.getHours(), t.getMinutes(), t.getSeconds()].map((n) => String(n).padStart(2, '0')).join(':');
+}
+
+// A job as every gpupool view names it: "job 12 (alice, trainer)".
+function jobLabel(job) {
+  return `job ${job.id} (${job.user}, ${job.name})`;
+}
+
 function fmt(value, digits, unit) {
   return value === null || value === undefined ? 'n/a' : `${Number(value).toFixed(digits)}${unit}`;
 }
@@ -123,7 +134,7 @@ function showGpus(state, jobs) {
     entry.badges.replaceChildren();
     if (gpu.jobs.length) {
       entry.holder.className = 'holder';
-      entry.holder.textContent = gpu.jobs.map((j) => `job ${j.id} ${j.name} · ${j.user}`).join(', ');
+      entry.holder.textContent = gpu.jobs.map(jobLabel).join(', ');
     } else {
       entry.holder.className = 'holder free';
       entry.holder.textContent = gpu.holders || (gpu.leased || gpu.leased_mib ? 'leased' : 'free');
@@ -145,10 +156,10 @@ function showQueue(jobs) {
     const row = element('tr', job.state);
     row.dataset.job = job.id;
     const since = job.start_time ?? job.submit_time;
-    const note = job.idle ? `idle since ${new Date(job.idle_since * 1000).toLocaleTimeString()}` : job.reason;
+    const note = job.idle ? `idle since ${clockText(job.idle_since)}` : job.reason;
     for (const text of [job.id, job.name, job.user, job.state,
                         job.gpus.length ? job.gpus.join(',') : `${job.gpu_count}${job.mem_mib ? ` × ${job.mem_mib} MiB` : ''}`,
-                        new Date(since * 1000).toLocaleTimeString(), fmt(job.gpu_hours, 3, ''),
+                        clockText(since), fmt(job.gpu_hours, 3, ''),
                         fmt(job.mean_utilization, 0, ' %'), note]) {
       row.append(element('td', null, String(text)));
     }

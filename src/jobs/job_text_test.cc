@@ -1,0 +1,28 @@
+#include "jobs/job_text.h"
+
+#include <gtest/gtest.h>
+
+namespace gpupool {
+namespace {
+
+TEST(JobText, AJobIsNamedOneWayEverywhere) {
+  EXPECT_EQ(job_label(329, "alice", "pretrain"), "job 329 (alice, pretrain)");
+  EXPECT_EQ(job_label(329, "alice"), "job 329 (alice)");
+}
+
+TEST(JobText, TheDaemonsLeasesNameTheirJob) {
+  EXPECT_EQ(lease_job_name(329), "job-329");
+  EXPECT_EQ(job_of_lease("job-329"), 329u);
+  for (const char* other : {"run-777", "job-", "job-3x", "job-03", "job--1", "train", "job-329 "}) {
+    EXPECT_FALSE(job_of_lease(other).has_value()) << other;
+  }
+  EXPECT_EQ(lease_holder_text("job-329", "alice"), "job 329 (alice)");
+  EXPECT_EQ(lease_holder_text("run-777", "bob"), "run-777 (bob)");
+}
+
+TEST(JobText, AFinishedJobHasEnded) {
+  EXPECT_EQ(already_ended_text(349, JobState::Cancelled), "job 349 has already ended (cancelled)");
+}
+
+}  // namespace
+}  // namespace gpupool
