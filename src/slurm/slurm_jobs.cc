@@ -317,10 +317,13 @@ Result<JobIds> parse_any_job_ids(std::span<const std::string> texts) {
   JobIds ids;
   for (const std::string& text : texts) {
     for (const std::string& piece : split(text, ',')) {
-      bool slurm = piece.starts_with(kSlurmPrefix);
-      std::optional<JobId> id = job_number_of(slurm ? piece.substr(kSlurmPrefix.size()) : piece);
+      if (!piece.starts_with(kSlurmPrefix)) {
+        TRY(add_job_ids(piece, ids.local));  // gpupoold's ids, ranges included
+        continue;
+      }
+      std::optional<JobId> id = job_number_of(piece.substr(kSlurmPrefix.size()));
       if (!id) return fail("invalid job id {}: expected a number like 42, or slurm:42 for a Slurm job", quote(piece));
-      (slurm ? ids.slurm : ids.local).push_back(*id);
+      ids.slurm.push_back(*id);
     }
   }
   return ids;
