@@ -1,7 +1,9 @@
 #include "protocol/messages.h"
 
+#include <algorithm>
 #include <array>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <type_traits>
 #include <utility>
@@ -305,6 +307,10 @@ Result<LogStream> as_log_stream(const json& value, const Field& field) {
 json request_json(const SubmitRequest& request) {
   json object = {{"op", "submit"}, {"job", spec_to_json(request.spec)}};
   if (request.hold) object["hold"] = true;
+  if (request.array) {
+    object["array"] = request.array->indices;
+    if (request.array->limit > 0) object["array_limit"] = request.array->limit;
+  }
   return object;
 }
 json request_json(const JobsRequest& request) {
@@ -351,12 +357,29 @@ Result<std::vector<JobId>> as_job_numbers(const json& value, const Field& field)
   return ids;
 }
 
+// An array's indices: 1 to kMaxArrayTasks of them, ascending, each once.
+Result<ArraySpec> as_array_indices(const json& value, const Field& field) {
+  ArraySpec array;
+  TRY_ASSIGN(array.indices, list_of(whole<unsigned>(0, kMaxArrayIndex))(value, field));
+  if (array.indices.empty() || array.indices.size() > kMaxArrayTasks) {
+    return fail("{} must have 1 to {} entries", quoted(field), kMaxArrayTasks);
+  }
+  if (std::adjacent_find(array.indices.begin(), array.indices.end(), std::greater_equal<>()) != array.indices.end()) {
+    return fail("{} must be in ascending order, each index once", quoted(field));
+  }
+  return array;
+}
+
 Result<Request> request_from_json(const json& object) {
   TRY_ASSIGN(std::string op, required(object, "op", as_text));
   if (op == "submit") {
     TRY_ASSIGN(JobSpec spec, required(object, "job", spec_of_kind(JobKind::Batch)));
     TRY_ASSIGN(bool hold, defaulted(object, "hold", false, as_flag));
-    return Request(SubmitRequest{std::move(spec), hold});
+    TRY_ASSIGN(std::optional<ArraySpec> array, maybe(object, "array", as_array_indices));
+    if (array) {
+      TRY_ASSIGN(array->limit, defaulted(object, "array_limit", 0u, whole<unsigned>(1, kMaxArrayIndex)));
+    }
+    return Request(SubmitRequest{std::move(spec), hold, std::move(array)});
   }
   if (op == "jobs") {
     JobsRequest request;
@@ -427,7 +450,11 @@ json outcome_json(const ActionOutcome& outcome) {
 }
 
 json response_json(const ErrorResponse& response) { return {{"ok", false}, {"error", response.message}}; }
-json response_json(const SubmitResponse& response) { return {{"ok", true}, {"id", response.id}}; }
+json response_json(const SubmitResponse& response) {
+  json object = {{"ok", true}, {"id", response.id}};
+  if (response.tasks) object["tasks"] = *response.tasks;
+  return object;
+}
 json response_json(const JobsResponse& response) {
   json jobs = json::array();
   for (const Job& job : response.jobs) jobs.push_back(job_to_json(job));
@@ -622,7 +649,8 @@ Result<Response> response_from_json(const json& object) {
   }
   if (find(object, "id") != nullptr) {
     TRY_ASSIGN(JobId id, required(object, "id", job_number));
-    return Response(SubmitResponse{id});
+    TRY_ASSIGN(std::optional<unsigned> tasks, maybe(object, "tasks", whole<unsigned>(1, kMaxArrayTasks)));
+    return Response(SubmitResponse{id, tasks});
   }
   return Response(Ack{});
 }
@@ -711,6 +739,11 @@ nlohmann::json job_to_json(const Job& job) {
                  {"stdout", job.stdout_path},
                  {"stderr", job.stderr_path}};
   add_spec_fields(job.spec, object);
+  if (job.array) {
+    object["array_id"] = job.array->array_id;
+    object["array_index"] = job.array->index;
+    object["array_limit"] = job.array->limit;
+  }
   return object;
 }
 
@@ -734,6 +767,13 @@ Result<Job> job_from_json(const nlohmann::json& object) {
   TRY_ASSIGN(job.pid, maybe(object, "pid", whole_from<pid_t>(1)));
   TRY_ASSIGN(job.stdout_path, defaulted(object, "stdout", std::string(), as_text));
   TRY_ASSIGN(job.stderr_path, defaulted(object, "stderr", std::string(), as_text));
+  TRY_ASSIGN(std::optional<JobId> array_id, maybe(object, "array_id", job_number));
+  if (array_id) {
+    ArrayTask task{*array_id, 0, 0};
+    TRY_ASSIGN(task.index, defaulted(object, "array_index", 0u, whole<unsigned>(0, kMaxArrayIndex)));
+    TRY_ASSIGN(task.limit, defaulted(object, "array_limit", 0u, whole<unsigned>(0, kMaxArrayIndex)));
+    job.array = task;
+  }
   return job;
 }
 

@@ -35,6 +35,8 @@ struct JobRequest {
   GpuRequest gpus;
   int priority = 0;                    // higher first (gpupool policy)
   std::optional<double> time_limit_s;  // the job is ended when it runs longer (by the caller)
+  // A task of an array job: waits while `limit` tasks of its array run.
+  std::optional<ArrayTask> array = std::nullopt;
 };
 
 // The users' decayed GPU-seconds as of `as_of_s`: what outlives a daemon restart, so that a
@@ -168,6 +170,9 @@ class Scheduler {
   void account_usage(double now);
   double weight_of(const JobRequest& request) const;
   bool over_quota(const QueuedJob& job) const;
+  bool at_array_limit(const QueuedJob& job) const;
+  // Kept from starting whatever GPUs are free: over quota, or its array's limit reached.
+  bool held_back(const QueuedJob& job) const;
   void enqueue(const QueuedJob& job);
   void start(const QueuedJob& job, std::vector<unsigned> gpus, double now);
   void release(std::unordered_map<JobId, RunningJob>::iterator job);
@@ -193,6 +198,7 @@ class Scheduler {
   std::multiset<double> queued_limits_;
   uint64_t arrivals_ = 0;
   std::unordered_map<JobId, RunningJob> running_;
+  std::unordered_map<JobId, unsigned> array_running_;  // running tasks by array id
   std::optional<Reservation> reservation_;
   double last_accounted_s_ = 0;
   // While reservations pass from one wide job to the next, only jobs that arrived before the
