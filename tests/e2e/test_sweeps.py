@@ -79,13 +79,14 @@ class ArrayTest(unittest.TestCase):
 
 class BulkCancelTest(unittest.TestCase):
     def test_cancel_by_selection_and_range_keeps_to_what_was_chosen(self):
-        with Daemon() as d:
+        with Daemon(mode=0o755) as d:  # 0755: another uid reaches the socket
             held = [d.submit("--hold", "--", "true") for _ in range(4)]
             running = d.submit("--", "sh", "-c", "sleep 60")
             d.wait_state(running, "running")
             theirs = None
             if os.geteuid() == 0:
-                theirs = request_as(d, OTHER_UID, {"op": "submit", "hold": True, "job": d.job_spec(["true"])})["id"]
+                job = {"command": ["true"], "cwd": "/", "environment": ["PATH=/usr/bin:/bin"]}
+                theirs = request_as(d, OTHER_UID, {"op": "submit", "hold": True, "job": job})["id"]
 
             ranged = d.gp("cancel", f"{held[0]}-{held[1]}")
             self.assertEqual((ranged.returncode, ranged.stdout), (0, "cancelled 2 jobs\n"), ranged.stderr)
