@@ -1,9 +1,13 @@
 #include "cli/app.h"
 
+#include <fcntl.h>
+
 #include <algorithm>
 #include <clocale>
 #include <exception>
+#include <functional>
 #include <memory>
+#include <optional>
 
 #include <fmt/format.h>
 
@@ -11,7 +15,10 @@
 #include "base/display_text.h"
 #include "base/quote.h"
 #include "base/text.h"
+#include "cli/batch_script.h"
 #include "cli/program_words.h"
+#include "os/fd.h"
+#include "os/files.h"
 
 namespace gpupool::cli {
 
@@ -60,6 +67,16 @@ const std::vector<std::string>& required_program(const std::vector<std::string>&
 
 namespace {
 
+// What each option word of `command` is, for split_program_words.
+std::function<OptionKind(std::string_view)> option_kinds(const CLI::App& command) {
+  return [&command](std::string_view word) {
+    const CLI::Option* option = command.get_option_no_throw(std::string(word));
+    if (option == nullptr) return OptionKind::Unknown;
+    if (option->get_expected_max() == 0) return OptionKind::Flag;
+    return option->get_expected_min() == 0 ? OptionKind::OptionalValue : OptionKind::Value;
+  };
+}
+
 // The first word that is not an option: the command a command line names, if it names one.
 std::string named_command(const std::vector<std::string>& words) {
   auto named = std::find_if(words.begin(), words.end(), [](const std::string& word) { return word.empty() || word[0] != '-'; });
@@ -72,13 +89,7 @@ std::vector<std::string> without_program(CLI::App& app, const std::vector<std::s
   auto named = std::find(words.begin(), words.end(), named_command(words));
   if (named == words.end() || kCommandsThatRunAProgram.count(*named) == 0) return words;
   const CLI::App* command = app.get_subcommand(*named);  // each of them is registered
-  auto kind_of = [command](std::string_view word) {
-    const CLI::Option* option = command->get_option_no_throw(std::string(word));
-    if (option == nullptr) return OptionKind::Unknown;
-    if (option->get_expected_max() == 0) return OptionKind::Flag;
-    return option->get_expected_min() == 0 ? OptionKind::OptionalValue : OptionKind::Value;
-  };
-  SplitWords split = split_program_words(std::vector<std::string>(named + 1, words.end()), kind_of);
+  SplitWords split = split_program_words(std::vector<std::string>(named + 1, words.end()), option_kinds(*command));
   program = std::move(split.program);
   std::vector<std::string> ours(words.begin(), named + 1);
   ours.insert(ours.end(), split.options.begin(), split.options.end());
@@ -112,6 +123,75 @@ std::string complaint(const CLI::ParseError& error) {
   return std::string(text);
 }
 
+// A batch script's directives are in its first mebibyte, however long the script.
+constexpr size_t kScriptHeadBytes = 1 << 20;
+
+// The head of `path` when it names a regular file that starts with "#!"; nullopt for anything
+// else (a program found on PATH, a binary, a file that cannot be read).
+std::optional<std::string> script_head(const std::string& path) {
+  auto status = file_status(path);
+  if (!status || status->type != FileType::regular) return std::nullopt;
+  auto fd = open_existing(path, O_RDONLY);
+  if (!fd || !*fd) return std::nullopt;
+  auto head = read_at((*fd)->get(), kScriptHeadBytes, 0);
+  if (!head || !is_script(*head)) return std::nullopt;
+  return std::move(*head);
+}
+
+// One directive line's options, checked on their own so that an error can name its line.
+Result<std::vector<std::string>> directive_options(const ScriptDirective& directive, const std::string& source) {
+  int ignored_exit = kExitOk;
+  std::vector<std::string> no_program;
+  std::unique_ptr<CLI::App> checker = make_app(ignored_exit, no_program);
+  CLI::App* submit = checker->get_subcommand("submit");
+  submit->callback({});  // parsed, never run
+  SplitWords split = split_program_words(directive.words, option_kinds(*submit));
+  if (!split.program.empty()) {
+    return fail("{}:{}: {} is not an option of submit", source, directive.line, quote(split.program.front()));
+  }
+  std::vector<std::string> words = {"submit"};
+  words.insert(words.end(), split.options.begin(), split.options.end());
+  std::reverse(words.begin(), words.end());
+  try {
+    checker->parse(words);
+  } catch (const CLI::ParseError& error) {
+    return fail("{}:{}: {}", source, directive.line, complaint(error));
+  }
+  return std::move(split.options);
+}
+
+// submit's words with its batch script's #GPUPOOL directives before the command line's options,
+// which win: submit's options take the last value given. The script is the program's first word
+// when that names a file starting with "#!" (one in this directory runs as ./NAME, as sbatch
+// runs it), or, with no program and standard input not a terminal, standard input, as sbatch
+// reads it.
+Result<std::vector<std::string>> with_batch_script(std::vector<std::string> ours, std::vector<std::string>& program) {
+  std::string source;
+  std::optional<std::string> script;
+  if (!program.empty()) {
+    source = program.front();
+    script = script_head(source);
+    if (script && source.find('/') == std::string::npos) program.front() = "./" + source;
+  } else if (!is_terminal(0) && std::find_if(ours.begin(), ours.end(), [](const std::string& word) {
+               return word == "-h" || word == "--help";
+             }) == ours.end()) {
+    source = "standard input";
+    TRY_ASSIGN(script, read_to_end(0));
+    if (script->empty()) return ours;  // nothing to run: the usual complaint follows
+    TRY_ASSIGN(program, standard_input_command(*script));
+  }
+  if (!script) return ours;
+  TRY_ASSIGN(std::vector<ScriptDirective> directives, script_directives(*script, source));
+  auto after_command = std::find(ours.begin(), ours.end(), "submit") + 1;
+  std::vector<std::string> words(ours.begin(), after_command);
+  for (const ScriptDirective& directive : directives) {
+    TRY_ASSIGN(std::vector<std::string> options, directive_options(directive, source));
+    words.insert(words.end(), options.begin(), options.end());
+  }
+  words.insert(words.end(), after_command, ours.end());
+  return words;
+}
+
 int usage_error(const std::string& message, const std::string& command) {
   fmt::print(stderr, "gpupool: {} (see gpupool {}--help)\n", message, command.empty() ? "" : command + " ");
   return kExitUsage;
@@ -140,6 +220,14 @@ int run(int argc, char** argv) {
   if (!command.empty() && !known) return usage_error(unknown_command(app, command), "");
   try {
     std::vector<std::string> ours = without_program(app, words, program);
+    if (command == "submit") {
+      auto with_script = with_batch_script(std::move(ours), program);
+      if (!with_script) {
+        fmt::print(stderr, "gpupool: {}\n", printable(with_script.error().message, kMaxShownBytes));
+        return kExitUsage;
+      }
+      ours = std::move(*with_script);
+    }
     std::reverse(ours.begin(), ours.end());  // CLI11 takes the words from the back
     app.parse(ours);
   } catch (const CLI::Success& e) {  // --help and --version

@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstring>
 #include <ctime>
+#include <set>
 #include <thread>
 
 #include <fmt/format.h>
@@ -145,6 +146,7 @@ struct SubmitOptions {
   unsigned retries = 0;
   std::string time_limit;
   bool hold = false;
+  std::string array;
   std::vector<std::string> command;
   SlurmSubmitOptions slurm;
 };
@@ -173,10 +175,23 @@ Result<int> submit(const SubmitOptions& options) {
   if (!options.after.empty()) {
     TRY_ASSIGN(spec.after, parse_job_ids(std::array{options.after}));
   }
+  if (!options.array.empty()) {
+    TRY_ASSIGN(request.array, parse_array_spec(options.array));
+  }
   TRY_ASSIGN(DaemonClient client, DaemonClient::connect(runtime_directory()));
   TRY_ASSIGN(proto::Response response, client.request(request));
   TRY_ASSIGN(proto::SubmitResponse submitted, expect<proto::SubmitResponse>(std::move(response)));
-  fmt::print("{}\n", submitted.id);
+  if (!request.array) {
+    fmt::print("{}\n", submitted.id);
+    return 0;
+  }
+  if (!submitted.tasks) {
+    return fail("this gpupoold is older than this gpupool and queued one job ({}), not an array: cancel it and "
+                "restart gpupoold",
+                submitted.id);
+  }
+  // FIRST-LAST: what cancel, hold, release and wait take as it is.
+  fmt::print("{}-{}\n", submitted.id, submitted.id + *submitted.tasks - 1);
   return 0;
 }
 
@@ -306,18 +321,70 @@ Result<int> show_jobs(const std::vector<std::string>& id_texts, bool json) {
 
 // --- cancel / hold / release ---
 
-Result<int> act_on_jobs(proto::JobAction action, const std::vector<std::string>& id_texts) {
-  TRY_ASSIGN(JobIds ids, parse_any_job_ids(id_texts));
-  int code = act_on_slurm_jobs(action, ids.slurm);
-  if (ids.local.empty()) return code;
-  TRY_ASSIGN(DaemonClient client, DaemonClient::connect(runtime_directory()));
-  TRY_ASSIGN(proto::Response response, client.request(proto::JobActionRequest{action, ids.local}));
-  TRY_ASSIGN(proto::JobActionResponse outcomes, expect<proto::JobActionResponse>(std::move(response)));
-  for (const proto::ActionOutcome& outcome : outcomes.outcomes) {
-    if (outcome.error) {
-      fmt::print(stderr, "gpupool: {}\n", *outcome.error);
-      code = kExitError;
+// The jobs `cancel --all`, `-u USER` and `--state STATE` take: a user's unfinished jobs (one's
+// own unless -u names another), in one state when given; among the named ids when ids are named.
+struct JobSelection {
+  bool all = false;
+  std::string user;
+  std::string state;
+  bool any() const { return all || !user.empty() || !state.empty(); }
+};
+
+Result<std::vector<JobId>> selected_ids(DaemonClient& client, const JobSelection& selection,
+                                        const std::vector<JobId>& named) {
+  proto::JobsRequest request;
+  request.user = selection.user.empty() ? user_name(real_user_id()) : selection.user;
+  if (!selection.state.empty()) {
+    TRY_ASSIGN(JobState state, parse_job_state(selection.state));
+    request.state = state;
+  }
+  const std::set<JobId> among(named.begin(), named.end());
+  std::vector<JobId> ids;
+  for (;;) {
+    TRY_ASSIGN(proto::Response response, client.request(request));
+    TRY_ASSIGN(proto::JobsResponse page, expect<proto::JobsResponse>(std::move(response)));
+    for (const Job& job : page.jobs) {
+      if (among.empty() || among.contains(job.id)) ids.push_back(job.id);
     }
+    if (!page.more || page.jobs.empty()) return ids;
+    request.after_id = page.jobs.back().id;
+  }
+}
+
+// Says how many jobs it acted on when it was asked for more than one ("cancelled 12 jobs"); each
+// job it could not act on is a line on stderr.
+Result<int> act_on_jobs(proto::JobAction action, const std::vector<std::string>& id_texts,
+                        const JobSelection& selection) {
+  TRY_ASSIGN(JobIds ids, parse_any_job_ids(id_texts));
+  if (selection.any() && !ids.slurm.empty()) {
+    return fail("--all, --user and --state choose among gpupoold's jobs, not Slurm's ({})", slurm_id_text(ids.slurm.front()));
+  }
+  int code = act_on_slurm_jobs(action, ids.slurm);
+  if (ids.local.empty() && !selection.any()) return code;
+  TRY_ASSIGN(DaemonClient client, DaemonClient::connect(runtime_directory()));
+  if (selection.any()) {
+    TRY_ASSIGN(ids.local, selected_ids(client, selection, ids.local));
+  }
+  size_t acted = 0;
+  // A request names at most a page of jobs, so that a long selection keeps within a message.
+  for (size_t first = 0; first < ids.local.size(); first += proto::kMaxJobsPage) {
+    size_t count = std::min<size_t>(proto::kMaxJobsPage, ids.local.size() - first);
+    std::vector<JobId> some(ids.local.begin() + static_cast<std::ptrdiff_t>(first),
+                            ids.local.begin() + static_cast<std::ptrdiff_t>(first + count));
+    TRY_ASSIGN(proto::Response response, client.request(proto::JobActionRequest{action, std::move(some)}));
+    TRY_ASSIGN(proto::JobActionResponse outcomes, expect<proto::JobActionResponse>(std::move(response)));
+    for (const proto::ActionOutcome& outcome : outcomes.outcomes) {
+      if (outcome.error) {
+        fmt::print(stderr, "gpupool: {}\n", printable(*outcome.error, kMaxShownBytes));
+        code = kExitError;
+      } else {
+        ++acted;
+      }
+    }
+  }
+  if (selection.any() || ids.local.size() > 1) {
+    const char* done = action == proto::JobAction::Cancel ? "cancelled" : action == proto::JobAction::Hold ? "held" : "released";
+    fmt::print("{} {} job{}\n", done, acted, acted == 1 ? "" : "s");
   }
   return code;
 }
@@ -522,6 +589,8 @@ void add_queue_commands(CLI::App& app, int& exit_code, const std::vector<std::st
   {
     auto* cmd = app.add_subcommand("submit", "Queue a batch job with gpupoold (or Slurm: --slurm); prints its id");
     auto options = std::make_shared<SubmitOptions>();
+    // The last value given wins: a batch script's #GPUPOOL directives come before the command line's.
+    cmd->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
     cmd->add_option("-g,--gpu-count", options->count, "How many GPUs (default 1)")->check(whole_number(1, 1024));
     cmd->add_option("--mem", options->memory, "Share the GPUs: this much of each one's memory (e.g. 20G)")
         ->type_name("SIZE")
@@ -537,11 +606,24 @@ void add_queue_commands(CLI::App& app, int& exit_code, const std::vector<std::st
         ->type_name("DURATION")
         ->check(duration_value());
     cmd->add_flag("--hold", options->hold, "Queue it held: it starts only after `gpupool release`");
+    auto* array = cmd->add_option("--array", options->array,
+                                  "An array job: one task per index (0-99, 1,3,5-7, 0-15:4), at most N running "
+                                  "with %N; prints FIRST-LAST of their ids")
+                      ->type_name("SPEC")
+                      ->check(array_spec_value());
     add_slurm_submit_options(*cmd, options->slurm);
-    cmd->add_option("command", options->command, "The command and its arguments: gpupool's options end at its first word or at --")
-        ->type_name("COMMAND");
+    array->excludes("--slurm");
+    cmd->add_option("command", options->command,
+                    "The command and its arguments: gpupool's options end at its first word or at --; a script's "
+                    "#GPUPOOL lines are options too. None: a script on standard input")
+        ->type_name("COMMAND")
+        ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
     cmd->footer("The job runs as you, in this directory, with this environment and umask; its output goes to log\n"
                 "files (`gpupool logs ID`). It sees exactly its GPUs through CUDA_VISIBLE_DEVICES.\n"
+                "Each task of an --array is a job of its own, with GPUPOOL_ARRAY_TASK_ID (its index) and\n"
+                "GPUPOOL_ARRAY_JOB_ID (the first task's id) in its environment.\n"
+                "A script's leading `#GPUPOOL --gpu-count 2` lines are options too (the command line's win);\n"
+                "with no command, the script comes from standard input (run by its shell).\n"
                 "With --slurm, sbatch queues it on the cluster instead and gpupool records it: jobs, show,\n"
                 "cancel, hold, release, wait and logs take its slurm:ID (docs/slurm.md).");
     cmd->callback([&exit_code, &program, options] {
@@ -577,9 +659,29 @@ void add_queue_commands(CLI::App& app, int& exit_code, const std::vector<std::st
                                Action{"release", "Let held jobs start again", proto::JobAction::Release}}) {
     auto* cmd = app.add_subcommand(action.name, action.help);
     auto ids = std::make_shared<std::vector<std::string>>();
-    cmd->add_option("ids", *ids, "Job ids")->required()->type_name("JOB_ID")->check(job_ids_value());
+    auto selection = std::make_shared<JobSelection>();
+    auto* named = cmd->add_option("ids", *ids, "Job ids, and ranges like 40-45")->type_name("JOB_ID")->check(job_ids_value());
     proto::JobAction which = action.action;
-    cmd->callback([&exit_code, ids, which] { run_command(exit_code, [&] { return act_on_jobs(which, *ids); }); });
+    if (which == proto::JobAction::Cancel) {
+      cmd->add_flag("-a,--all", selection->all, "All your queued, held and running jobs");
+      cmd->add_option("-u,--user", selection->user, "All of this user's unfinished jobs")->type_name("USER");
+      cmd->add_option("-s,--state", selection->state, "Only jobs in this state (queued, held, running)")
+          ->type_name("STATE")
+          ->check(CLI::Validator(
+              [](std::string& text) -> std::string {
+                bool unfinished = text == "queued" || text == "held" || text == "running";
+                return unfinished ? "" : fmt::format("--state takes queued, held or running, not {}", quote(text));
+              },
+              "STATE"));
+      cmd->footer("Without ids, --all, --user or --state choose the jobs; with ids, they choose among them.");
+    } else {
+      named->required();
+    }
+    cmd->callback([&exit_code, ids, which, selection] {
+      // A bare `cancel` cancels nothing by accident.
+      if (ids->empty() && !selection->any()) throw CLI::ValidationError("name the jobs: ids, or --all, --user or --state");
+      run_command(exit_code, [&] { return act_on_jobs(which, *ids, *selection); });
+    });
   }
   {
     auto* cmd = app.add_subcommand("logs", "Print a job's output");

@@ -55,6 +55,10 @@ CLI::Validator job_ids_value() {
   return checked_by([](const std::string& text) { return parse_any_job_ids(std::array{text}); }, "JOB_ID");
 }
 
+CLI::Validator array_spec_value() {
+  return checked_by([](const std::string& text) { return parse_array_spec(text); }, "SPEC");
+}
+
 CLI::Validator whole_number(uint64_t low, uint64_t high) {
   return CLI::Validator(
       [low, high](std::string& text) -> std::string {

@@ -73,6 +73,7 @@ class Daemon::Impl {
   void handle(const SessionPtr& s, const protocol::ReportRequest& r);
   void on_disconnect(const SessionPtr& session);
   void commit_submissions();
+  void submit_array(const SessionPtr& s, Job admitted, const ArraySpec& array);
   Result<Job> admit(const SessionPtr& session, const protocol::SubmitRequest& request, JobKind kind);
   size_t waiting_jobs_of(uid_t uid) const;
   bool may_act_on(const Session& session, const Job& job) const;

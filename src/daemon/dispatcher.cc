@@ -33,7 +33,7 @@ void clear_attempt(Job& job) {
 }  // namespace
 
 JobRequest scheduler_request(const Job& job) {
-  return JobRequest{job.id, job.owner.user, job.spec.gpus, job.spec.priority, job.spec.time_limit_s};
+  return JobRequest{job.id, job.owner.user, job.spec.gpus, job.spec.priority, job.spec.time_limit_s, job.array};
 }
 
 Dispatcher::Dispatcher(DispatcherSettings settings, JobStore& store, LeaseDirectory& leases, const Machine& machine,
@@ -300,8 +300,14 @@ void Dispatcher::start_batch(Job& job, HeldLeases held, pid_t supervisor) {
   attempt.gid = job.owner.gid;
   attempt.groups = job.owner.groups;
   attempt.argv = job.spec.argv;
-  attempt.environment = with_overrides(
-      job.spec.environment, gpu_environment(machine_, job.gpus, std::to_string(job.id), job.spec.gpus.slice_mib));
+  std::vector<std::string> overrides =
+      gpu_environment(machine_, job.gpus, std::to_string(job.id), job.spec.gpus.slice_mib);
+  if (job.array) {
+    // Slurm's SLURM_ARRAY_TASK_ID is left alone: inside a Slurm allocation it is the allocation's.
+    overrides.push_back(fmt::format("GPUPOOL_ARRAY_JOB_ID={}", job.array->array_id));
+    overrides.push_back(fmt::format("GPUPOOL_ARRAY_TASK_ID={}", job.array->index));
+  }
+  attempt.environment = with_overrides(job.spec.environment, overrides);
   attempt.cwd = job.spec.cwd;
   attempt.umask = job.spec.umask;
   fill_log_paths(job);

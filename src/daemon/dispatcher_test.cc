@@ -235,6 +235,30 @@ TEST_F(DispatcherTest, RunsABatchJobOnLeasedGpusAndRecordsItsEnd) {
   EXPECT_TRUE(gpu_free(0) && gpu_free(1));
 }
 
+TEST_F(DispatcherTest, ArrayTasksSeeTheirIndexAndKeepToTheArraysLimit) {
+  Job task;
+  task.owner = JobOwner{1000, 1000, {}, "alice"};
+  task.spec.argv = {"sweep.py"};
+  task.spec.cwd = "/";
+  std::vector<Job> tasks(3, task);
+  for (unsigned i = 0; i < tasks.size(); ++i) tasks[i].array = ArrayTask{0, 4 * i, 1};
+  auto ids = store_->insert_array(tasks);
+  ASSERT_TRUE(ids.ok()) << ids.error().message;
+  for (JobId id : *ids) {
+    auto stored_task = store_->get(id);
+    ASSERT_TRUE(stored_task.ok() && *stored_task);
+    dispatcher_->submitted(**stored_task);
+  }
+  dispatcher_->dispatch();
+  ASSERT_EQ(runner_.started.size(), 1u);  // two GPUs are free, but the array runs one task at a time
+  EXPECT_THAT(runner_.started[0].environment, Contains("GPUPOOL_ARRAY_TASK_ID=0"));
+  EXPECT_THAT(runner_.started[0].environment, Contains(fmt::format("GPUPOOL_ARRAY_JOB_ID={}", ids->front())));
+  ended(ids->front(), 0);
+  ASSERT_EQ(runner_.started.size(), 2u);
+  EXPECT_EQ(runner_.started[1].id, (*ids)[1]);
+  EXPECT_THAT(runner_.started[1].environment, Contains("GPUPOOL_ARRAY_TASK_ID=4"));
+}
+
 TEST_F(DispatcherTest, AQueuedJobStartsWhenTheGpusItWaitsForAreFree) {
   JobId first = submit(2);
   JobId second = submit(1);

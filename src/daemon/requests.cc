@@ -49,9 +49,16 @@ Result<Job> Daemon::Impl::admit(const SessionPtr& session, const protocol::Submi
     return fail("time limit {} s is above this machine's maximum of {} s", *job.spec.time_limit_s,
                 *settings_.config.max_time_limit_s);
   }
-  if (size_t waiting = waiting_jobs_of(job.owner.uid); waiting >= settings_.config.max_queued_jobs_per_user) {
-    return fail("user {} already has {} jobs queued (max_queued_jobs_per_user = {})", job.owner.user, waiting,
-                settings_.config.max_queued_jobs_per_user);
+  // An array counts as all its tasks: it is stored whole or not at all.
+  size_t adding = request.array ? request.array->indices.size() : 1;
+  size_t waiting = waiting_jobs_of(job.owner.uid);
+  if (waiting + adding > settings_.config.max_queued_jobs_per_user) {
+    if (adding == 1) {
+      return fail("user {} already has {} jobs queued (max_queued_jobs_per_user = {})", job.owner.user, waiting,
+                  settings_.config.max_queued_jobs_per_user);
+    }
+    return fail("user {} has {} jobs queued: {} tasks more would be above max_queued_jobs_per_user = {}",
+                job.owner.user, waiting, adding, settings_.config.max_queued_jobs_per_user);
   }
   // Refused now, rather than stored to fail or wait for ever: more GPUs than the machine, the
   // user's quota or its --gpus/--exclude can ever give it.
@@ -74,9 +81,26 @@ void Daemon::Impl::handle(const SessionPtr& s, const protocol::SubmitRequest& r)
     admitted->state = JobState::Held;
     admitted->reason = fmt::format("held by {}", s->owner.user);
   }
+  if (r.array) return submit_array(s, std::move(*admitted), *r.array);
   // Group commit: the submissions that arrive while the loop is busy share one sync to disk.
   pending_submissions_.emplace_back(s, std::move(*admitted));
   if (pending_submissions_.size() == 1) asio::post(io_, [this] { commit_submissions(); });
+}
+
+// One job per index, stored in one transaction of their own: all or none.
+void Daemon::Impl::submit_array(const SessionPtr& s, Job admitted, const ArraySpec& array) {
+  std::vector<Job> tasks(array.indices.size(), admitted);
+  for (size_t i = 0; i < tasks.size(); ++i) tasks[i].array = ArrayTask{0, array.indices[i], array.limit};
+  auto ids = store_.insert_array(tasks);
+  if (!ids) return sessions_.send(s, protocol::ErrorResponse{ids.error().message});
+  for (size_t i = 0; i < tasks.size(); ++i) {
+    tasks[i].id = (*ids)[i];
+    tasks[i].array->array_id = ids->front();
+    dispatcher_.fill_log_paths(tasks[i]);
+    dispatcher_.submitted(std::move(tasks[i]));
+  }
+  sessions_.send(s, protocol::SubmitResponse{ids->front(), static_cast<unsigned>(ids->size())});
+  dispatcher_.dispatch();
 }
 
 void Daemon::Impl::commit_submissions() {

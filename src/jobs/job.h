@@ -48,12 +48,38 @@ enum class WaitReason {
   Held,         // `gpupool hold`
   Drained,      // `gpupool drain`: no job starts
   QuotaLimit,   // its user holds as many GPUs as the quota allows
+  ArrayLimit,   // as many tasks of its array run as its %N allows
 };
 const char* to_string(WaitReason reason);
 Result<WaitReason> parse_wait_reason(std::string_view text);
 
 // Job ids as users type them: "42", "7,8,9", one or several arguments.
+// Job ids as users type them: "42", "7,8,9", ranges "100-120", one or several arguments.
+// At most kMaxTypedJobIds in all, so a typo like 1-99999999 is refused rather than sent.
+inline constexpr size_t kMaxTypedJobIds = 100'000;
 Result<std::vector<JobId>> parse_job_ids(std::span<const std::string> texts);
+// Adds the ids of one piece of such a list ("42" or "40-45") to `ids`.
+Result<void> add_job_ids(std::string_view piece, std::vector<JobId>& ids);
+
+// An array job (`submit --array 0-99%8`): one submission, many tasks, each a job of its own
+// that sees its index. Indices as Slurm's --array takes them: "0-99", "1,3,5-7", "0-15:4"
+// (every 4th), with "%8" for at most 8 tasks running at once.
+inline constexpr size_t kMaxArrayTasks = 10'000;
+inline constexpr unsigned kMaxArrayIndex = 999'999;
+struct ArraySpec {
+  std::vector<unsigned> indices;  // ascending, each once
+  unsigned limit = 0;             // at most this many running at once; 0: no limit
+};
+Result<ArraySpec> parse_array_spec(std::string_view text);
+
+// A job that is a task of an array: what the daemon stores with it, so that the array's
+// running limit outlives a restart.
+struct ArrayTask {
+  JobId array_id = 0;  // the id of the array's first task
+  unsigned index = 0;  // the task's index, GPUPOOL_ARRAY_TASK_ID
+  unsigned limit = 0;  // at most this many of the array's tasks running at once; 0: no limit
+  bool operator==(const ArrayTask&) const = default;
+};
 
 // The GPUs a job asks for: what the scheduler, the leases and `gpupool run` choose by.
 struct GpuRequest {
@@ -121,9 +147,11 @@ struct Job {
   std::optional<WaitReason> wait_reason;
   std::optional<double> expected_start;  // Unix seconds
   std::optional<JobUsage> usage;          // a running job's, likewise
+  std::optional<ArrayTask> array = std::nullopt;  // a task of an array job
 };
 
-// The job's name, or its command's base name when it has none: what tables show.
+// The job's name, or its command's base name when it has none, with "[INDEX]" for a task of
+// an array ("train[3]"): what tables show.
 std::string display_name(const Job& job);
 
 }  // namespace gpupool

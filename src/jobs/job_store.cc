@@ -25,7 +25,7 @@ using sqlite::exec;
 using sqlite::prepare;
 using sqlite::Statement;
 
-constexpr int kSchemaVersion = 1;
+constexpr int kSchemaVersion = 2;
 
 struct Column {
   const char* name;
@@ -34,7 +34,7 @@ struct Column {
 
 // The columns of `jobs` after `id`, in the order bind_job binds and decode_job reads them.
 // Lists are JSON arrays, the state and kind their names. Changing this changes the schema.
-constexpr std::array<Column, 30> kJobColumns = {{
+constexpr std::array<Column, 33> kJobColumns = {{
     {"name", "TEXT NOT NULL"},
     {"argv", "TEXT NOT NULL"},
     {"environment", "TEXT NOT NULL"},
@@ -65,7 +65,18 @@ constexpr std::array<Column, 30> kJobColumns = {{
     {"pid_start_ticks", "INTEGER"},
     {"stdout_path", "TEXT NOT NULL"},
     {"stderr_path", "TEXT NOT NULL"},
+    // Schema 2: a task of an array job; NULL in the other jobs' rows.
+    {"array_id", "INTEGER"},
+    {"array_index", "INTEGER"},
+    {"array_limit", "INTEGER"},
 }};
+
+// What schema 1 lacks, added in place: its rows are jobs of no array.
+constexpr const char* kSchema1To2 =
+    "ALTER TABLE jobs ADD COLUMN array_id INTEGER;"
+    "ALTER TABLE jobs ADD COLUMN array_index INTEGER;"
+    "ALTER TABLE jobs ADD COLUMN array_limit INTEGER;"
+    "UPDATE meta SET value = '2' WHERE name = 'schema_version';";
 
 constexpr std::array<JobState, 3> kUnfinishedStates = {JobState::Queued, JobState::Held, JobState::Running};
 
@@ -240,6 +251,9 @@ Result<void> bind_job(Binder& row, const Job& job) {
   row.add(job.pid_start_ticks);
   row.add(job.stdout_path);
   row.add(job.stderr_path);
+  row.add(job.array ? std::optional(job.array->array_id) : std::nullopt);
+  row.add(job.array ? std::optional(job.array->index) : std::nullopt);
+  row.add(job.array ? std::optional(job.array->limit) : std::nullopt);
   return {};
 }
 
@@ -378,6 +392,10 @@ Result<Job> decode_job(sqlite3_stmt* statement) {
   TRY_ASSIGN(job.pid_start_ticks, row.optional_integer<uint64_t>());
   TRY_ASSIGN(job.stdout_path, row.text());
   TRY_ASSIGN(job.stderr_path, row.text());
+  TRY_ASSIGN(std::optional<JobId> array_id, row.optional_integer<JobId>());
+  TRY_ASSIGN(std::optional<unsigned> array_index, row.optional_integer<unsigned>());
+  TRY_ASSIGN(std::optional<unsigned> array_limit, row.optional_integer<unsigned>());
+  if (array_id) job.array = ArrayTask{*array_id, array_index.value_or(0), array_limit.value_or(0)};
   return job;
 }
 
@@ -407,6 +425,7 @@ Result<void> create_or_check_schema(sqlite3* db) {
   }
   TRY_ASSIGN(auto version, query_text(db, "SELECT value FROM meta WHERE name = 'schema_version'",
                                       "reading the schema version"));
+  if (version == "1") return exec(db, kSchema1To2, "adding array jobs to the schema");
   if (version != std::to_string(kSchemaVersion)) {
     return fail("state database {} has schema {}; this gpupoold reads {}", database_name(db),
                 version.value_or("(none)"), kSchemaVersion);
@@ -499,21 +518,38 @@ Result<JobId> JobStore::insert(const Job& job) {
   return ids.front();
 }
 
-Result<std::vector<JobId>> JobStore::insert_all(const std::vector<Job>& jobs) {
+Result<std::vector<JobId>> JobStore::insert_all(const std::vector<Job>& jobs) { return insert_rows(jobs, false); }
+
+Result<std::vector<JobId>> JobStore::insert_array(const std::vector<Job>& tasks) { return insert_rows(tasks, true); }
+
+Result<std::vector<JobId>> JobStore::insert_rows(const std::vector<Job>& jobs, bool one_array) {
   // One transaction, one sync of the log for all of them (the daemon's group commit): the
   // sync is what costs (milliseconds on a slow disk), not the rows.
   TRY(exec(db_, "PRAGMA synchronous = FULL", "setting synchronous mode"));
   TRY(exec(db_, "BEGIN IMMEDIATE", "starting a transaction"));
   std::vector<JobId> ids;
   Result<void> stored;
-  for (const Job& job : jobs) {
+  for (const Job& given : jobs) {
+    const Job* job = &given;
+    Job task;  // a copy only for tasks, to name their array
+    if (one_array) {
+      task = given;
+      task.array = ArrayTask{ids.empty() ? 0 : ids.front(), given.array ? given.array->index : 0,
+                             given.array ? given.array->limit : 0};
+      job = &task;
+    }
     StatementUse statement(statements_->insert);
     Binder parameters(statement.get());
-    stored = bind_job(parameters, job);
+    stored = bind_job(parameters, *job);
     if (stored.ok()) stored = parameters.status(db_);
     if (stored.ok()) stored = step_to_end(db_, statement.get(), "storing a new job");
     if (!stored.ok()) break;
     ids.push_back(static_cast<JobId>(sqlite3_last_insert_rowid(db_)));
+    // The first task's id names the array, its own row included.
+    if (one_array && ids.size() == 1) {
+      stored = exec(db_, fmt::format("UPDATE jobs SET array_id = {0} WHERE id = {0}", ids.front()), "storing an array");
+      if (!stored.ok()) break;
+    }
   }
   if (stored.ok()) stored = exec(db_, "COMMIT", "storing new jobs");
   if (!stored.ok()) sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);

@@ -42,6 +42,9 @@ class JobStore {
   Result<JobId> insert(const Job& job);
   // Several at once, in one transaction and one sync: all are stored or none.
   Result<std::vector<JobId>> insert_all(const std::vector<Job>& jobs);
+  // The tasks of one array job (each with `array` set), in one transaction: all are stored or
+  // none. Their array id becomes the first task's id, whatever they were given.
+  Result<std::vector<JobId>> insert_array(const std::vector<Job>& tasks);
   // Replaces every field of an existing job (an error if the id is unknown).
   Result<void> update(const Job& job);
   Result<std::optional<Job>> get(JobId id) const;
@@ -63,6 +66,7 @@ class JobStore {
 
  private:
   explicit JobStore(sqlite3* db);
+  Result<std::vector<JobId>> insert_rows(const std::vector<Job>& jobs, bool one_array);
   struct Statements;
   sqlite3* db_ = nullptr;
   std::unique_ptr<Statements> statements_;  // prepared once, reused

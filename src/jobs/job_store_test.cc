@@ -48,6 +48,7 @@ Job full_job() {
   job.pid_start_ticks = 123456789012;
   job.stdout_path = "/var/lib/gpupool/logs/1.out";
   job.stderr_path = "/var/lib/gpupool/logs/1.err";
+  job.array = ArrayTask{77, 5, 2};
   return job;
 }
 
@@ -91,6 +92,7 @@ void expect_same_job(const Job& a, const Job& b) {
   EXPECT_EQ(a.pid_start_ticks, b.pid_start_ticks);
   EXPECT_EQ(a.stdout_path, b.stdout_path);
   EXPECT_EQ(a.stderr_path, b.stderr_path);
+  EXPECT_EQ(a.array, b.array);
 }
 
 constexpr bool kFinishedToo = true;
@@ -423,7 +425,45 @@ TEST_F(JobStoreTest, RefusesAnotherSchemaVersion) {
   raw_sql("UPDATE meta SET value = '3' WHERE name = 'schema_version'");
   auto store = JobStore::open(path_);
   ASSERT_FALSE(store.ok());
-  EXPECT_EQ(store.error().message, "state database " + path_ + " has schema 3; this gpupoold reads 1");
+  EXPECT_EQ(store.error().message, "state database " + path_ + " has schema 3; this gpupoold reads 2");
+}
+
+TEST_F(JobStoreTest, StoresAnArrayInOneStepNamedAfterItsFirstTask) {
+  ASSERT_NO_FATAL_FAILURE(open_store());
+  insert(job_of("ana", JobState::Done));
+  std::vector<Job> tasks(3, job_of("ana", JobState::Queued));
+  for (unsigned i = 0; i < tasks.size(); ++i) tasks[i].array = ArrayTask{0, 10 + i, 2};
+  auto ids = store_->insert_array(tasks);
+  ASSERT_TRUE(ids.ok()) << ids.error().message;
+  ASSERT_EQ(ids->size(), 3u);
+  for (unsigned i = 0; i < 3; ++i) {
+    auto stored = store_->get((*ids)[i]);
+    ASSERT_TRUE(stored.ok() && *stored);
+    EXPECT_EQ((*stored)->array, (ArrayTask{ids->front(), 10 + i, 2}));
+  }
+  // All or none: a task that cannot be stored leaves no task of its array behind.
+  std::vector<Job> broken(2, job_of("ana", JobState::Queued));
+  broken[1].spec.argv = {std::string(1, static_cast<char>(0xff))};  // not UTF-8: cannot be stored
+  EXPECT_FALSE(store_->insert_array(broken).ok());
+  EXPECT_EQ(listed(filter(kFinishedToo)).size(), 4u);
+}
+
+TEST_F(JobStoreTest, TakesUpASchema1DatabaseAsJobsOfNoArray) {
+  ASSERT_NO_FATAL_FAILURE(open_store());
+  Job before = job_of("ana", JobState::Queued);
+  before.id = insert(before);
+  store_.reset();
+  raw_sql("ALTER TABLE jobs DROP COLUMN array_id; ALTER TABLE jobs DROP COLUMN array_index;"
+          "ALTER TABLE jobs DROP COLUMN array_limit; UPDATE meta SET value = '1' WHERE name = 'schema_version'");
+  ASSERT_NO_FATAL_FAILURE(open_store());
+  auto stored = store_->get(before.id);
+  ASSERT_TRUE(stored.ok() && *stored) << (stored.ok() ? "" : stored.error().message);
+  expect_same_job(**stored, before);
+  Job task = job_of("ana", JobState::Queued);
+  task.array = ArrayTask{0, 4, 0};
+  auto ids = store_->insert_array({task});
+  ASSERT_TRUE(ids.ok()) << ids.error().message;
+  EXPECT_EQ((*store_->get(ids->front()))->array, (ArrayTask{ids->front(), 4, 0}));
 }
 
 TEST_F(JobStoreTest, RefusesADatabaseThatIsNotOurs) {

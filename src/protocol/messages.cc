@@ -1,7 +1,9 @@
 #include "protocol/messages.h"
 
+#include <algorithm>
 #include <array>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <type_traits>
 #include <utility>
@@ -137,7 +139,7 @@ Result<WaitReason> as_wait_reason(const json& value, const Field& field) {
   return as_name_of(value, field,
                     std::array{WaitReason::Resources, WaitReason::Priority, WaitReason::Reservation,
                                WaitReason::Dependency, WaitReason::Held, WaitReason::Drained,
-                               WaitReason::QuotaLimit});
+                               WaitReason::QuotaLimit, WaitReason::ArrayLimit});
 }
 
 Result<JobKind> as_kind(const json& value, const Field& field) {
@@ -312,6 +314,10 @@ Result<LogStream> as_log_stream(const json& value, const Field& field) {
 json request_json(const SubmitRequest& request) {
   json object = {{"op", "submit"}, {"job", spec_to_json(request.spec)}};
   if (request.hold) object["hold"] = true;
+  if (request.array) {
+    object["array"] = request.array->indices;
+    if (request.array->limit > 0) object["array_limit"] = request.array->limit;
+  }
   return object;
 }
 json request_json(const JobsRequest& request) {
@@ -362,12 +368,29 @@ Result<std::vector<JobId>> as_job_numbers(const json& value, const Field& field)
   return ids;
 }
 
+// An array's indices: 1 to kMaxArrayTasks of them, ascending, each once.
+Result<ArraySpec> as_array_indices(const json& value, const Field& field) {
+  ArraySpec array;
+  TRY_ASSIGN(array.indices, list_of(whole<unsigned>(0, kMaxArrayIndex))(value, field));
+  if (array.indices.empty() || array.indices.size() > kMaxArrayTasks) {
+    return fail("{} must have 1 to {} entries", quoted(field), kMaxArrayTasks);
+  }
+  if (std::adjacent_find(array.indices.begin(), array.indices.end(), std::greater_equal<>()) != array.indices.end()) {
+    return fail("{} must be in ascending order, each index once", quoted(field));
+  }
+  return array;
+}
+
 Result<Request> request_from_json(const json& object) {
   TRY_ASSIGN(std::string op, required(object, "op", as_text));
   if (op == "submit") {
     TRY_ASSIGN(JobSpec spec, required(object, "job", spec_of_kind(JobKind::Batch)));
     TRY_ASSIGN(bool hold, defaulted(object, "hold", false, as_flag));
-    return Request(SubmitRequest{std::move(spec), hold});
+    TRY_ASSIGN(std::optional<ArraySpec> array, maybe(object, "array", as_array_indices));
+    if (array) {
+      TRY_ASSIGN(array->limit, defaulted(object, "array_limit", 0u, whole<unsigned>(1, kMaxArrayIndex)));
+    }
+    return Request(SubmitRequest{std::move(spec), hold, std::move(array)});
   }
   if (op == "jobs") {
     JobsRequest request;
@@ -440,7 +463,11 @@ json outcome_json(const ActionOutcome& outcome) {
 }
 
 json response_json(const ErrorResponse& response) { return {{"ok", false}, {"error", response.message}}; }
-json response_json(const SubmitResponse& response) { return {{"ok", true}, {"id", response.id}}; }
+json response_json(const SubmitResponse& response) {
+  json object = {{"ok", true}, {"id", response.id}};
+  if (response.tasks) object["tasks"] = *response.tasks;
+  return object;
+}
 json response_json(const JobsResponse& response) {
   json jobs = json::array();
   for (const Job& job : response.jobs) jobs.push_back(job_to_json(job));
@@ -667,7 +694,8 @@ Result<Response> response_from_json(const json& object) {
   }
   if (find(object, "id") != nullptr) {
     TRY_ASSIGN(JobId id, required(object, "id", job_number));
-    return Response(SubmitResponse{id});
+    TRY_ASSIGN(std::optional<unsigned> tasks, maybe(object, "tasks", whole<unsigned>(1, kMaxArrayTasks)));
+    return Response(SubmitResponse{id, tasks});
   }
   return Response(Ack{});
 }
@@ -764,6 +792,11 @@ nlohmann::json job_to_json(const Job& job) {
                        {"mean_utilization", or_null(job.usage->mean_utilization)},
                        {"idle_since", or_null(job.usage->idle_since)}};
   }
+  if (job.array) {
+    object["array_id"] = job.array->array_id;
+    object["array_index"] = job.array->index;
+    object["array_limit"] = job.array->limit;
+  }
   return object;
 }
 
@@ -790,6 +823,13 @@ Result<Job> job_from_json(const nlohmann::json& object) {
   TRY_ASSIGN(job.wait_reason, maybe(object, "wait_reason", as_wait_reason));
   TRY_ASSIGN(job.expected_start, maybe(object, "expected_start", as_time));
   TRY_ASSIGN(job.usage, maybe(object, "usage", as_usage));
+  TRY_ASSIGN(std::optional<JobId> array_id, maybe(object, "array_id", job_number));
+  if (array_id) {
+    ArrayTask task{*array_id, 0, 0};
+    TRY_ASSIGN(task.index, defaulted(object, "array_index", 0u, whole<unsigned>(0, kMaxArrayIndex)));
+    TRY_ASSIGN(task.limit, defaulted(object, "array_limit", 0u, whole<unsigned>(0, kMaxArrayIndex)));
+    job.array = task;
+  }
   return job;
 }
 

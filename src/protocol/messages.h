@@ -44,6 +44,8 @@ struct Hello {
 struct SubmitRequest {
   JobSpec spec;
   bool hold = false;  // stored held, in the same step: it cannot start before `release`
+  // An array job: one task per index, all stored in one step, at most `limit` running at once.
+  std::optional<ArraySpec> array = std::nullopt;
 };
 struct JobsRequest {
   bool all = false;  // include finished jobs (default: queued, held, running)
@@ -102,7 +104,10 @@ struct ErrorResponse {
   std::string message;  // one line, shown to the user as is
 };
 struct SubmitResponse {
-  JobId id = 0;
+  JobId id = 0;  // an array's: its first task's, which is also the array's id
+  // An array's tasks have the ids id to id + tasks - 1. nullopt for a single job (and from a
+  // daemon older than arrays, which stored one job where an array was asked for).
+  std::optional<unsigned> tasks = std::nullopt;
 };
 struct JobsResponse {  // jobs, show (one job), wait, logs (the job, with its log paths)
   std::vector<Job> jobs;

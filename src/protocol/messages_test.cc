@@ -209,6 +209,29 @@ TEST(ProtocolRequestTest, MinimalSubmitTakesTheDefaults) {
   expect_same_spec(through_the_wire(SubmitRequest{expected}).spec, expected);
 }
 
+TEST(ProtocolRequestTest, SubmitArray) {
+  SubmitRequest array{full_spec(), false, ArraySpec{{0, 4, 8}, 2}};
+  std::string line = encode(Request(array));
+  EXPECT_NE(line.find(R"("array":[0,4,8],"array_limit":2)"), std::string::npos) << line;
+  SubmitRequest parsed = through_the_wire(array);
+  ASSERT_TRUE(parsed.array);
+  EXPECT_EQ(parsed.array->indices, (std::vector<unsigned>{0, 4, 8}));
+  EXPECT_EQ(parsed.array->limit, 2u);
+  EXPECT_FALSE(through_the_wire(SubmitRequest{full_spec()}).array);
+  const std::pair<std::string, std::string> cases[] = {
+      {R"("array":[])", "bad request: 'array' must have 1 to 10000 entries"},
+      {R"("array":[3,1])", "bad request: 'array' must be in ascending order, each index once"},
+      {R"("array":[1,1])", "bad request: 'array' must be in ascending order, each index once"},
+      {R"("array":[-1])", "bad request: 'array[0]' must be a whole number from 0 to 999999"},
+      {R"("array":[1],"array_limit":0)", "bad request: 'array_limit' must be a whole number from 1 to 999999"},
+  };
+  for (const auto& [fields, message] : cases) {
+    auto bad = parse_request(R"({"op":"submit","job":{"command":["true"],"cwd":"/"},)" + fields + "}");
+    ASSERT_FALSE(bad.ok()) << fields;
+    EXPECT_EQ(bad.error().message, message);
+  }
+}
+
 TEST(ProtocolRequestTest, SubmitHeld) {
   SubmitRequest held{full_spec(), true};
   EXPECT_NE(encode(Request(held)).find(R"("hold":true)"), std::string::npos);
@@ -476,6 +499,24 @@ TEST(ProtocolResponseTest, Error) {
 TEST(ProtocolResponseTest, Submit) {
   EXPECT_EQ(encode(Response(SubmitResponse{42})), R"({"id":42,"ok":true})");
   EXPECT_EQ(through_the_wire(SubmitResponse{42}).id, 42u);
+  EXPECT_EQ(through_the_wire(SubmitResponse{42}).tasks, std::nullopt);
+  EXPECT_EQ(encode(Response(SubmitResponse{120, 100u})), R"({"id":120,"ok":true,"tasks":100})");
+  EXPECT_EQ(through_the_wire(SubmitResponse{120, 100u}).tasks, 100u);
+}
+
+TEST(ProtocolResponseTest, ArrayTasksInJobs) {
+  Job task;
+  task.id = 7;
+  task.spec.argv = {"true"};
+  task.spec.cwd = "/";
+  task.array = ArrayTask{5, 2, 8};
+  nlohmann::json shown = job_to_json(task);
+  EXPECT_EQ(shown["array_id"], 5);
+  EXPECT_EQ(shown["array_index"], 2);
+  EXPECT_EQ(shown["array_limit"], 8);
+  EXPECT_EQ(through_the_wire(JobsResponse{{task}}).jobs.at(0).array, task.array);
+  task.array.reset();
+  EXPECT_FALSE(job_to_json(task).contains("array_id"));  // a job of no array reads as before
 }
 
 TEST(ProtocolResponseTest, JobsWithFullAndMinimalJobs) {
@@ -655,7 +696,8 @@ TEST(ProtocolResponseTest, EveryValidationErrorNamesTheField) {
       {R"({"ok":true,"jobs":[{"id":1,"state":"done","command":["x"],"cwd":"/","gpus":[1024]}]})",
        "'gpus[0]' must be a whole number from 0 to 1023"},
       {R"({"ok":true,"jobs":[{"id":1,"state":"queued","command":["x"],"cwd":"/","wait_reason":"Bored"}]})",
-       "'wait_reason' must be Resources, Priority, Reservation, Dependency, Held, Drained or QuotaLimit"},
+       "'wait_reason' must be Resources, Priority, Reservation, Dependency, Held, Drained, QuotaLimit or "
+       "ArrayLimit"},
       {R"({"ok":true,"jobs":[{"id":1,"state":"running","command":["x"],"cwd":"/","usage":{"gpu_hours":-1}}]})",
        "'gpu_hours' must be a number of hours of at least 0"},
       {R"({"ok":true,"event":"queued","id":1,"expected_start":-5})",

@@ -135,6 +135,15 @@ bool Scheduler::over_quota(const QueuedJob& job) const {
   return quota && users_[job.user].held + job.weight > *quota + 1e-9;
 }
 
+bool Scheduler::at_array_limit(const QueuedJob& job) const {
+  const std::optional<ArrayTask>& task = job.request.array;
+  if (!task || task->limit == 0) return false;
+  auto running = array_running_.find(task->array_id);
+  return running != array_running_.end() && running->second >= task->limit;
+}
+
+bool Scheduler::held_back(const QueuedJob& job) const { return over_quota(job) || at_array_limit(job); }
+
 Result<void> Scheduler::admissible(const JobRequest& request) const {
   if (request.gpus.count == 0) return fail("asks for no GPU");
   if (request.gpus.count > machine_.gpus.size()) {
@@ -214,6 +223,10 @@ void Scheduler::release(std::unordered_map<JobId, RunningJob>::iterator job) {
   give_back(availability_, job->second.request, job->second.gpus);
   UserState& user = users_[job->second.user];
   user.held = std::max(0.0, user.held - job->second.weight);
+  if (const auto& task = job->second.request.array) {
+    auto running = array_running_.find(task->array_id);
+    if (running != array_running_.end() && --running->second == 0) array_running_.erase(running);
+  }
   running_.erase(job);
 }
 
@@ -272,6 +285,7 @@ Result<void> Scheduler::adopt(const JobRequest& request, const std::vector<unsig
     users_[user].usage += weight * accrued_per_gpu(last_accounted_s_ - start_s);
   }
   users_[user].held += weight;
+  if (request.array) ++array_running_[request.array->array_id];
   QueuedJob as_queued{request, arrivals_++, start_s, user, weight};
   running_.emplace(request.id, RunningJob{as_queued, start_s, gpus});
   return {};
@@ -303,6 +317,10 @@ std::optional<Scheduler::Waiting> Scheduler::waiting(JobId id, double now) const
   if (over_quota(job)) {
     return Waiting{WaitReason::QuotaLimit,
                    fmt::format("over quota: {} holds {:g} of {:g} GPUs", user.name, user.held, user.quota.value_or(0))};
+  }
+  if (at_array_limit(job)) {
+    return Waiting{WaitReason::ArrayLimit, fmt::format("array limit: {} of array {} running", job.request.array->limit,
+                                                       job.request.array->array_id)};
   }
   std::string starts_in = reservation_ ? rough_duration_text(reservation_->start_s - now) : "";
   if (reservation_ && reservation_->id == id) {
@@ -369,6 +387,7 @@ void Scheduler::start(const QueuedJob& job, std::vector<unsigned> gpus, double n
   users_[job.user].held += job.weight;
   queued_.erase(job.request.id);
   queued_limits_.erase(queued_limits_.find(limit_or_never(job.request)));
+  if (job.request.array) ++array_running_[job.request.array->array_id];
   running_.emplace(job.request.id, RunningJob{job, now, std::move(gpus)});
 }
 
@@ -398,7 +417,7 @@ class Scheduler::Pass {
       heads_.pop_back();
       const QueuedJob& job = cursor.job->second;
       std::optional<std::vector<unsigned>> gpus;
-      if (!s_.over_quota(job)) gpus = choose(job);
+      if (!s_.held_back(job)) gpus = choose(job);
       if (gpus) {
         bool drained_for_it = holder_ == job.request.id && !tried_reservation_;
         unsigned width = job.request.gpus.slice_mib ? 0 : job.request.gpus.count;
@@ -418,7 +437,7 @@ class Scheduler::Pass {
         else
           examined_behind = 0;
         // One reservation per pass, for the first job in order that only lacks GPUs.
-        if (s_.config_.policy == Policy::Gpupool && !tried_reservation_ && !s_.over_quota(job)) {
+        if (s_.config_.policy == Policy::Gpupool && !tried_reservation_ && !s_.held_back(job)) {
           tried_reservation_ = true;
           if (holder_ != job.request.id) s_.chain_before_.reset();
           reserve(job);
@@ -435,7 +454,7 @@ class Scheduler::Pass {
       for (; !heads_.empty() && !tried_reservation_; heads_.pop_back()) {
         std::pop_heap(heads_.begin(), heads_.end(), later);
         const QueuedJob& job = heads_.back().cursor.job->second;
-        if (s_.over_quota(job)) continue;
+        if (s_.held_back(job)) continue;
         tried_reservation_ = true;
         s_.chain_before_.reset();
         reserve(job);
@@ -463,7 +482,7 @@ class Scheduler::Pass {
       Cursor cursor = heads_.back().cursor;
       heads_.pop_back();
       const QueuedJob& job = cursor.job->second;
-      if (!s_.over_quota(job)) {
+      if (!s_.held_back(job)) {
         if (std::optional<Planned> placed = earliest(job.request, ends, moments, planned)) {
           starts[job.request.id] = placed->start;
           moments.insert(placed->end);
@@ -528,7 +547,7 @@ class Scheduler::Pass {
     for (const Group& group : s_.groups_) {
       for (const auto& [arrival, queued] : group.jobs) {
         if (arrival >= *s_.chain_before_ || ++examined > s_.config_.backfill_depth) break;
-        if (queued.request.gpus.slice_mib || queued.request.gpus.count < width || s_.over_quota(queued)) continue;
+        if (queued.request.gpus.slice_mib || queued.request.gpus.count < width || s_.held_back(queued)) continue;
         Key key = order_key(queued);
         if (!next || key < best) std::tie(next, best) = std::pair{&queued, key};
         break;  // the group's later jobs come after this one

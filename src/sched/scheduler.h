@@ -35,6 +35,8 @@ struct JobRequest {
   GpuRequest gpus;
   int priority = 0;                    // higher first (gpupool policy)
   std::optional<double> time_limit_s;  // the job is ended when it runs longer (by the caller)
+  // A task of an array job: waits while `limit` tasks of its array run.
+  std::optional<ArrayTask> array = std::nullopt;
 };
 
 // The users' decayed GPU-seconds as of `as_of_s`: what outlives a daemon restart, so that a
@@ -126,7 +128,8 @@ class Scheduler {
   // Why a queued job has not started, as of the last pass (nullopt when it is not queued):
   // over its user's quota, next in line with GPUs reserved, waiting for busy GPUs (and who
   // holds them), kept off GPUs reserved for the job in line before it, or behind jobs that go
-  // first. `now` is the clock of the last pass, for how long a reservation has to go.
+  // first, or as many tasks of its array running as its %N allows. `now` is the clock of the
+  // last pass, for how long a reservation has to go.
   struct Waiting {
     WaitReason reason = WaitReason::Priority;
     std::string detail;  // one line: "waiting for 2 GPUs: 2 busy (GPU 0,1: alice (train))"
@@ -135,8 +138,8 @@ class Scheduler {
   // When queued jobs are expected to start, from a plan that takes them in the policy's order
   // (the first `limit` of them) and gives each the earliest moment its GPUs are free for its
   // whole time limit (the default run time without one) beside the jobs planned before it, as
-  // running jobs are expected to end (expected_end). A job over its quota, or one that only
-  // GPUs in outside use would fit, has no estimate. Plans, never starts: as squeue --start.
+  // running jobs are expected to end (expected_end). A job over its quota or its array's limit,
+  // or one that only GPUs in outside use would fit, has no estimate. Plans, never starts: as squeue --start.
   std::map<JobId, double> expected_starts(double now, size_t limit);
   // GPUs the user holds now (slices as fractions, as for quotas).
   double held_gpus(const std::string& user) const;
@@ -179,6 +182,9 @@ class Scheduler {
   void account_usage(double now);
   double weight_of(const JobRequest& request) const;
   bool over_quota(const QueuedJob& job) const;
+  bool at_array_limit(const QueuedJob& job) const;
+  // Kept from starting whatever GPUs are free: over quota, or its array's limit reached.
+  bool held_back(const QueuedJob& job) const;
   void enqueue(const QueuedJob& job);
   void start(const QueuedJob& job, std::vector<unsigned> gpus, double now);
   void release(std::unordered_map<JobId, RunningJob>::iterator job);
@@ -204,6 +210,7 @@ class Scheduler {
   std::multiset<double> queued_limits_;
   uint64_t arrivals_ = 0;
   std::unordered_map<JobId, RunningJob> running_;
+  std::unordered_map<JobId, unsigned> array_running_;  // running tasks by array id
   std::optional<Reservation> reservation_;
   double last_accounted_s_ = 0;
   // While reservations pass from one wide job to the next, only jobs that arrived before the

@@ -115,6 +115,31 @@ TEST(SchedulerTest, AQuotaHoldsJobsBackWithoutBlockingOthers) {
   EXPECT_EQ(ids(s.schedule(50)), std::vector<JobId>{2});
 }
 
+TEST(SchedulerTest, AnArrayRunsAtMostItsLimitOfTasksAndOthersGoOn) {
+  for (Policy policy : {Policy::Backfill, Policy::Gpupool}) {
+    Scheduler s = make_scheduler(8, policy);
+    for (JobId id = 10; id < 15; ++id) {
+      JobRequest task = job(id, 1, 100);
+      task.array = ArrayTask{10, static_cast<unsigned>(id - 10), 2};
+      ASSERT_TRUE(s.submit(task, 0).ok());
+    }
+    ASSERT_TRUE(s.submit(job(20, 1, 100, "other"), 0).ok());
+    EXPECT_EQ(ids(s.schedule(0)), (std::vector<JobId>{10, 11, 20}));
+    EXPECT_EQ(s.waiting_reason(12), "array limit: 2 of array 10 running");
+    EXPECT_EQ(ids(s.schedule(1)), std::vector<JobId>{});
+    ASSERT_TRUE(s.finish(10, 2).ok());
+    EXPECT_EQ(ids(s.schedule(2)), std::vector<JobId>{12});
+    // A task adopted after a restart counts towards its array's limit.
+    ASSERT_TRUE(s.finish(11, 3).ok());
+    JobRequest adopted = job(30, 1, 100);
+    adopted.array = ArrayTask{10, 9, 2};
+    unsigned free_gpu = 0;
+    while (s.availability().at(free_gpu).exclusive_held) ++free_gpu;
+    ASSERT_TRUE(s.adopt(adopted, {free_gpu}, 3).ok());
+    EXPECT_EQ(ids(s.schedule(3)), std::vector<JobId>{});
+  }
+}
+
 TEST(SchedulerTest, AQueuedJobSaysWhyItWaits) {
   Scheduler s = make_scheduler(4, Policy::Gpupool, 3.0);
   ASSERT_TRUE(s.submit(job(1, 2, 100, "a"), 0).ok());

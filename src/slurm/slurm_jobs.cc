@@ -46,6 +46,15 @@ std::optional<JobId> job_number_of(std::string_view text) {
   return id && *id > 0 ? id : std::nullopt;
 }
 
+// "42" or "40-45": gpupoold's ids as add_job_ids takes them.
+bool is_local_id_range(std::string_view piece) {
+  size_t dash = piece.find('-');
+  std::optional<JobId> first = job_number_of(piece.substr(0, dash));
+  if (dash == std::string_view::npos) return first.has_value();
+  std::optional<JobId> last = job_number_of(piece.substr(dash + 1));
+  return first && last && *first <= *last;
+}
+
 std::string id_list(std::span<const JobId> ids) { return fmt::format("{}", fmt::join(ids, ",")); }
 
 // Slurm's ways of saying "nothing here" ("NONE": a running job's end without a time limit).
@@ -318,9 +327,16 @@ Result<JobIds> parse_any_job_ids(std::span<const std::string> texts) {
   for (const std::string& text : texts) {
     for (const std::string& piece : split(text, ',')) {
       bool slurm = piece.starts_with(kSlurmPrefix);
-      std::optional<JobId> id = job_number_of(slurm ? piece.substr(kSlurmPrefix.size()) : piece);
-      if (!id) return fail("invalid job id {}: expected a number like 42, or slurm:42 for a Slurm job", quote(piece));
-      (slurm ? ids.slurm : ids.local).push_back(*id);
+      std::optional<JobId> id = slurm ? job_number_of(piece.substr(kSlurmPrefix.size())) : std::nullopt;
+      if (slurm ? !id : !is_local_id_range(piece)) {
+        return fail("invalid job id {}: expected a number like 42, a range like 40-45, or slurm:42 for a Slurm job",
+                    quote(piece));
+      }
+      if (slurm) {
+        ids.slurm.push_back(*id);
+      } else {
+        TRY(add_job_ids(piece, ids.local));  // gpupoold's ids, ranges included
+      }
     }
   }
   return ids;

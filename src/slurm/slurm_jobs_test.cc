@@ -35,7 +35,11 @@ TEST(SlurmJobsTest, IdsOfBothKindsMix) {
   EXPECT_THAT(ids->local, ElementsAre(5, 9));
   EXPECT_THAT(ids->slurm, ElementsAre(8, 7));
   EXPECT_EQ(slurm_id_text(42), "slurm:42");
-  for (const char* bad : {"slurm:", "slurm:x", "Slurm:4", "x", "0", "slurm:0", "slurm:-1", ""}) {
+  Result<JobIds> ranged = parse_any_job_ids(std::vector<std::string>{"5-7,slurm:8"});
+  ASSERT_TRUE(ranged.ok()) << ranged.error().message;
+  EXPECT_THAT(ranged->local, ElementsAre(5, 6, 7));
+  EXPECT_THAT(ranged->slurm, ElementsAre(8));
+  for (const char* bad : {"slurm:", "slurm:x", "Slurm:4", "x", "0", "slurm:0", "slurm:-1", "", "7-5", "slurm:1-3"}) {
     Result<JobIds> refused = parse_any_job_ids(std::vector<std::string>{bad});
     ASSERT_FALSE(refused.ok()) << bad;
     EXPECT_THAT(refused.error().message, HasSubstr("slurm:42"));

@@ -21,7 +21,7 @@ class ProgramWordsTest(unittest.TestCase):
     def test_a_command_is_required_and_unknown_options_are_usage_errors(self):
         for args in (["run", "-q"], ["run", "--bogus", "true"], ["launch", "--"], ["submit", "-g", "1"]):
             with self.subTest(args=args):
-                proc = gpupool(*args, check=False)
+                proc = gpupool(*args, check=False, input="")  # submit reads a script from a non-terminal
                 self.assertEqual(proc.returncode, 2, proc.stderr)
                 self.assertTrue(one_line(proc), proc.stderr)
 
@@ -58,7 +58,7 @@ class UsageErrorsTest(unittest.TestCase):
                      ["launch", "--grace", "soon", "--", "true"], ["submit", "--time", "-1h", "--", "true"],
                      ["cancel", "7", "x"], ["show", "0"], ["wait", "1,,2"]):
             with self.subTest(args=args):
-                proc = gpupool(*args, check=False)
+                proc = gpupool(*args, check=False, input="")  # submit reads a script from a non-terminal
                 self.assertEqual(proc.returncode, 2, proc.stderr)
                 self.assertTrue(one_line(proc), proc.stderr)
                 self.assertIn(f"(see gpupool {args[0]} --help)", proc.stderr)
