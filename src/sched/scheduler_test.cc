@@ -125,7 +125,9 @@ TEST(SchedulerTest, AnArrayRunsAtMostItsLimitOfTasksAndOthersGoOn) {
     }
     ASSERT_TRUE(s.submit(job(20, 1, 100, "other"), 0).ok());
     EXPECT_EQ(ids(s.schedule(0)), (std::vector<JobId>{10, 11, 20}));
-    EXPECT_EQ(s.waiting_reason(12), "array limit: 2 of array 10 running");
+    EXPECT_EQ(s.waiting(12, 0)->reason, WaitReason::ArrayLimit);
+    EXPECT_EQ(s.waiting(12, 0)->detail, "array limit: 2 of array 10 running");
+    EXPECT_FALSE(s.expected_starts(0, 100).contains(12)) << "held back: no estimate";
     EXPECT_EQ(ids(s.schedule(1)), std::vector<JobId>{});
     ASSERT_TRUE(s.finish(10, 2).ok());
     EXPECT_EQ(ids(s.schedule(2)), std::vector<JobId>{12});
