@@ -464,9 +464,9 @@ Result<void> copy_new_bytes(const std::vector<ReadLog>& logs) {
 // Follows logs until the job finishes: looks for new bytes every kLogPoll (the reader may
 // not be allowed to watch the files themselves); a `wait` on a second connection says when the
 // job has ended. A restart of the daemon ends neither: the wait is asked of the next one.
-Result<void> follow_logs(const std::vector<ReadLog>& logs, JobId id) {
-  TRY_ASSIGN(ReconnectingClient waiter, ReconnectingClient::connect(runtime_directory()));
-  TRY(waiter.start(proto::WaitRequest{{id}}));
+// `waiter` has asked for the job's end already (before anything was printed: a connection made
+// after the log so far was shown could find the daemon restarting, and none).
+Result<void> follow_logs(const std::vector<ReadLog>& logs, ReconnectingClient& waiter) {
   for (;;) {
     TRY(copy_new_bytes(logs));
     TRY_ASSIGN(auto ended, waiter.answer(std::chrono::steady_clock::now() + kLogPoll));
@@ -530,6 +530,12 @@ Result<int> show_logs(const LogsOptions& options) {
   if (options.both || options.errors) streams.emplace_back(proto::LogStream::Stderr, options.both ? stderr : stdout);
   std::vector<ReadLog> logs;
   Job job;
+  std::optional<ReconnectingClient> waiter;
+  if (options.follow) {
+    TRY_ASSIGN(ReconnectingClient connected, ReconnectingClient::connect(runtime_directory()));
+    TRY(connected.start(proto::WaitRequest{{any.local.at(0)}}));
+    waiter.emplace(std::move(connected));
+  }
   for (auto [stream, out] : streams) {
     TRY_ASSIGN(OpenedLog log, request_log(client, any.local.at(0), stream));
     // Not written yet: a follower waits for it, unless the job ended without one.
@@ -542,7 +548,7 @@ Result<int> show_logs(const LogsOptions& options) {
     fflush(out);
     logs.push_back(ReadLog{std::move(log.fd), out});
   }
-  if (options.follow && !logs.empty() && !is_finished(job.state)) TRY(follow_logs(logs, job.id));
+  if (waiter && !logs.empty() && !is_finished(job.state)) TRY(follow_logs(logs, *waiter));
   return 0;
 }
 
