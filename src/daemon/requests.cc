@@ -389,6 +389,7 @@ bool Daemon::Impl::hand_to_client(const Job& job, const HeldLeases& held) {
 }
 
 void Daemon::Impl::job_finished(const Job& job) {
+  monitor_->job_ended(job.id, job.end_time.value_or(unix_now()));
   if (auto session = lease_sessions_.find(job.id); session != lease_sessions_.end()) {
     // A `gpupool run` still waiting: tell it, and let it go.
     SessionPtr client = session->second;

@@ -175,7 +175,7 @@ std::vector<RunningJob> Monitor::running_jobs(const QueueView& view) const {
     if (job.state != JobState::Running || job.gpus.empty()) continue;
     std::optional<uint64_t> memory;
     if (job.gpus.front() < machine_.gpus.size()) memory = machine_.gpus[job.gpus.front()].memory_total_mib;
-    running.push_back(RunningJob{job.id, job.user, job.name, job.gpus, gpu_share(job.slice_mib, memory)});
+    running.push_back(RunningJob{job.id, job.user, job.name, job.gpus, gpu_share(job.slice_mib, memory), job.start_time});
   }
   return running;
 }
@@ -195,9 +195,20 @@ void Monitor::publish(QueueView view) {
     if (now_running.count(id) == 0) ended.push_back(id);
   }
   std::map<JobId, Accounting::JobAccount> unsaved;
+  const double now = unix_now();
   {
     std::lock_guard lock(mutex_);
     for (const auto& [job, stored] : earlier) accounting_.seed_job(job->id, job->user, stored.usage, stored.first_time);
+    for (const RunningJob& job : running) {
+      if (known_running_.count(job.id) > 0) continue;
+      // From its start, or from where an earlier daemon's accounting of it stopped.
+      double since = std::min(now, job.start_time.value_or(now));
+      if (auto it = std::find_if(earlier.begin(), earlier.end(), [&](const auto& e) { return e.first->id == job.id; });
+          it != earlier.end()) {
+        since = std::clamp(it->second.last_time, since, now);
+      }
+      accounting_.started(job, since, now);
+    }
     for (const QueueEntry& job : shared->jobs) {
       // Jobs adopted after a restart started before this daemon: their wait was counted before.
       if (job.state == JobState::Running && known_running_.count(job.id) == 0 && job.start_time &&
@@ -207,6 +218,7 @@ void Monitor::publish(QueueView view) {
     }
     view_ = shared;
     running_ = std::move(running);
+    for (JobId id : ended) accounting_.ended(id, now);
     if (!ended.empty() || Clock::now() - last_saved_ >= kSaveEvery) {
       unsaved = accounting_.take_unsaved();
       last_saved_ = Clock::now();
@@ -215,6 +227,12 @@ void Monitor::publish(QueueView view) {
   }
   known_running_ = std::move(now_running);
   store_usage(unsaved);
+}
+
+void Monitor::job_ended(JobId id, double end_time) {
+  std::lock_guard lock(mutex_);
+  accounting_.ended(id, end_time);
+  std::erase_if(running_, [id](const RunningJob& job) { return job.id == id; });
 }
 
 void Monitor::store_usage(const std::map<JobId, Accounting::JobAccount>& unsaved) {

@@ -80,6 +80,8 @@ class Monitor {
   void sample_within(std::chrono::milliseconds delay);
   // The queue after an event: accounts jobs that stopped running, stores usage now and then.
   void publish(QueueView view);
+  // A job ended at `end_time` (Unix seconds): its GPU time stops there, not at the next publish.
+  void job_ended(JobId id, double end_time);
   // What stands on each GPU (leases, outside processes), from the loop's survey of a reading.
   void set_pool(std::vector<GpuAvailability> pool);
   // Readings the loop has surveyed (set_pool) since the start. Counted on the loop, so an answer

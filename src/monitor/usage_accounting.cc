@@ -29,19 +29,48 @@ double gpu_share(std::optional<uint64_t> slice_mib, std::optional<uint64_t> memo
   return std::min(1.0, static_cast<double>(*slice_mib) / static_cast<double>(*memory_total_mib));
 }
 
+namespace {
+
+double gpus_held(const RunningJob& job) { return job.share * static_cast<double>(job.gpus.size()); }
+
+}  // namespace
+
+void Accounting::add_unmeasured(JobAccount& account, double seconds) {
+  if (seconds <= 0 || account.gpus_held <= 0) return;
+  UsageTally held;
+  held.add(account.gpus_held * seconds, std::nullopt);
+  account.total += held;
+  account.unsaved += held;
+  user_gpu_seconds_[account.user] += held.gpu_seconds;
+}
+
+void Accounting::started(const RunningJob& job, double since, double now) {
+  JobAccount& account = jobs_[job.id];
+  account.user = job.user;
+  account.name = job.name;
+  account.gpus_held = gpus_held(job);
+  if (account.first_time == 0) account.first_time = since;
+  add_unmeasured(account, now - since);
+  account.last_time = std::max(since, now);
+}
+
 void Accounting::record(double now, double seconds, const std::vector<RunningJob>& running,
                         const std::vector<std::optional<unsigned>>& utilization) {
   for (const RunningJob& job : running) {
     JobAccount& account = jobs_[job.id];
+    if (account.ended) continue;
     account.user = job.user;
     account.name = job.name;
+    account.gpus_held = gpus_held(job);
     if (account.first_time == 0) account.first_time = now;
+    // A job accounted since the previous tick (it started in between) counts only that part.
+    double held_seconds = account.last_time == 0 ? seconds : std::clamp(now - account.last_time, 0.0, seconds);
     account.last_time = now;
     bool idle = !job.gpus.empty();
     UsageTally tick;
     for (unsigned gpu : job.gpus) {
       std::optional<unsigned> busy = gpu < utilization.size() ? utilization[gpu] : std::nullopt;
-      tick.add(job.share * seconds, busy);
+      tick.add(job.share * held_seconds, busy);
       // A GPU that does not report its utilisation is never taken for idle.
       idle = idle && busy && *busy <= kIdleUtilizationPercent;
     }
@@ -54,6 +83,14 @@ void Accounting::record(double now, double seconds, const std::vector<RunningJob
       account.idle_since = now;
     }
   }
+}
+
+void Accounting::ended(JobId id, double now) {
+  auto it = jobs_.find(id);
+  if (it == jobs_.end() || it->second.ended) return;
+  add_unmeasured(it->second, now - it->second.last_time);
+  it->second.last_time = std::max(it->second.last_time, now);
+  it->second.ended = true;
 }
 
 void Accounting::seed_job(JobId id, const std::string& user, const UsageTally& stored, double first_time) {

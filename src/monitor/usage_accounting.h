@@ -1,7 +1,9 @@
-// Accounting of GPU time: GPU-hours and mean utilisation per job and per user, from the
-// monitor's samples while a job holds its GPUs, and the idle flag (a job holding GPUs at about
-// 0 % utilisation for longer than `idle_flag_after`). Pure: time and samples come in as values.
-// Not thread-safe: the monitor guards it with its lock.
+// Accounting of GPU time: GPU-hours and mean utilisation per job and per user, and the idle flag
+// (a job holding GPUs at about 0 % utilisation for longer than `idle_flag_after`). A job's time
+// counts from its start to its end as the loop sees them; the samples say how busy its GPUs were
+// meanwhile. The time between a start or an end and the nearest sample counts as held but
+// unmeasured, so a job shorter than a sample interval is still in the report. Pure: time and
+// samples come in as values. Not thread-safe: the monitor guards it with its lock.
 #pragma once
 
 #include <map>
@@ -36,6 +38,7 @@ struct RunningJob {
   std::string name;
   std::vector<unsigned> gpus;
   double share = 1;  // of each GPU: 1 for whole GPUs, the slice's part of the memory for a slice
+  std::optional<double> start_time;  // Unix seconds
 };
 
 // A slice's share of a GPU: its memory over the GPU's (1 when the size is unknown).
@@ -46,18 +49,27 @@ class Accounting {
   struct JobAccount {
     std::string user;
     std::string name;
-    double first_time = 0, last_time = 0;  // Unix seconds: the first and latest tick accounted
+    double first_time = 0, last_time = 0;  // Unix seconds: the start (or first tick) and the latest time accounted
+    double gpus_held = 0;  // Σ share over its GPUs: what a second of it counts
     UsageTally total;    // all of it, including what an earlier daemon stored
     UsageTally unsaved;  // since it was last taken for the store
     std::optional<double> idle_since;  // since when every GPU it holds has been idle
+    bool ended = false;  // no more time counts
   };
 
   explicit Accounting(double idle_flag_after_s) : idle_flag_after_s_(idle_flag_after_s) {}
 
-  // One sampling tick at `now`, covering the `seconds` since the previous one; `utilization`
-  // is indexed by GPU.
+  // A job began holding its GPUs at `since` (its start, or where an earlier daemon's accounting
+  // stopped); the loop saw it at `now`. The time between counts as held, unmeasured.
+  void started(const RunningJob& job, double since, double now);
+  // One sampling tick at `now`, covering the `seconds` since the previous one (a job started
+  // since then: only the part since it was accounted); `utilization` is indexed by GPU.
   void record(double now, double seconds, const std::vector<RunningJob>& running,
               const std::vector<std::optional<unsigned>>& utilization);
+  // A job stopped holding its GPUs at `now`: the time since its last tick counts as held,
+  // unmeasured; the first call counts, later ones and later ticks add nothing. Take its unsaved
+  // usage next, then forget it.
+  void ended(JobId id, double now);
 
   // What the store already holds: a running job's earlier usage (after a restart), each user's
   // total. A seeded job is accounted from then on.
@@ -79,6 +91,8 @@ class Accounting {
   const std::map<std::string, double>& user_gpu_seconds() const { return user_gpu_seconds_; }
 
  private:
+  void add_unmeasured(JobAccount& account, double seconds);
+
   double idle_flag_after_s_;
   std::map<JobId, JobAccount> jobs_;
   std::map<std::string, double> user_gpu_seconds_;

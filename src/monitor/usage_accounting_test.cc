@@ -217,6 +217,65 @@ TEST(UsageAccounting, ForgetDropsTheJobButNotTheUsersTotal) {
   accounting.forget(99);  // unknown: nothing happens
 }
 
+TEST(UsageAccountingStartEnd, AJobEndingBeforeAnySampleStillCounts) {
+  Accounting accounting(1800);
+  RunningJob job = job_on(4, "ana", {0, 1}, 0.5);
+  accounting.started(job, 100, 100.2);  // the loop saw it 0.2 s after its start
+  accounting.ended(4, 100.7);
+  const auto* account = accounting.job(4);
+  ASSERT_NE(account, nullptr);
+  EXPECT_DOUBLE_EQ(account->first_time, 100);
+  EXPECT_DOUBLE_EQ(account->last_time, 100.7);
+  EXPECT_NEAR(account->total.gpu_seconds, 2 * 0.5 * 0.7, 1e-9);
+  EXPECT_EQ(account->total.mean_utilization(), std::nullopt);  // held, never measured
+  EXPECT_NEAR(accounting.user_gpu_seconds().at("ana"), 0.7, 1e-9);
+  auto unsaved = accounting.take_unsaved();
+  ASSERT_EQ(unsaved.count(4), 1u);
+  EXPECT_NEAR(unsaved.at(4).unsaved.gpu_seconds, 0.7, 1e-9);
+}
+
+TEST(UsageAccountingStartEnd, TicksCountOnlyTheTimeSinceTheStartAndTheTailCountsAtTheEnd) {
+  Accounting accounting(1800);
+  RunningJob job = job_on(5, "bob", {0});
+  accounting.started(job, 10.4, 10.4);
+  accounting.record(11, 1, {job}, Readings{100u});  // covers 10.4 to 11, not 10 to 11
+  accounting.record(12, 1, {job}, Readings{0u});
+  accounting.ended(5, 12.25);
+  const auto* account = accounting.job(5);
+  EXPECT_NEAR(account->total.gpu_seconds, 1.85, 1e-9);
+  EXPECT_NEAR(account->total.measured_gpu_seconds, 1.6, 1e-9);
+  EXPECT_NEAR(*account->total.mean_utilization(), 0.6 / 1.6 * 100, 1e-9);
+}
+
+TEST(UsageAccountingStartEnd, AnAdoptedJobCountsTheTimeSinceTheEarlierDaemonStopped) {
+  Accounting accounting(1800);
+  UsageTally stored;
+  stored.add(100, 50u);
+  accounting.seed_job(7, "ana", stored, 500);
+  accounting.started(job_on(7, "ana", {0, 1}), 600, 610);  // stored until 600, seen again at 610
+  const auto* account = accounting.job(7);
+  EXPECT_DOUBLE_EQ(account->first_time, 500);
+  EXPECT_DOUBLE_EQ(account->total.gpu_seconds, 100 + 2 * 10);
+  EXPECT_DOUBLE_EQ(account->unsaved.gpu_seconds, 2 * 10);
+  EXPECT_DOUBLE_EQ(*account->total.mean_utilization(), 50);  // the gap is not measured
+}
+
+TEST(UsageAccountingStartEnd, EndingAnUnknownJobOrAtItsLastTickAddsNothing) {
+  Accounting accounting(1800);
+  accounting.ended(9, 100);
+  EXPECT_EQ(accounting.job(9), nullptr);
+  RunningJob job = job_on(1, "ana", {0});
+  accounting.started(job, 50, 50);
+  accounting.record(51, 1, {job}, Readings{10u});
+  accounting.ended(1, 51);
+  EXPECT_DOUBLE_EQ(accounting.job(1)->total.gpu_seconds, 1);
+  // Once ended, neither a late tick nor a second end adds time.
+  accounting.record(52, 1, {job}, Readings{10u});
+  accounting.ended(1, 53);
+  EXPECT_DOUBLE_EQ(accounting.job(1)->total.gpu_seconds, 1);
+  EXPECT_DOUBLE_EQ(accounting.job(1)->last_time, 51);
+}
+
 TEST(UsageAccountingIdle, IdleSinceTheFirstTickWithEveryGpuIdle) {
   Accounting accounting(60);
   std::vector<RunningJob> running = {job_on(1, "ana", {0, 1})};

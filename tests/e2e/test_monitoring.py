@@ -242,6 +242,23 @@ class MonitoringTest(unittest.TestCase):
                 self.assertEqual(f.read(8), b"\x89PNG\r\n\x1a\n")
             d.request({"op": "cancel", "ids": [later]})
 
+    def test_report_counts_jobs_that_end_between_samples(self):
+        # A sample a minute: the jobs start and end before any sample sees them.
+        slow = "[daemon]\nsample_interval_s = 60\nkill_grace_s = 0.5\n"
+        with Daemon(base_config=slow, env={"GPUPOOL_SIM_STATE": self.overlay}) as d:
+            jobs = [d.enqueue(["sleep", "0.3"], gpus=2, name=f"blip{i}") for i in range(3)]
+            d.finish(*jobs)
+
+            def stored():
+                report = json.loads(d.gp("report", "--json", check=True).stdout)
+                return len(report["jobs"]) == 3 and not any(j["running"] for j in report["jobs"]) and report
+            report = wait_until(stored, 20, what="the three short jobs in the report")
+            self.assertEqual([(u["user"], u["jobs"]) for u in report["users"]], [("root", 3)])
+            for line in report["jobs"]:
+                # Two GPUs for at least the 0.3 s each job slept, measured or not.
+                self.assertGreaterEqual(line["gpu_hours"], 2 * 0.3 / 3600)
+                self.assertLess(line["gpu_hours"], 2 * 30 / 3600)
+
     def test_accounting_idle_flag_and_report(self):
         with self.daemon(config='[monitor]\nidle_flag_after = "1s"\n') as d:
             address = d.http_address()
