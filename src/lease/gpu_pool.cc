@@ -37,6 +37,13 @@ uint64_t busy_memory_threshold_mib() {
   return parsed ? *parsed : kDefaultBusyMemoryMib;
 }
 
+uint64_t unexplained_memory_mib(uint64_t used_mib, uint64_t listed_mib, uint64_t gpupool_listed_mib,
+                                uint64_t unseen_listed_mib, uint64_t leased_mib) {
+  uint64_t unaccounted = (used_mib > listed_mib ? used_mib - listed_mib : 0) + unseen_listed_mib;
+  uint64_t leases_room = leased_mib > gpupool_listed_mib ? leased_mib - gpupool_listed_mib : 0;
+  return unaccounted > leases_room ? unaccounted - leases_room : 0;
+}
+
 Result<std::vector<GpuAvailability>> survey_pool(const Machine& machine, const LeaseDirectory& leases,
                                                  const HostFiles& host, uint64_t busy_memory_mib) {
   TRY_ASSIGN(std::vector<LeaseRecord> records, leases.list());
@@ -60,20 +67,32 @@ Result<std::vector<GpuAvailability>> survey_pool(const Machine& machine, const L
       std::string slice = r.slice_mib ? fmt::format(", {} MiB", *r.slice_mib) : "";
       who.push_back(fmt::format("{} ({}{})", r.holder.user, r.holder.job, slice));
     }
-    uint64_t listed_mib = 0;
+    const uint64_t leased_mib = hold.exclusive ? gpu.memory_total_mib.value_or(0) : hold.shared_mib;
+    uint64_t listed_mib = 0, gpupool_listed_mib = 0, unseen_listed_mib = 0;
     for (const GpuProcess& p : gpu.processes) {
-      listed_mib += p.used_memory_mib.value_or(0);
-      if (started_by_gpupool(p.pid, holder_pids, host)) continue;
+      uint64_t memory = p.used_memory_mib.value_or(0);
+      listed_mib += memory;
+      if (started_by_gpupool(p.pid, holder_pids, host)) {
+        gpupool_listed_mib += memory;
+        continue;
+      }
+      if (leased_mib > 0 && !host.process_start_ticks(p.pid)) {
+        // Not in our PID namespace: on a leased GPU most likely a job's process seen from another
+        // namespace; weighed against the leases below.
+        unseen_listed_mib += memory;
+        continue;
+      }
       a.external_busy = true;
-      a.external_mib += p.used_memory_mib.value_or(0);
+      a.external_mib += memory;
       who.push_back(describe_process(p));
     }
-    uint64_t used = gpu.memory_used_mib.value_or(0);
-    if (used > listed_mib && used - listed_mib > busy_memory_mib) {
+    uint64_t unexplained = unexplained_memory_mib(gpu.memory_used_mib.value_or(0), listed_mib, gpupool_listed_mib,
+                                                  unseen_listed_mib, leased_mib);
+    if (unexplained > busy_memory_mib) {
       // Memory held by processes we cannot see (another container or PID namespace).
       a.external_busy = true;
-      a.external_mib += used - listed_mib;
-      who.push_back(fmt::format("{} MiB used by processes not visible here", used - listed_mib));
+      a.external_mib += unexplained;
+      who.push_back(fmt::format("{} MiB used by processes not visible here", unexplained));
     }
     a.holders = fmt::format("{}", fmt::join(who, ", "));
   }

@@ -138,6 +138,37 @@ class DoctorTest(unittest.TestCase):
             job.wait(timeout=30)
         self.assertEqual(self.findings(expect=0)["leases"]["summary"], "no GPU is leased")
 
+    def test_a_slices_memory_is_not_taken_for_an_outside_process(self):
+        # A 20 GiB slice whose process NVML lists under a pid this namespace cannot see, or does not
+        # list at all (another container's view): its memory is the slice's, not someone else's.
+        state = os.path.join(self.tmp, "state.json")
+        env = clean_env(GPUPOOL_SIM="h200-1", GPUPOOL_RUNTIME_DIR=self.runtime, GPUPOOL_SIM_STATE=state)
+
+        def gpu0(memory_used_mib, processes=()):
+            with open(state, "w") as f:
+                json.dump({"gpus": {"0": {"memory_used_mib": memory_used_mib, "processes": list(processes)}}}, f)
+
+        gpu0(0)
+        job = subprocess.Popen([GPUPOOL, "run", "-q", "--mem", "20G", "--", "sleep", "60"], env=env)
+        try:
+            def leased():
+                out = subprocess.run([GPUPOOL, "leases", "--json"], env=env, capture_output=True, text=True)
+                return out.returncode == 0 and json.loads(out.stdout)
+            wait_until(leased, what="the slice's lease")
+            for processes in ([], [{"pid": 3999999, "used_memory_mib": 18432, "kind": "compute"}]):
+                gpu0(18432, processes)
+                found = self.findings(env={"GPUPOOL_SIM_STATE": state})
+                self.assertEqual(found["outside-processes"]["status"], "ok", found["outside-processes"])
+            # 30 GiB in use beside a 20 GiB slice: the 10 GiB over it is someone else's.
+            gpu0(30720)
+            found = self.findings(env={"GPUPOOL_SIM_STATE": state})
+            self.assertEqual(found["outside-processes"]["status"], "warning")
+            self.assertIn("GPU 0: ", found["outside-processes"]["evidence"][0])
+            self.assertIn("10240 MiB used by processes not visible here", found["outside-processes"]["evidence"][0])
+        finally:
+            job.send_signal(signal.SIGTERM)
+            job.wait(timeout=30)
+
     def test_pid_against_its_environment(self):
         # pcie-4gpu: 4 GPUs. pid 4242 asked for GPU 1 but holds all four (set after cuInit); pid 4343
         # asked for GPU 0 and runs on GPU 2. Their /proc entries come from tests/data/doctor/processes.
