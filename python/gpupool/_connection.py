@@ -16,6 +16,10 @@ class Error(Exception):
     """Every failure of this package: one line for a person, as `gpupool` would print it."""
 
 
+class NoDaemon(Error):
+    """No gpupoold listens on the socket: acquire() then leases without it."""
+
+
 class ConnectionLost(Error):
     """The connection broke or the daemon closed it (it stopped, or restarts), as opposed to the
     daemon refusing a request. `sent` says whether the request may have reached the daemon."""
@@ -47,7 +51,7 @@ class Connection:
         try:
             st = os.lstat(path)
         except FileNotFoundError:
-            raise Error(f"no gpupoold is running (no socket at {path}); start one with `gpupoold`") from None
+            raise NoDaemon(f"no gpupoold is running (no socket at {path}); start one with `gpupoold`") from None
         except OSError as e:
             raise Error(f"cannot look at {path}: {e.strerror}") from None
         # The runtime directory is world-writable: only root's or our own socket is the daemon.
@@ -58,9 +62,8 @@ class Connection:
             self.sock.connect(path)
         except OSError:
             self.sock.close()  # a socket left behind by a daemon that died
-            raise Error(f"no gpupoold is running (no socket at {path}); start one with `gpupoold`") from None
-        self.buffer = bytearray()
-        self.marks = []  # (offset in buffer, descriptors that arrived with the byte there)
+            raise NoDaemon(f"no gpupoold is running (no socket at {path}); start one with `gpupoold`") from None
+        self._start_reading()
         try:
             self.send({"hello": "gpupool", "protocol": PROTOCOL, "software": f"gpupool-python {VERSION}", "user": ""})
             hello, _ = self.receive_line()
@@ -74,6 +77,19 @@ class Connection:
         except BaseException:
             self.close()
             raise
+
+    @classmethod
+    def over(cls, sock):
+        """JSON lines over a socket connected to something other than gpupoold (no greeting)."""
+        connection = cls.__new__(cls)
+        connection.sock = sock
+        connection.user = ""
+        connection._start_reading()
+        return connection
+
+    def _start_reading(self):
+        self.buffer = bytearray()
+        self.marks = []  # (offset in buffer, descriptors that arrived with the byte there)
 
     def close(self):
         if self.sock is not None:

@@ -2,11 +2,13 @@
 import atexit
 import ctypes
 import os
+import shutil
 import socket
+import subprocess
 import sys
 from time import monotonic
 
-from ._connection import Connection, Error, check
+from ._connection import Connection, Error, NoDaemon, check
 from ._units import memory_mib, seconds
 
 _CUDA_ERROR_NOT_INITIALIZED = 3
@@ -67,17 +69,23 @@ class Lease:
     `mem_mib` (the slice per GPU, None for whole GPUs), `environment` (what was set).
     The lock descriptors stay open until release(); so do the GPUs."""
 
-    def __init__(self, connection, granted, descriptors, job_name):
-        self.id = granted["id"]
+    def __init__(self, connection, granted, descriptors, job_name, helper=None):
+        self.id = granted["id"]  # None without gpupoold
         self.gpus = list(granted["gpus"])
         self.uuids = list(granted.get("uuids") or [])
         self.mem_mib = granted.get("mem_mib")
         self.environment = _environment(job_name or str(self.id), self.gpus, self.uuids, self.mem_mib)
         self._connection = connection
         self._descriptors = descriptors
+        self._helper = helper  # `gpupool acquire`, which took the leases when no gpupoold ran
         self._pid = os.getpid()
         self._saved = {key: os.environ.get(key) for key in self.environment}
         os.environ.update(self.environment)
+
+    @property
+    def job(self):
+        """gpupoold's job id, or the lease's name when no daemon granted it."""
+        return self.id if self.id is not None else self.environment["GPUPOOL_JOB"]
 
     @property
     def held(self):
@@ -104,6 +112,8 @@ class Lease:
         finally:
             connection.close()
             if os.getpid() == self._pid:
+                if self._helper is not None:
+                    self._helper.wait()  # it releases and ends once told, or once the connection is gone
                 for key, value in self._saved.items():
                     if value is None:
                         os.environ.pop(key, None)
@@ -133,7 +143,7 @@ class Lease:
 
     def __repr__(self):
         state = "held" if self.held else "released"
-        return f"<gpupool.Lease job {self.id} gpus {self.gpus} {state}>"
+        return f"<gpupool.Lease job {self.job} gpus {self.gpus} {state}>"
 
 
 def acquire(n=1, mem=None, timeout=None, name=None, on_wait=None, socket_path=None, time=None):
@@ -143,10 +153,11 @@ def acquire(n=1, mem=None, timeout=None, name=None, on_wait=None, socket_path=No
     `gpupool run` sets them for its program. on_wait(text) hears why the request waits. time: a
     time limit (seconds, or e.g. "30m"), as `gpupool run --time`: the job may then start beside
     GPUs reserved for a wider one; past it and the daemon's grace period, the process gets
-    SIGTERM, as a `gpupool cancel` sends it."""
+    SIGTERM, as a `gpupool cancel` sends it. Without a running daemon (and socket_path not given)
+    it leases straight from the lease directory, as `gpupool run` does without one."""
     global _held
     if _held is not None and _held.held and _held._pid == os.getpid():
-        raise Error(f"this process holds job {_held.id}'s GPUs already: release() that lease first")
+        raise Error(f"this process holds job {_held.job}'s GPUs already: release() that lease first")
     if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= 1024:
         raise Error(f"invalid GPU count {n!r}: expected a whole number from 1 to 1024")
     limit = seconds(timeout, "timeout")
@@ -161,7 +172,12 @@ def acquire(n=1, mem=None, timeout=None, name=None, on_wait=None, socket_path=No
         cwd = "/"
     job = {"kind": "interactive", "command": command, "cwd": cwd, "gpu_count": n, "mem_mib": memory_mib(mem),
            "name": name or "", "time_limit_s": time_limit}
-    connection = Connection(socket_path)
+    try:
+        connection = Connection(socket_path)
+    except NoDaemon as no_daemon:
+        if socket_path is not None:
+            raise
+        return _acquire_without_daemon(job, limit, on_wait, str(no_daemon))
     deadline = None if limit is None else monotonic() + limit
     try:
         connection.send({"op": "lease", "job": job})
@@ -199,4 +215,56 @@ def acquire(n=1, mem=None, timeout=None, name=None, on_wait=None, socket_path=No
                 on_wait(f"job {answer['id']} queued: {answer.get('reason', '')}")
     except BaseException:
         connection.close()
+        raise
+
+
+def _acquire_without_daemon(job, limit, on_wait, no_daemon):
+    """As `gpupool run` leases without a daemon: `gpupool acquire` waits in the same line, names
+    this process as the holder and hands it the lock descriptors over a socket pair; it keeps its
+    own copies until release() (or the end of this process), then removes the holder records."""
+    global _held
+    command = os.environ.get("GPUPOOL_CLI") or shutil.which("gpupool")
+    if not command:
+        raise Error(f"{no_daemon}; the gpupool command, which leases GPUs without it, is not on PATH either")
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    argv = [command, "acquire", "--fd", str(theirs.fileno()), "-g", str(job["gpu_count"])]
+    if job["mem_mib"] is not None:
+        argv += ["--mem", f"{job['mem_mib']}M"]
+    if job["name"]:
+        argv += ["--name", job["name"]]
+    if limit is not None:
+        argv.append(f"--wait={round(limit * 1000)}ms")
+    if job["time_limit_s"] is not None:
+        argv += ["--time", f"{round(job['time_limit_s'] * 1000)}ms"]
+    try:
+        # Its own session: a Ctrl-C meant for this program does not end the lease under it.
+        helper = subprocess.Popen(argv, pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL,
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    except OSError as e:
+        ours.close()
+        raise Error(f"cannot start {command}: {e.strerror}") from None
+    finally:
+        theirs.close()
+    connection = Connection.over(ours)
+    try:
+        while True:
+            answer, fds = connection.receive_line()
+            if answer is None:
+                raise Error(f"gpupool acquire ended (exit code {helper.wait()}) without leasing GPUs")
+            if answer.get("event") == "granted" and len(fds) == answer.get("descriptors"):
+                lease = Lease(connection, answer, fds, answer.get("job"), helper)
+                _held = lease
+                atexit.register(lease._at_exit)
+                return lease
+            for fd in fds:
+                os.close(fd)
+            check(answer)
+            if answer.get("event") != "waiting":
+                raise Error(f"gpupool acquire sent an unexpected answer: {answer}")
+            if on_wait is not None:
+                on_wait(answer.get("reason", ""))
+    except BaseException:
+        connection.close()
+        helper.kill()
+        helper.wait()
         raise

@@ -44,6 +44,7 @@ std::unique_ptr<CLI::App> make_app(int& exit_code, const std::vector<std::string
   add_run_command(app, exit_code, program);
   add_launch_command(app, exit_code, program);
   add_leases_command(app, exit_code);
+  add_acquire_command(app, exit_code);
   add_top_command(app, exit_code);
   add_queue_commands(app, exit_code, program);
   add_wait_command(app, exit_code);

@@ -21,6 +21,8 @@ void add_docker_args_command(CLI::App& app, int& exit_code);
 void add_run_command(CLI::App& app, int& exit_code, const std::vector<std::string>& program);
 void add_launch_command(CLI::App& app, int& exit_code, const std::vector<std::string>& program);
 void add_leases_command(CLI::App& app, int& exit_code);
+// Hidden: the lease behind the Python package's acquire() when no gpupoold runs.
+void add_acquire_command(CLI::App& app, int& exit_code);
 void add_top_command(CLI::App& app, int& exit_code);
 void add_sim_command(CLI::App& app, int& exit_code);
 void add_queue_commands(CLI::App& app, int& exit_code, const std::vector<std::string>& program);

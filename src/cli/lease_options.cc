@@ -145,10 +145,7 @@ Result<LeasedGpus> lease_from_daemon(DaemonClient client, GpuBackend& backend, c
 
 }  // namespace
 
-Result<LeasedGpus> lease_gpus(const LeaseRequestOptions& options, const std::vector<std::string>& command) {
-  TRY_ASSIGN(auto backend, open_pool_backend());
-  TRY_ASSIGN(LeaseDirectory leases, LeaseDirectory::open_default());
-  HostFiles host = host_files_from_environment();
+Result<AcquireOptions> acquire_options(const LeaseRequestOptions& options, GpuBackend& backend) {
   AcquireOptions acquire;
   acquire.request.count = options.count;
   if (!options.memory.empty()) {
@@ -156,7 +153,7 @@ Result<LeasedGpus> lease_gpus(const LeaseRequestOptions& options, const std::vec
     acquire.request.slice_mib = slice;
   }
   if (!options.gpus.empty() || !options.exclude.empty()) {
-    TRY_ASSIGN(Machine machine, backend->discover(DiscoveryScope{.links = false, .processes = false}));
+    TRY_ASSIGN(Machine machine, backend.discover(DiscoveryScope{.links = false, .processes = false}));
     if (!options.gpus.empty()) {
       TRY_ASSIGN(acquire.request.allowed, find_gpus(machine.gpus, split(options.gpus, ',')));
     }
@@ -169,6 +166,22 @@ Result<LeasedGpus> lease_gpus(const LeaseRequestOptions& options, const std::vec
     TRY_ASSIGN(auto timeout, parse_duration(*options.wait));
     acquire.timeout = timeout;
   }
+  return acquire;
+}
+
+Result<LeasedGpus> lease_directly(GpuBackend& backend, const LeaseDirectory& leases, AcquireOptions acquire,
+                                  std::string job, pid_t holder_pid) {
+  acquire.holder = LeaseHolder{holder_pid, "", job, static_cast<int64_t>(std::time(nullptr))};
+  TRY_ASSIGN(Acquired acquired, acquire_gpus(backend, leases, host_files_from_environment(), acquire));
+  LeasedGpus leased{std::move(acquired), {}, std::move(job), acquire.request.slice_mib, nullptr};
+  leased.gpus = leased.acquired.gpus;
+  return leased;
+}
+
+Result<LeasedGpus> lease_gpus(const LeaseRequestOptions& options, const std::vector<std::string>& command) {
+  TRY_ASSIGN(auto backend, open_pool_backend());
+  TRY_ASSIGN(LeaseDirectory leases, LeaseDirectory::open_default());
+  TRY_ASSIGN(AcquireOptions acquire, acquire_options(options, *backend));
   // The reason names the holders: other users' job names and commands, shown escaped.
   if (!options.quiet) {
     acquire.on_wait = [](const std::string& why) { fmt::print(stderr, "gpupool: {}\n", printable(why, kMaxShownBytes)); };
@@ -180,10 +193,7 @@ Result<LeasedGpus> lease_gpus(const LeaseRequestOptions& options, const std::vec
     return leased;
   }
   std::string job = options.name.empty() ? fmt::format("run-{}", own_pid()) : options.name;
-  acquire.holder = LeaseHolder{own_pid(), "", job, static_cast<int64_t>(std::time(nullptr))};
-  TRY_ASSIGN(Acquired acquired, acquire_gpus(*backend, leases, host, acquire));
-  LeasedGpus leased{std::move(acquired), {}, job, acquire.request.slice_mib, nullptr};
-  leased.gpus = leased.acquired.gpus;
+  TRY_ASSIGN(LeasedGpus leased, lease_directly(*backend, leases, std::move(acquire), std::move(job), own_pid()));
   if (!options.quiet) announce(leased);
   return leased;
 }

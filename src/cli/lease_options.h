@@ -41,6 +41,13 @@ struct LeasedGpus {
 // directly from the lease directory. `command` is what the queue shows for the job.
 Result<LeasedGpus> lease_gpus(const LeaseRequestOptions& options, const std::vector<std::string>& command);
 
+// The request the options describe, without a report of the wait (on_wait) or a holder.
+Result<AcquireOptions> acquire_options(const LeaseRequestOptions& options, GpuBackend& backend);
+
+// Straight from the lease directory, without asking gpupoold: the leases name `holder_pid`.
+Result<LeasedGpus> lease_directly(GpuBackend& backend, const LeaseDirectory& leases, AcquireOptions acquire,
+                                  std::string job, pid_t holder_pid);
+
 // Through gpupoold, SIGTERM (`gpupool cancel`) is held back from the lease request on: call
 // this just before starting the program. When one came, the lease is released, the daemon told,
 // and the error is "job N cancelled before it started"; one that comes later stays pending for

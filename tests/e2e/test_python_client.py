@@ -13,7 +13,7 @@ import threading
 import types
 import unittest
 
-from harness import SOURCE_DIR, Daemon, LineReader, main, until_exists, wait_until
+from harness import GPUPOOL, SOURCE_DIR, Daemon, LineReader, clean_env, main, until_exists, wait_until
 
 PYTHON_DIR = os.path.abspath(os.path.join(SOURCE_DIR, "python"))
 sys.path.insert(0, PYTHON_DIR)
@@ -296,6 +296,63 @@ class PythonClientTest(unittest.TestCase):
             outcome["lease"].release()
             self.assertEqual(d.held_gpus(), [])
 
+
+    def test_acquire_without_a_daemon(self):
+        scratch = tempfile.mkdtemp(prefix="gpupool-python-alone-")
+        self.addCleanup(shutil.rmtree, scratch, True)
+        env = clean_env(GPUPOOL_SIM="hgx-h200", GPUPOOL_RUNTIME_DIR=os.path.join(scratch, "run"), GPUPOOL_CLI=GPUPOOL)
+        alone = types.SimpleNamespace(env=env, work=scratch)
+
+        def gp(*args):
+            return subprocess.run([GPUPOOL, *args], env=env, capture_output=True, text=True, timeout=60)
+
+        def leases():
+            out = gp("leases", "--json")
+            self.assertEqual(out.returncode, 0, out.stderr)
+            return json.loads(out.stdout)
+        run = gp("run", "-q", "-g", "2", "--mem", "20G", "--", "env")
+        run_env = dict(line.split("=", 1) for line in run.stdout.splitlines() if "=" in line)
+        proc, lines, held = self.holder(alone, 2, "20G")
+        self.assertIsNone(held["id"])
+        # What gpupool run sets without a daemon, the job named after the process that holds it.
+        self.assertEqual(held["env"]["GPUPOOL_JOB"], f"acquire-{held['pid']}")
+        self.assertEqual({k: v for k, v in lease_env(held["env"], None).items() if k != "GPUPOOL_JOB"},
+                         {k: v for k, v in lease_env(run_env, None).items() if k != "GPUPOOL_JOB"})
+        # The leases name the Python process, whose GPU work is then gpupool's, and hold: eight
+        # whole GPUs cannot be had meanwhile.
+        self.assertEqual(sorted((l["uuid"], l["pid"]) for l in leases()),
+                         sorted((uuid, held["pid"]) for uuid in held["uuids"]))
+        self.assertNotEqual(gp("run", "-q", "-g", "8", "--wait=0", "--", "true").returncode, 0)
+        self.tell(proc, "release")
+        self.assertTrue(lines.readline().startswith("released "))
+        self.assertEqual(leases(), [])
+        self.assertEqual(gp("run", "-q", "-g", "8", "--wait=0", "--", "true").returncode, 0)
+        # A holder that dies without releasing: its leases end with it.
+        for ending in ("die", signal.SIGKILL):
+            proc, _, held = self.holder(alone, 1)
+            self.assertEqual([l["pid"] for l in leases()], [held["pid"]])
+            if ending == "die":
+                self.tell(proc, "die")
+            else:
+                proc.send_signal(ending)
+            proc.wait(timeout=30)
+            wait_until(lambda: leases() == [], 10, what=f"the lease ending after {ending}")
+        # Waiting for busy GPUs: the reason is heard, the timeout kept, nothing is left behind.
+        os.environ.update(env)
+        busy = subprocess.Popen([GPUPOOL, "run", "-q", "-g", "8", "--", "sh", "-c", until_exists(f"{scratch}/go")],
+                                env=env)
+        self.addCleanup(busy.wait)
+        wait_until(lambda: len(leases()) == 8, 10, what="all eight GPUs leased")
+        heard = []
+        with self.assertRaisesRegex(gpupool.Error, r"^gave up after"):
+            gpupool.acquire(1, timeout=0.3, on_wait=heard.append)
+        self.assertRegex(heard[0], r"8 busy")
+        open(f"{scratch}/go", "w").close()
+        self.assertEqual(busy.wait(timeout=30), 0)
+        with gpupool.acquire(1, name="alone") as lease:
+            self.assertEqual(os.environ["GPUPOOL_JOB"], "alone")
+            self.assertEqual([l["job"] for l in leases()], ["alone"])
+        self.assertEqual(leases(), [])
 
 class PipInstallTest(unittest.TestCase):
     def has(self, statement):
