@@ -8,7 +8,11 @@
 
 #include <fmt/format.h>
 
+#include "base/duration.h"
 #include "lease/gpu_pool.h"
+#include "lease/waiting_line.h"
+#include "os/clock.h"
+#include "os/environment.h"
 #include "os/file_lock.h"
 #include "os/files.h"
 #include "os/process.h"
@@ -19,11 +23,11 @@ namespace {
 // A place in line: a file named by arrival time, locked while its owner waits.
 class Ticket {
  public:
-  static Result<Ticket> take(const std::string& queue_dir) {
+  static Result<Ticket> take(const std::string& queue_dir, LineRequestSize size) {
     auto now = std::chrono::system_clock::now().time_since_epoch();
     auto seconds = std::chrono::duration_cast<std::chrono::seconds>(now);
     auto nanoseconds = std::chrono::duration_cast<std::chrono::nanoseconds>(now - seconds);
-    std::string name = fmt::format("{:010}{:09}.{}", seconds.count(), nanoseconds.count(), own_pid());
+    std::string name = ticket_name(seconds.count(), nanoseconds.count(), own_pid(), size);
     // Made and locked under a dot-name that scanners skip, then renamed into line: a ticket
     // that is visible but not yet locked would look dead and be cleared by a waiter.
     std::string draft = queue_dir + "/." + name;
@@ -52,17 +56,17 @@ class Ticket {
     if (fd_) (void)remove_file(dir_ + "/" + name_);
   }
 
-  size_t ahead() const { return live_tickets_before(dir_, name_); }
+  std::vector<LinePlace> ahead() const { return live_tickets_before(dir_, name_); }
 
-  // How many live tickets sort before `name` (dead ones are cleared on the way).
-  static size_t live_tickets_before(const std::string& dir, const std::string& name) {
+  // The live tickets that sort before `name` (dead ones are cleared on the way).
+  static std::vector<LinePlace> live_tickets_before(const std::string& dir, const std::string& name) {
     std::vector<std::string> older;
     if (auto names = directory_entries(dir)) {
       for (const std::string& other : *names) {
         if (other.front() != '.' && other < name) older.push_back(other);
       }
     }
-    size_t live = 0;
+    std::vector<LinePlace> live;
     for (const std::string& other : older) {
       std::string path = dir + "/" + other;
       // O_NONBLOCK: a FIFO planted here must not hold everyone's run in open().
@@ -71,7 +75,8 @@ class Ticket {
       if (try_lock_file(fd->get(), LockMode::shared)) {
         (void)remove_file(path);  // its owner died waiting; only the owner or root can remove it
       } else {
-        ++live;
+        // A live name that is no ticket of ours still holds its place, passed by nobody.
+        live.push_back(parse_ticket_name(other).value_or(LinePlace{other, 0, std::nullopt}));
       }
     }
     return live;
@@ -86,6 +91,13 @@ class Ticket {
 
 }  // namespace
 
+double line_pass_window_s() {
+  std::optional<std::string> text = environment_variable("GPUPOOL_LINE_PASS");
+  if (!text || text->empty()) return kDefaultLinePassWindowS;
+  auto seconds = parse_duration_s(*text);
+  return seconds ? *seconds : kDefaultLinePassWindowS;
+}
+
 Result<Acquired> acquire_gpus(GpuBackend& backend, const LeaseDirectory& leases, const HostFiles& host,
                               const AcquireOptions& options) {
   const auto start = std::chrono::steady_clock::now();
@@ -97,10 +109,13 @@ Result<Acquired> acquire_gpus(GpuBackend& backend, const LeaseDirectory& leases,
     if (reason != last_reason && options.on_wait) options.on_wait(reason);
     last_reason = reason;
   };
+  const LineRequestSize size{options.request.count, options.request.slice_mib.has_value()};
+  const double pass_window_s = line_pass_window_s();
   for (;;) {
-    // Without a ticket, anyone already in line goes first.
-    size_t ahead = ticket ? ticket->ahead() : Ticket::live_tickets_before(queue_dir, "~");
-    if (ahead == 0) {
+    // Without a ticket, everyone already in line is ahead.
+    std::vector<LinePlace> ahead = ticket ? ticket->ahead() : Ticket::live_tickets_before(queue_dir, "~");
+    LineTurn turn = line_turn(ahead, size, unix_now(), pass_window_s);
+    if (turn.may_try) {
       TRY_ASSIGN(Machine machine, backend.discover(DiscoveryScope{}));
       TRY_ASSIGN(std::vector<GpuAvailability> availability, survey_pool(machine, leases, host, busy_mib));
       TRY_ASSIGN(auto choice, choose_gpus(machine, availability, options.request));
@@ -113,11 +128,11 @@ Result<Acquired> acquire_gpus(GpuBackend& backend, const LeaseDirectory& leases,
       }
       tell(describe_wait(machine, availability, options.request));
     } else {
-      tell(fmt::format("waiting in line: {} earlier request{} first", ahead, ahead == 1 ? " goes" : "s go"));
+      tell(turn.why_not);
     }
     // Join the line only once we have to wait, so an uncontended request costs no queue files.
     if (!ticket) {
-      TRY_ASSIGN(Ticket taken, Ticket::take(queue_dir));
+      TRY_ASSIGN(Ticket taken, Ticket::take(queue_dir, size));
       ticket.emplace(std::move(taken));
       continue;
     }

@@ -1,8 +1,10 @@
 // Acquiring GPUs without a daemon: first come, first served among every
 // process on the machine that asks. Each waiter holds a ticket (a locked file
-// in the runtime directory's queue/); only the oldest live ticket may take
-// GPUs, so a large request is not overtaken forever by small ones. A waiter
-// that dies releases its ticket with its lock.
+// in the runtime directory's queue/); a request tries for GPUs when no live
+// ticket is ahead of it, or when it is smaller than all of them and the oldest
+// has waited less than the pass window (lease/waiting_line.h), so a wide request
+// neither blocks small ones nor is overtaken forever. A waiter that dies
+// releases its ticket with its lock.
 #pragma once
 
 #include <chrono>
@@ -18,6 +20,11 @@
 #include "sched/allocation.h"
 
 namespace gpupool {
+
+// How long small requests may pass a wider one waiting in line; GPUPOOL_LINE_PASS (a duration,
+// e.g. 10m or 0) overrides it.
+inline constexpr double kDefaultLinePassWindowS = 600;
+double line_pass_window_s();
 
 struct AcquireOptions {
   GpuRequest request;

@@ -56,6 +56,30 @@ class RunTest(unittest.TestCase):
         self.assertIn("probe has GPUs", proc.stderr)
         self.assertEqual(self.leases(), [])
 
+    def test_small_requests_pass_a_wide_one_while_it_waits_but_not_for_ever(self):
+        go = os.path.join(self.runtime, "go")
+        holder = subprocess.Popen([GPUPOOL, "run", "-q", "--", "sh", "-c", until_exists(go)], env=self.env)
+        self.addCleanup(holder.wait)
+        self.wait_for(lambda: len(self.leases()) == 1)
+        wide = subprocess.Popen([GPUPOOL, "run", "-g", "8", "--", "true"], env=self.env, stderr=subprocess.PIPE,
+                                text=True)
+        self.addCleanup(wide.wait)
+        queue = os.path.join(self.runtime, "queue")
+        self.wait_for(lambda: os.path.isdir(queue) and [n for n in os.listdir(queue) if not n.startswith(".")])
+        # Seven GPUs are free: one GPU passes the request for eight that cannot start anyway.
+        small = self.gp("run", "-q", "-g", "1", "--wait=30s", "--", "true")
+        self.assertEqual(small.returncode, 0, small.stderr)
+        # Past the pass window (here 0) nobody passes it: the GPUs drain towards it.
+        strict = self.gp("run", "-g", "1", "--wait=1s", "--", "true", env=dict(self.env, GPUPOOL_LINE_PASS="0"))
+        self.assertNotEqual(strict.returncode, 0)
+        self.assertIn("waiting in line: 1 earlier request goes first (the first has waited", strict.stderr)
+        # A request as wide as the one waiting keeps to its turn whatever the window.
+        equal = self.gp("run", "-g", "8", "--wait=1s", "--", "true")
+        self.assertIn("waiting in line: 1 earlier request goes first", equal.stderr)
+        open(go, "w").close()
+        self.assertEqual(wide.wait(timeout=60), 0)
+        self.assertIn("waiting for 8 GPUs", wide.stderr.read())
+
     def test_exit_codes_and_signals_pass_through(self):
         self.assertEqual(self.gp("run", "--", "sh", "-c", "exit 7").returncode, 7)
         self.assertEqual(self.gp("run", "--", "sh", "-c", "kill -TERM $$").returncode, 128 + signal.SIGTERM)
