@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstring>
 #include <ctime>
+#include <random>
 #include <set>
 #include <thread>
 
@@ -151,6 +152,14 @@ struct SubmitOptions {
   SlurmSubmitOptions slurm;
 };
 
+// 128 random bits: unique per submission on this machine.
+std::string submission_token() {
+  std::random_device random;
+  std::string token;
+  for (int i = 0; i < 4; ++i) token += fmt::format("{:08x}", random());
+  return token;
+}
+
 Result<int> submit(const SubmitOptions& options) {
   proto::SubmitRequest request;
   request.hold = options.hold;
@@ -178,9 +187,12 @@ Result<int> submit(const SubmitOptions& options) {
   if (!options.array.empty()) {
     TRY_ASSIGN(request.array, parse_array_spec(options.array));
   }
-  TRY_ASSIGN(DaemonClient client, DaemonClient::connect(runtime_directory()));
-  TRY_ASSIGN(proto::Response response, client.request(request));
-  TRY_ASSIGN(proto::SubmitResponse submitted, expect<proto::SubmitResponse>(std::move(response)));
+  // Sent again after a lost connection (a daemon restart) under the same token: the daemon
+  // stores the submission once, however many times it arrives.
+  request.token = submission_token();
+  TRY_ASSIGN(ReconnectingClient client, ReconnectingClient::connect(runtime_directory()));
+  TRY_ASSIGN(std::optional<ReceivedResponse> received, client.request(request));
+  TRY_ASSIGN(proto::SubmitResponse submitted, expect<proto::SubmitResponse>(std::move(received->response)));
   if (!request.array) {
     fmt::print("{}\n", submitted.id);
     return 0;

@@ -1,6 +1,8 @@
 #include <fcntl.h>
 #include <malloc.h>
 
+#include <map>
+
 #include <fmt/format.h>
 
 #include "daemon/daemon_impl.h"
@@ -74,8 +76,18 @@ Result<Job> Daemon::Impl::admit(const SessionPtr& session, const protocol::Submi
 }
 
 void Daemon::Impl::handle(const SessionPtr& s, const protocol::SubmitRequest& r) {
+  if (r.token) {
+    // Sent again after a lost answer: what the first one stored is the answer.
+    auto stored = store_.find_submission(s->owner.uid, *r.token);
+    if (!stored) return sessions_.send(s, protocol::ErrorResponse{stored.error().message});
+    if (*stored) {
+      std::optional<unsigned> tasks = r.array ? std::optional((*stored)->count) : std::nullopt;
+      return sessions_.send(s, protocol::SubmitResponse{(*stored)->first_id, tasks});
+    }
+  }
   auto admitted = admit(s, r, JobKind::Batch);
   if (!admitted) return sessions_.send(s, protocol::ErrorResponse{admitted.error().message});
+  admitted->submit_token = r.token;
   if (r.hold) {
     // Stored held: no window in which it could start before the hold.
     admitted->state = JobState::Held;
@@ -106,19 +118,37 @@ void Daemon::Impl::submit_array(const SessionPtr& s, Job admitted, const ArraySp
 void Daemon::Impl::commit_submissions() {
   auto pending = std::move(pending_submissions_);
   pending_submissions_.clear();
+  // A submission sent again while the first is still pending here is the same job: stored once.
+  std::map<std::pair<uid_t, std::string>, size_t> first_with_token;
+  std::vector<size_t> stored_as;  // per pending submission, its job's place in `jobs`
   std::vector<Job> jobs;
-  for (auto& [session, job] : pending) jobs.push_back(job);
+  for (const auto& [session, job] : pending) {
+    if (job.submit_token) {
+      auto [first, added] = first_with_token.emplace(std::pair(job.owner.uid, *job.submit_token), jobs.size());
+      if (!added) {
+        stored_as.push_back(first->second);
+        continue;
+      }
+    }
+    stored_as.push_back(jobs.size());
+    jobs.push_back(job);
+  }
   auto ids = store_.insert_all(jobs);  // durable before the clients hear their ids
+  std::vector<bool> handed(jobs.size(), false);
   for (size_t i = 0; i < pending.size(); ++i) {
     auto& [session, job] = pending[i];
     if (!ids) {
       sessions_.send(session, protocol::ErrorResponse{ids.error().message});
       continue;
     }
-    job.id = (*ids)[i];
-    dispatcher_.fill_log_paths(job);
-    dispatcher_.submitted(std::move(job));
-    sessions_.send(session, protocol::SubmitResponse{(*ids)[i]});
+    JobId id = (*ids)[stored_as[i]];
+    if (!handed[stored_as[i]]) {
+      handed[stored_as[i]] = true;
+      job.id = id;
+      dispatcher_.fill_log_paths(job);
+      dispatcher_.submitted(std::move(job));
+    }
+    sessions_.send(session, protocol::SubmitResponse{id});
   }
   dispatcher_.dispatch();
 }

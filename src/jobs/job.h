@@ -148,6 +148,9 @@ struct Job {
   std::optional<double> expected_start;  // Unix seconds
   std::optional<JobUsage> usage;          // a running job's, likewise
   std::optional<ArrayTask> array = std::nullopt;  // a task of an array job
+  // The client's token of the submission (protocol `token`): the same one sent again, after a
+  // connection lost before the answer, finds this job instead of storing another.
+  std::optional<std::string> submit_token = std::nullopt;
 };
 
 // The job's name, or its command's base name when it has none, with "[INDEX]" for a task of

@@ -25,7 +25,7 @@ using sqlite::exec;
 using sqlite::prepare;
 using sqlite::Statement;
 
-constexpr int kSchemaVersion = 2;
+constexpr int kSchemaVersion = 3;
 
 struct Column {
   const char* name;
@@ -34,7 +34,7 @@ struct Column {
 
 // The columns of `jobs` after `id`, in the order bind_job binds and decode_job reads them.
 // Lists are JSON arrays, the state and kind their names. Changing this changes the schema.
-constexpr std::array<Column, 33> kJobColumns = {{
+constexpr std::array<Column, 34> kJobColumns = {{
     {"name", "TEXT NOT NULL"},
     {"argv", "TEXT NOT NULL"},
     {"environment", "TEXT NOT NULL"},
@@ -69,6 +69,8 @@ constexpr std::array<Column, 33> kJobColumns = {{
     {"array_id", "INTEGER"},
     {"array_index", "INTEGER"},
     {"array_limit", "INTEGER"},
+    // Schema 3: the client's token of the submission, so that one sent again is stored once.
+    {"submit_token", "TEXT"},
 }};
 
 // What schema 1 lacks, added in place: its rows are jobs of no array.
@@ -77,6 +79,11 @@ constexpr const char* kSchema1To2 =
     "ALTER TABLE jobs ADD COLUMN array_index INTEGER;"
     "ALTER TABLE jobs ADD COLUMN array_limit INTEGER;"
     "UPDATE meta SET value = '2' WHERE name = 'schema_version';";
+// What schema 2 lacks: its jobs came without tokens.
+constexpr const char* kSchema2To3 =
+    "ALTER TABLE jobs ADD COLUMN submit_token TEXT;"
+    "CREATE INDEX jobs_by_token ON jobs (uid, submit_token) WHERE submit_token IS NOT NULL;"
+    "UPDATE meta SET value = '3' WHERE name = 'schema_version';";
 
 constexpr std::array<JobState, 3> kUnfinishedStates = {JobState::Queued, JobState::Held, JobState::Running};
 
@@ -90,6 +97,7 @@ std::string schema_sql() {
       "CREATE TABLE jobs (id INTEGER PRIMARY KEY AUTOINCREMENT{});"
       "CREATE INDEX jobs_by_state ON jobs (state);"
       "CREATE INDEX jobs_by_user ON jobs (user);"
+      "CREATE INDEX jobs_by_token ON jobs (uid, submit_token) WHERE submit_token IS NOT NULL;"
       "INSERT INTO meta (name, value) VALUES ('schema_version', '{}');",
       columns, kSchemaVersion);
 }
@@ -254,6 +262,7 @@ Result<void> bind_job(Binder& row, const Job& job) {
   row.add(job.array ? std::optional(job.array->array_id) : std::nullopt);
   row.add(job.array ? std::optional(job.array->index) : std::nullopt);
   row.add(job.array ? std::optional(job.array->limit) : std::nullopt);
+  row.add(job.submit_token);
   return {};
 }
 
@@ -294,6 +303,12 @@ class RowReader {
     if (at_null()) return std::optional<T>();
     TRY_ASSIGN(T value, integer<T>());
     return std::optional<T>(value);
+  }
+
+  Result<std::optional<std::string>> optional_text() {
+    if (at_null()) return std::optional<std::string>();
+    TRY_ASSIGN(std::string value, text());
+    return std::optional<std::string>(std::move(value));
   }
 
   Result<std::optional<double>> optional_real() {
@@ -396,6 +411,7 @@ Result<Job> decode_job(sqlite3_stmt* statement) {
   TRY_ASSIGN(std::optional<unsigned> array_index, row.optional_integer<unsigned>());
   TRY_ASSIGN(std::optional<unsigned> array_limit, row.optional_integer<unsigned>());
   if (array_id) job.array = ArrayTask{*array_id, array_index.value_or(0), array_limit.value_or(0)};
+  TRY_ASSIGN(job.submit_token, row.optional_text());
   return job;
 }
 
@@ -425,7 +441,11 @@ Result<void> create_or_check_schema(sqlite3* db) {
   }
   TRY_ASSIGN(auto version, query_text(db, "SELECT value FROM meta WHERE name = 'schema_version'",
                                       "reading the schema version"));
-  if (version == "1") return exec(db, kSchema1To2, "adding array jobs to the schema");
+  if (version == "1") {
+    TRY(exec(db, kSchema1To2, "adding array jobs to the schema"));
+    version = "2";
+  }
+  if (version == "2") return exec(db, kSchema2To3, "adding submission tokens to the schema");
   if (version != std::to_string(kSchemaVersion)) {
     return fail("state database {} has schema {}; this gpupoold reads {}", database_name(db),
                 version.value_or("(none)"), kSchemaVersion);
@@ -436,7 +456,7 @@ Result<void> create_or_check_schema(sqlite3* db) {
 }  // namespace
 
 struct JobStore::Statements {
-  Statement insert, update, get, setting, set_setting, first_from;
+  Statement insert, update, get, setting, set_setting, first_from, by_token;
   std::array<Statement, 4 * kStateMatches.size()> list;  // at list_index(by_user, states, with_environment)
 };
 
@@ -495,6 +515,8 @@ Result<JobStore> JobStore::open(const std::string& path) {
   TRY_ASSIGN(statements->get, kept(fmt::format("SELECT id, {} FROM jobs WHERE id = ?", columns)));
   TRY_ASSIGN(statements->setting, kept("SELECT value FROM settings WHERE name = ?"));
   TRY_ASSIGN(statements->first_from, kept("SELECT id, submit_time FROM jobs WHERE id >= ? ORDER BY id LIMIT 1"));
+  TRY_ASSIGN(statements->by_token,
+             kept("SELECT MIN(id), COUNT(*) FROM jobs WHERE uid = ? AND submit_token = ? AND submit_token IS NOT NULL"));
   TRY_ASSIGN(statements->set_setting,
              kept("INSERT INTO settings (name, value) VALUES (?, ?) "
                          "ON CONFLICT (name) DO UPDATE SET value = excluded.value"));
@@ -617,6 +639,18 @@ Result<std::vector<Job>> JobStore::unfinished() const {
   JobFilter filter;
   filter.with_environment = true;  // they are to run
   return list(filter);
+}
+
+Result<std::optional<StoredSubmission>> JobStore::find_submission(uid_t uid, const std::string& token) const {
+  StatementUse statement(statements_->by_token);
+  Binder parameters(statement.get());
+  parameters.add(uid);
+  parameters.add(token);
+  TRY(parameters.status(db_));
+  if (sqlite3_step(statement.get()) != SQLITE_ROW) return database_error(db_, "looking for a submission by its token");
+  unsigned count = static_cast<unsigned>(sqlite3_column_int64(statement.get(), 1));
+  if (count == 0) return std::optional<StoredSubmission>();
+  return std::optional(StoredSubmission{static_cast<JobId>(sqlite3_column_int64(statement.get(), 0)), count});
 }
 
 Result<JobId> JobStore::last_submitted_before(double unix_time) const {

@@ -28,6 +28,12 @@ struct JobFilter {
   bool with_environment = false;
 };
 
+// What one submission stored: its first job's id, and how many jobs (an array's tasks).
+struct StoredSubmission {
+  JobId first_id = 0;
+  unsigned count = 1;
+};
+
 class JobStore {
  public:
   // Opens or creates `path` (the parent directory must exist), creating the schema or
@@ -52,6 +58,8 @@ class JobStore {
   Result<std::vector<Job>> list(const JobFilter& filter) const;
   // Queued, held and running jobs: what the daemon loads at start.
   Result<std::vector<Job>> unfinished() const;
+  // The jobs a user stored with a submission token (one, or an array's tasks), if any.
+  Result<std::optional<StoredSubmission>> find_submission(uid_t uid, const std::string& token) const;
   // The largest id of the jobs submitted before `unix_time` (0: none was), as a list's
   // `after_id` that starts at the jobs submitted since. Found by bisecting the ids, whose
   // submission times grow with them (to within a group commit's milliseconds), so it costs a

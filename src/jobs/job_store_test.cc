@@ -93,6 +93,7 @@ void expect_same_job(const Job& a, const Job& b) {
   EXPECT_EQ(a.stdout_path, b.stdout_path);
   EXPECT_EQ(a.stderr_path, b.stderr_path);
   EXPECT_EQ(a.array, b.array);
+  EXPECT_EQ(a.submit_token, b.submit_token);
 }
 
 constexpr bool kFinishedToo = true;
@@ -422,10 +423,10 @@ TEST_F(JobStoreTest, UsesWriteAheadLogging) {
 TEST_F(JobStoreTest, RefusesAnotherSchemaVersion) {
   ASSERT_NO_FATAL_FAILURE(open_store());
   store_.reset();
-  raw_sql("UPDATE meta SET value = '3' WHERE name = 'schema_version'");
+  raw_sql("UPDATE meta SET value = '4' WHERE name = 'schema_version'");
   auto store = JobStore::open(path_);
   ASSERT_FALSE(store.ok());
-  EXPECT_EQ(store.error().message, "state database " + path_ + " has schema 3; this gpupoold reads 2");
+  EXPECT_EQ(store.error().message, "state database " + path_ + " has schema 4; this gpupoold reads 3");
 }
 
 TEST_F(JobStoreTest, StoresAnArrayInOneStepNamedAfterItsFirstTask) {
@@ -453,7 +454,8 @@ TEST_F(JobStoreTest, TakesUpASchema1DatabaseAsJobsOfNoArray) {
   Job before = job_of("ana", JobState::Queued);
   before.id = insert(before);
   store_.reset();
-  raw_sql("ALTER TABLE jobs DROP COLUMN array_id; ALTER TABLE jobs DROP COLUMN array_index;"
+  raw_sql("DROP INDEX jobs_by_token; ALTER TABLE jobs DROP COLUMN submit_token;"
+          "ALTER TABLE jobs DROP COLUMN array_id; ALTER TABLE jobs DROP COLUMN array_index;"
           "ALTER TABLE jobs DROP COLUMN array_limit; UPDATE meta SET value = '1' WHERE name = 'schema_version'");
   ASSERT_NO_FATAL_FAILURE(open_store());
   auto stored = store_->get(before.id);
@@ -464,6 +466,50 @@ TEST_F(JobStoreTest, TakesUpASchema1DatabaseAsJobsOfNoArray) {
   auto ids = store_->insert_array({task});
   ASSERT_TRUE(ids.ok()) << ids.error().message;
   EXPECT_EQ((*store_->get(ids->front()))->array, (ArrayTask{ids->front(), 4, 0}));
+}
+
+TEST_F(JobStoreTest, FindsASubmissionByItsUsersToken) {
+  ASSERT_NO_FATAL_FAILURE(open_store());
+  Job single = job_of("ana", JobState::Queued);
+  single.submit_token = "a1";
+  JobId id = insert(single);
+  std::vector<Job> tasks(3, job_of("ana", JobState::Queued));
+  for (unsigned i = 0; i < tasks.size(); ++i) {
+    tasks[i].array = ArrayTask{0, i, 0};
+    tasks[i].submit_token = "b2";
+  }
+  auto ids = store_->insert_array(tasks);
+  ASSERT_TRUE(ids.ok());
+  insert(job_of("ana", JobState::Queued));  // no token
+  auto found = store_->find_submission(single.owner.uid, "a1");
+  ASSERT_TRUE(found.ok() && *found);
+  EXPECT_EQ(((*found)->first_id), id);
+  EXPECT_EQ(((*found)->count), 1u);
+  auto array = store_->find_submission(single.owner.uid, "b2");
+  ASSERT_TRUE(array.ok() && *array);
+  EXPECT_EQ(((*array)->first_id), ids->front());
+  EXPECT_EQ(((*array)->count), 3u);
+  EXPECT_EQ((*store_->get(id))->submit_token, std::optional<std::string>("a1"));
+  // Another user's token of the same text is theirs, and an unknown one finds nothing.
+  EXPECT_FALSE(*store_->find_submission(single.owner.uid + 1, "a1"));
+  EXPECT_FALSE(*store_->find_submission(single.owner.uid, "c3"));
+}
+
+TEST_F(JobStoreTest, TakesUpASchema2DatabaseAsJobsWithoutTokens) {
+  ASSERT_NO_FATAL_FAILURE(open_store());
+  Job before = job_of("ana", JobState::Queued);
+  before.id = insert(before);
+  store_.reset();
+  raw_sql("DROP INDEX jobs_by_token; ALTER TABLE jobs DROP COLUMN submit_token;"
+          "UPDATE meta SET value = '2' WHERE name = 'schema_version'");
+  ASSERT_NO_FATAL_FAILURE(open_store());
+  auto stored = store_->get(before.id);
+  ASSERT_TRUE(stored.ok() && *stored) << (stored.ok() ? "" : stored.error().message);
+  expect_same_job(**stored, before);
+  Job after = job_of("ana", JobState::Queued);
+  after.submit_token = "t";
+  insert(after);
+  EXPECT_TRUE(*store_->find_submission(after.owner.uid, "t"));
 }
 
 TEST_F(JobStoreTest, RefusesADatabaseThatIsNotOurs) {

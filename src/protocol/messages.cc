@@ -311,9 +311,21 @@ Result<LogStream> as_log_stream(const json& value, const Field& field) {
   return fail("{} must be stdout or stderr", quoted(field));
 }
 
+// A submission token: 1 to 64 letters, digits, '-' and '_' (a UUID fits).
+Result<std::string> as_submit_token(const json& value, const Field& field) {
+  TRY_ASSIGN(std::string token, as_text(value, field));
+  bool fits = !token.empty() && token.size() <= kMaxSubmitTokenBytes &&
+              std::all_of(token.begin(), token.end(), [](char c) {
+                return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '_';
+              });
+  if (!fits) return fail("{} must be 1 to {} letters, digits, '-' or '_'", quoted(field), kMaxSubmitTokenBytes);
+  return token;
+}
+
 json request_json(const SubmitRequest& request) {
   json object = {{"op", "submit"}, {"job", spec_to_json(request.spec)}};
   if (request.hold) object["hold"] = true;
+  if (request.token) object["token"] = *request.token;
   if (request.array) {
     object["array"] = request.array->indices;
     if (request.array->limit > 0) object["array_limit"] = request.array->limit;
@@ -390,7 +402,8 @@ Result<Request> request_from_json(const json& object) {
     if (array) {
       TRY_ASSIGN(array->limit, defaulted(object, "array_limit", 0u, whole<unsigned>(1, kMaxArrayIndex)));
     }
-    return Request(SubmitRequest{std::move(spec), hold, std::move(array)});
+    TRY_ASSIGN(std::optional<std::string> token, maybe(object, "token", as_submit_token));
+    return Request(SubmitRequest{std::move(spec), hold, std::move(array), std::move(token)});
   }
   if (op == "jobs") {
     JobsRequest request;

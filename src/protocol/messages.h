@@ -46,7 +46,11 @@ struct SubmitRequest {
   bool hold = false;  // stored held, in the same step: it cannot start before `release`
   // An array job: one task per index, all stored in one step, at most `limit` running at once.
   std::optional<ArraySpec> array = std::nullopt;
+  // Chosen by the client, unique per submission: sent again (the connection was lost before the
+  // answer), it gets the jobs stored the first time instead of new ones.
+  std::optional<std::string> token = std::nullopt;
 };
+inline constexpr size_t kMaxSubmitTokenBytes = 64;
 struct JobsRequest {
   bool all = false;  // include finished jobs (default: queued, held, running)
   std::optional<std::string> user;

@@ -242,6 +242,18 @@ TEST(ProtocolRequestTest, SubmitHeld) {
   EXPECT_EQ(bad.error().message, "bad request: 'hold' must be true or false");
 }
 
+TEST(ProtocolRequestTest, SubmitToken) {
+  SubmitRequest tokened{full_spec(), false, std::nullopt, "0f3a-Z_9"};
+  EXPECT_NE(encode(Request(tokened)).find(R"("token":"0f3a-Z_9")"), std::string::npos);
+  EXPECT_EQ(through_the_wire(tokened).token, std::optional<std::string>("0f3a-Z_9"));
+  EXPECT_FALSE(through_the_wire(SubmitRequest{full_spec()}).token);
+  for (const std::string& token : std::vector<std::string>{R"("")", R"("a b")", R"("\u001b[31m")", "\"" + std::string(65, 'a') + "\""}) {
+    auto bad = parse_request(R"({"op":"submit","token":)" + token + R"(,"job":{"command":["true"],"cwd":"/"}})");
+    ASSERT_FALSE(bad.ok()) << token;
+    EXPECT_EQ(bad.error().message, "bad request: 'token' must be 1 to 64 letters, digits, '-' or '_'") << token;
+  }
+}
+
 TEST(ProtocolRequestTest, Jobs) {
   EXPECT_EQ(encode(Request(JobsRequest{true, "alice", JobState::Running, 4000, 50, std::nullopt})),
             R"({"after_id":4000,"all":true,"limit":50,"op":"jobs","state":"running","user":"alice"})");

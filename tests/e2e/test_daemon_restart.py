@@ -182,6 +182,26 @@ class RestartTest(unittest.TestCase):
                 with self.subTest(job=shown["id"]):
                     self.assertEqual((shown["state"], ran.count(shown["id"])), ("done", 1), shown["reason"])
 
+    def test_a_submission_sent_again_is_stored_once(self):
+        with Daemon() as d:
+            submit = {"op": "submit", "token": "7f3e-retry", "job": d.job_spec(["true"], 1, name="once")}
+            first = d.request(submit)["id"]
+            self.assertEqual(d.request(submit)["id"], first)
+            # An array sent again gets its tasks back, not new ones.
+            array = {"op": "submit", "token": "7f3e-array", "array": [0, 1, 2], "job": d.job_spec(["true"], 1)}
+            tasks = d.request(array)
+            self.assertEqual(d.request(array), tasks)
+            # Sent again to a daemon started since (the answer was lost in its crash): still once.
+            d.finish(first)
+            d.stop()
+            d.start()
+            self.assertEqual(d.request(submit)["id"], first)
+            self.assertEqual(sorted(j["id"] for j in d.all_jobs()),
+                             sorted([first] + list(range(tasks["id"], tasks["id"] + 3))))
+            # gpupool submit sends a token of its own each time: two submissions are two jobs.
+            ids = {d.gp("submit", "--", "true", check=True).stdout.strip() for _ in range(2)}
+            self.assertEqual(len(ids), 2)
+
     def test_one_daemon_per_state_directory(self):
         with Daemon() as d:
             job = d.enqueue(["sleep", "60"])
