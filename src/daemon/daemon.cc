@@ -171,7 +171,8 @@ Result<void> Daemon::Impl::open_monitor(UsageStore usage) {
     auto http = HttpServer::start(*settings_.config.http, *monitor_);
     if (http) {
       http_ = std::move(*http);
-      fmt::print(stderr, "gpupoold: HTTP on http://{}/ (/metrics, /api/gpus, /api/jobs, /api/history)\n",
+      fmt::print(stderr,
+                 "gpupoold: HTTP on http://{}/ (/metrics, /api/gpus, /api/jobs, /api/history, /api/dashboard)\n",
                  http_->address());
     } else {
       fmt::print(stderr, "gpupoold: {}; serving without HTTP\n", http.error().message);
