@@ -168,7 +168,10 @@ Result<void> Daemon::Impl::open_monitor(UsageStore usage) {
   });
   if (settings_.config.http) {
     // Monitoring is not worth refusing jobs over: without its address the daemon serves on.
-    auto http = HttpServer::start(*settings_.config.http, *monitor_);
+    HttpLimits limits;
+    limits.max_connections = settings_.config.http_max_connections;
+    limits.max_connections_per_peer = settings_.config.http_max_connections_per_address;
+    auto http = HttpServer::start(*settings_.config.http, *monitor_, limits);
     if (http) {
       http_ = std::move(*http);
       fmt::print(stderr,

@@ -26,15 +26,16 @@ struct HttpLimits {
   std::chrono::milliseconds idle_timeout{5'000};    // a kept-alive connection with no request is closed
   std::chrono::milliseconds write_timeout{10'000};  // a client that does not read its answer is dropped
   size_t max_requests_per_connection = 1000;        // then "Connection: close"
-  size_t max_connections_per_peer = 8;              // one address; more are closed at once
-  size_t max_connections = 64;                      // in all; more are closed at once
+  // From [monitor] http_max_connections_per_address and http_max_connections: more are closed at once.
+  size_t max_connections_per_peer = 0;
+  size_t max_connections = 0;
 };
 
 class HttpServer {
  public:
   // Binds HOST:PORT (port 0: any free port) and starts serving; an error when the address cannot be bound.
   static Result<std::unique_ptr<HttpServer>> start(const std::string& address, Monitor& monitor,
-                                                   const HttpLimits& limits = {});
+                                                   const HttpLimits& limits);
   ~HttpServer();  // stops serving, closes every connection and waits for its thread
   // HOST:PORT it listens on (the port the kernel chose when asked for port 0).
   const std::string& address() const;
