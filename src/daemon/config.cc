@@ -27,6 +27,9 @@ constexpr double kMaxKillGraceS = 3600;
 // The samples the monitor keeps per GPU (history / sample_interval_s): about 80 MB per GPU.
 constexpr double kMaxSamplesKept = 1'000'000;
 constexpr int64_t kMaxCount = 1'000'000;  // backfill_depth, max_queued_jobs_per_user
+// HTTP connections kept open: half of Linux's usual soft descriptor limit (1024), so that HTTP
+// never takes what the job side needs even in a daemon started by hand (docs/security.md).
+constexpr int64_t kMaxHttpConnections = 512;
 constexpr size_t kMaxDetailBytes = 200;  // of a syntax error in an error line
 
 // --- one value; errors name the key, the caller adds FILE:LINE ---
@@ -48,10 +51,10 @@ Result<double> hours_in_seconds(const toml::node& node, std::string_view key) {
   return hours * 3600;
 }
 
-Result<size_t> count_of(const toml::node& node, std::string_view key) {
+Result<size_t> count_of(const toml::node& node, std::string_view key, int64_t most = kMaxCount) {
   std::optional<int64_t> count = node.is_integer() ? node.value<int64_t>() : std::nullopt;
-  if (!count || *count < 1 || *count > kMaxCount) {
-    return fail("{} must be a whole number from 1 to {}", quote(key), kMaxCount);
+  if (!count || *count < 1 || *count > most) {
+    return fail("{} must be a whole number from 1 to {}", quote(key), most);
   }
   return static_cast<size_t>(*count);
 }
@@ -137,6 +140,16 @@ const Key kMonitorKeys[] = {
        }
        if (!split_http_address(address)) return fail("{} must be HOST:PORT (e.g. \"127.0.0.1:9400\") or \"off\"", quote(key));
        config.http = std::move(address);
+       return {};
+     }},
+    {"http_max_connections",
+     [](const toml::node& node, std::string_view key, DaemonConfig& config) -> Result<void> {
+       TRY_ASSIGN(config.http_max_connections, count_of(node, key, kMaxHttpConnections));
+       return {};
+     }},
+    {"http_max_connections_per_address",
+     [](const toml::node& node, std::string_view key, DaemonConfig& config) -> Result<void> {
+       TRY_ASSIGN(config.http_max_connections_per_address, count_of(node, key, kMaxHttpConnections));
        return {};
      }},
     {"history",

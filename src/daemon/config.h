@@ -44,6 +44,10 @@ struct DaemonConfig {
   size_t max_queued_jobs_per_user = 10'000;
   // [monitor] (docs/monitoring.md)
   std::optional<std::string> http = std::string(kDefaultHttpAddress);  // HOST:PORT; nullopt: no HTTP
+  // HTTP connections kept open, in all and from one client address; more are closed at once. A
+  // reverse proxy in front makes every client one address: raise the second to the first then.
+  size_t http_max_connections = 64;
+  size_t http_max_connections_per_address = 8;
   double history_s = 3600;          // how far back the samples go (charts, /api/history)
   double idle_flag_after_s = 1800;  // a job at about 0 % utilisation this long is flagged idle
 };

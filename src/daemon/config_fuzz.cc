@@ -33,6 +33,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   check(!config->max_time_limit_s || positive_finite(*config->max_time_limit_s));
   check(!config->default_time_limit_s || !config->max_time_limit_s ||
         *config->default_time_limit_s <= *config->max_time_limit_s);
+  check(config->http_max_connections >= 1 && config->http_max_connections <= 512);
+  check(config->http_max_connections_per_address >= 1 && config->http_max_connections_per_address <= 512);
   const gpupool::SchedulerConfig& scheduler = config->scheduler;
   check(!scheduler.quota_gpus || positive_finite(*scheduler.quota_gpus));
   for (const auto& [user, quota] : scheduler.user_quota_gpus) check(positive_finite(quota));

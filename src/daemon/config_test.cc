@@ -68,6 +68,10 @@ default_runtime_h = 0.5
 backfill_depth = 50
 max_queued_jobs_per_user = 200
 
+[monitor]
+http_max_connections = 100
+http_max_connections_per_address = 100
+
 [quotas]
 alice = 8
 "bob.smith" = 0.5
@@ -84,6 +88,8 @@ alice = 8
   EXPECT_EQ(config.scheduler.default_runtime_s, 1800.0);
   EXPECT_EQ(config.scheduler.backfill_depth, 50u);
   EXPECT_EQ(config.max_queued_jobs_per_user, 200u);
+  EXPECT_EQ(config.http_max_connections, 100u);
+  EXPECT_EQ(config.http_max_connections_per_address, 100u);
   EXPECT_EQ(config.scheduler.user_quota_gpus,
             (std::map<std::string, double>{{"alice", 8}, {"bob.smith", 0.5}}));
 }
@@ -171,6 +177,10 @@ TEST(ConfigTest, ValuesOutOfRangeOrOfTheWrongTypeNameTheKeyAndLine) {
        "gpupool.toml:2: 'fair_share_half_life_h' is too large (at most 100 years)"},
       {"[monitor]\nhistory = \"30d\"\n[daemon]\nsample_interval_s = 0.1\n",
        "gpupool.toml:2: 'history' (2592000 s) would keep more than 1000000 samples per GPU at 'sample_interval_s' 0.1"},
+      {"[monitor]\nhttp_max_connections = 0\n",
+       "gpupool.toml:2: 'http_max_connections' must be a whole number from 1 to 512"},
+      {"[monitor]\nhttp_max_connections_per_address = 513\n",
+       "gpupool.toml:2: 'http_max_connections_per_address' must be a whole number from 1 to 512"},
       {"[scheduler]\nmax_queued_jobs_per_user = 0\n",
        "gpupool.toml:2: 'max_queued_jobs_per_user' must be a whole number from 1 to 1000000"},
       {"[scheduler]\nmax_queued_jobs_per_user = -5\n",
@@ -254,6 +264,8 @@ TEST(ConfigTest, TheShippedExample) {
   EXPECT_EQ(every_key.scheduler.default_runtime_s, defaults.scheduler.default_runtime_s);
   EXPECT_EQ(every_key.scheduler.backfill_depth, defaults.scheduler.backfill_depth);
   EXPECT_EQ(every_key.max_queued_jobs_per_user, defaults.max_queued_jobs_per_user);
+  EXPECT_EQ(every_key.http_max_connections, defaults.http_max_connections);
+  EXPECT_EQ(every_key.http_max_connections_per_address, defaults.http_max_connections_per_address);
   EXPECT_EQ(every_key.scheduler.user_quota_gpus.size(), 2u);
 
   EXPECT_NE(text_of_file(source_dir + "/docs/configuration.md").find("```toml\n" + example + "```"),

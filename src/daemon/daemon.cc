@@ -168,10 +168,14 @@ Result<void> Daemon::Impl::open_monitor(UsageStore usage) {
   });
   if (settings_.config.http) {
     // Monitoring is not worth refusing jobs over: without its address the daemon serves on.
-    auto http = HttpServer::start(*settings_.config.http, *monitor_);
+    HttpLimits limits;
+    limits.max_connections = settings_.config.http_max_connections;
+    limits.max_connections_per_peer = settings_.config.http_max_connections_per_address;
+    auto http = HttpServer::start(*settings_.config.http, *monitor_, limits);
     if (http) {
       http_ = std::move(*http);
-      fmt::print(stderr, "gpupoold: HTTP on http://{}/ (/metrics, /api/gpus, /api/jobs, /api/history)\n",
+      fmt::print(stderr,
+                 "gpupoold: HTTP on http://{}/ (/metrics, /api/gpus, /api/jobs, /api/history, /api/dashboard)\n",
                  http_->address());
     } else {
       fmt::print(stderr, "gpupoold: {}; serving without HTTP\n", http.error().message);

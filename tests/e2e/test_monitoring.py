@@ -214,6 +214,10 @@ class MonitoringTest(unittest.TestCase):
             browser.navigate(f"http://{address}/")
             rendered = browser.wait_for("document.body.dataset.chartsRendered === '8'", what="eight charts")
             self.assertTrue(rendered)
+            # One request per refresh, so an open page holds one of the daemon's HTTP connections.
+            api = browser.evaluate("[...new Set(performance.getEntriesByType('resource')"
+                                   ".map(e => new URL(e.name).pathname).filter(p => p.startsWith('/api/')))]")
+            self.assertEqual(api, ["/api/dashboard"])
             browser.wait_for(f"!!document.querySelector('#queue tr[data-job=\"{job}\"]')", what="the running job")
             held_text = ",".join(str(g) for g in sorted(d.show(job)["gpus"]))
             holder = browser.evaluate(f"[...document.querySelectorAll('.card')].filter(c => "

@@ -171,8 +171,8 @@ function showQueue(jobs) {
 async function poll(first) {
   try {
     const since = first ? `seconds=${WINDOW_MIN * 60}` : `since=${lastSampleTime}`;
-    const [state, jobs, history] = await Promise.all([
-      getJson('/api/gpus'), getJson('/api/jobs'), getJson(`/api/history?${since}`)]);
+    // One request per refresh: an open page holds one of the daemon's few HTTP connections, not three.
+    const {gpus: state, jobs, history} = await getJson(`/api/dashboard?${since}`);
     showGpus(state, jobs);
     showQueue(jobs);
     appendHistory(history);
