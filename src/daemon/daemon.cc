@@ -271,7 +271,7 @@ void Daemon::Impl::apply_survey() {
   if (auto set = scheduler_.set_outside_use(outside); !set) {
     fmt::print(stderr, "gpupoold: {}\n", set.error().message);
   }
-  dispatcher_.end_overdue_interactive(unix_now());
+  dispatcher_.check_running(unix_now());
   dispatcher_.dispatch();
 }
 
