@@ -114,6 +114,7 @@ Result<void> Daemon::Impl::run() {
   sessions_.stop_listening();
   groups_.remove_at_stop();
   fmt::print(stderr, "gpupoold: stopped; {} running jobs keep running\n", scheduler_.running());
+  if (fatal_) return fail("{}", *fatal_);
   return {};
 }
 
@@ -240,6 +241,8 @@ Result<void> Daemon::Impl::recover_drain_of_an_older_daemon() {
 
 // A reading from the monitor's thread, posted to the loop.
 void Daemon::Impl::on_sample(const Machine& machine) {
+  keep_runtime_directory();
+  if (fatal_) return;
   auto survey = survey_pool(machine, leases_, host_, busy_memory_threshold_mib());
   if (!survey) {
     fmt::print(stderr, "gpupoold: cannot read the leases: {}\n", survey.error().message);
@@ -273,6 +276,30 @@ void Daemon::Impl::apply_survey() {
   }
   dispatcher_.check_running(unix_now());
   dispatcher_.dispatch();
+}
+
+// Checked at every sample. The directory first, then the jobs' locks in it, then the socket, in one
+// turn of the loop: no client is served, and nothing leased by the daemon, in between. What
+// cannot be made again stops the daemon, loudly; its jobs run on.
+void Daemon::Impl::keep_runtime_directory() {
+  if (!leases_.in_place()) {
+    fmt::print(stderr, "gpupoold: the lease directory {} was deleted or replaced: making it again and locking the "
+               "running jobs' GPUs in it\n", leases_.path());
+    if (auto remade = leases_.remake(); !remade) {
+      fatal_ = fmt::format("cannot make the lease directory {} again: {}", leases_.path(), remade.error().message);
+      io_.stop();
+      return;
+    }
+    dispatcher_.relock_running();
+  }
+  if (!sessions_.socket_in_place()) {
+    if (auto bound = sessions_.listen_again(); !bound) {
+      fatal_ = fmt::format("cannot listen again on {}: {}", sessions_.socket_path(), bound.error().message);
+      io_.stop();
+      return;
+    }
+    fmt::print(stderr, "gpupoold: listening again on {}\n", sessions_.socket_path());
+  }
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -374,6 +374,23 @@ std::optional<std::string> Dispatcher::stop_attempt(const Job& job, lifecycle::S
   return std::nullopt;
 }
 
+void Dispatcher::relock_running() {
+  for (const auto& [id, job] : active_) {
+    if (job.state != JobState::Running || job.gpus.empty()) continue;
+    relocked_.erase(id);  // a second remake: those locks are in a deleted directory too
+    LeaseHolder holder{job.pid.value_or(settings_.daemon_pid), job.owner.user, lease_job_name(id),
+                       static_cast<int64_t>(job.start_time.value_or(unix_now()))};
+    auto held = leases_.try_acquire(claims_for(machine_, job.gpus, job.spec.gpus.slice_mib), holder);
+    if (held && *held) {
+      relocked_.emplace(id, std::move(**held));
+    } else {
+      // Taken between the deletion and now, by a `gpupool run` that did not find the daemon.
+      fmt::print(stderr, "gpupoold: job {}: cannot lock its GPUs again: {}\n", id,
+                 held ? "someone else leased one of them while the lease directory was gone" : held.error().message);
+    }
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Ends of attempts
 
@@ -385,6 +402,7 @@ void Dispatcher::attempt_ended(JobId id, lifecycle::AttemptExited ended) {
   runner_.forget(id);
   lost_.erase(id);
   kill_at_.erase(id);
+  relocked_.erase(id);
   job.exit_code = ended.exit_code;
   job.signal = ended.signal;
   job.end_time = unix_now();

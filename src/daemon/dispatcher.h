@@ -84,6 +84,10 @@ class Dispatcher {
   //   time limit and cancel carried out on its process group (SIGTERM, the grace period,
   //   SIGKILL), and its end recorded once no process of the group is left.
   void check_running(double now);
+  // The lease directory was made again after it was deleted: the running jobs' locks went with
+  // the old one, so the daemon takes their GPUs' locks in the new one for them, and holds them
+  // until each job ends. A GPU someone else took meanwhile is said, loudly.
+  void relock_running();
   // The attempt (or the interactive job) has ended: its GPUs are free, and the lifecycle decides.
   void attempt_ended(JobId id, lifecycle::AttemptExited ended);
   // The watched process of a running job has ended (from the runner).
@@ -140,6 +144,8 @@ class Dispatcher {
   // When the daemon itself SIGKILLs what it told to end with SIGTERM (a lost attempt's group, a
   // client past its time limit), in Unix seconds.
   std::map<JobId, double> kill_at_;
+  // Locks the daemon took for running jobs in a remade lease directory (relock_running).
+  std::map<JobId, HeldLeases> relocked_;
 };
 
 }  // namespace gpupool

@@ -438,6 +438,21 @@ TEST_F(DispatcherTest, ACancelledInteractiveClientIsNotKilled) {
   EXPECT_TRUE(runner_.signals.empty());  // it ends its program; killed, it would leave that running
 }
 
+TEST_F(DispatcherTest, ARemadeLeaseDirectoryHasTheRunningJobsGpusLockedUntilTheyEnd) {
+  JobId id = submit(1);
+  unsigned gpu = runner_.started_gpus.back()[0];
+  ASSERT_FALSE(gpu_free(gpu));
+  std::filesystem::remove_all(dir_ + "/run");  // the job's lock goes with its file's name
+  ASSERT_TRUE(leases_->remake().ok());
+  ASSERT_TRUE(gpu_free(gpu));
+  dispatcher_->relock_running();
+  EXPECT_FALSE(gpu_free(gpu));
+  EXPECT_TRUE(gpu_free(1 - gpu));
+  ended(id, 0);
+  EXPECT_EQ(stored(id).state, JobState::Done);
+  EXPECT_TRUE(gpu_free(gpu));
+}
+
 // A process group standing for a job whose supervisor was killed: a `sleep` leading its own group.
 class LostJobGroup {
  public:

@@ -248,7 +248,19 @@ Result<LeaseDirectory> LeaseDirectory::open(const std::string& path) {
   TRY(ensure_shared_directory(path + "/locks"));
   TRY(ensure_shared_directory(path + "/holders"));
   TRY(ensure_shared_directory(path + "/queue"));
-  return LeaseDirectory(path);
+  TRY_ASSIGN(FileIdentity locks, file_identity(path + "/locks"));
+  return LeaseDirectory(path, locks);
+}
+
+bool LeaseDirectory::in_place() const {
+  auto locks = file_identity(path_ + "/locks");
+  return locks && *locks == locks_;
+}
+
+Result<void> LeaseDirectory::remake() {
+  TRY_ASSIGN(LeaseDirectory again, LeaseDirectory::open(path_));
+  locks_ = again.locks_;
+  return {};
 }
 
 std::string LeaseDirectory::lock_path(const std::string& uuid) const {

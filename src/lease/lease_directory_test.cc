@@ -47,6 +47,18 @@ TEST_F(LeaseDirectoryTest, CreatesSharedStickyDirectories) {
   }
 }
 
+TEST_F(LeaseDirectoryTest, KnowsWhenItWasDeletedAndIsMadeAgain) {
+  auto held = take("GPU-a", std::nullopt, "one");
+  ASSERT_TRUE(held);
+  EXPECT_TRUE(dir_->in_place());
+  std::filesystem::remove_all(root_ + "/run");
+  EXPECT_FALSE(dir_->in_place());
+  ASSERT_TRUE(dir_->remake().ok());
+  EXPECT_TRUE(dir_->in_place());
+  // The lease held in the deleted directory excludes nothing in the new one.
+  EXPECT_TRUE(take("GPU-a", std::nullopt, "two"));
+}
+
 TEST_F(LeaseDirectoryTest, AnExclusiveLeaseIsHeldOnce) {
   auto first = take("GPU-a", std::nullopt, "one");
   ASSERT_TRUE(first);
