@@ -33,6 +33,10 @@ class AttemptRunner {
   // Asks a running attempt to end (SIGTERM, the grace period, SIGKILL): a batch job's supervisor
   // does so; an interactive job's client passes SIGTERM on to its program.
   virtual Result<void> stop(JobKind kind, pid_t pid) = 0;
+  // Sends `signal_number` to `pid`, or to every process of the group it leads (`whole_group`):
+  // what the daemon does itself where no supervisor does (the group of an attempt whose
+  // supervisor was killed, a client that outlives its time limit).
+  virtual Result<void> signal(pid_t pid, int signal_number, bool whole_group) = 0;
 
   // Reports the end of `pid` as the end of job `id`'s attempt (to Dispatcher::on_exit), once;
   // a process that is gone already counts as ended. Watching again replaces the watch.

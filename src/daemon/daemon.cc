@@ -1,5 +1,7 @@
 #include "daemon/daemon.h"
 
+#include <fcntl.h>
+
 #include <algorithm>
 #include <cstdlib>
 #include <vector>
@@ -12,6 +14,7 @@
 #include "lease/gpu_pool.h"
 #include "os/accounts.h"
 #include "os/clock.h"
+#include "os/file_lock.h"
 #include "os/files.h"
 #include "os/process.h"
 #include "sim/open_backend.h"
@@ -114,6 +117,7 @@ Result<void> Daemon::Impl::run() {
   sessions_.stop_listening();
   groups_.remove_at_stop();
   fmt::print(stderr, "gpupoold: stopped; {} running jobs keep running\n", scheduler_.running());
+  if (fatal_) return fail("{}", *fatal_);
   return {};
 }
 
@@ -244,6 +248,8 @@ Result<void> Daemon::Impl::recover_drain_of_an_older_daemon() {
 
 // A reading from the monitor's thread, posted to the loop.
 void Daemon::Impl::on_sample(const Machine& machine) {
+  keep_runtime_directory();
+  if (fatal_) return;
   auto survey = survey_pool(machine, leases_, host_, busy_memory_threshold_mib());
   if (!survey) {
     fmt::print(stderr, "gpupoold: cannot read the leases: {}\n", survey.error().message);
@@ -275,8 +281,69 @@ void Daemon::Impl::apply_survey() {
   if (auto set = scheduler_.set_outside_use(outside); !set) {
     fmt::print(stderr, "gpupoold: {}\n", set.error().message);
   }
-  dispatcher_.end_overdue_interactive(unix_now());
+  dispatcher_.check_running(unix_now());
   dispatcher_.dispatch();
+}
+
+namespace {
+
+// A runtime directory that is not root's (on a machine without the package, a user made
+// /tmp/gpupool first) locks every other user out, and its owner could remove their leases. A root
+// daemon moves it aside, whole, and makes its own; unless a lease in it is held: its owner's
+// running work, which a new directory would not see.
+Result<void> take_back_runtime_directory(const std::string& path) {
+  if (effective_user_id() != 0) return {};
+  auto status = link_status(path);
+  if (!status || (status->type == FileType::directory && status->owner == 0)) return {};
+  if (status->type == FileType::directory) {
+    std::string locks = path + "/locks";
+    auto names = directory_entries(locks);
+    for (const std::string& name : names ? *names : std::vector<std::string>{}) {
+      auto lock = open_regular_file(locks + "/" + name, O_RDWR | O_NONBLOCK | O_NOCTTY);
+      if (!lock || !*lock) continue;  // not a lock file anyone could hold
+      if (auto held = find_range_lock((*lock)->get(), ByteRange{0, kToEndOfFile}); held && *held) {
+        return fail("{} belongs to {} (uid {}), not root, and a lease in it is held ({}): it cannot be moved aside "
+                    "while that runs; end it, or have it ended, and start gpupoold again",
+                    path, user_name(status->owner), status->owner, name);
+      }
+    }
+  }
+  std::string aside = fmt::format("{}.not-roots-{}", path, static_cast<int64_t>(unix_now()));
+  if (auto moved = rename_file(path, aside); !moved) {
+    return fail("{} belongs to {} (uid {}), not root, and cannot be moved aside: {}", path,
+                user_name(status->owner), status->owner, moved.error().message);
+  }
+  fmt::print(stderr, "gpupoold: {} belonged to {} (uid {}), not root: moved it to {} and made it again, root's\n",
+             path, user_name(status->owner), status->owner, aside);
+  return {};
+}
+
+}  // namespace
+
+// Checked at every sample. The directory first, then the jobs' locks in it, then the socket, in one
+// turn of the loop: no client is served, and nothing leased by the daemon, in between. What
+// cannot be made again stops the daemon, loudly; its jobs run on.
+void Daemon::Impl::keep_runtime_directory() {
+  if (!leases_.in_place()) {
+    fmt::print(stderr, "gpupoold: the lease directory {} was deleted or replaced: making it again and locking the "
+               "running jobs' GPUs in it\n", leases_.path());
+    auto remade = take_back_runtime_directory(leases_.path());
+    if (remade) remade = leases_.remake();
+    if (!remade) {
+      fatal_ = fmt::format("cannot make the lease directory {} again: {}", leases_.path(), remade.error().message);
+      io_.stop();
+      return;
+    }
+    dispatcher_.relock_running();
+  }
+  if (!sessions_.socket_in_place()) {
+    if (auto bound = sessions_.listen_again(); !bound) {
+      fatal_ = fmt::format("cannot listen again on {}: {}", sessions_.socket_path(), bound.error().message);
+      io_.stop();
+      return;
+    }
+    fmt::print(stderr, "gpupoold: listening again on {}\n", sessions_.socket_path());
+  }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -306,6 +373,7 @@ Result<std::unique_ptr<Daemon>> Daemon::create(DaemonSettings settings) {
   TRY(store.keep_ids_above(largest_recorded_id(recorded)));
   TRY_ASSIGN(UsageStore usage, UsageStore::open(database));
   for (const char* suffix : {"", "-wal", "-shm"}) (void)change_mode(database + suffix, 0600);
+  TRY(take_back_runtime_directory(settings.runtime_dir));
   TRY_ASSIGN(LeaseDirectory leases, LeaseDirectory::open(settings.runtime_dir));
   TRY_ASSIGN(auto backend, open_pool_backend());
   TRY_ASSIGN(Machine machine, backend->discover(DiscoveryScope{.links = true, .processes = false}));

@@ -103,6 +103,8 @@ class Daemon::Impl {
   void stop_once_idle();
   void schedule_sample(std::chrono::milliseconds delay);
   void on_sample(const Machine& machine);
+  // The runtime directory, or the socket in it, deleted under the running daemon: made again.
+  void keep_runtime_directory();
   // Hands the monitor the queue as it stands, at most a few times a second.
   void publish();
 
@@ -130,7 +132,8 @@ class Daemon::Impl {
   // The last survey of the GPUs (leases, outside use), before the daemon's own jobs are taken
   // out: a drain of a GPU applies to it at once, without waiting for the next sample.
   std::vector<GpuAvailability> survey_;
-  bool ending_ = false;  // end_session(): stopping once the cancelled jobs have ended
+  bool ending_ = false;
+  std::optional<std::string> fatal_;  // why the daemon stopped of itself  // end_session(): stopping once the cancelled jobs have ended
 
   std::vector<std::pair<SessionPtr, Job>> pending_submissions_;  // admitted, not yet stored
   std::unordered_map<JobId, SessionPtr> lease_sessions_;

@@ -1,6 +1,7 @@
 #include "daemon/dispatcher.h"
 
 #include <chrono>
+#include <csignal>
 #include <utility>
 
 #include <fmt/format.h>
@@ -162,7 +163,7 @@ std::optional<std::string> Dispatcher::carry_out(const lifecycle::Effect& effect
             return std::nullopt;
           },
           [&](const lifecycle::SignalAttempt& e) -> std::optional<std::string> {
-            return stop_attempt(active_.at(e.id));
+            return stop_attempt(active_.at(e.id), e.why);
           },
           [&](const lifecycle::Record& e) -> std::optional<std::string> {
             Job& job = active_.at(e.id);
@@ -218,19 +219,39 @@ void Dispatcher::dispatch() {
   }
 }
 
-void Dispatcher::end_overdue_interactive(double now) {
-  std::vector<JobId> overdue;
+void Dispatcher::check_running(double now) {
+  std::vector<JobId> overdue, to_kill, gone;
   for (const auto& [id, job] : active_) {
-    if (job.spec.kind != JobKind::Interactive || job.state != JobState::Running || !job.start_time ||
-        !job.spec.time_limit_s || now < *job.start_time + *job.spec.time_limit_s + settings_.kill_grace_s) {
-      continue;
-    }
+    if (job.state != JobState::Running || !job.start_time || !job.spec.time_limit_s) continue;
+    // A client ends its program at the limit itself, so it gets the grace period first; a lost
+    // attempt has nobody else to end it.
+    double grace = job.spec.kind == JobKind::Interactive ? settings_.kill_grace_s : 0;
+    bool enforced_here = job.spec.kind == JobKind::Interactive || lost_.count(id) != 0;
+    if (!enforced_here || now < *job.start_time + *job.spec.time_limit_s + grace) continue;
     const TrackedJob* tracked = lifecycle_.find(id);
     if (tracked != nullptr && !tracked->timed_out) overdue.push_back(id);
+  }
+  // Before this sample's SIGTERMs, so that each has its grace period.
+  for (const auto& [id, at] : kill_at_) {
+    if (now >= at) to_kill.push_back(id);
+  }
+  for (JobId id : to_kill) {
+    kill_at_.erase(id);
+    const Job& job = active_.at(id);
+    auto lost = lost_.find(id);
+    auto killed = lost != lost_.end() ? runner_.signal(lost->second, SIGKILL, true)
+                  : job.pid             ? runner_.signal(*job.pid, SIGKILL, false)
+                                        : Result<void>();
+    if (!killed) fmt::print(stderr, "gpupoold: job {}: {}\n", id, killed.error().message);
   }
   for (JobId id : overdue) {
     if (auto problem = feed(lifecycle::TimeLimitReached{id})) fmt::print(stderr, "gpupoold: job {}: {}\n", id, *problem);
   }
+  for (const auto& [id, group] : lost_) {
+    if (!host_.group_has_living_process(static_cast<uint32_t>(group))) gone.push_back(id);
+  }
+  for (JobId id : gone) lost_attempt_over(id);
+  if (!gone.empty()) dispatch();
 }
 
 // The scheduler chose the job's GPUs: what will run it and their leases are taken, then the
@@ -335,10 +356,39 @@ void Dispatcher::start_interactive(Job& job, HeldLeases held) {
   // The client's exit (or its message) ends the job; its pid is watched for after a restart.
 }
 
-std::optional<std::string> Dispatcher::stop_attempt(const Job& job) {
+std::optional<std::string> Dispatcher::stop_attempt(const Job& job, lifecycle::SignalWhy why) {
+  auto lost = lost_.find(job.id);
+  if (lost != lost_.end()) {
+    // What its supervisor would have done: SIGTERM to the group, SIGKILL after the grace period.
+    kill_at_.try_emplace(job.id, unix_now() + settings_.kill_grace_s);
+    if (auto sent = runner_.signal(lost->second, SIGTERM, true); !sent) return sent.error().message;
+    return std::nullopt;
+  }
   if (!job.pid) return std::nullopt;
   if (auto stopped = runner_.stop(job.spec.kind, *job.pid); !stopped) return stopped.error().message;
+  // A client past its time limit that did not end its program is killed after the grace period
+  // (a cancelled one is not: it is ending its program, and killing it would leave that running).
+  if (job.spec.kind == JobKind::Interactive && why == lifecycle::SignalWhy::TimeLimit) {
+    kill_at_.try_emplace(job.id, unix_now() + settings_.kill_grace_s);
+  }
   return std::nullopt;
+}
+
+void Dispatcher::relock_running() {
+  for (const auto& [id, job] : active_) {
+    if (job.state != JobState::Running || job.gpus.empty()) continue;
+    relocked_.erase(id);  // a second remake: those locks are in a deleted directory too
+    LeaseHolder holder{job.pid.value_or(settings_.daemon_pid), job.owner.user, lease_job_name(id),
+                       static_cast<int64_t>(job.start_time.value_or(unix_now()))};
+    auto held = leases_.try_acquire(claims_for(machine_, job.gpus, job.spec.gpus.slice_mib), holder);
+    if (held && *held) {
+      relocked_.emplace(id, std::move(**held));
+    } else {
+      // Taken between the deletion and now, by a `gpupool run` that did not find the daemon.
+      fmt::print(stderr, "gpupoold: job {}: cannot lock its GPUs again: {}\n", id,
+                 held ? "someone else leased one of them while the lease directory was gone" : held.error().message);
+    }
+  }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -350,6 +400,9 @@ void Dispatcher::attempt_ended(JobId id, lifecycle::AttemptExited ended) {
   Job& job = it->second;
   (void)scheduler_.finish(id, unix_now());
   runner_.forget(id);
+  lost_.erase(id);
+  kill_at_.erase(id);
+  relocked_.erase(id);
   job.exit_code = ended.exit_code;
   job.signal = ended.signal;
   job.end_time = unix_now();
@@ -378,7 +431,12 @@ void Dispatcher::on_exit(JobId id) {
     ended.reason = record->reason;
     ended.cancelled = record->reason == "cancelled";
   } else if (record->progress == AttemptProgress::Lost) {
-    ended.reason = "its supervisor was killed while it ran; its processes may still be running";
+    // The job's leader leads its group (the record's job_pid is its pgid).
+    if (record->job_pid && host_.group_has_living_process(static_cast<uint32_t>(*record->job_pid))) {
+      supervisor_lost(job, *record->job_pid);
+      return;
+    }
+    ended.reason = "supervisor lost";
   } else if (record->progress == AttemptProgress::Running && record->supervisor_pid) {
     runner_.watch(id, *record->supervisor_pid);  // it still holds its record's lock: it has not ended
     return;
@@ -391,6 +449,25 @@ void Dispatcher::on_exit(JobId id) {
   attempt_ended(id, ended);
   runner_.attempt_over(id, attempt);
   dispatch();
+}
+
+void Dispatcher::supervisor_lost(Job& job, pid_t group) {
+  fmt::print(stderr, "gpupoold: job {}: its supervisor was killed while it ran; the daemon now ends its process group {} "
+             "at its time limit or a cancel\n", job.id, group);
+  runner_.forget(job.id);
+  lost_[job.id] = group;
+  // Told to end before its supervisor died: the supervisor may not have got to it.
+  const TrackedJob* tracked = lifecycle_.find(job.id);
+  if (tracked != nullptr && (tracked->cancel_by || tracked->timed_out)) {
+    auto why = tracked->cancel_by ? lifecycle::SignalWhy::Cancel : lifecycle::SignalWhy::TimeLimit;
+    if (auto problem = stop_attempt(job, why)) fmt::print(stderr, "gpupoold: job {}: {}\n", job.id, *problem);
+  }
+}
+
+void Dispatcher::lost_attempt_over(JobId id) {
+  unsigned attempt = active_.at(id).attempts;  // before the job may be forgotten
+  attempt_ended(id, {id, std::nullopt, std::nullopt, "supervisor lost", false});
+  runner_.attempt_over(id, attempt);
 }
 
 // The supervisor ended before starting the job (e.g. the daemon was killed before handing it the

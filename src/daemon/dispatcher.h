@@ -75,10 +75,19 @@ class Dispatcher {
   void cancel_all(const std::string& by);
   // Starts what the scheduler lets start now.
   void dispatch();
-  // Running interactive jobs past their time limit and the grace period are told to end, as a
-  // cancel tells them (SIGTERM to the client). `gpupool run` and `launch` end their programs at
-  // the limit themselves; this is for a client that does not (acquire(), a stuck one).
-  void end_overdue_interactive(double now);
+  // Called at every sample: what the daemon enforces itself, where no supervisor does.
+  // - Running interactive jobs past their time limit and the grace period are told to end, as a
+  //   cancel tells them (SIGTERM to the client), and the client is killed a grace period later.
+  //   `gpupool run` and `launch` end their programs at the limit themselves; this is for a
+  //   client that does not (acquire(), a stuck one).
+  // - A batch attempt whose supervisor was killed while its processes live on ("lost") has its
+  //   time limit and cancel carried out on its process group (SIGTERM, the grace period,
+  //   SIGKILL), and its end recorded once no process of the group is left.
+  void check_running(double now);
+  // The lease directory was made again after it was deleted: the running jobs' locks went with
+  // the old one, so the daemon takes their GPUs' locks in the new one for them, and holds them
+  // until each job ends. A GPU someone else took meanwhile is said, loudly.
+  void relock_running();
   // The attempt (or the interactive job) has ended: its GPUs are free, and the lifecycle decides.
   void attempt_ended(JobId id, lifecycle::AttemptExited ended);
   // The watched process of a running job has ended (from the runner).
@@ -101,7 +110,12 @@ class Dispatcher {
   void start_attempt(const lifecycle::StartAttempt& start);
   void start_batch(Job& job, HeldLeases held, pid_t supervisor);
   void start_interactive(Job& job, HeldLeases held);
-  std::optional<std::string> stop_attempt(const Job& job);
+  std::optional<std::string> stop_attempt(const Job& job, lifecycle::SignalWhy why);
+  // The supervisor of a running batch attempt has died while the job's processes (group `group`)
+  // live on: from now on the daemon limits, cancels and ends them.
+  void supervisor_lost(Job& job, pid_t group);
+  // No process of a lost attempt's group is left: its end is recorded, its GPUs free.
+  void lost_attempt_over(JobId id);
   // The attempt never ran (its record says so): the job is queued again as it was.
   void never_ran(Job& job);
   void adopt(const Job& job);
@@ -125,6 +139,13 @@ class Dispatcher {
     std::optional<pid_t> supervisor;  // a batch job's, reserved from the runner
   };
   std::optional<Reserved> reserved_;
+  // Lost batch attempts: the job's process group, which the daemon limits and cancels itself.
+  std::map<JobId, pid_t> lost_;
+  // When the daemon itself SIGKILLs what it told to end with SIGTERM (a lost attempt's group, a
+  // client past its time limit), in Unix seconds.
+  std::map<JobId, double> kill_at_;
+  // Locks the daemon took for running jobs in a remade lease directory (relock_running).
+  std::map<JobId, HeldLeases> relocked_;
 };
 
 }  // namespace gpupool

@@ -1,6 +1,7 @@
 #include "daemon/dispatcher.h"
 
 #include <algorithm>
+#include <csignal>
 #include <filesystem>
 #include <map>
 #include <set>
@@ -10,6 +11,8 @@
 #include <gtest/gtest.h>
 
 #include "lease/gpu_pool.h"
+#include "os/child_process.h"
+#include "os/clock.h"
 #include "os/process.h"
 
 namespace gpupool {
@@ -49,6 +52,10 @@ class FakeRunner final : public AttemptRunner {
     stopped.push_back(pid);
     return {};
   }
+  Result<void> signal(pid_t pid, int signal_number, bool whole_group) override {
+    signals.push_back({pid, signal_number, whole_group});
+    return {};
+  }
   void watch(JobId id, pid_t pid) override { watched[id] = pid; }
   void forget(JobId id) override { watched.erase(id); }
   void reap(pid_t) override {}
@@ -86,6 +93,13 @@ class FakeRunner final : public AttemptRunner {
   std::vector<std::vector<unsigned>> started_gpus;
   std::map<JobId, std::vector<Fd>> held;
   std::vector<pid_t> stopped;
+  struct Signal {
+    pid_t pid = 0;
+    int number = 0;
+    bool whole_group = false;
+    bool operator==(const Signal&) const = default;
+  };
+  std::vector<Signal> signals;
   std::map<JobId, pid_t> watched;
   std::map<std::string, AttemptRecord> records;
   std::vector<std::string> removed;
@@ -381,7 +395,7 @@ TEST_F(DispatcherTest, AnInteractiveJobsLeasesGoToItsClient) {
   EXPECT_TRUE(gpu_free(0) && gpu_free(1));
 }
 
-TEST_F(DispatcherTest, AnInteractiveJobPastItsTimeLimitAndGraceIsToldToEndOnce) {
+TEST_F(DispatcherTest, AnInteractiveJobPastItsTimeLimitAndGraceIsToldToEndOnceThenKilled) {
   Job job;
   job.owner = JobOwner{1000, 1000, {}, "alice"};
   job.spec.kind = JobKind::Interactive;
@@ -394,15 +408,144 @@ TEST_F(DispatcherTest, AnInteractiveJobPastItsTimeLimitAndGraceIsToldToEndOnce) 
   ASSERT_EQ(stored(id).state, JobState::Running);
   double started = *dispatcher_->active().at(id).start_time;
   // Within its limit and the grace period (0.5 s here) its client ends it: nothing yet.
-  dispatcher_->end_overdue_interactive(started + 60.4);
+  dispatcher_->check_running(started + 60.4);
   EXPECT_TRUE(runner_.stopped.empty());
-  dispatcher_->end_overdue_interactive(started + 61);
+  dispatcher_->check_running(started + 61);
   EXPECT_EQ(runner_.stopped, std::vector<pid_t>{own_pid()});
-  dispatcher_->end_overdue_interactive(started + 62);
+  EXPECT_TRUE(runner_.signals.empty());
+  // A client that does not end within another grace period is killed, once.
+  dispatcher_->check_running(unix_now() + 1);
+  dispatcher_->check_running(unix_now() + 2);
   EXPECT_EQ(runner_.stopped.size(), 1u);
-  dispatcher_->attempt_ended(id, {id, 143, 15, "", false});
+  EXPECT_EQ(runner_.signals, (std::vector<FakeRunner::Signal>{{own_pid(), SIGKILL, false}}));
+  dispatcher_->attempt_ended(id, {id, 137, 9, "", false});
   EXPECT_EQ(stored(id).state, JobState::Failed);
   EXPECT_EQ(stored(id).reason, "time limit");
+}
+
+TEST_F(DispatcherTest, ACancelledInteractiveClientIsNotKilled) {
+  Job job;
+  job.owner = JobOwner{1000, 1000, {}, "alice"};
+  job.spec.kind = JobKind::Interactive;
+  job.pid = own_pid();
+  JobId id = *store_->insert(job);
+  job.id = id;
+  dispatcher_->submitted(job);
+  dispatcher_->dispatch();
+  EXPECT_FALSE(dispatcher_->feed(lifecycle::Cancel{id, "alice"}));
+  dispatcher_->check_running(unix_now() + 10);
+  EXPECT_EQ(runner_.stopped, std::vector<pid_t>{own_pid()});
+  EXPECT_TRUE(runner_.signals.empty());  // it ends its program; killed, it would leave that running
+}
+
+TEST_F(DispatcherTest, ARemadeLeaseDirectoryHasTheRunningJobsGpusLockedUntilTheyEnd) {
+  JobId id = submit(1);
+  unsigned gpu = runner_.started_gpus.back()[0];
+  ASSERT_FALSE(gpu_free(gpu));
+  std::filesystem::remove_all(dir_ + "/run");  // the job's lock goes with its file's name
+  ASSERT_TRUE(leases_->remake().ok());
+  ASSERT_TRUE(gpu_free(gpu));
+  dispatcher_->relock_running();
+  EXPECT_FALSE(gpu_free(gpu));
+  EXPECT_TRUE(gpu_free(1 - gpu));
+  ended(id, 0);
+  EXPECT_EQ(stored(id).state, JobState::Done);
+  EXPECT_TRUE(gpu_free(gpu));
+}
+
+// A process group standing for a job whose supervisor was killed: a `sleep` leading its own group.
+class LostJobGroup {
+ public:
+  LostJobGroup() {
+    ChildSpec spec;
+    spec.argv = {"sleep", "60"};
+    spec.environment = {"PATH=/bin:/usr/bin"};
+    spec.own_process_group = true;
+    auto pid = spawn_child(spec);
+    EXPECT_TRUE(pid.ok());
+    pid_ = pid.ok() ? *pid : -1;
+  }
+  ~LostJobGroup() { end(); }
+  pid_t pid() const { return pid_; }
+  void end() {
+    if (pid_ <= 0) return;
+    (void)signal_process_group(pid_, SIGKILL);
+    (void)reap_child(pid_);
+    pid_ = -1;
+  }
+
+ private:
+  pid_t pid_ = -1;
+};
+
+TEST_F(DispatcherTest, ALostAttemptKeepsItsGpusAndIsEndedAtItsTimeLimitByTheDaemon) {
+  LostJobGroup group;
+  Job job;
+  job.owner = JobOwner{1000, 1000, {}, "alice"};
+  job.spec.argv = {"train.py"};
+  job.spec.cwd = "/";
+  job.spec.gpus.count = 1;
+  job.spec.time_limit_s = 60;
+  JobId id = *store_->insert(job);
+  job.id = id;
+  dispatcher_->submitted(job);
+  dispatcher_->dispatch();
+  ASSERT_EQ(stored(id).state, JobState::Running);
+  AttemptRecord lost;
+  lost.progress = AttemptProgress::Lost;
+  lost.job_pid = group.pid();
+  runner_.records[runner_.last_of(id).record_path] = lost;
+  dispatcher_->on_exit(id);  // its supervisor died; its group lives on, holding the leases
+  EXPECT_EQ(stored(id).state, JobState::Running);
+  EXPECT_FALSE(gpu_free(runner_.started_gpus.back()[0]));
+  double started = *dispatcher_->active().at(id).start_time;
+  dispatcher_->check_running(started + 59);
+  EXPECT_TRUE(runner_.signals.empty());
+  dispatcher_->check_running(started + 60);
+  EXPECT_EQ(runner_.signals, (std::vector<FakeRunner::Signal>{{group.pid(), SIGTERM, true}}));
+  dispatcher_->check_running(unix_now() + 1);  // the grace period (0.5 s) is over
+  EXPECT_EQ(runner_.signals.back(), (FakeRunner::Signal{group.pid(), SIGKILL, true}));
+  EXPECT_EQ(stored(id).state, JobState::Running);  // until its processes are gone
+  group.end();
+  runner_.held.erase(id);
+  dispatcher_->check_running(unix_now() + 2);
+  EXPECT_EQ(stored(id).state, JobState::Failed);
+  EXPECT_EQ(stored(id).reason, "time limit");
+  EXPECT_THAT(runner_.over, Contains(std::pair<JobId, unsigned>{id, 1}));
+}
+
+TEST_F(DispatcherTest, ALostAttemptCanBeCancelledAndEndsCancelledOnceItsGroupIsGone) {
+  LostJobGroup group;
+  JobId id = submit(1);
+  AttemptRecord lost;
+  lost.progress = AttemptProgress::Lost;
+  lost.job_pid = group.pid();
+  runner_.records[runner_.last_of(id).record_path] = lost;
+  dispatcher_->on_exit(id);
+  ASSERT_EQ(stored(id).state, JobState::Running);
+  EXPECT_FALSE(dispatcher_->feed(lifecycle::Cancel{id, "alice"}));
+  EXPECT_TRUE(runner_.stopped.empty());  // not its dead supervisor: the group
+  EXPECT_EQ(runner_.signals, (std::vector<FakeRunner::Signal>{{group.pid(), SIGTERM, true}}));
+  group.end();
+  dispatcher_->check_running(unix_now());
+  EXPECT_EQ(stored(id).state, JobState::Cancelled);
+  EXPECT_EQ(stored(id).reason, "cancelled by alice");
+}
+
+TEST_F(DispatcherTest, ALostAttemptWhoseProcessesAreGoneFailsAtOnce) {
+  JobId id = submit(1);
+  AttemptRecord lost;
+  lost.progress = AttemptProgress::Lost;
+  {
+    LostJobGroup group;
+    lost.job_pid = group.pid();
+  }
+  runner_.records[runner_.last_of(id).record_path] = lost;
+  runner_.held.erase(id);
+  dispatcher_->on_exit(id);
+  EXPECT_EQ(stored(id).state, JobState::Failed);
+  EXPECT_EQ(stored(id).reason, "supervisor lost");
+  EXPECT_TRUE(gpu_free(0) && gpu_free(1));
 }
 
 TEST_F(DispatcherTest, ARestartedDaemonAdoptsTheRunningAttemptAndRecordsItsEnd) {

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "daemon/daemon_impl.h"
+#include "daemon/supervisor.h"
 #include "jobs/job_text.h"
 #include "os/accounts.h"
 #include "os/clock.h"
@@ -257,9 +258,15 @@ void Daemon::Impl::handle(const SessionPtr& s, const protocol::LogsRequest& r) {
   // check and O_NONBLOCK (a FIFO would block the open) keep them from passing off a link to a
   // file only root may read, or a device, as their log.
   const std::string& path = *r.open == protocol::LogStream::Stderr ? shown.stderr_path : shown.stdout_path;
+  // Only a log the daemon made for this job: not a file left under its name by a reset.
   auto log = open_regular_file(path, O_RDONLY | O_NONBLOCK | O_NOCTTY);
   if (!log) return sessions_.send(s, protocol::ErrorResponse{log.error().message});
   if (!*log) return sessions_.send(s, protocol::JobsResponse{{std::move(shown)}, false, 0u});
+  auto status = file_status((*log)->get());
+  if (!status) return sessions_.send(s, protocol::ErrorResponse{status.error().message});
+  if (auto its_own = check_job_log(path, *status, shown.owner.uid); !its_own) {
+    return sessions_.send(s, protocol::ErrorResponse{its_own.error().message});
+  }
   sessions_.send(s, protocol::JobsResponse{{std::move(shown)}, false, 1u}, {(*log)->release()});
 }
 

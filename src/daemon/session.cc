@@ -49,6 +49,10 @@ Result<void> Sessions::listen(const std::string& state_dir, const std::string& r
     }
     (void)remove_file(socket_path_);
   }
+  return bind_socket();
+}
+
+Result<void> Sessions::bind_socket() {
   asio::error_code error;
   acceptor_.open(stream_protocol(), error);
   if (!error) acceptor_.bind(stream_protocol::endpoint(socket_path_), error);
@@ -59,6 +63,20 @@ Result<void> Sessions::listen(const std::string& state_dir, const std::string& r
   // A system daemon serves everyone (identity comes from the kernel, not the socket's mode);
   // a personal daemon only its own user.
   return change_mode(socket_path_, effective_user_id() == 0 ? 0666 : 0600);
+}
+
+bool Sessions::socket_in_place() const {
+  auto status = link_status(socket_path_);
+  return status && status->type == FileType::socket;
+}
+
+Result<void> Sessions::listen_again() {
+  asio::error_code ignored;
+  acceptor_.close(ignored);  // its pending accept ends, aborted
+  socket_bound_ = false;
+  TRY(bind_socket());
+  accept_next();
+  return {};
 }
 
 void Sessions::stop_listening() {

@@ -68,6 +68,10 @@ class Sessions {
   // Takes the state directory's one-daemon lock, then the socket in the runtime directory.
   Result<void> listen(const std::string& state_dir, const std::string& runtime_dir);
   void stop_listening();
+  // Whether the socket is still in the runtime directory (someone may delete either).
+  bool socket_in_place() const;
+  // Binds the socket again, where it was deleted, and serves it.
+  Result<void> listen_again();
   const std::string& socket_path() const { return socket_path_; }
 
   // Accepts clients from now on; each greeted client's requests go to `requests`, and its
@@ -79,6 +83,7 @@ class Sessions {
  private:
   void hang_up(const SessionPtr& session);
   void accept_next();
+  Result<void> bind_socket();
   void read_request(const SessionPtr& session);
   void handle_line(const SessionPtr& session, const std::string& line);
   // Sends what is queued, then closes the connection if it is closing.

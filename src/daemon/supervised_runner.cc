@@ -56,6 +56,10 @@ Result<void> SupervisedRunner::stop(JobKind kind, pid_t pid) {
   return {};
 }
 
+Result<void> SupervisedRunner::signal(pid_t pid, int signal_number, bool whole_group) {
+  return whole_group ? signal_process_group(pid, signal_number) : send_signal(pid, signal_number);
+}
+
 void SupervisedRunner::watch(JobId id, pid_t pid) { processes_.watch(id, pid); }
 
 void SupervisedRunner::forget(JobId id) { processes_.forget(id); }

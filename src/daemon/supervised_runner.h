@@ -26,6 +26,7 @@ class SupervisedRunner final : public AttemptRunner {
   Result<void> start(const SupervisedAttempt& attempt, const std::vector<unsigned>& gpus,
                      const std::vector<int>& lease_descriptors) override;
   Result<void> stop(JobKind kind, pid_t pid) override;
+  Result<void> signal(pid_t pid, int signal_number, bool whole_group) override;
   void watch(JobId id, pid_t pid) override;
   void forget(JobId id) override;
   void reap(pid_t pid) override;

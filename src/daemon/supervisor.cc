@@ -210,16 +210,40 @@ std::string could_not_start(const SupervisedAttempt& attempt, const ChildReport&
   return "could not start";
 }
 
+// Opened here, where we may still be root, and handed to the job's owner: the log directory is
+// not writable by users, so nobody can plant a link where the log goes. A new log is made here
+// (O_EXCL) and then handed over; an existing one is used only as an earlier attempt's
+// (check_job_log), never handed over again.
 Result<Fd> open_log(const std::string& path, uid_t uid, gid_t gid) {
   if (path.empty()) return open_file("/dev/null", O_WRONLY);
-  // Opened here, where we may still be root, and handed to the job's owner: the log directory is
-  // not writable by users, so nobody can plant a link where the log goes.
-  TRY_ASSIGN(Fd log, open_file(path, O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW, 0600));
-  if (auto handed = change_owner(log.get(), uid, gid); !handed) {
-    return fail("cannot hand {} to uid {}: {}", path, uid, handed.error().message);
+  TRY_ASSIGN(auto created, create_file(path, O_WRONLY | O_APPEND | O_NOFOLLOW, 0600));
+  if (created) {
+    if (auto handed = change_owner(created->get(), uid, gid); !handed) {
+      return fail("cannot hand {} to uid {}: {}", path, uid, handed.error().message);
+    }
+    return std::move(*created);
   }
-  return log;
+  // O_NONBLOCK: a FIFO under the name must not block the open.
+  TRY_ASSIGN(auto existing, open_existing(path, O_WRONLY | O_APPEND | O_NOFOLLOW | O_NONBLOCK));
+  if (!existing) return fail("{} went away while it was being opened", path);
+  TRY_ASSIGN(FileStatus status, file_status(existing->get()));
+  TRY(check_job_log(path, status, uid));
+  return std::move(*existing);
 }
+
+}  // namespace
+
+Result<void> check_job_log(const std::string& path, const FileStatus& status, uid_t owner) {
+  if (status.type != FileType::regular || status.links != 1 || status.owner != owner) {
+    return fail("{} is not this job's log ({}, owner uid {}, link count {}; its log is a regular file with one name, "
+                "owned by uid {}): it is left as it is, an administrator should move it away",
+                path, status.type == FileType::regular ? "a regular file" : "not a regular file", status.owner,
+                status.links, owner);
+  }
+  return {};
+}
+
+namespace {
 
 // One attempt, from the job's fork to its recorded end.
 class AttemptSupervisor {

@@ -45,6 +45,7 @@
 #include "daemon/attempt_record.h"
 #include "jobs/job.h"
 #include "os/fd.h"
+#include "os/files.h"
 #include "os/job_cgroup.h"
 
 namespace gpupool {
@@ -70,13 +71,19 @@ struct SupervisedAttempt {
   std::vector<std::string> environment;  // complete: the daemon has added CUDA_VISIBLE_DEVICES etc.
   std::string cwd;
   mode_t umask = 022;
-  std::string stdout_path;  // appended to (attempts share one log), created 0600 owned by uid
+  std::string stdout_path;  // appended to (attempts share one log), created 0600 owned by uid (check_job_log)
   std::string stderr_path;
   std::optional<double> time_limit_s;
   double kill_grace_s = 10;
   std::string record_path;
   std::optional<AttemptIsolation> isolation;  // none: device isolation is off
 };
+
+// Whether the existing file `status` at `path` is job's log, made by the daemon for an earlier
+// attempt of the job and handed to its owner `owner`: a regular file with one name, owned by
+// them. Anything else there (left from a reset state directory, put there by an administrator)
+// is not: the daemon never appends to it, hands it to the job's owner or changes its owner.
+Result<void> check_job_log(const std::string& path, const FileStatus& status, uid_t owner);
 
 // Daemon side: a supervisor started ahead of need, `supervisor_program supervise` already
 // running and blocked on a socket until it is handed an attempt. It is the caller's child (reap

@@ -223,6 +223,40 @@ TEST_F(SupervisorTest, OutputIsAppendedToTheLogsAcrossAttempts) {
   EXPECT_EQ(st.st_mode & 07777, 0600u);
 }
 
+TEST_F(SupervisorTest, AFileLeftUnderALogsNameIsNeitherUsedNorHandedOver) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to start a job as another user";
+  auto a = attempt({"sh", "-c", "echo mine"});
+  a.uid = 65534;
+  a.gid = 65534;
+  a.cwd = "/";
+  write_text(a.stdout_path, "root's words\n");  // as a reset state directory leaves it
+  ASSERT_EQ(chmod(a.stdout_path.c_str(), 0640), 0);
+  AttemptRecord r = run(a);
+  EXPECT_EQ(r.exit_code, std::nullopt);
+  EXPECT_THAT(r.reason, ::testing::HasSubstr("is not this job's log"));
+  EXPECT_EQ(read_text(a.stdout_path), "root's words\n");
+  struct stat st {};
+  ASSERT_EQ(stat(a.stdout_path.c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, 0u);
+  EXPECT_EQ(st.st_mode & 07777, 0640u);
+}
+
+TEST(JobLogTest, OnlyARegularFileWithOneNameOwnedByTheJobsUserIsItsLog) {
+  FileStatus log{FileType::regular, 0600, 1000, 1, 5};
+  EXPECT_TRUE(check_job_log("/s/logs/7.out", log, 1000).ok());
+  auto other_owner = check_job_log("/s/logs/7.out", log, 1001);
+  ASSERT_FALSE(other_owner.ok());
+  EXPECT_EQ(other_owner.error().message,
+            "/s/logs/7.out is not this job's log (a regular file, owner uid 1000, link count 1; its log is a regular "
+            "file with one name, owned by uid 1001): it is left as it is, an administrator should move it away");
+  FileStatus linked = log;
+  linked.links = 2;
+  EXPECT_FALSE(check_job_log("/s/logs/7.out", linked, 1000).ok());
+  FileStatus fifo = log;
+  fifo.type = FileType::other;
+  EXPECT_FALSE(check_job_log("/s/logs/7.out", fifo, 1000).ok());
+}
+
 TEST_F(SupervisorTest, TheJobInheritsTheLeasesButNotTheRecord) {
   std::string lease_path = dir_ + "/lease-0";
   int lease = open(lease_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);

@@ -41,13 +41,17 @@ Result<void> ensure_shared_directory(const std::string& path) {
   TRY_ASSIGN(FileStatus status, link_status(path));
   if (status.type != FileType::directory) return fail("{} must be a directory, not a link or file", path);
   // The owner of a sticky directory can remove anyone's files in it: only root or we may own it.
+  // Never used silently: a user who made /tmp/gpupool first would lock everyone else out.
   if (status.owner != 0 && status.owner != real_user_id()) {
-    return fail("{} belongs to uid {}, who could remove other users' leases; "
-                "an administrator should create it (mode 1777, owner root)", path, status.owner);
+    return fail("{} belongs to {} (uid {}), not root, who could remove other users' leases: not using it. Install "
+                "the gpupool package (it makes /run/gpupool, root's, at boot), start gpupoold (as root it takes {} "
+                "back), or have an administrator remove it",
+                path, user_name(status.owner), status.owner, path);
   }
   if (status.permissions != kSharedDirMode) {
     if (status.owner != real_user_id() || !change_mode(path, kSharedDirMode)) {
-      return fail("{} has mode {:o}, leases need 1777", path, status.permissions);
+      return fail("{} has mode {:o}, leases need 1777 (sticky, writable by all): an administrator should "
+                  "`chmod 1777 {}`", path, status.permissions, path);
     }
   }
   return {};
@@ -248,7 +252,19 @@ Result<LeaseDirectory> LeaseDirectory::open(const std::string& path) {
   TRY(ensure_shared_directory(path + "/locks"));
   TRY(ensure_shared_directory(path + "/holders"));
   TRY(ensure_shared_directory(path + "/queue"));
-  return LeaseDirectory(path);
+  TRY_ASSIGN(FileIdentity locks, file_identity(path + "/locks"));
+  return LeaseDirectory(path, locks);
+}
+
+bool LeaseDirectory::in_place() const {
+  auto locks = file_identity(path_ + "/locks");
+  return locks && *locks == locks_;
+}
+
+Result<void> LeaseDirectory::remake() {
+  TRY_ASSIGN(LeaseDirectory again, LeaseDirectory::open(path_));
+  locks_ = again.locks_;
+  return {};
 }
 
 std::string LeaseDirectory::lock_path(const std::string& uuid) const {

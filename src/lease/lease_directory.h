@@ -23,6 +23,7 @@
 
 #include "base/result.h"
 #include "os/fd.h"
+#include "os/files.h"
 
 namespace gpupool {
 
@@ -108,11 +109,18 @@ class LeaseDirectory {
 
   const std::string& path() const { return path_; }
 
+  // Whether the directory is still the one opened, not deleted or replaced since: a lease taken
+  // in another excludes none of those held in this one.
+  bool in_place() const;
+  // Makes the directory again where it was (with open()'s checks), to be used from now on.
+  Result<void> remake();
+
  private:
-  explicit LeaseDirectory(std::string path) : path_(std::move(path)) {}
+  LeaseDirectory(std::string path, FileIdentity locks) : path_(std::move(path)), locks_(locks) {}
   Result<Fd> open_lock(const std::string& uuid) const;
   std::string lock_path(const std::string& uuid) const;
   std::string path_;
+  FileIdentity locks_;  // locks/ as opened
 };
 
 }  // namespace gpupool

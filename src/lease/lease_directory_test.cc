@@ -47,6 +47,18 @@ TEST_F(LeaseDirectoryTest, CreatesSharedStickyDirectories) {
   }
 }
 
+TEST_F(LeaseDirectoryTest, KnowsWhenItWasDeletedAndIsMadeAgain) {
+  auto held = take("GPU-a", std::nullopt, "one");
+  ASSERT_TRUE(held);
+  EXPECT_TRUE(dir_->in_place());
+  std::filesystem::remove_all(root_ + "/run");
+  EXPECT_FALSE(dir_->in_place());
+  ASSERT_TRUE(dir_->remake().ok());
+  EXPECT_TRUE(dir_->in_place());
+  // The lease held in the deleted directory excludes nothing in the new one.
+  EXPECT_TRUE(take("GPU-a", std::nullopt, "two"));
+}
+
 TEST_F(LeaseDirectoryTest, AnExclusiveLeaseIsHeldOnce) {
   auto first = take("GPU-a", std::nullopt, "one");
   ASSERT_TRUE(first);
@@ -141,7 +153,10 @@ TEST_F(LeaseDirectoryTest, RefusesADirectoryAnotherUserCouldEmpty) {
   // Root may use it (it owns everything anyway); the check is about ownership by a third party.
   auto opened = LeaseDirectory::open(foreign);
   EXPECT_FALSE(opened.ok());
-  EXPECT_NE(opened.error().message.find("belongs to uid 12345"), std::string::npos);
+  EXPECT_NE(opened.error().message.find(" (uid 12345), not root, who could remove other users' leases: not using it. "
+                                        "Install the gpupool package"),
+            std::string::npos)
+      << opened.error().message;
 }
 
 TEST_F(LeaseDirectoryTest, RejectsUuidsThatAreNotFileNames) {

@@ -43,6 +43,12 @@ Result<FileStatus> link_status(const std::string& path) {
   return status_of(st);
 }
 
+Result<FileIdentity> file_identity(const std::string& path) {
+  struct stat st {};
+  if (lstat(path.c_str(), &st) != 0) return system_error("inspect", path);
+  return FileIdentity{static_cast<uint64_t>(st.st_dev), static_cast<uint64_t>(st.st_ino)};
+}
+
 Result<FileStatus> file_status(int fd) {
   struct stat st {};
   if (fstat(fd, &st) != 0) return system_error("inspect", fmt::format("descriptor {}", fd));

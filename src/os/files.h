@@ -30,6 +30,15 @@ Result<FileStatus> file_status(const std::string& path);  // follows a final sym
 Result<FileStatus> link_status(const std::string& path);  // the link itself
 Result<FileStatus> file_status(int fd);
 
+// Which file a path names (the link itself): the same name may come to name another file, after
+// the first was deleted or renamed away.
+struct FileIdentity {
+  uint64_t device = 0;
+  uint64_t inode = 0;
+  bool operator==(const FileIdentity&) const = default;
+};
+Result<FileIdentity> file_identity(const std::string& path);
+
 // Opens with open(2)'s flags, always close-on-exec.
 Result<Fd> open_file(const std::string& path, int flags, mode_t mode = 0);
 // As open_file; nullopt where nothing has that name.

@@ -42,23 +42,34 @@ std::string sysfs_pci_name(const std::string& nvml_bus_id) {
   return id;
 }
 
-// Field `number` (3 or more) of a /proc/PID/stat file, numbered as in proc(5): 3 state, 4 ppid...
-template <typename Number>
-std::optional<Number> stat_number(const std::string& stat_path, size_t number) {
+// Fields 3 onwards of a /proc/PID/stat file, numbered as in proc(5): [0] is field 3, the state;
+// empty when it cannot be read.
+std::vector<std::string> stat_fields(const std::string& stat_path) {
   auto stat = read_file(stat_path);
-  if (!stat) return std::nullopt;
+  if (!stat) return {};
   // "pid (comm) state ppid ...": comm may hold spaces and parentheses, so count after the last ')'.
   size_t close = stat->rfind(')');
-  if (close == std::string::npos) return std::nullopt;
-  std::istringstream fields(stat->substr(close + 1));
-  std::string field;
-  for (size_t i = 3; i <= number; ++i) {
-    if (!(fields >> field)) return std::nullopt;
-  }
+  if (close == std::string::npos) return {};
+  std::istringstream text(stat->substr(close + 1));
+  std::vector<std::string> fields;
+  for (std::string field; text >> field;) fields.push_back(std::move(field));
+  return fields;
+}
+
+template <typename Number>
+std::optional<Number> parse_number(const std::string& field) {
   Number value = 0;
   auto [end, error] = std::from_chars(field.data(), field.data() + field.size(), value);
   if (error != std::errc() || end != field.data() + field.size()) return std::nullopt;
   return value;
+}
+
+// Field `number` (3 or more) of a /proc/PID/stat file.
+template <typename Number>
+std::optional<Number> stat_number(const std::string& stat_path, size_t number) {
+  auto fields = stat_fields(stat_path);
+  if (fields.size() < number - 2) return std::nullopt;
+  return parse_number<Number>(fields[number - 3]);
 }
 
 }  // namespace
@@ -101,6 +112,19 @@ std::optional<uint32_t> HostFiles::parent_pid(uint32_t pid) const {
 
 std::optional<uint64_t> HostFiles::process_start_ticks(uint32_t pid) const {
   return stat_number<uint64_t>(path(fmt::format("/proc/{}/stat", pid)), 22);
+}
+
+bool HostFiles::group_has_living_process(uint32_t group) const {
+  for (const std::string& name : list_directory("/proc")) {
+    auto pid = parse_number<uint32_t>(name);
+    if (!pid) continue;
+    auto fields = stat_fields(path(fmt::format("/proc/{}/stat", *pid)));
+    // Field 3 the state (Z: ended, waiting to be reaped; X: dead), field 5 the process group.
+    if (fields.size() >= 3 && fields[0] != "Z" && fields[0] != "X" && parse_number<uint32_t>(fields[2]) == group) {
+      return true;
+    }
+  }
+  return false;
 }
 
 std::optional<double> HostFiles::process_start_time(uint32_t pid) const {

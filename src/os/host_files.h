@@ -30,6 +30,9 @@ class HostFiles {
   // When a process started, in clock ticks after boot (/proc/PID/stat); with the pid it names
   // one process for good, since a pid can be recycled but not at the same start time.
   std::optional<uint64_t> process_start_ticks(uint32_t pid) const;
+  // Whether any process of process group `group` lives (one that has ended but is not reaped yet
+  // does not count: where nobody reaps orphans, it would count for ever).
+  bool group_has_living_process(uint32_t group) const;
   // When a process started, in Unix seconds (the boot time of /proc/stat plus its start ticks).
   std::optional<double> process_start_time(uint32_t pid) const;
   // The NUMA node a PCI device hangs off (sysfs numa_node), nullopt when unknown (-1).

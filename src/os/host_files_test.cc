@@ -35,6 +35,29 @@ TEST(HostFilesTest, ReadsParentAndStartTimeFromProcStat) {
   std::filesystem::remove_all(root);
 }
 
+TEST(HostFilesTest, AGroupLivesWhileOneOfItsProcessesHasNotEnded) {
+  char pattern[] = "/tmp/gpupool-host-files-test-XXXXXX";
+  std::string root = mkdtemp(pattern);
+  auto process = [&](int pid, char state, int group) {
+    std::filesystem::create_directories(root + "/proc/" + std::to_string(pid));
+    std::ofstream(root + "/proc/" + std::to_string(pid) + "/stat")
+        << pid << " (job (x)) " << state << " 1 " << group << " " << group << " 0 -1 0\n";
+  };
+  std::filesystem::create_directories(root + "/proc/self");
+  process(50, 'S', 50);
+  process(51, 'R', 50);
+  process(60, 'Z', 60);  // ended, never reaped: an orphan where nobody reaps
+  HostFiles host(root);
+  EXPECT_TRUE(host.group_has_living_process(50));
+  EXPECT_FALSE(host.group_has_living_process(60));
+  EXPECT_FALSE(host.group_has_living_process(70));
+  process(50, 'Z', 50);
+  EXPECT_TRUE(host.group_has_living_process(50));  // 51 lives on after its leader
+  process(51, 'X', 50);
+  EXPECT_FALSE(host.group_has_living_process(50));
+  std::filesystem::remove_all(root);
+}
+
 TEST(HostFilesTest, AProcessKeepsItsStartTime) {
   HostFiles host;
   auto ours = host.process_start_ticks(static_cast<uint32_t>(getpid()));

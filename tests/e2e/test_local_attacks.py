@@ -9,7 +9,7 @@ import signal
 import socket
 import unittest
 
-from harness import CAN_ADD_USERS, Daemon, RawConnection, ThrowawayUsers, main
+from harness import CAN_ADD_USERS, Daemon, RawConnection, ThrowawayUsers, main, request_as
 
 NS_LAST_PID = "/proc/sys/kernel/ns_last_pid"
 VICTIM, ATTACKER, IMPOSTOR = 61001, 61002, 61003  # uids without accounts
@@ -165,6 +165,30 @@ class ResetTest(unittest.TestCase):
             self.assertEqual(shown["state"], "done", shown["reason"])
             with open(log) as f:
                 self.assertEqual(f.read(), "first\n", "the old job's log was reused")
+
+    def test_a_file_left_under_a_new_jobs_log_name_is_not_given_to_it(self):
+        with Daemon(mode=0o755) as d:
+            first = d.enqueue(["true"], uid=VICTIM, cwd="/")
+            self.assertEqual(d.finish(first)[0]["state"], "done")
+            # What a reset leaves, or an administrator puts there: root's, under the next job's log.
+            planted = os.path.join(d.state_dir, "logs", f"{first + 1}.out")
+            with open(planted, "w") as f:
+                f.write("an earlier job's secret\n")
+            os.chmod(planted, 0o640)
+            before = os.stat(planted)
+            second = d.enqueue(["sh", "-c", "echo mine"], uid=VICTIM, cwd="/")
+            self.assertEqual(second, first + 1, "the precondition: the new job's log takes the planted name")
+            shown = d.finish(second)[0]
+            self.assertEqual(shown["state"], "failed")
+            self.assertIn(f"could not start: {planted} is not this job's log", shown["reason"])
+            after = os.stat(planted)
+            self.assertEqual((after.st_uid, after.st_gid, after.st_mode, after.st_nlink),
+                             (before.st_uid, before.st_gid, before.st_mode, 1))
+            with open(planted) as f:
+                self.assertEqual(f.read(), "an earlier job's secret\n")
+            # Nor can its owner read it as the job's log.
+            with self.assertRaisesRegex(AssertionError, "is not this job's log"):
+                request_as(d, VICTIM, {"op": "logs", "id": second, "open": "stdout"})
 
 
 if __name__ == "__main__":

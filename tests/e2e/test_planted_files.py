@@ -231,7 +231,7 @@ class PlantedFilesTest(ThrowawayUsers, unittest.TestCase):
         cases = [("a link to root's directory", os.path.join(base, "link"), ["ln", "-s", self.vault],
                   "must be a directory"),
                  ("a directory she owns", os.path.join(base, "own"), ["mkdir", "-m", "1777"],
-                  f"belongs to uid {self.uid(self.mallory)}"),
+                  f"belongs to {self.mallory} (uid {self.uid(self.mallory)}), not root"),
                  ("in a directory she owns", os.path.join(mallory_dir, "run"), None,
                   f"{mallory_dir} belongs to uid {self.uid(self.mallory)}")]
         for what, runtime, make, message in cases:
@@ -241,15 +241,27 @@ class PlantedFilesTest(ThrowawayUsers, unittest.TestCase):
                 d = self.daemon()
                 try:
                     d.env["GPUPOOL_RUNTIME_DIR"] = runtime
-                    proc = d.popen("--http", "off")
-                    self.assertNotEqual(proc.wait(timeout=30), 0)
-                    log = d.log_text().strip().splitlines()
-                    self.assertEqual(len(log), 1, log)
-                    self.assertIn(message, log[0])
                     run = self.run_as(self.alice, GPUPOOL, "run", "--", "true", env=d.env, cwd=d.path(self.alice))
                     self.assertNotEqual(run.returncode, 0)
                     self.assertTrue(one_line(run), run.stderr)
                     self.assertIn(message, run.stderr)
+                    proc = d.popen("--http", "off")
+                    if make:
+                        # Planted in a sticky directory: a root daemon moves it aside whole and makes its own.
+                        wait_until(lambda: "gpupoold: serving" in d.log_text() or proc.poll() is not None,
+                                   what="gpupoold serving")
+                        self.assertIsNone(proc.poll(), d.log_text())
+                        self.assertIn(f"{runtime} belonged to {self.mallory} (uid {self.uid(self.mallory)}), not root: "
+                                      f"moved it to {runtime}.not-roots-", d.log_text())
+                        status = os.lstat(runtime)
+                        self.assertEqual((stat.S_ISDIR(status.st_mode), status.st_uid), (True, 0))
+                        proc.terminate()
+                        self.assertEqual(proc.wait(timeout=30), 0, d.log_text())
+                    else:
+                        self.assertNotEqual(proc.wait(timeout=30), 0)
+                        log = d.log_text().strip().splitlines()
+                        self.assertEqual(len(log), 1, log)
+                        self.assertIn(message, log[0])
                     self.assert_targets_untouched()
                     self.assertFalse(os.path.exists(os.path.join(mallory_dir, "run")), "root created it")
                 finally:
