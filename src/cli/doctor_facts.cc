@@ -124,6 +124,15 @@ void gather_daemon(DoctorFacts& facts) {
   } else {
     facts.daemon.running = client->has_value();
   }
+  if (!client || !*client) return;
+  // Only the daemon knows its reserve, and it measures the space where it writes.
+  auto answer = (**client).request(protocol::StatusRequest{});
+  if (!answer) return;
+  auto status = expect<protocol::StatusResponse>(std::move(*answer));
+  if (status && status->state_space) {
+    const protocol::StateSpace& space = *status->state_space;
+    facts.daemon.state_space = StateSpaceFact{space.free_bytes, space.reserve_bytes, space.unsaved_jobs};
+  }
 }
 
 ProcessFacts gather_process(const HostFiles& host, uint32_t pid) {

@@ -45,7 +45,7 @@ void read_gpu_holders(DashboardInput& input) {
   }
   if (auto answer = (*client)->request(protocol::StatusRequest{})) {
     if (auto status = expect<protocol::StatusResponse>(std::move(*answer))) {
-      input.notices = drain_notices(*status, clock_of_day);
+      input.notices = daemon_notices(*status, clock_of_day);
     }
   }
 }

@@ -34,7 +34,7 @@ std::string reason_text(const Job& job, double now) {
 
 }  // namespace
 
-std::vector<std::string> drain_notices(const protocol::StatusResponse& status, const ClockText& clock) {
+std::vector<std::string> daemon_notices(const protocol::StatusResponse& status, const ClockText& clock) {
   auto who_when_why = [&](const std::string& by, std::optional<double> at, const std::string& reason) {
     return printable(fmt::format("{}{}{}", by.empty() ? "" : " by " + by, at ? " since " + clock(*at) : "",
                                  reason.empty() ? "" : ": " + reason),
@@ -50,6 +50,18 @@ std::vector<std::string> drain_notices(const protocol::StatusResponse& status, c
                                   "--gpu {}`.",
                                   gpu.index, who_when_why(gpu.by, gpu.at > 0 ? std::optional(gpu.at) : std::nullopt, gpu.reason),
                                   gpu.index));
+  }
+  if (const auto& space = status.state_space) {
+      if (space->free_bytes < space->reserve_bytes) {
+      notices.push_back(fmt::format(
+          "The state filesystem has {} MiB free, under the {} MiB kept for the job database: job output is "
+          "not being saved.",
+          space->free_bytes >> 20, space->reserve_bytes >> 20));
+    }
+    if (space->unsaved_jobs > 0) {
+      notices.push_back(fmt::format("{} job{} could not be saved to the job database; gpupoold keeps trying.",
+                                    space->unsaved_jobs, space->unsaved_jobs == 1 ? "" : "s"));
+    }
   }
   return notices;
 }

@@ -15,9 +15,10 @@ namespace gpupool::cli {
 // A Unix time as the table shows it: "14:05" today, "12-04" another day.
 using ClockText = std::function<std::string(double unix_seconds)>;
 
-// What stands above the table: a drained queue, drained GPUs, one line each (escaped: the reasons
-// are an administrator's text shown to everyone). `clock` says when ("since 12-05 15:30:12").
-std::vector<std::string> drain_notices(const protocol::StatusResponse& status, const ClockText& clock);
+// What stands above the table: a drained queue, drained GPUs, a state file system short of space
+// or jobs the database refused, one line each (escaped: the reasons are an administrator's text
+// shown to everyone). `clock` says when ("since 12-05 15:30:12").
+std::vector<std::string> daemon_notices(const protocol::StatusResponse& status, const ClockText& clock);
 
 std::string jobs_table_header();
 

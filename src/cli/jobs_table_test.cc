@@ -80,18 +80,29 @@ TEST(JobsTableTest, RowsStayWithinAHundredColumnsWhateverTheNames) {
 
 TEST(JobsTableTest, DrainsAreOneLineEachAboveTheTable) {
   protocol::StatusResponse status;
-  EXPECT_TRUE(drain_notices(status, clock_for_table).empty());
+  EXPECT_TRUE(daemon_notices(status, clock_for_table).empty());
   status.drained = true;
   status.drained_by = "root";
   status.drained_at = kNow - 600;
   status.drain_reason = "upgrade\x1b[2J";
   status.drained_gpus = {{3, "admin", kNow - 60, "fan"}, {5, "", 0, ""}};
-  EXPECT_EQ(drain_notices(status, clock_for_table),
+  EXPECT_EQ(daemon_notices(status, clock_for_table),
             (std::vector<std::string>{
                 "The queue is drained by root since c-010: upgrade\\x1b[2J. No job starts until `gpupool resume`.",
                 "GPU 3 is drained by admin since c-001: fan. Its jobs run on; none starts on it until `gpupool "
                 "resume --gpu 3`.",
                 "GPU 5 is drained. Its jobs run on; none starts on it until `gpupool resume --gpu 5`."}));
+}
+
+TEST(JobsTableTest, ShortSpaceAndUnsavedJobsAreSaidAboveTheTable) {
+  protocol::StatusResponse status;
+  status.state_space = protocol::StateSpace{600u << 20, 512u << 20, 0};
+  EXPECT_TRUE(daemon_notices(status, clock_for_table).empty());
+  status.state_space = protocol::StateSpace{(3u << 20) + 1000, 512u << 20, 2};
+  EXPECT_EQ(daemon_notices(status, clock_for_table),
+            (std::vector<std::string>{"The state filesystem has 3 MiB free, under the 512 MiB kept for the job "
+                                      "database: job output is not being saved.",
+                                      "2 jobs could not be saved to the job database; gpupoold keeps trying."}));
 }
 
 }  // namespace

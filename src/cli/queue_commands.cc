@@ -245,7 +245,7 @@ Result<int> list_jobs(const JobsOptions& options) {
     // A drained queue says so above the table: otherwise its queued jobs just seem slow.
     TRY_ASSIGN(proto::Response response, client->request(proto::StatusRequest{}));
     TRY_ASSIGN(proto::StatusResponse status, expect<proto::StatusResponse>(std::move(response)));
-    for (const std::string& notice : drain_notices(status, [](double at) { return clock_time(at); })) {
+    for (const std::string& notice : daemon_notices(status, [](double at) { return clock_time(at); })) {
       fmt::print("{}\n", notice);
     }
   }

@@ -30,6 +30,7 @@ constexpr int64_t kMaxCount = 1'000'000;  // backfill_depth, max_queued_jobs_per
 // HTTP connections kept open: half of Linux's usual soft descriptor limit (1024), so that HTTP
 // never takes what the job side needs even in a daemon started by hand (docs/security.md).
 constexpr int64_t kMaxHttpConnections = 512;
+constexpr int64_t kMaxMegabytes = int64_t{1} << 24;  // 16 TiB: max_log_mb, state_reserve_mb
 constexpr size_t kMaxDetailBytes = 200;  // of a syntax error in an error line
 
 // --- one value; errors name the key, the caller adds FILE:LINE ---
@@ -57,6 +58,15 @@ Result<size_t> count_of(const toml::node& node, std::string_view key, int64_t mo
     return fail("{} must be a whole number from 1 to {}", quote(key), most);
   }
   return static_cast<size_t>(*count);
+}
+
+// A whole number of MiB, in bytes.
+Result<uint64_t> megabytes_of(const toml::node& node, std::string_view key, int64_t least) {
+  std::optional<int64_t> count = node.is_integer() ? node.value<int64_t>() : std::nullopt;
+  if (!count || *count < least || *count > kMaxMegabytes) {
+    return fail("{} must be a whole number of MiB from {} to {}", quote(key), least, kMaxMegabytes);
+  }
+  return static_cast<uint64_t>(*count) << 20;
 }
 
 Result<std::string> text_of(const toml::node& node, std::string_view key) {
@@ -126,6 +136,23 @@ const Key kDaemonKeys[] = {
        config.device_isolation = *text == "on"    ? DeviceIsolationMode::On
                                  : *text == "off" ? DeviceIsolationMode::Off
                                                   : DeviceIsolationMode::Auto;
+       return {};
+     }},
+    {"max_log_mb",
+     [](const toml::node& node, std::string_view key, DaemonConfig& config) -> Result<void> {
+       // No limit only when said in words: a 0 would more likely be a mistake.
+       if (node.is_string() && *node.value<std::string_view>() == "unlimited") {
+         config.max_log_bytes.reset();
+         return {};
+       }
+       auto bytes = megabytes_of(node, key, 1);
+       if (!bytes) return fail("{} or \"unlimited\"", bytes.error().message);
+       config.max_log_bytes = *bytes;
+       return {};
+     }},
+    {"state_reserve_mb",
+     [](const toml::node& node, std::string_view key, DaemonConfig& config) -> Result<void> {
+       TRY_ASSIGN(config.state_reserve_bytes, megabytes_of(node, key, 0));
        return {};
      }},
 };

@@ -4,6 +4,7 @@
 // silently leaves a limit unset. docs/configuration.md documents every key.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -36,6 +37,11 @@ struct DaemonConfig {
   std::optional<double> default_time_limit_s;  // for jobs submitted without --time
   std::optional<double> max_time_limit_s;      // submissions asking for more are refused
   DeviceIsolationMode device_isolation = DeviceIsolationMode::Auto;
+  // Room on the state file system, which holds the job logs beside the database (state_space.h).
+  // max_log_mb: each job's output, stdout and stderr together; nullopt ("unlimited"): none.
+  std::optional<uint64_t> max_log_bytes = uint64_t{4096} << 20;
+  // state_reserve_mb: job output stops while less is free, so the database can still grow.
+  uint64_t state_reserve_bytes = uint64_t{512} << 20;
   // [scheduler]: policy, fair_share_half_life_h, default_runtime_h, backfill_depth, quota_gpus;
   // [quotas]: user = GPUs, into scheduler.user_quota_gpus
   SchedulerConfig scheduler;

@@ -47,7 +47,16 @@ TEST(ConfigTest, NothingGivenMeansTheDefaults) {
     EXPECT_EQ(config.scheduler.default_runtime_s, 3600.0);
     EXPECT_EQ(config.scheduler.backfill_depth, 1000u);
     EXPECT_EQ(config.max_queued_jobs_per_user, 10'000u);
+    EXPECT_EQ(config.max_log_bytes, uint64_t{4096} << 20);
+    EXPECT_EQ(config.state_reserve_bytes, uint64_t{512} << 20);
   }
+}
+
+TEST(ConfigTest, OutputLimitAndReserveInMiB) {
+  DaemonConfig config = parsed("[daemon]\nmax_log_mb = 3\nstate_reserve_mb = 0\n");
+  EXPECT_EQ(config.max_log_bytes, uint64_t{3} << 20);
+  EXPECT_EQ(config.state_reserve_bytes, 0u);
+  EXPECT_FALSE(parsed("[daemon]\nmax_log_mb = \"unlimited\"\n").max_log_bytes);
 }
 
 TEST(ConfigTest, EveryKey) {
@@ -151,6 +160,14 @@ TEST(ConfigTest, ValuesOutOfRangeOrOfTheWrongTypeNameTheKeyAndLine) {
       {"[daemon]\nkill_grace_s = inf\n", "gpupool.toml:2: 'kill_grace_s' must be a number from 0 to 3600"},
       {"[daemon]\nkill_grace_s = 1e300\n", "gpupool.toml:2: 'kill_grace_s' must be a number from 0 to 3600"},
       {"[daemon]\nkill_grace_s = false\n", "gpupool.toml:2: 'kill_grace_s' must be a number"},
+      {"[daemon]\nmax_log_mb = 0\n",
+       "gpupool.toml:2: 'max_log_mb' must be a whole number of MiB from 1 to 16777216 or \"unlimited\""},
+      {"[daemon]\nmax_log_mb = \"lots\"\n",
+       "gpupool.toml:2: 'max_log_mb' must be a whole number of MiB from 1 to 16777216 or \"unlimited\""},
+      {"[daemon]\nstate_reserve_mb = 1.5\n",
+       "gpupool.toml:2: 'state_reserve_mb' must be a whole number of MiB from 0 to 16777216"},
+      {"[daemon]\nstate_reserve_mb = 16777217\n",
+       "gpupool.toml:2: 'state_reserve_mb' must be a whole number of MiB from 0 to 16777216"},
       {"[daemon]\ndevice_isolation = \"yes\"\n",
        "gpupool.toml:2: 'device_isolation' must be \"auto\", \"on\" or \"off\""},
       {"[daemon]\ndevice_isolation = true\n",
@@ -204,7 +221,7 @@ TEST(ConfigTest, UnknownKeysAndTablesAreErrorsNotIgnored) {
   EXPECT_EQ(
       error_of("[daemon]\nadmin = \"wheel\"\n"),
       "gpupool.toml:2: unknown key 'admin' in [daemon] (known: admin_group, sample_interval_s, kill_grace_s, "
-      "default_time_limit, max_time_limit, device_isolation)");
+      "default_time_limit, max_time_limit, device_isolation, max_log_mb, state_reserve_mb)");
   EXPECT_EQ(error_of("[daemon]\n\n[schedular]\npolicy = \"fifo\"\n"),
             "gpupool.toml:3: unknown table 'schedular' (known: daemon, scheduler, quotas, monitor)");
   EXPECT_EQ(error_of("policy = \"fifo\"\n"),

@@ -45,7 +45,9 @@ Daemon::Impl::Impl(DaemonSettings settings, JobStore store, LeaseDirectory lease
       backend_(std::move(backend)),
       machine_(std::move(machine)),
       scheduler_(std::move(scheduler)),
-      dispatcher_(DispatcherSettings{settings_.state_dir, settings_.config.kill_grace_s, own_pid()}, store_, leases_,
+      dispatcher_(DispatcherSettings{settings_.state_dir, settings_.config.kill_grace_s, own_pid(),
+                                     OutputLimits{settings_.config.max_log_bytes, settings_.config.state_reserve_bytes}},
+                  store_, leases_,
                   machine_, scheduler_, runner_, host_,
                   DispatcherHooks{
                       .hand_to_client = [this](const Job& job, const HeldLeases& held) { return hand_to_client(job, held); },
@@ -166,7 +168,8 @@ void Daemon::Impl::stop_once_idle() {
 
 Result<void> Daemon::Impl::open_monitor(UsageStore usage) {
   MonitorSettings settings{settings_.config.sample_interval_s, settings_.config.history_s,
-                           settings_.config.idle_flag_after_s, host_name()};
+                           settings_.config.idle_flag_after_s, host_name(), settings_.state_dir,
+                           settings_.config.state_reserve_bytes};
   monitor_ = std::make_unique<Monitor>(settings, machine_, *backend_, std::move(usage), [this](Machine machine) {
     asio::post(io_, [this, machine = std::move(machine)] { on_sample(machine); });
   });
@@ -282,6 +285,8 @@ void Daemon::Impl::apply_survey() {
     fmt::print(stderr, "gpupoold: {}\n", set.error().message);
   }
   dispatcher_.check_running(unix_now());
+  dispatcher_.save_again(unix_now());
+  monitor_->set_unsaved_jobs(dispatcher_.unsaved().size());
   dispatcher_.dispatch();
 }
 

@@ -48,6 +48,7 @@ Dispatcher::Dispatcher(DispatcherSettings settings, JobStore& store, LeaseDirect
       host_(host),
       hooks_(std::move(hooks)),
       lifecycle_([this](JobId id) -> std::optional<JobState> {
+        if (auto unsaved = unsaved_.find(id); unsaved != unsaved_.end()) return unsaved->second.state;
         auto stored = store_.get(id);
         return stored && *stored ? std::optional((*stored)->state) : std::nullopt;
       }) {}
@@ -334,6 +335,7 @@ void Dispatcher::start_batch(Job& job, HeldLeases held, pid_t supervisor) {
   fill_log_paths(job);
   attempt.stdout_path = job.stdout_path;
   attempt.stderr_path = job.stderr_path;
+  attempt.output_limits = settings_.output_limits;
   attempt.time_limit_s = job.spec.time_limit_s;
   attempt.kill_grace_s = settings_.kill_grace_s;
   attempt.record_path = record_path(job);
@@ -494,6 +496,7 @@ std::set<std::string> Dispatcher::running_batch_groups() const {
 
 Result<std::optional<Job>> Dispatcher::find_job(JobId id) const {
   if (auto it = active_.find(id); it != active_.end()) return std::optional<Job>(it->second);
+  if (auto it = unsaved_.find(id); it != unsaved_.end()) return std::optional<Job>(it->second);
   TRY_ASSIGN(std::optional<Job> stored, store_.get(id));
   if (stored) fill_log_paths(*stored);
   return stored;
@@ -511,7 +514,35 @@ std::string Dispatcher::record_path(const Job& job) const {
 
 void Dispatcher::save(const Job& job) {
   if (auto saved = store_.update(job); !saved) {
-    fmt::print(stderr, "gpupoold: cannot save job {}: {}\n", job.id, saved.error().message);
+    fmt::print(stderr, "gpupoold: cannot save job {} (trying again until it is saved): {}\n", job.id,
+               saved.error().message);
+    unsaved_.insert_or_assign(job.id, job);
+    save_retry_.failed(unix_now());
+    return;
+  }
+  unsaved_.erase(job.id);  // an older refused version, superseded
+}
+
+void Dispatcher::save_again(double now) {
+  if (unsaved_.empty() || !save_retry_.due(now)) return;
+  for (auto it = unsaved_.begin(); it != unsaved_.end();) {
+    if (auto saved = store_.update(it->second); !saved) {
+      save_retry_.failed(now);
+      return;
+    }
+    fmt::print(stderr, "gpupoold: job {} is saved now\n", it->first);
+    it = unsaved_.erase(it);
+  }
+  save_retry_.succeeded();
+}
+
+void Dispatcher::show_unsaved(std::vector<Job>& listed) const {
+  for (Job& job : listed) {
+    auto unsaved = unsaved_.find(job.id);
+    if (unsaved == unsaved_.end()) continue;
+    std::vector<std::string> environment = std::move(job.spec.environment);  // as the listing left it
+    job = unsaved->second;
+    job.spec.environment = std::move(environment);
   }
 }
 

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "daemon/attempt_runner.h"
+#include "daemon/state_space.h"
 #include "jobs/job_store.h"
 #include "jobs/lifecycle.h"
 #include "lease/lease_directory.h"
@@ -35,6 +36,7 @@ struct DispatcherSettings {
   std::string state_dir;  // logs/ and attempts/ are in it
   double kill_grace_s = 10;
   pid_t daemon_pid = 0;  // holds the leases of an interactive job whose client's pid is unknown
+  OutputLimits output_limits;  // of each batch attempt's output
 };
 
 // What the dispatcher asks of the daemon's other parts.
@@ -103,6 +105,16 @@ class Dispatcher {
   // A batch job's logs are in the state directory, named after it.
   void fill_log_paths(Job& job) const;
 
+  // Jobs whose latest change the store refused (the state file system full, an I/O error): kept
+  // here, shown as they are (find_job, show_unsaved), and saved again by save_again until the
+  // store takes them. A restart meanwhile loses nothing: a batch job's end is in its attempt
+  // record, which the next daemon reads.
+  const std::map<JobId, Job>& unsaved() const { return unsaved_; }
+  // Listed jobs replaced by their unsaved versions.
+  void show_unsaved(std::vector<Job>& listed) const;
+  // Tries the store again when the backoff allows.
+  void save_again(double now);
+
  private:
   std::optional<std::string> carry_out(const lifecycle::Effect& effect);
   void finished(JobId id, JobState state, std::string reason);
@@ -146,6 +158,8 @@ class Dispatcher {
   std::map<JobId, double> kill_at_;
   // Locks the daemon took for running jobs in a remade lease directory (relock_running).
   std::map<JobId, HeldLeases> relocked_;
+  std::map<JobId, Job> unsaved_;
+  SaveRetry save_retry_;
 };
 
 }  // namespace gpupool

@@ -156,7 +156,7 @@ class DispatcherTest : public ::testing::Test {
     hooks.look_again_soon = [this] { ++looks_again; };
     hooks.queue_changed = [] {};
     hooks.started_in = [](double) {};
-    dispatcher_.emplace(DispatcherSettings{dir_ + "/state", 0.5, own_pid()}, *store_, *leases_, machine_,
+    dispatcher_.emplace(DispatcherSettings{dir_ + "/state", 0.5, own_pid(), OutputLimits{}}, *store_, *leases_, machine_,
                         *scheduler_, runner_, host_, hooks);
   }
 

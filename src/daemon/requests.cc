@@ -205,6 +205,7 @@ void Daemon::Impl::handle(const SessionPtr& s, const protocol::JobsRequest& r) {
   {
     auto jobs = store_.list(filter);
     if (!jobs) return sessions_.send(s, protocol::ErrorResponse{jobs.error().message});
+    dispatcher_.show_unsaved(*jobs);  // the truth, such as an end the store has not taken yet
     listed = jobs->size();
     protocol::JobsResponse response;
     size_t bytes = 0;
@@ -392,6 +393,9 @@ void Daemon::Impl::handle(const SessionPtr& s, const protocol::StatusRequest&) {
     if (job.state == JobState::Running) ++status.running;
   }
   status.samples = monitor_->samples_surveyed();
+  if (auto free = free_bytes(settings_.state_dir)) {
+    status.state_space = protocol::StateSpace{*free, settings_.config.state_reserve_bytes, dispatcher_.unsaved().size()};
+  }
   sessions_.send(s, status);
 }
 

@@ -6,10 +6,13 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
+#include <cstdint>
 #include <cstring>
 #include <initializer_list>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -43,6 +46,9 @@ Result<void> append_event(int record_fd, const json& event) {
   return {};
 }
 
+// The record's lines are a few hundred bytes; a reason quoting long paths may take more.
+constexpr uint64_t kRecordRoom = 16 * 1024;
+
 // What the supervisor takes through its signalfd: a cancel, and its job's end. Blocked from before
 // the supervisor's exec, so a cancel sent as soon as its pid is known is never lost.
 constexpr std::initializer_list<int> kSupervisorSignals = {SIGTERM, SIGCHLD};
@@ -67,6 +73,8 @@ std::string attempt_text(const SupervisedAttempt& a) {
               {"umask", a.umask},
               {"stdout_path", a.stdout_path},
               {"stderr_path", a.stderr_path},
+              {"max_output_bytes", a.output_limits.max_bytes ? json(*a.output_limits.max_bytes) : json(nullptr)},
+              {"state_reserve_bytes", a.output_limits.reserve_bytes},
               {"time_limit_s", time_limit},
               {"kill_grace_s", a.kill_grace_s},
               {"record_path", a.record_path},
@@ -89,6 +97,8 @@ Result<SupervisedAttempt> parse_attempt(const std::string& text) {
     a.umask = j.at("umask").get<mode_t>();
     a.stdout_path = j.at("stdout_path").get<std::string>();
     a.stderr_path = j.at("stderr_path").get<std::string>();
+    if (!j.at("max_output_bytes").is_null()) a.output_limits.max_bytes = j.at("max_output_bytes").get<uint64_t>();
+    a.output_limits.reserve_bytes = j.at("state_reserve_bytes").get<uint64_t>();
     if (!j.at("time_limit_s").is_null()) a.time_limit_s = j.at("time_limit_s").get<double>();
     a.kill_grace_s = j.at("kill_grace_s").get<double>();
     a.record_path = j.at("record_path").get<std::string>();
@@ -254,7 +264,10 @@ class AttemptSupervisor {
   // Returns the supervisor's exit status: 0 once the outcome is recorded.
   int run() {
     auto started = start_job();
-    if (started) supervise();
+    if (started) {
+      supervise();
+      finish_output();
+    }
     return started ? record_exit() : record_exit("could not start: " + started.error().message);
   }
 
@@ -269,6 +282,11 @@ class AttemptSupervisor {
     TRY_ASSIGN(timer_fd_, timer_descriptor());
     TRY_ASSIGN(Fd out, open_log(attempt_.stdout_path, attempt_.uid, attempt_.gid));
     TRY_ASSIGN(Fd err, open_log(attempt_.stderr_path, attempt_.uid, attempt_.gid));
+    TRY_ASSIGN(auto out_pipe, make_pipe());
+    TRY_ASSIGN(auto err_pipe, make_pipe());
+    TRY_ASSIGN(FileStatus out_status, file_status(out.get()));
+    TRY_ASSIGN(FileStatus err_status, file_status(err.get()));
+    allowance_.emplace(attempt_.output_limits, out_status.size + err_status.size);
     TRY_ASSIGN(auto report_pipe, make_pipe());
     TRY_ASSIGN(auto go_pipe, make_pipe());
     if (attempt_.isolation) TRY(prepare_own_group(err.get()));
@@ -287,8 +305,8 @@ class AttemptSupervisor {
     launch.change_identity = as_root;
     launch.umask = attempt_.umask;
     launch.cwd = attempt_.cwd;
-    launch.stdout_fd = out.get();
-    launch.stderr_fd = err.get();
+    launch.stdout_fd = out_pipe.second.get();
+    launch.stderr_fd = err_pipe.second.get();
     launch.report_fd = report_pipe.second.get();
     launch.go_fd = go_pipe.first.get();
     launch.close_first = {record_fd_, go_pipe.second.get(), report_pipe.first.get(), signal_fd_.get(),
@@ -298,6 +316,9 @@ class AttemptSupervisor {
     if (pid == 0) exec_job(launch);
     make_group_leader(pid);  // also here, so the group exists before we might signal it
     job_ = pid;
+    // Our copies of the pipes' write ends close on return, so the job's exit ends the streams.
+    output_[0] = OutputCopy{std::move(out_pipe.first), std::move(out), true};
+    output_[1] = OutputCopy{std::move(err_pipe.first), std::move(err), true};
     report_fd_ = std::move(report_pipe.first);
     go_fd_ = std::move(go_pipe.second);
     return {};
@@ -356,7 +377,9 @@ class AttemptSupervisor {
   // Until the job's leader has exited and been reaped.
   void supervise() {
     while (!leader_status_) {
-      auto ready = wait_until_ready({signal_fd_.get(), timer_fd_.get(), report_fd_.get()}, std::nullopt);
+      auto ready = wait_until_ready({signal_fd_.get(), timer_fd_.get(), report_fd_.get(), output_[0].pipe.get(),
+                                     output_[1].pipe.get()},
+                                    std::nullopt);
       if (!ready) {
         stop_now();  // cannot wait any more: make sure the job does not outlive its supervision
         wait_for_leader(true);
@@ -366,6 +389,50 @@ class AttemptSupervisor {
       if ((*ready)[0]) on_signals();
       if ((*ready)[1]) on_timer();
       if ((*ready)[2]) on_report();
+      if ((*ready)[3]) copy_output(OutputStream::Out);
+      if ((*ready)[4]) copy_output(OutputStream::Err);
+    }
+  }
+
+  // What the job wrote before it ended may still be in the pipes, and goes to the logs before
+  // "exited" is recorded, so whoever waits for the job then finds its logs whole. Something the
+  // job left running outside its process group (started with setsid) may hold the pipes open:
+  // it gets a few seconds, not the supervisor's life.
+  void finish_output() {
+    auto deadline = std::chrono::steady_clock::now() + kOutputAfterExit;
+    while (output_[0].pipe.valid() || output_[1].pipe.valid()) {
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+      if (left.count() <= 0) return;
+      auto ready = wait_until_ready({output_[0].pipe.get(), output_[1].pipe.get()}, left);
+      if (!ready || (!(*ready)[0] && !(*ready)[1])) return;
+      if ((*ready)[0]) copy_output(OutputStream::Out);
+      if ((*ready)[1]) copy_output(OutputStream::Err);
+    }
+  }
+
+  // One read from the job's stream, into its log as far as the allowance goes.
+  void copy_output(OutputStream stream) {
+    OutputCopy& copy = output_[static_cast<int>(stream)];
+    auto got = read_some(copy.pipe.get(), buffer_.data(), buffer_.size());
+    if (!got || *got == 0) {
+      copy.pipe.reset();
+      return;
+    }
+    // Unmeasurable: write, as before there was a reserve; a full disk then refuses the write.
+    auto measured = free_bytes(copy.log.get());
+    uint64_t free = measured ? *measured : UINT64_MAX;
+    OutputDecision decision = allowance_->admit(stream, *got, free);
+    if (decision.write > 0) {
+      if (write_all(copy.log.get(), std::string_view(buffer_.data(), decision.write))) {
+        copy.at_line_start = buffer_[decision.write - 1] == '\n';
+      } else {
+        decision.notice = allowance_->write_failed(stream, free);
+      }
+    }
+    if (decision.notice) {
+      // On a line of its own, whatever the job's last line was.
+      (void)write_all(copy.log.get(), (copy.at_line_start ? "" : "\n") + *decision.notice);
+      copy.at_line_start = true;
     }
   }
 
@@ -455,8 +522,21 @@ class AttemptSupervisor {
     return append_event(record_fd_, exited) ? 0 : 1;
   }
 
+  // How long output is still copied once the job's leader has exited.
+  static constexpr std::chrono::seconds kOutputAfterExit{5};
+
+  // One of the job's streams on its way to its log.
+  struct OutputCopy {
+    Fd pipe;  // our read end; closed at the end of the stream
+    Fd log;
+    bool at_line_start = true;  // the last byte written was a newline (or none was written)
+  };
+
   SupervisedAttempt attempt_;
   int record_fd_;
+  OutputCopy output_[2];  // indexed by OutputStream
+  std::optional<OutputAllowance> allowance_;
+  std::vector<char> buffer_ = std::vector<char>(size_t{64} * 1024);
   Fd signal_fd_, timer_fd_, report_fd_, go_fd_;
   Fd group_fd_;  // the attempt's cgroup v2 directory, which the job is forked into
   pid_t job_ = -1;  // also its process group
@@ -518,6 +598,9 @@ Result<void> StandbySupervisor::hand(const SupervisedAttempt& attempt, const std
   TRY_ASSIGN(auto created, create_file(attempt.record_path, O_WRONLY | O_APPEND | O_NOFOLLOW, 0600));
   if (!created) return fail("cannot create {}: {}", attempt.record_path, std::strerror(EEXIST));
   Fd record = std::move(*created);
+  // Room for every line the record will get, taken now: a job's end must reach its record even
+  // when the file system fills while the job runs. Without it (a file system that cannot), as before.
+  (void)preallocate(record.get(), kRecordRoom);
   // Whatever goes wrong from here on, the record goes too, so the attempt can be started again,
   // and so does the supervisor, which may have part of the attempt.
   auto give_up = [&](const std::string& why) -> Error {

@@ -43,6 +43,7 @@
 
 #include "base/result.h"
 #include "daemon/attempt_record.h"
+#include "daemon/state_space.h"
 #include "jobs/job.h"
 #include "os/fd.h"
 #include "os/files.h"
@@ -73,6 +74,9 @@ struct SupervisedAttempt {
   mode_t umask = 022;
   std::string stdout_path;  // appended to (attempts share one log), created 0600 owned by uid (check_job_log)
   std::string stderr_path;
+  // The supervisor copies the job's output into the logs through pipes, within these
+  // (state_space.h): the job never blocks on its output and is never killed for it.
+  OutputLimits output_limits;
   std::optional<double> time_limit_s;
   double kill_grace_s = 10;
   std::string record_path;

@@ -257,6 +257,31 @@ TEST(JobLogTest, OnlyARegularFileWithOneNameOwnedByTheJobsUserIsItsLog) {
   EXPECT_FALSE(check_job_log("/s/logs/7.out", fifo, 1000).ok());
 }
 
+TEST_F(SupervisorTest, OutputPastTheLimitIsDroppedWithOneLineAndTheJobRunsOn) {
+  auto a = attempt({"sh", "-c", "printf 0123456789abcdef; head -c 1000000 /dev/zero; echo more >&2; exit 0"});
+  a.output_limits.max_bytes = 10;
+  EXPECT_EQ(run(a).exit_code, 0);  // a megabyte more than a pipe holds: never blocked
+  const std::string cut =
+      "gpupool: output cut at 10 bytes: the job reached its output limit (max_log_mb); the rest is dropped\n";
+  EXPECT_EQ(read_text(dir_ + "/7.out"), "0123456789\n" + cut);
+  EXPECT_EQ(read_text(dir_ + "/7.err"), cut);
+  // The next attempt counts what the first wrote.
+  EXPECT_EQ(run(attempt({"sh", "-c", "echo again"}, 2)).exit_code, 0);
+  auto again = attempt({"sh", "-c", "echo again"}, 3);
+  again.output_limits.max_bytes = 10;
+  EXPECT_EQ(run(again).exit_code, 0);
+  EXPECT_EQ(read_text(dir_ + "/7.out"), "0123456789\n" + cut + "again\n" + cut);
+}
+
+TEST_F(SupervisorTest, OutputIsDroppedWhileFreeSpaceIsUnderTheReserve) {
+  auto a = attempt({"sh", "-c", "echo lost; echo lost too >&2"});
+  a.output_limits.reserve_bytes = uint64_t{1} << 62;  // more than any file system has
+  EXPECT_EQ(run(a).exit_code, 0);
+  EXPECT_EQ(read_text(dir_ + "/7.out").rfind("gpupool: output dropped: the state filesystem is short of space (", 0),
+            0u);
+  EXPECT_EQ(read_text(dir_ + "/7.err").find("lost"), std::string::npos);
+}
+
 TEST_F(SupervisorTest, TheJobInheritsTheLeasesButNotTheRecord) {
   std::string lease_path = dir_ + "/lease-0";
   int lease = open(lease_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);

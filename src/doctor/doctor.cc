@@ -464,6 +464,35 @@ Finding check_daemon(const DoctorFacts& f) {
                  {"nothing listens on " + socket});
 }
 
+// The job logs share the database's file system: a full one stops job output first (the reserve)
+// and then the database itself, whose refused saves the daemon retries.
+Finding check_state_space(const DoctorFacts& f) {
+  const std::string id = "state-space";
+  if (!f.daemon.state_space) return finding(id, CheckStatus::Ok, "not checked: no gpupoold answers");
+  const StateSpaceFact& space = *f.daemon.state_space;
+  std::vector<std::string> evidence = {
+      fmt::format("free: {} MiB; kept for the job database (state_reserve_mb): {} MiB",
+                  space.free_bytes >> 20, space.reserve_bytes >> 20)};
+  const std::string fix =
+      "Free space on the state directory's file system (old logs in its logs/ folder are the usual bulk), or give "
+      "jobs a smaller output limit (max_log_mb, docs/configuration.md).";
+  if (space.unsaved_jobs > 0) {
+    evidence.push_back(fmt::format("jobs the database refused to save: {}", space.unsaved_jobs));
+    return finding(id, CheckStatus::Problem,
+                   fmt::format("{} job(s) could not be saved to the job database; gpupoold keeps trying",
+                               space.unsaved_jobs),
+                   evidence, fix);
+  }
+  if (space.free_bytes < space.reserve_bytes) {
+    return finding(id, CheckStatus::Problem,
+                   "the state filesystem is short of space: job output is not being saved", evidence, fix);
+  }
+  if (space.free_bytes < 2 * space.reserve_bytes) {
+    return finding(id, CheckStatus::Warning, "the state filesystem is nearly at its reserve", evidence, fix);
+  }
+  return finding(id, CheckStatus::Ok, "room on the state filesystem", evidence);
+}
+
 Finding check_slurm(const DoctorFacts& f) {
   const std::string id = "slurm";
   auto job = variable(f.environment, "SLURM_JOB_ID");
@@ -681,7 +710,8 @@ std::vector<Finding> diagnose(const DoctorFacts& facts) {
                               check_cuda_visible_devices(facts), check_persistence(facts),
                               check_ecc(facts),                check_display_servers(facts),
                               check_outside_processes(facts),  check_leases(facts),
-                              check_daemon(facts),             check_slurm(facts)};
+                              check_daemon(facts),             check_state_space(facts),
+                              check_slurm(facts)};
   if (facts.process) check_process(facts, *facts.process, out);
   return out;
 }

@@ -48,10 +48,18 @@ struct LeaseFact {
   bool holder_alive = true;
 };
 
+// The state directory's file system, as the daemon measures it (its status).
+struct StateSpaceFact {
+  uint64_t free_bytes = 0;
+  uint64_t reserve_bytes = 0;  // state_reserve_mb
+  uint64_t unsaved_jobs = 0;   // jobs whose latest change the database refused
+};
+
 struct DaemonFact {
   std::string runtime_dir;
   bool running = false;
   std::optional<std::string> error;  // a socket is there but the daemon could not be reached
+  std::optional<StateSpaceFact> state_space;  // nullopt: no daemon, or it did not say
 };
 
 // What `--pid PID` looks at.

@@ -78,7 +78,8 @@ TEST(DoctorTest, AHealthyMachinePassesEveryCheckInOrder) {
   }
   EXPECT_EQ(ids, (std::vector<std::string>{"kernel-module", "device-nodes", "nvml", "gpus", "cuda-version",
                                            "container", "cuda-visible-devices", "persistence-mode", "ecc",
-                                           "display-server", "outside-processes", "leases", "daemon", "slurm"}));
+                                           "display-server", "outside-processes", "leases", "daemon", "state-space",
+                                           "slurm"}));
   EXPECT_EQ(doctor_exit_code(findings), 0);
 }
 
@@ -378,6 +379,25 @@ TEST(DoctorTest, Daemon) {
   EXPECT_EQ(run(f, "daemon").summary, "gpupoold answers");
   f.daemon.error = "/run/gpupool/gpupoold.sock belongs to uid 1000";
   EXPECT_EQ(run(f, "daemon").status, CheckStatus::Problem);
+}
+
+TEST(DoctorTest, StateSpace) {
+  DoctorFacts f = healthy();
+  EXPECT_THAT(run(f, "state-space").summary, HasSubstr("not checked"));
+  constexpr uint64_t kMiB = 1 << 20;
+  f.daemon.state_space = StateSpaceFact{2048 * kMiB, 512 * kMiB, 0};
+  EXPECT_EQ(run(f, "state-space").status, CheckStatus::Ok);
+  f.daemon.state_space->free_bytes = 700 * kMiB;
+  EXPECT_EQ(run(f, "state-space").status, CheckStatus::Warning);
+  f.daemon.state_space->free_bytes = 3 * kMiB + 5;
+  Finding short_of_space = run(f, "state-space");
+  EXPECT_EQ(short_of_space.status, CheckStatus::Problem);
+  EXPECT_EQ(short_of_space.summary, "the state filesystem is short of space: job output is not being saved");
+  EXPECT_EQ(short_of_space.evidence,
+            (std::vector<std::string>{"free: 3 MiB; kept for the job database (state_reserve_mb): 512 MiB"}));
+  EXPECT_THAT(short_of_space.fix, HasSubstr("max_log_mb"));
+  f.daemon.state_space->unsaved_jobs = 2;
+  EXPECT_THAT(run(f, "state-space").summary, HasSubstr("2 job(s) could not be saved"));
 }
 
 TEST(DoctorTest, Slurm) {

@@ -8,6 +8,11 @@ std::string database_name(sqlite3* db) {
 }
 
 Error database_error(sqlite3* db, std::string_view doing) {
+  // Said first, in words an administrator acts on: the database is not what is wrong.
+  if (sqlite3_errcode(db) == SQLITE_FULL) {
+    return fail("the state filesystem is full: state database {}: {}: {}", database_name(db), doing,
+                sqlite3_errmsg(db));
+  }
   return fail("state database {}: {}: {}", database_name(db), doing, sqlite3_errmsg(db));
 }
 

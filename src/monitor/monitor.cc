@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "os/clock.h"
+#include "os/files.h"
 
 namespace gpupool {
 namespace {
@@ -264,6 +265,11 @@ void Monitor::observe_dispatch(double seconds) {
   dispatch_latency_.observe(seconds);
 }
 
+void Monitor::set_unsaved_jobs(size_t count) {
+  std::lock_guard lock(mutex_);
+  unsaved_jobs_ = count;
+}
+
 Result<protocol::ReportResponse> Monitor::report(std::optional<double> since) {
   TRY_ASSIGN(std::vector<StoredUsage> stored, store_.since(since.value_or(0)));
   std::map<JobId, protocol::JobUsageLine> jobs;
@@ -354,6 +360,12 @@ std::string Monitor::metrics_text() {
   view.dispatch_latency = &dispatch_latency_;
   view.queue_wait = &queue_wait_;
   view.sample_duration_s = sample_duration_s_;
+  // Read now rather than sampled: a scrape should see the space a job's output has just taken.
+  if (!settings_.state_dir.empty()) {
+    if (auto free = free_bytes(settings_.state_dir)) {
+      view.state_space = StateSpaceView{*free, settings_.state_reserve_bytes, unsaved_jobs_};
+    }
+  }
   return render_metrics(view);
 }
 

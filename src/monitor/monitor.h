@@ -60,6 +60,8 @@ struct MonitorSettings {
   double history_s = 3600;
   double idle_flag_after_s = 1800;
   std::string hostname;
+  std::string state_dir;  // whose file system's free space /metrics shows
+  uint64_t state_reserve_bytes = 0;
 };
 
 class Monitor {
@@ -89,6 +91,8 @@ class Monitor {
   uint64_t samples_surveyed() const { return samples_surveyed_; }
   // How long one start took (leases, record, supervisor).
   void observe_dispatch(double seconds);
+  // Jobs whose latest change the job store refused and the daemon keeps trying to save.
+  void set_unsaved_jobs(size_t count);
   // A running job's usage so far (nullopt before its first sample): `gpupool jobs`'s columns.
   std::optional<JobUsage> usage_of(JobId id);
   // `gpupool report`: stored usage plus what is not stored yet.
@@ -131,6 +135,7 @@ class Monitor {
   Histogram dispatch_latency_;
   Histogram queue_wait_;
   std::optional<double> sample_duration_s_;
+  size_t unsaved_jobs_ = 0;
   std::optional<double> last_sample_time_;
   std::string last_error_;
 

@@ -188,6 +188,17 @@ std::string render_metrics(const MetricsView& view) {
     header(out, "gpupool_sample_duration_seconds", "gauge", "Time the latest NVML sample of every GPU took.");
     fmt::format_to(put, "gpupool_sample_duration_seconds {}\n", number(*view.sample_duration_s));
   }
+  if (view.state_space) {
+    header(out, "gpupool_state_free_bytes", "gauge",
+           "Free space on the file system of the state directory (database and job logs).");
+    fmt::format_to(put, "gpupool_state_free_bytes {}\n", view.state_space->free_bytes);
+    header(out, "gpupool_state_reserve_bytes", "gauge",
+           "Free space kept for the database (state_reserve_mb): job output stops below it.");
+    fmt::format_to(put, "gpupool_state_reserve_bytes {}\n", view.state_space->reserve_bytes);
+    header(out, "gpupool_unsaved_jobs", "gauge",
+           "Jobs whose latest change (such as their end) the database refused; the daemon retries.");
+    fmt::format_to(put, "gpupool_unsaved_jobs {}\n", view.state_space->unsaved_jobs);
+  }
   return fmt::to_string(out);
 }
 

@@ -3,6 +3,8 @@
 // start with gpupool_. Pure: everything to print comes in a MetricsView.
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
 #include <map>
 #include <optional>
 #include <string>
@@ -54,6 +56,13 @@ struct MetricsJob {
   bool idle = false;
 };
 
+// The state file system, which holds the database and the job logs.
+struct StateSpaceView {
+  uint64_t free_bytes = 0;
+  uint64_t reserve_bytes = 0;  // job output stops below it
+  size_t unsaved_jobs = 0;     // changes the database refused, being retried
+};
+
 struct MetricsView {
   std::string hostname;
   std::vector<MetricsGpu> gpus;
@@ -63,6 +72,7 @@ struct MetricsView {
   const Histogram* dispatch_latency = nullptr;
   const Histogram* queue_wait = nullptr;
   std::optional<double> sample_duration_s;  // of the latest NVML sample
+  std::optional<StateSpaceView> state_space;
 };
 
 std::string render_metrics(const MetricsView& view);

@@ -3,6 +3,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -130,6 +131,33 @@ Result<std::string> read_at(int fd, size_t bytes, off_t offset) {
   if (got < 0) return system_error("read from", fmt::format("descriptor {}", fd));
   buffer.resize(static_cast<size_t>(got));
   return buffer;
+}
+
+Result<size_t> read_some(int fd, char* buffer, size_t size) {
+  for (;;) {
+    ssize_t n = ::read(fd, buffer, size);
+    if (n >= 0) return static_cast<size_t>(n);
+    if (errno != EINTR) return system_error("read from", fmt::format("descriptor {}", fd));
+  }
+}
+
+Result<void> preallocate(int fd, uint64_t bytes) {
+  if (fallocate(fd, FALLOC_FL_KEEP_SIZE, 0, static_cast<off_t>(bytes)) != 0) {
+    return system_error("set aside space for", fmt::format("descriptor {}", fd));
+  }
+  return {};
+}
+
+Result<uint64_t> free_bytes(int fd) {
+  struct statvfs fs {};
+  if (fstatvfs(fd, &fs) != 0) return system_error("measure the file system of", fmt::format("descriptor {}", fd));
+  return static_cast<uint64_t>(fs.f_bavail) * fs.f_frsize;
+}
+
+Result<uint64_t> free_bytes(const std::string& path) {
+  struct statvfs fs {};
+  if (statvfs(path.c_str(), &fs) != 0) return system_error("measure the file system of", path);
+  return static_cast<uint64_t>(fs.f_bavail) * fs.f_frsize;
 }
 
 Result<bool> make_directory(const std::string& path, mode_t mode) {

@@ -67,6 +67,19 @@ Result<std::string> read_to_end(int fd);
 Result<void> read_each_chunk(int fd, const std::function<Result<void>(std::string_view)>& use);
 // Up to `bytes` bytes from `offset`, fewer at the end of the file.
 Result<std::string> read_at(int fd, size_t bytes, off_t offset);
+// One read(2) of what is there now, up to `size` bytes (again if a signal interrupts it): 0 is
+// the end of the file, or a pipe whose writers have all closed it.
+Result<size_t> read_some(int fd, char* buffer, size_t size);
+
+// Sets aside `bytes` of disk for the file without changing its size, so that appends up to that
+// much succeed on a file system that fills meanwhile. Where the file system cannot (EOPNOTSUPP),
+// an error the caller may ignore.
+Result<void> preallocate(int fd, uint64_t bytes);
+
+// Bytes an unprivileged writer may still use on the file system that holds the file or
+// directory (statvfs's f_bavail: root's reserved blocks left out).
+Result<uint64_t> free_bytes(int fd);
+Result<uint64_t> free_bytes(const std::string& path);
 
 // true: created; false: something of that name exists already (maybe not a directory).
 Result<bool> make_directory(const std::string& path, mode_t mode);

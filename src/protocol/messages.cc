@@ -502,21 +502,25 @@ json drained_gpus_json(const std::vector<DrainedGpu>& gpus) {
   return list;
 }
 json response_json(const StatusResponse& response) {
-  return {{"ok", true},
-          {"status",
-           {{"software", response.software},
-            {"pid", response.pid},
-            {"drained", response.drained},
-            {"drained_by", response.drained_by},
-            {"drained_at", response.drained_at ? json(*response.drained_at) : json(nullptr)},
-            {"drain_reason", response.drain_reason},
-            {"drained_gpus", drained_gpus_json(response.drained_gpus)},
-            {"machine", response.machine},
-            {"gpus", response.gpus},
-            {"queued", response.queued},
-            {"held", response.held},
-            {"running", response.running},
-            {"samples", response.samples}}}};
+  json status = {{"software", response.software},
+                 {"pid", response.pid},
+                 {"drained", response.drained},
+                 {"drained_by", response.drained_by},
+                 {"drained_at", response.drained_at ? json(*response.drained_at) : json(nullptr)},
+                 {"drain_reason", response.drain_reason},
+                 {"drained_gpus", drained_gpus_json(response.drained_gpus)},
+                 {"machine", response.machine},
+                 {"gpus", response.gpus},
+                 {"queued", response.queued},
+                 {"held", response.held},
+                 {"running", response.running},
+                 {"samples", response.samples}};
+  if (const auto& space = response.state_space) {
+    status["state_space"] = {{"free_bytes", space->free_bytes},
+                             {"reserve_bytes", space->reserve_bytes},
+                             {"unsaved_jobs", space->unsaved_jobs}};
+  }
+  return {{"ok", true}, {"status", std::move(status)}};
 }
 json response_json(const LeaseQueued& response) {
   json object = {{"ok", true}, {"event", "queued"}, {"id", response.id}, {"reason", response.reason}};
@@ -630,6 +634,16 @@ Result<DrainedGpu> as_drained_gpu(const json& value, const Field& field) {
   return gpu;
 }
 
+Result<StateSpace> as_state_space(const json& value, const Field& field) {
+  TRY(require_object(value, field));
+  const auto bytes = whole_from<uint64_t>(0);
+  StateSpace space;
+  TRY_ASSIGN(space.free_bytes, required(value, "free_bytes", bytes));
+  TRY_ASSIGN(space.reserve_bytes, defaulted(value, "reserve_bytes", uint64_t{0}, bytes));
+  TRY_ASSIGN(space.unsaved_jobs, defaulted(value, "unsaved_jobs", uint64_t{0}, bytes));
+  return space;
+}
+
 Result<StatusResponse> as_status(const json& value, const Field& field) {
   TRY(require_object(value, field));
   StatusResponse status;
@@ -648,6 +662,7 @@ Result<StatusResponse> as_status(const json& value, const Field& field) {
   TRY_ASSIGN(status.held, defaulted(value, "held", 0u, count));
   TRY_ASSIGN(status.running, defaulted(value, "running", 0u, count));
   TRY_ASSIGN(status.samples, defaulted(value, "samples", uint64_t{0}, whole_from<uint64_t>(0)));
+  TRY_ASSIGN(status.state_space, maybe(value, "state_space", as_state_space));
   return status;
 }
 

@@ -135,6 +135,11 @@ struct DrainedGpu {
   double at = 0;
   std::string reason;
 };
+struct StateSpace {  // the state directory's file system: the database and the job logs
+  uint64_t free_bytes = 0;
+  uint64_t reserve_bytes = 0;  // state_reserve_mb: job output stops below it
+  uint64_t unsaved_jobs = 0;   // jobs whose latest change the database refused, being retried
+};
 struct StatusResponse {
   std::string software;
   int64_t pid = 0;
@@ -150,6 +155,7 @@ struct StatusResponse {
   // GPU readings the daemon has acted on since it started: a test waits for more of them to
   // know that the scheduler has looked again, instead of sleeping.
   uint64_t samples = 0;
+  std::optional<StateSpace> state_space;  // nullopt: not measured
 };
 struct LeaseQueued {
   JobId id = 0;

@@ -608,7 +608,7 @@ TEST(ProtocolResponseTest, ActionOutcomes) {
 
 TEST(ProtocolResponseTest, Status) {
   StatusResponse status{"gpupoold 0.1.0", 812, true, "root", 1764945000.0, "swap GPU 3",
-                        {{3, "admin", 1764945100.0, "fan"}}, "hgx-h200", 8, 3, 1, 2, 40};
+                        {{3, "admin", 1764945100.0, "fan"}}, "hgx-h200", 8, 3, 1, 2, 40, std::nullopt};
   EXPECT_EQ(encode(Response(status)),
             R"({"ok":true,"status":{"drain_reason":"swap GPU 3","drained":true,"drained_at":1764945000.0,)"
             R"("drained_by":"root","drained_gpus":[{"at":1764945100.0,"by":"admin","index":3,"reason":"fan"}],)"
@@ -638,6 +638,13 @@ TEST(ProtocolResponseTest, Status) {
   EXPECT_TRUE(minimal.drained_gpus.empty());
   EXPECT_EQ(minimal.gpus, 0u);
   EXPECT_EQ(minimal.samples, 0u);
+  EXPECT_FALSE(minimal.state_space);
+  status.state_space = StateSpace{1 << 20, 512u << 20, 2};
+  auto space = through_the_wire(status).state_space;
+  ASSERT_TRUE(space);
+  EXPECT_EQ(space->free_bytes, 1u << 20);
+  EXPECT_EQ(space->reserve_bytes, 512u << 20);
+  EXPECT_EQ(space->unsaved_jobs, 2u);
 }
 
 TEST(ProtocolResponseTest, LeaseEvents) {
