@@ -90,11 +90,15 @@ Result<ReconnectingClient> ReconnectingClient::connect(const std::string& runtim
     if (!seconds) return fail("GPUPOOL_RECONNECT_S: {}", seconds.error().message);
     comeback = std::chrono::milliseconds(static_cast<int64_t>(*seconds * 1000));
   }
-  auto client = DaemonClient::connect(runtime_dir);
+  // A socket that is not to be trusted, or a daemon that refused us, is an answer at once.
+  TRY_ASSIGN(auto client, DaemonClient::connect_if_running(runtime_dir));
   if (client) return ReconnectingClient(runtime_dir, std::move(*client), comeback);
   // No socket: no daemon runs. A socket that did not answer is a daemon going away or coming
   // back (a restart): the first request waits for it as for one lost later.
-  if (!link_status(protocol::socket_path(runtime_dir))) return client.error();
+  if (!link_status(protocol::socket_path(runtime_dir))) {
+    TRY_ASSIGN(DaemonClient started_since, DaemonClient::connect(runtime_dir));  // the "no daemon" line
+    return ReconnectingClient(runtime_dir, std::move(started_since), comeback);
+  }
   return ReconnectingClient(runtime_dir, std::nullopt, comeback);
 }
 

@@ -295,7 +295,8 @@ Result<protocol::ReportResponse> Monitor::report(std::optional<double> since) {
       JobId job_id = id;  // clang 14 cannot capture a structured binding
       bool running =
           std::any_of(running_.begin(), running_.end(), [job_id](const RunningJob& j) { return j.id == job_id; });
-      if (!running && account.unsaved.empty()) continue;
+      // An ended job waits here for the next publish to store it: it counts as a stored row would.
+      if (!running && (account.unsaved.empty() || (since && account.last_time < *since))) continue;
       protocol::JobUsageLine* line = line_of(id, account.user, account.name, account.first_time, account.last_time);
       line->running = running;
       line->idle = running && accounting_.idle(id, now);

@@ -64,7 +64,7 @@ class TimeLimitTest(unittest.TestCase):
             self.assertEqual(set(rows), {seven, eight, held, after, kept})
             self.assertTrue(all(len(line) <= 100 for line in listing), listing)
             self.assertTrue(rows[eight].endswith(" Resources"), rows[eight])
-            self.assertRegex(rows[eight], r" ~\d\d:\d\d ")  # expected in about an hour
+            self.assertRegex(rows[eight], r" ~(\d\d:\d\d|\d\d-\d\d) ")  # in about an hour: past midnight, a date
             self.assertTrue(rows[held].endswith(" Held"), rows[held])
             self.assertTrue(rows[after].endswith(" Dependency"), rows[after])
             self.assertTrue(rows[kept].endswith(" Reservation"), rows[kept])
