@@ -155,7 +155,6 @@ def acquire(n=1, mem=None, timeout=None, name=None, on_wait=None, socket_path=No
     GPUs reserved for a wider one; past it and the daemon's grace period, the process gets
     SIGTERM, as a `gpupool cancel` sends it. Without a running daemon (and socket_path not given)
     it leases straight from the lease directory, as `gpupool run` does without one."""
-    global _held
     if _held is not None and _held.held and _held._pid == os.getpid():
         raise Error(f"this process holds job {_held.job}'s GPUs already: release() that lease first")
     if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= 1024:
@@ -198,16 +197,11 @@ def acquire(n=1, mem=None, timeout=None, name=None, on_wait=None, socket_path=No
                 raise Error("gpupoold closed the connection before granting the lease")
             if answer.get("event") == "granted":
                 if len(fds) != answer.get("descriptors", 0):
-                    for fd in fds:
-                        os.close(fd)
+                    _close(fds)
                     raise Error(f"gpupoold granted {answer.get('descriptors', 0)} leases but {len(fds)} arrived")
                 connection.sock.settimeout(None)
-                lease = Lease(connection, answer, fds, name)
-                _held = lease
-                atexit.register(lease._at_exit)
-                return lease
-            for fd in fds:
-                os.close(fd)
+                return _hold(Lease(connection, answer, fds, name))
+            _close(fds)
             check(answer)
             if answer.get("event") != "queued":
                 raise Error(f"gpupoold sent an unexpected answer: {answer}")
@@ -218,11 +212,23 @@ def acquire(n=1, mem=None, timeout=None, name=None, on_wait=None, socket_path=No
         raise
 
 
+def _hold(lease):
+    """The lease this process holds from now on, released at exit if not before."""
+    global _held
+    _held = lease
+    atexit.register(lease._at_exit)
+    return lease
+
+
+def _close(fds):
+    for fd in fds:
+        os.close(fd)
+
+
 def _acquire_without_daemon(job, limit, on_wait, no_daemon):
     """As `gpupool run` leases without a daemon: `gpupool acquire` waits in the same line, names
     this process as the holder and hands it the lock descriptors over a socket pair; it keeps its
     own copies until release() (or the end of this process), then removes the holder records."""
-    global _held
     command = os.environ.get("GPUPOOL_CLI") or shutil.which("gpupool")
     if not command:
         raise Error(f"{no_daemon}; the gpupool command, which leases GPUs without it, is not on PATH either")
@@ -252,12 +258,8 @@ def _acquire_without_daemon(job, limit, on_wait, no_daemon):
             if answer is None:
                 raise Error(f"gpupool acquire ended (exit code {helper.wait()}) without leasing GPUs")
             if answer.get("event") == "granted" and len(fds) == answer.get("descriptors"):
-                lease = Lease(connection, answer, fds, answer.get("job"), helper)
-                _held = lease
-                atexit.register(lease._at_exit)
-                return lease
-            for fd in fds:
-                os.close(fd)
+                return _hold(Lease(connection, answer, fds, answer.get("job"), helper))
+            _close(fds)
             check(answer)
             if answer.get("event") != "waiting":
                 raise Error(f"gpupool acquire sent an unexpected answer: {answer}")
