@@ -15,13 +15,21 @@ std::string runtime_directory() { return default_runtime_dir(); }
 DaemonClient::DaemonClient(Fd fd)
     : fd_(std::move(fd)), reader_(std::make_unique<LineReader>(fd_.get(), protocol::kMaxMessageBytes)) {}
 
+namespace {
+
+// The runtime directory is world-writable: anyone could leave a socket there and collect what
+// clients send (their environment). Only root's or our own is the daemon.
+bool trusted_socket(const FileStatus& status) {
+  return status.type == FileType::socket && (status.owner == 0 || status.owner == real_user_id());
+}
+
+}  // namespace
+
 Result<std::optional<DaemonClient>> DaemonClient::connect_if_running(const std::string& runtime_dir) {
   std::string path = protocol::socket_path(runtime_dir);
   auto status = link_status(path);
   if (!status) return std::optional<DaemonClient>();
-  // The runtime directory is world-writable: anyone could leave a socket there and collect
-  // what clients send (their environment). Only root's or our own is the daemon.
-  if (status->type != FileType::socket || (status->owner != 0 && status->owner != real_user_id())) {
+  if (!trusted_socket(*status)) {
     return fail("{} belongs to uid {}, not to root or you: not trusting it as gpupoold", path, status->owner);
   }
   auto fd = connect_unix_socket(path);
@@ -90,15 +98,17 @@ Result<ReconnectingClient> ReconnectingClient::connect(const std::string& runtim
     if (!seconds) return fail("GPUPOOL_RECONNECT_S: {}", seconds.error().message);
     comeback = std::chrono::milliseconds(static_cast<int64_t>(*seconds * 1000));
   }
-  // A socket that is not to be trusted, or a daemon that refused us, is an answer at once.
-  TRY_ASSIGN(auto client, DaemonClient::connect_if_running(runtime_dir));
-  if (client) return ReconnectingClient(runtime_dir, std::move(*client), comeback);
-  // No socket: no daemon runs. A socket that did not answer is a daemon going away or coming
-  // back (a restart): the first request waits for it as for one lost later.
-  if (!link_status(protocol::socket_path(runtime_dir))) {
+  auto client = DaemonClient::connect_if_running(runtime_dir);
+  if (client && *client) return ReconnectingClient(runtime_dir, std::move(**client), comeback);
+  auto status = link_status(protocol::socket_path(runtime_dir));
+  if (!status) {
     TRY_ASSIGN(DaemonClient started_since, DaemonClient::connect(runtime_dir));  // the "no daemon" line
     return ReconnectingClient(runtime_dir, std::move(started_since), comeback);
   }
+  // A socket nobody should trust is an answer at once. One that did not answer, or broke off
+  // the greeting, is a daemon going away or coming back (a restart): the first request waits
+  // for it as for one lost later.
+  if (!client && !trusted_socket(*status)) return client.error();
   return ReconnectingClient(runtime_dir, std::nullopt, comeback);
 }
 
