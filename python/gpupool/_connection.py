@@ -7,7 +7,7 @@ import stat
 
 from ._version import VERSION
 
-PROTOCOL = 1
+PROTOCOL = 2  # docs/protocol.md; 2: another user's job may come with "private": true
 MAX_MESSAGE_BYTES = 1 << 20
 MAX_DESCRIPTORS = 253  # the most one message can carry (SCM_MAX_FD)
 

@@ -100,10 +100,14 @@ void print_job_details(const Job& job, const std::string& id, const std::string&
   if (job.expected_start) line("expected", "to start at " + clock_time(std::max(*job.expected_start, unix_now())));
   line("user", job.owner.user);
   line("kind", to_string(job.spec.kind));
-  std::vector<std::string> words;
-  for (const std::string& word : job.spec.argv) words.push_back(shell_quote(word));
-  line("command", fmt::format("{}", fmt::join(words, " ")));
-  line("cwd", job.spec.cwd);
+  if (job.details_withheld) {
+    line("command", "(private: another user's, under the daemon's private_data)");
+  } else {
+    std::vector<std::string> words;
+    for (const std::string& word : job.spec.argv) words.push_back(shell_quote(word));
+    line("command", fmt::format("{}", fmt::join(words, " ")));
+    line("cwd", job.spec.cwd);
+  }
   line("request", job.spec.gpus.slice_mib ? fmt::format("{} GPU(s), {} MiB each (shared)", job.spec.gpus.count,
                                                    *job.spec.gpus.slice_mib)
                                      : fmt::format("{} whole GPU(s)", job.spec.gpus.count));

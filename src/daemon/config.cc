@@ -101,6 +101,19 @@ const Key kDaemonKeys[] = {
        config.admin_group = std::move(group);
        return {};
      }},
+    {"private_data",
+     [](const toml::node& node, std::string_view key, DaemonConfig& config) -> Result<void> {
+       const toml::array* words = node.as_array();
+       auto bad = [&] { return fail("{} must be a list of \"jobs\" and \"usage\", such as [\"jobs\", \"usage\"]", quote(key)); };
+       if (!words) return bad();
+       config.private_data = {};
+       for (const toml::node& word : *words) {
+         auto text = word.value<std::string_view>();
+         if (!word.is_string() || (*text != "jobs" && *text != "usage")) return bad();
+         (*text == "jobs" ? config.private_data.jobs : config.private_data.usage) = true;
+       }
+       return {};
+     }},
     {"sample_interval_s",
      [](const toml::node& node, std::string_view key, DaemonConfig& config) -> Result<void> {
        TRY_ASSIGN(double interval, number_of(node, key));

@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "base/result.h"
+#include "jobs/private_data.h"
 #include "sched/scheduler.h"
 
 namespace gpupool {
@@ -32,6 +33,7 @@ enum class DeviceIsolationMode {
 struct DaemonConfig {
   // [daemon]
   std::optional<std::string> admin_group;  // members may act on anyone's job, drain, resume
+  PrivateData private_data;                // what users may not see of one another's jobs
   double sample_interval_s = 1.0;          // how often NVML is read for outside processes
   double kill_grace_s = 10.0;              // between SIGTERM and SIGKILL (cancel, time limit)
   std::optional<double> default_time_limit_s;  // for jobs submitted without --time

@@ -59,10 +59,20 @@ TEST(ConfigTest, OutputLimitAndReserveInMiB) {
   EXPECT_FALSE(parsed("[daemon]\nmax_log_mb = \"unlimited\"\n").max_log_bytes);
 }
 
+TEST(ConfigTest, PrivateDataNamesWhatIsPrivate) {
+  EXPECT_FALSE(parsed("").private_data.jobs);
+  EXPECT_FALSE(parsed("").private_data.usage);
+  DaemonConfig jobs_only = parsed("[daemon]\nprivate_data = [\"jobs\"]\n");
+  EXPECT_TRUE(jobs_only.private_data.jobs);
+  EXPECT_FALSE(jobs_only.private_data.usage);
+  EXPECT_FALSE(parsed("[daemon]\nprivate_data = []\n").private_data.jobs);
+}
+
 TEST(ConfigTest, EveryKey) {
   DaemonConfig config = parsed(R"(
 [daemon]
 admin_group = "gpuadmin"
+private_data = ["jobs", "usage"]
 sample_interval_s = 2.5
 kill_grace_s = 0
 default_time_limit = "2h"
@@ -86,6 +96,8 @@ alice = 8
 "bob.smith" = 0.5
 )");
   EXPECT_EQ(config.admin_group, "gpuadmin");
+  EXPECT_TRUE(config.private_data.jobs);
+  EXPECT_TRUE(config.private_data.usage);
   EXPECT_EQ(config.sample_interval_s, 2.5);
   EXPECT_EQ(config.kill_grace_s, 0.0);
   EXPECT_EQ(config.default_time_limit_s, 7200.0);
@@ -147,6 +159,10 @@ TEST(ConfigTest, ValuesOutOfRangeOrOfTheWrongTypeNameTheKeyAndLine) {
   const std::pair<std::string, std::string> cases[] = {
       {"[daemon]\nadmin_group = 5\n", "gpupool.toml:2: 'admin_group' must be a string"},
       {"[daemon]\nadmin_group = \"\"\n", "gpupool.toml:2: 'admin_group' must name a group"},
+      {"[daemon]\nprivate_data = \"jobs\"\n",
+       "gpupool.toml:2: 'private_data' must be a list of \"jobs\" and \"usage\", such as [\"jobs\", \"usage\"]"},
+      {"[daemon]\nprivate_data = [\"jobs\", \"accounts\"]\n",
+       "gpupool.toml:2: 'private_data' must be a list of \"jobs\" and \"usage\", such as [\"jobs\", \"usage\"]"},
       {"[daemon]\nsample_interval_s = \"1\"\n", "gpupool.toml:2: 'sample_interval_s' must be a number"},
       {"[daemon]\nsample_interval_s = 0\n",
        "gpupool.toml:2: 'sample_interval_s' must be a number from 0.05 to 60"},
@@ -220,7 +236,7 @@ TEST(ConfigTest, UnknownKeysAndTablesAreErrorsNotIgnored) {
             "fair_share_half_life_h, default_runtime_h, backfill_depth, max_queued_jobs_per_user)");
   EXPECT_EQ(
       error_of("[daemon]\nadmin = \"wheel\"\n"),
-      "gpupool.toml:2: unknown key 'admin' in [daemon] (known: admin_group, sample_interval_s, kill_grace_s, "
+      "gpupool.toml:2: unknown key 'admin' in [daemon] (known: admin_group, private_data, sample_interval_s, kill_grace_s, "
       "default_time_limit, max_time_limit, device_isolation, max_log_mb, state_reserve_mb)");
   EXPECT_EQ(error_of("[daemon]\n\n[schedular]\npolicy = \"fifo\"\n"),
             "gpupool.toml:3: unknown table 'schedular' (known: daemon, scheduler, quotas, monitor)");

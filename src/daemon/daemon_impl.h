@@ -80,6 +80,9 @@ class Daemon::Impl {
   // The job as `session` may see it; a queued one with why it waits and, when `expected_starts`
   // has it, when it is expected to start.
   Job for_client(Job job, const Session& session, const std::map<JobId, double>& expected_starts = {}) const;
+  // Whether `shown` (from for_client) may go to this client at all: an older one cannot read a
+  // job whose details are withheld.
+  static bool may_receive(const Session& session, const Job& shown);
   void answer_wait(const SessionPtr& session);
   // Why a queued job waits, as everyone is told: the drain, a job it runs after, or what the
   // scheduler says.

@@ -8,6 +8,7 @@
 #include "daemon/daemon_impl.h"
 #include "daemon/supervisor.h"
 #include "jobs/job_text.h"
+#include "jobs/private_data.h"
 #include "os/accounts.h"
 #include "os/clock.h"
 #include "os/files.h"
@@ -217,6 +218,7 @@ void Daemon::Impl::handle(const SessionPtr& s, const protocol::JobsRequest& r) {
         break;
       }
       Job shown = for_client(std::move(job), *s, starts);
+      if (!may_receive(*s, shown)) continue;
       bytes += protocol::encoded_size(shown);
       // Long commands could make a full page too long for one message: end it sooner. (64:
       // room for what the answer holds besides its jobs, `{"jobs":[` and `],"more":true,"ok":true}`.)
@@ -238,7 +240,9 @@ void Daemon::Impl::handle(const SessionPtr& s, const protocol::ShowRequest& r) {
   if (!job) return sessions_.send(s, protocol::ErrorResponse{job.error().message});
   if (!*job) return sessions_.send(s, protocol::ErrorResponse{fmt::format("no job {}", r.id)});
   bool queued = (*job)->state == JobState::Queued;
-  sessions_.send(s, protocol::JobsResponse{{for_client(std::move(**job), *s, queued ? expected_starts() : std::map<JobId, double>{})}});
+  Job shown = for_client(std::move(**job), *s, queued ? expected_starts() : std::map<JobId, double>{});
+  if (!may_receive(*s, shown)) return sessions_.send(s, protocol::ErrorResponse{fmt::format("no job {}", r.id)});
+  sessions_.send(s, protocol::JobsResponse{{std::move(shown)}});
 }
 
 void Daemon::Impl::handle(const SessionPtr& s, const protocol::LogsRequest& r) {
@@ -402,6 +406,7 @@ void Daemon::Impl::handle(const SessionPtr& s, const protocol::StatusRequest&) {
 void Daemon::Impl::handle(const SessionPtr& s, const protocol::ReportRequest& r) {
   auto report = monitor_->report(r.since);
   if (!report) return sessions_.send(s, protocol::ErrorResponse{report.error().message});
+  if (!s->admin) withhold_from_report(*report, s->owner.user, settings_.config.private_data);
   sessions_.send(s, std::move(*report));
 }
 
@@ -487,9 +492,14 @@ bool Daemon::Impl::may_act_on(const Session& session, const Job& job) const {
 }
 
 Job Daemon::Impl::for_client(Job job, const Session& session, const std::map<JobId, double>& expected_starts) const {
+  bool theirs = may_act_on(session, job);
   // Another user's environment may hold their secrets.
-  if (!may_act_on(session, job)) job.spec.environment.clear();
-  dispatcher_.fill_log_paths(job);
+  if (!theirs) job.spec.environment.clear();
+  if (!theirs && settings_.config.private_data.jobs) {
+    withhold_details(job);
+  } else {
+    dispatcher_.fill_log_paths(job);
+  }
   if (job.state == JobState::Queued) {
     Scheduler::Waiting waiting = waiting_for(job);
     job.wait_reason = waiting.reason;
@@ -497,10 +507,15 @@ Job Daemon::Impl::for_client(Job job, const Session& session, const std::map<Job
     if (auto start = expected_starts.find(job.id); start != expected_starts.end()) job.expected_start = start->second;
   } else if (job.state == JobState::Held) {
     job.wait_reason = WaitReason::Held;
-  } else if (job.state == JobState::Running) {
+  } else if (job.state == JobState::Running && (theirs || !settings_.config.private_data.usage)) {
     job.usage = monitor_->usage_of(job.id);
   }
   return job;
+}
+
+bool Daemon::Impl::may_receive(const Session& session, const Job& shown) {
+  // Protocol 1 has no withheld jobs: such a client never learns that the job exists.
+  return !shown.details_withheld || session.protocol >= 2;
 }
 
 void Daemon::Impl::answer_wait(const SessionPtr& session) {
@@ -512,6 +527,7 @@ void Daemon::Impl::answer_wait(const SessionPtr& session) {
     Job found = std::move(**job);
     found.spec.environment.clear();
     Job shown = for_client(std::move(found), *session);
+    if (!may_receive(*session, shown)) return sessions_.send(session, protocol::ErrorResponse{fmt::format("no job {}", id)});
     // The answer is one message: once long commands would take it past the message limit, the
     // remaining jobs come without theirs (`show` has them).
     size_t size = protocol::encoded_size(shown);

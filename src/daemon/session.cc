@@ -155,13 +155,14 @@ void Sessions::handle_line(const SessionPtr& session, const std::string& line) {
     auto hello = proto::parse_hello(line);
     if (!hello) {
       send_and_close(session, proto::ErrorResponse{hello.error().message});
-    } else if (hello->protocol != proto::kVersion) {
-      send_and_close(session, proto::ErrorResponse{fmt::format(
-                                  "protocol {} is not supported: this gpupoold speaks {}", hello->protocol, proto::kVersion)});
+    } else if (hello->protocol < proto::kOldestVersion || hello->protocol > proto::kVersion) {
+      send_and_close(session, proto::ErrorResponse{fmt::format("protocol {} is not supported: this gpupoold speaks {} to {}",
+                                                               hello->protocol, proto::kOldestVersion, proto::kVersion)});
     } else {
       session->greeted = true;
+      session->protocol = hello->protocol;
       std::string reply = proto::encode(
-          proto::Hello{proto::kVersion, std::string("gpupoold ") + GPUPOOL_VERSION, session->owner.user});
+          proto::Hello{hello->protocol, std::string("gpupoold ") + GPUPOOL_VERSION, session->owner.user});
       session->outbox.push_back({std::move(reply), {}});
       flush(session);
     }

@@ -39,6 +39,7 @@ struct Session {
   PeerCredentials peer;
   JobOwner owner;
   bool greeted = false;
+  int protocol = protocol::kVersion;  // the client's, from its hello: the daemon answers in it
   bool admin = false;
   bool closing = false;
   std::optional<JobId> lease_job;  // an interactive job this connection waits for or holds

@@ -157,6 +157,7 @@ Result<ArraySpec> parse_array_spec(std::string_view text) {
 namespace {
 
 std::string base_name(const Job& job) {
+  if (job.details_withheld) return "(private)";
   if (!job.spec.name.empty()) return job.spec.name;
   if (job.spec.argv.empty()) return "job-" + std::to_string(job.id);
   const std::string& program = job.spec.argv.front();

@@ -151,10 +151,14 @@ struct Job {
   // The client's token of the submission (protocol `token`): the same one sent again, after a
   // connection lost before the answer, finds this job instead of storing another.
   std::optional<std::string> submit_token = std::nullopt;
+  // Shown to another user under `private_data = ["jobs"]`: name, command, working directory and
+  // the rest are left out (jobs/private_data.h). Never stored.
+  bool details_withheld = false;
 };
 
 // The job's name, or its command's base name when it has none, with "[INDEX]" for a task of
-// an array ("train[3]"): what tables show.
+// an array ("train[3]"): what tables show. "(private)" for another user's job whose details the
+// daemon withholds.
 std::string display_name(const Job& job);
 
 }  // namespace gpupool

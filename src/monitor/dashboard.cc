@@ -193,10 +193,14 @@ std::vector<ScreenLine> details_section(const DashboardInput& input, const Gpu& 
   for (const Job* job : jobs) {
     text.push_back(fmt::format("{}  {}", job_label(job->id, job->owner.user, display_name(*job)),
                                to_string(job->spec.kind)));
-    std::string command;
-    for (const std::string& arg : job->spec.argv) command += (command.empty() ? "" : " ") + arg;
-    text.push_back("  command  " + (command.empty() ? std::string("(interactive)") : command));
-    text.push_back("  cwd      " + job->spec.cwd);
+    if (job->details_withheld) {
+      text.push_back("  command  (private)");
+    } else {
+      std::string command;
+      for (const std::string& arg : job->spec.argv) command += (command.empty() ? "" : " ") + arg;
+      text.push_back("  command  " + (command.empty() ? std::string("(interactive)") : command));
+      text.push_back("  cwd      " + job->spec.cwd);
+    }
     text.push_back(fmt::format("  gpus     {} (asked for {})", gpu_list_text(job->gpus), request_text(*job)));
     if (job->start_time) text.push_back("  running  " + duration_text(input.now - *job->start_time));
     if (!job->stdout_path.empty()) text.push_back("  stdout   " + job->stdout_path);

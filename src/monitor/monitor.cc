@@ -327,6 +327,17 @@ Result<protocol::ReportResponse> Monitor::report(std::optional<double> since) {
   return report;
 }
 
+void withhold_from_report(protocol::ReportResponse& report, const std::string& viewer, const PrivateData& private_data) {
+  if (private_data.usage) {
+    std::erase_if(report.users, [&](const protocol::UserUsageLine& line) { return line.user != viewer; });
+    std::erase_if(report.jobs, [&](const protocol::JobUsageLine& line) { return line.user != viewer; });
+  } else if (private_data.jobs) {
+    for (protocol::JobUsageLine& line : report.jobs) {
+      if (line.user != viewer) line.name = "(private)";
+    }
+  }
+}
+
 // --- any thread ---
 
 std::string Monitor::metrics_text() {
@@ -358,6 +369,7 @@ std::string Monitor::metrics_text() {
     if (job.state == JobState::Running) ++view.running;
   }
   view.user_gpu_seconds = accounting_.user_gpu_seconds();
+  view.withhold_usage = settings_.private_data.usage;
   view.dispatch_latency = &dispatch_latency_;
   view.queue_wait = &queue_wait_;
   view.sample_duration_s = sample_duration_s_;
@@ -380,7 +392,10 @@ std::string Monitor::gpus_json() {
     json holders = json::array();
     for (const RunningJob& job : running_) {
       if (std::find(job.gpus.begin(), job.gpus.end(), gpu.index) == job.gpus.end()) continue;
-      holders.push_back({{"id", job.id}, {"user", job.user}, {"name", job.name}, {"idle", accounting_.idle(job.id, now)}});
+      json holder = {{"id", job.id}, {"user", job.user}, {"name", settings_.private_data.jobs ? "" : job.name}};
+      if (settings_.private_data.jobs) holder["private"] = true;
+      if (!settings_.private_data.usage) holder["idle"] = accounting_.idle(job.id, now);
+      holders.push_back(std::move(holder));
     }
     gpus.push_back({{"index", gpu.index},
                     {"uuid", gpu.uuid},
@@ -411,7 +426,7 @@ std::string Monitor::jobs_json() {
     if (job.state == JobState::Held) ++held;
     if (job.state == JobState::Running) ++running;
     json entry = {{"id", job.id},
-                  {"name", job.name},
+                  {"name", settings_.private_data.jobs ? "" : job.name},
                   {"user", job.user},
                   {"state", to_string(job.state)},
                   {"kind", to_string(job.kind)},
@@ -423,7 +438,8 @@ std::string Monitor::jobs_json() {
                   {"start_time", or_null(job.start_time)},
                   {"reason", job.reason},
                   {"wait_reason", job.wait_reason ? json(to_string(*job.wait_reason)) : json(nullptr)}};
-    entry.update(usage_json(accounting_.job(job.id), now, accounting_, job.id));
+    if (settings_.private_data.jobs) entry["private"] = true;
+    if (!settings_.private_data.usage) entry.update(usage_json(accounting_.job(job.id), now, accounting_, job.id));
     jobs.push_back(std::move(entry));
   }
   return json{{"time", to_millis(now)},

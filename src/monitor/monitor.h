@@ -20,6 +20,7 @@
 
 #include "gpu/gpu_backend.h"
 #include "jobs/job.h"
+#include "jobs/private_data.h"
 #include "machine/gpu.h"
 #include "monitor/monitor_store.h"
 #include "monitor/prometheus_metrics.h"
@@ -62,7 +63,13 @@ struct MonitorSettings {
   std::string hostname;
   std::string state_dir;  // whose file system's free space /metrics shows
   uint64_t state_reserve_bytes = 0;
+  // HTTP has no users: its pages show only what anyone may see of the jobs.
+  PrivateData private_data;
 };
+
+// A usage report as `viewer` may see it: under private_data, other users' lines left out
+// (usage) or their jobs' names withheld (jobs).
+void withhold_from_report(protocol::ReportResponse& report, const std::string& viewer, const PrivateData& private_data);
 
 class Monitor {
  public:

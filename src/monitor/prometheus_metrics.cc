@@ -141,7 +141,7 @@ std::string render_metrics(const MetricsView& view) {
     }
   }
 
-  if (!view.user_gpu_seconds.empty()) {
+  if (!view.user_gpu_seconds.empty() && !view.withhold_usage) {
     header(out, "gpupool_user_gpu_seconds_total", "counter",
            "GPU time of each user's jobs (GPU-seconds; a slice counts its share of the GPU).");
     for (const auto& [user, seconds] : view.user_gpu_seconds) {
@@ -150,7 +150,7 @@ std::string render_metrics(const MetricsView& view) {
     }
   }
 
-  if (!view.running_jobs.empty()) {
+  if (!view.running_jobs.empty() && !view.withhold_usage) {
     header(out, "gpupool_job_gpu_seconds", "gauge", "GPU time of each running job so far (GPU-seconds).");
     for (const MetricsJob& job : view.running_jobs) {
       fmt::format_to(put, "gpupool_job_gpu_seconds{{job_id=\"{}\",user=\"{}\"}} {}\n", job.id,

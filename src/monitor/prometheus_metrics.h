@@ -69,6 +69,8 @@ struct MetricsView {
   unsigned queued = 0, held = 0, running = 0;
   std::vector<MetricsJob> running_jobs;
   std::map<std::string, double> user_gpu_seconds;
+  // private_data's usage: per-user and per-job series are left out (the idle count stays).
+  bool withhold_usage = false;
   const Histogram* dispatch_latency = nullptr;
   const Histogram* queue_wait = nullptr;
   std::optional<double> sample_duration_s;  // of the latest NVML sample

@@ -212,12 +212,15 @@ std::string line_of(const json& message) {
 
 // --- job specs and jobs ---
 
-void add_spec_fields(const JobSpec& spec, json& object) {
-  object["name"] = spec.name;
-  object["command"] = spec.argv;
-  if (!spec.environment.empty()) object["environment"] = spec.environment;
-  object["cwd"] = spec.cwd;
-  object["umask"] = spec.umask;
+// `withheld`: another user's job under private_data, without what it runs and where.
+void add_spec_fields(const JobSpec& spec, json& object, bool withheld = false) {
+  if (!withheld) {
+    object["name"] = spec.name;
+    object["command"] = spec.argv;
+    if (!spec.environment.empty()) object["environment"] = spec.environment;
+    object["cwd"] = spec.cwd;
+    object["umask"] = spec.umask;
+  }
   object["gpu_count"] = spec.gpus.count;
   object["mem_mib"] = or_null(spec.gpus.slice_mib);
   object["priority"] = spec.priority;
@@ -233,13 +236,17 @@ json spec_to_json(const JobSpec& spec) {
   return object;
 }
 
-Result<JobSpec> spec_from_json(const json& object, JobKind default_kind) {
+Result<JobSpec> spec_from_json(const json& object, JobKind default_kind, bool withheld = false) {
   JobSpec spec;
   TRY_ASSIGN(spec.name, defaulted(object, "name", std::string(), as_text));
   TRY_ASSIGN(spec.argv, defaulted(object, "command", std::vector<std::string>(), list_of(as_text)));
   TRY_ASSIGN(spec.environment,
              defaulted(object, "environment", std::vector<std::string>(), list_of(as_assignment)));
-  TRY_ASSIGN(spec.cwd, required(object, "cwd", as_absolute_path));
+  if (withheld) {
+    TRY_ASSIGN(spec.kind, defaulted(object, "kind", default_kind, as_kind));
+  } else {
+    TRY_ASSIGN(spec.cwd, required(object, "cwd", as_absolute_path));
+  }
   TRY_ASSIGN(spec.umask, defaulted(object, "umask", JobSpec().umask, whole<mode_t>(0, kMaxUmask)));
   TRY_ASSIGN(spec.gpus.count, defaulted(object, "gpu_count", 1u, whole<unsigned>(1, kMaxGpus)));
   TRY_ASSIGN(spec.gpus.slice_mib, maybe(object, "mem_mib", whole_from<uint64_t>(1)));
@@ -248,7 +255,7 @@ Result<JobSpec> spec_from_json(const json& object, JobKind default_kind) {
   TRY_ASSIGN(spec.retries, defaulted(object, "retries", 0u, whole<unsigned>(0, kMaxRetries)));
   TRY_ASSIGN(spec.time_limit_s, maybe(object, "time_limit_s", as_seconds));
   TRY_ASSIGN(spec.kind, defaulted(object, "kind", default_kind, as_kind));
-  if (spec.kind == JobKind::Batch && spec.argv.empty())
+  if (spec.kind == JobKind::Batch && spec.argv.empty() && !withheld)
     return fail("'command' must not be empty for a batch job");
   return spec;
 }
@@ -807,11 +814,15 @@ nlohmann::json job_to_json(const Job& job) {
                  {"signal", or_null(job.signal)},
                  {"submit_time", job.submit_time},
                  {"start_time", or_null(job.start_time)},
-                 {"end_time", or_null(job.end_time)},
-                 {"pid", or_null(job.pid)},
-                 {"stdout", job.stdout_path},
-                 {"stderr", job.stderr_path}};
-  add_spec_fields(job.spec, object);
+                 {"end_time", or_null(job.end_time)}};
+  if (job.details_withheld) {
+    object["private"] = true;
+  } else {
+    object["pid"] = or_null(job.pid);
+    object["stdout"] = job.stdout_path;
+    object["stderr"] = job.stderr_path;
+  }
+  add_spec_fields(job.spec, object, job.details_withheld);
   // A waiting job's: absent otherwise, which keeps long listings short.
   if (job.wait_reason) object["wait_reason"] = to_string(*job.wait_reason);
   if (job.expected_start) object["expected_start"] = *job.expected_start;
@@ -832,7 +843,8 @@ Result<Job> job_from_json(const nlohmann::json& object) {
   if (!object.is_object()) return fail("a job must be a JSON object");
   Job job;
   TRY_ASSIGN(job.id, required(object, "id", job_number));
-  TRY_ASSIGN(job.spec, spec_from_json(object, JobKind::Batch));
+  TRY_ASSIGN(job.details_withheld, defaulted(object, "private", false, as_flag));
+  TRY_ASSIGN(job.spec, spec_from_json(object, JobKind::Batch, job.details_withheld));
   TRY_ASSIGN(job.state, required(object, "state", as_state));
   TRY_ASSIGN(job.reason, defaulted(object, "reason", std::string(), as_text));
   TRY_ASSIGN(job.owner.user, defaulted(object, "user", std::string(), as_text));

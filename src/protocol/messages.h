@@ -24,7 +24,10 @@
 
 namespace gpupool::protocol {
 
-inline constexpr int kVersion = 1;
+// 2: another user's job may come with `"private": true` and without what it runs and where
+// (private_data). A daemon never sends such a job to a client of version 1.
+inline constexpr int kVersion = 2;
+inline constexpr int kOldestVersion = 1;  // the oldest the daemon still speaks
 inline constexpr size_t kMaxMessageBytes = 1 << 20;
 // The most jobs in one answer to `jobs`: a client pages through longer listings. The daemon
 // ends a page sooner when its jobs would not fit one message.

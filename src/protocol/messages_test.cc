@@ -12,6 +12,8 @@
 #include <nlohmann/json.hpp>
 #include <rapidcheck/gtest.h>
 
+#include "jobs/private_data.h"
+
 namespace gpupool::protocol {
 namespace {
 
@@ -136,10 +138,10 @@ void expect_same_spec(const JobSpec& actual, const JobSpec& expected) {
 TEST(ProtocolHelloTest, HasTheDocumentedShapeAndRoundTrips) {
   Hello hello{kVersion, "gpupool 0.1.0", ""};
   const std::string line = encode(hello);
-  EXPECT_EQ(line, R"({"hello":"gpupool","protocol":1,"software":"gpupool 0.1.0","user":""})");
+  EXPECT_EQ(line, R"({"hello":"gpupool","protocol":2,"software":"gpupool 0.1.0","user":""})");
   auto parsed = parse_hello(line);
   ASSERT_TRUE(parsed.ok()) << parsed.error().message;
-  EXPECT_EQ(parsed->protocol, 1);
+  EXPECT_EQ(parsed->protocol, 2);
   EXPECT_EQ(parsed->software, "gpupool 0.1.0");
   EXPECT_EQ(parsed->user, "");
 
@@ -529,6 +531,29 @@ TEST(ProtocolResponseTest, ArrayTasksInJobs) {
   EXPECT_EQ(through_the_wire(JobsResponse{{task}}).jobs.at(0).array, task.array);
   task.array.reset();
   EXPECT_FALSE(job_to_json(task).contains("array_id"));  // a job of no array reads as before
+}
+
+TEST(ProtocolResponseTest, AWithheldJobLeavesOutWhatItRunsAndWhere) {
+  Job job = full_job();
+  withhold_details(job);
+  nlohmann::json shown = job_to_json(job);
+  EXPECT_EQ(shown["private"], true);
+  for (const char* key : {"name", "command", "environment", "cwd", "umask", "stdout", "stderr", "pid"}) {
+    EXPECT_FALSE(shown.contains(key)) << key;
+  }
+  EXPECT_EQ(shown["user"], full_job().owner.user);
+  EXPECT_EQ(shown["gpu_count"], full_job().spec.gpus.count);
+  Job parsed = through_the_wire(JobsResponse{{job}}).jobs.at(0);
+  EXPECT_TRUE(parsed.details_withheld);
+  EXPECT_EQ(parsed.spec.kind, full_job().spec.kind);
+  EXPECT_EQ(parsed.gpus, full_job().gpus);
+  EXPECT_FALSE(job_to_json(full_job()).contains("private"));  // an own job reads as before
+}
+
+TEST(ProtocolResponseTest, OnlyAWithheldJobMayComeWithoutItsCommandAndDirectory) {
+  auto parsed = parse_response(R"({"jobs":[{"id":3,"state":"queued","user":"bob"}],"ok":true})");
+  ASSERT_FALSE(parsed.ok());
+  EXPECT_NE(parsed.error().message.find("'cwd' is missing"), std::string::npos) << parsed.error().message;
 }
 
 TEST(ProtocolResponseTest, JobsWithFullAndMinimalJobs) {

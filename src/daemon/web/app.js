@@ -29,9 +29,14 @@ function clockText(unixSeconds) {
   return [t.getHours(), t.getMinutes(), t.getSeconds()].map((n) => String(n).padStart(2, '0')).join(':');
 }
 
+// What the daemon's private_data lets the page know of a job's name.
+function jobName(job) {
+  return job.private ? '(private)' : job.name;
+}
+
 // A job as every gpupool view names it: "job 12 (alice, trainer)".
 function jobLabel(job) {
-  return `job ${job.id} (${job.user}, ${job.name})`;
+  return `job ${job.id} (${job.user}, ${jobName(job)})`;
 }
 
 function fmt(value, digits, unit) {
@@ -157,7 +162,7 @@ function showQueue(jobs) {
     row.dataset.job = job.id;
     const since = job.start_time ?? job.submit_time;
     const note = job.idle ? `idle since ${clockText(job.idle_since)}` : job.reason;
-    for (const text of [job.id, job.name, job.user, job.state,
+    for (const text of [job.id, jobName(job), job.user, job.state,
                         job.gpus.length ? job.gpus.join(',') : `${job.gpu_count}${job.mem_mib ? ` × ${job.mem_mib} MiB` : ''}`,
                         clockText(since), fmt(job.gpu_hours, 3, ''),
                         fmt(job.mean_utilization, 0, ' %'), note]) {
