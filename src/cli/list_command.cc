@@ -1,7 +1,9 @@
 // gpupool list: one line per GPU, with who holds it, and one per process on it, for 80 columns.
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <thread>
 
@@ -46,15 +48,20 @@ std::string name_cell(const Gpu& gpu) {
 }
 
 // MEMBW is NVML's memory utilisation: the share of time the memory controller was busy, not the
-// memory in use (MEMORY MiB is that).
+// memory in use (MEMORY MiB is that). SM, the share of SMs busy (GPM), needs two samples: it
+// appears from the second table of --watch, on GPUs that report it.
 void print_table(const DashboardInput& holders, const std::string& source) {
   const Machine& machine = holders.machine;
   const DriverInfo& d = machine.driver;
   fmt::print("Driver {}  CUDA {}  {} GPU{}  ({})\n", d.driver_version.value_or("n/a"),
              d.cuda_driver_version ? cuda_version_string(*d.cuda_driver_version) : "n/a",
              machine.gpus.size(), machine.gpus.size() == 1 ? "" : "s", source);
-  fmt::print("{:>3} {} {:>13} {:>4} {:>5} {:>4} {:>7} {}\n", "GPU", pad_cells("NAME", kNameCells), "MEMORY MiB", "UTIL",
-             "MEMBW", "TEMP", "POWER W", "HELD BY");
+  const bool with_sm =
+      std::any_of(machine.gpus.begin(), machine.gpus.end(), [](const Gpu& gpu) { return gpu.sm_active.has_value(); });
+  auto sm_cell = [&](std::string text) { return with_sm ? fmt::format("{:>4} ", text) : std::string(); };
+  const size_t holder_cells = kHolderCells - (with_sm ? 5 : 0);
+  fmt::print("{:>3} {} {:>13} {:>4} {}{:>5} {:>4} {:>7} {}\n", "GPU", pad_cells("NAME", kNameCells), "MEMORY MiB",
+             "UTIL", sm_cell("SM"), "MEMBW", "TEMP", "POWER W", "HELD BY");
   for (const Gpu& gpu : machine.gpus) {
     if (gpu.fault) {
       fmt::print("{:>3} {} {}\n", gpu.index, name_cell(gpu),
@@ -62,9 +69,11 @@ void print_table(const DashboardInput& holders, const std::string& source) {
       continue;
     }
     std::string holder = card_use(holders, gpu).holder;
-    fmt::print("{:>3} {} {:>13} {:>4} {:>5} {:>4} {:>7} {}\n", gpu.index, name_cell(gpu), memory_cell(gpu),
-               or_na(gpu.utilization_gpu, "{}%"), or_na(gpu.utilization_memory, "{}%"),
-               or_na(gpu.temperature_c, "{}C"), power_cell(gpu), fit_cells(holder.empty() ? "-" : holder, kHolderCells));
+    std::optional<long> sm_percent;
+    if (gpu.sm_active) sm_percent = std::lround(*gpu.sm_active * 100);
+    fmt::print("{:>3} {} {:>13} {:>4} {}{:>5} {:>4} {:>7} {}\n", gpu.index, name_cell(gpu), memory_cell(gpu),
+               or_na(gpu.utilization_gpu, "{}%"), sm_cell(or_na(sm_percent, "{}%")), or_na(gpu.utilization_memory, "{}%"),
+               or_na(gpu.temperature_c, "{}C"), power_cell(gpu), fit_cells(holder.empty() ? "-" : holder, holder_cells));
     for (const GpuProcess& p : gpu.processes) {
       std::string head = fmt::format("    pid {:<7} {} {:>9} ", p.pid, pad_cells(process_user_text(p), 12),
                                      or_na(p.used_memory_mib, "{} MiB"));
@@ -82,7 +91,9 @@ struct ListOptions {
 };
 
 Result<void> print_once(GpuBackend& backend, const ListOptions& options) {
-  TRY_ASSIGN(Machine machine, backend.discover(DiscoveryScope{.links = false, .processes = true}));
+  // Watching, each table measures the activity since the one before.
+  TRY_ASSIGN(Machine machine,
+             backend.discover(DiscoveryScope{.links = false, .processes = true, .activity = options.watch}));
   if (options.json) {
     nlohmann::json out = nlohmann::json::array();
     for (const Gpu& gpu : machine.gpus) out.push_back(to_json(gpu));
@@ -124,8 +135,9 @@ void add_list_command(CLI::App& app, int& exit_code) {
   cmd->add_flag("--watch", options->watch, "Print again every --interval seconds until interrupted");
   cmd->add_option("-n,--interval", options->interval_s, "Seconds between tables with --watch (default 1)");
   cmd->footer("MEMORY MiB is the memory in use and the total; MEMBW the share of time the memory was being read\n"
-              "or written (NVML's memory utilisation). HELD BY names the holder as `top` does: a gpupool job,\n"
-              "a lease, or `outside: pid PID USER` for a process gpupool did not start.");
+              "or written (NVML's memory utilisation); SM, with --watch on GPUs with profiling counters (Hopper\n"
+              "on), the share of SMs that were busy, from the second table on. HELD BY names the holder as `top`\n"
+              "does: a gpupool job, a lease, or `outside: pid PID USER` for a process gpupool did not start.");
   cmd->callback([&exit_code, options] { run_command(exit_code, [&] { return list_gpus(*options); }); });
 }
 

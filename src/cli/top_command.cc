@@ -39,7 +39,8 @@ struct TopOptions {
 // One sample of everything the dashboard shows. The GPUs must answer; the leases and the daemon
 // are shown when they can be read.
 Result<void> sample(GpuBackend& backend, DashboardInput& input) {
-  TRY_ASSIGN(input.machine, backend.discover(DiscoveryScope{.links = false, .processes = true}));
+  // Each refresh measures the profiling activity since the one before.
+  TRY_ASSIGN(input.machine, backend.discover(DiscoveryScope{.links = false, .processes = true, .activity = true}));
   input.source = backend.description();
   input.now = unix_now();
   input.clock = clock_of_day(input.now);

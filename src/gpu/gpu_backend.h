@@ -18,6 +18,10 @@ namespace gpupool {
 struct DiscoveryScope {
   bool links = true;      // NVLink and PCIe levels between every pair (topo, placement)
   bool processes = true;  // the processes on each GPU and their owners
+  // The profiling activity (GPM, Hopper on) since the previous snapshot that asked for it. The
+  // first such snapshot has none: a rate takes two samples, so only a repeated caller (the
+  // monitor's sampler) asks.
+  bool activity = false;
 };
 
 class GpuBackend {

@@ -1,3 +1,4 @@
+#include <chrono>
 #include <cstdlib>
 #include <map>
 #include <optional>
@@ -6,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "base/cpu_list.h"
+#include "gpu/gpm_metrics.h"
 #include "gpu/gpu_backend.h"
 #include "gpu/nvml_library.h"
 #include "machine/cuda_arch.h"
@@ -15,6 +17,8 @@ namespace gpupool {
 namespace {
 
 constexpr uint64_t kMiB = 1024 * 1024;
+// NVML refreshes the GPM counters about every 100 ms: samples closer than that measure nothing.
+constexpr auto kGpmMinimumGap = std::chrono::milliseconds(100);
 
 // Calls an optional NVML getter; a missing symbol or any failure is "n/a".
 template <typename Fn, typename... Args>
@@ -36,6 +40,11 @@ class NvmlBackend final : public GpuBackend {
  public:
   NvmlBackend(std::unique_ptr<NvmlLibrary> lib, HostFiles host, std::string simulated)
       : lib_(std::move(lib)), host_(std::move(host)), simulated_(std::move(simulated)) {}
+  ~NvmlBackend() override {
+    for (GpmBuffers& buffers : gpm_) free_gpm_buffers(buffers);
+  }
+  NvmlBackend(const NvmlBackend&) = delete;
+  NvmlBackend& operator=(const NvmlBackend&) = delete;
 
   std::string description() const override {
     if (!simulated_.empty()) return fmt::format("simulated: {}", simulated_);
@@ -69,6 +78,7 @@ class NvmlBackend final : public GpuBackend {
       bool have_pci = api.device_get_pci_info(handle, &pci) == NVML_SUCCESS;
       read_identity(handle, pci, have_pci, gpu);
       read_state(handle, scope, gpu);
+      if (scope.activity && !gpu.fault) read_activity(handle, index, gpu);
       handles.push_back(handle);
       addresses.push_back(have_pci ? pci_address(pci) : PciAddress{});
       machine.gpus.push_back(std::move(gpu));
@@ -241,6 +251,66 @@ class NvmlBackend final : public GpuBackend {
     }
   }
 
+  // Two GPM sample buffers of one GPU, kept across snapshots: each snapshot samples into `later`
+  // and computes the activity since `earlier`, the previous snapshot's sample, then swaps them.
+  struct GpmBuffers {
+    bool probed = false;  // support asked and, where supported, buffers allocated
+    nvmlGpmSample_t earlier = nullptr;
+    nvmlGpmSample_t later = nullptr;
+    std::optional<std::chrono::steady_clock::time_point> earlier_time;
+    Gpu last;  // the activity readings computed last, repeated for a snapshot that comes too soon
+  };
+
+  void free_gpm_buffers(GpmBuffers& buffers) const {
+    for (nvmlGpmSample_t* sample : {&buffers.earlier, &buffers.later}) {
+      if (*sample != nullptr) lib_->api().gpm_sample_free(*sample);
+      *sample = nullptr;
+    }
+  }
+
+  // Allocates the GPU's buffers where the driver and the GPU support GPM; false where not.
+  bool prepare_gpm(nvmlDevice_t handle, GpmBuffers& buffers) const {
+    const NvmlEntryPoints& api = lib_->api();
+    if (buffers.probed) return buffers.later != nullptr;
+    buffers.probed = true;
+    if (api.gpm_query_device_support == nullptr || api.gpm_sample_alloc == nullptr ||
+        api.gpm_sample_free == nullptr || api.gpm_sample_get == nullptr || api.gpm_metrics_get == nullptr) {
+      return false;  // a driver older than GPM
+    }
+    nvmlGpmSupport_t support{};
+    support.version = NVML_GPM_SUPPORT_VERSION;
+    if (api.gpm_query_device_support(handle, &support) != NVML_SUCCESS || support.isSupportedDevice == 0) return false;
+    if (api.gpm_sample_alloc(&buffers.earlier) != NVML_SUCCESS || api.gpm_sample_alloc(&buffers.later) != NVML_SUCCESS) {
+      free_gpm_buffers(buffers);
+      return false;
+    }
+    return true;
+  }
+
+  void read_activity(nvmlDevice_t handle, unsigned index, Gpu& gpu) {
+    const NvmlEntryPoints& api = lib_->api();
+    if (gpm_.size() <= index) gpm_.resize(index + 1);
+    GpmBuffers& buffers = gpm_[index];
+    if (!prepare_gpm(handle, buffers)) return;
+    auto now = std::chrono::steady_clock::now();
+    if (buffers.earlier_time && now - *buffers.earlier_time < kGpmMinimumGap) {
+      copy_gpm_readings(buffers.last, gpu);
+      return;
+    }
+    if (api.gpm_sample_get(handle, buffers.later) != NVML_SUCCESS) {
+      buffers.earlier_time.reset();  // the next snapshot starts afresh
+      return;
+    }
+    buffers.last = Gpu{};
+    if (buffers.earlier_time) {
+      nvmlGpmMetricsGet_t request = gpm_request(buffers.earlier, buffers.later);
+      if (api.gpm_metrics_get(&request) == NVML_SUCCESS) set_gpm_readings(request, buffers.last);
+    }
+    std::swap(buffers.earlier, buffers.later);
+    buffers.earlier_time = now;
+    copy_gpm_readings(buffers.last, gpu);
+  }
+
   // Fetches one process list, growing the buffer while processes keep appearing.
   template <typename Record, typename Fn>
   std::optional<std::vector<Record>> list_processes(Fn fn, nvmlDevice_t handle) const {
@@ -378,6 +448,7 @@ class NvmlBackend final : public GpuBackend {
   std::unique_ptr<NvmlLibrary> lib_;
   HostFiles host_;
   std::string simulated_;
+  std::vector<GpmBuffers> gpm_;  // by GPU index
 };
 
 }  // namespace

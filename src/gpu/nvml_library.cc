@@ -85,6 +85,11 @@ Result<std::unique_ptr<NvmlLibrary>> NvmlLibrary::open(const std::vector<std::st
     lib->bind(a.device_get_nvlink_remote_pci_info,
               {"nvmlDeviceGetNvLinkRemotePciInfo_v2", "nvmlDeviceGetNvLinkRemotePciInfo"});
     lib->bind(a.device_get_nvlink_remote_device_type, {"nvmlDeviceGetNvLinkRemoteDeviceType"});
+    lib->bind(a.gpm_query_device_support, {"nvmlGpmQueryDeviceSupport"});
+    lib->bind(a.gpm_sample_alloc, {"nvmlGpmSampleAlloc"});
+    lib->bind(a.gpm_sample_free, {"nvmlGpmSampleFree"});
+    lib->bind(a.gpm_sample_get, {"nvmlGpmSampleGet"});
+    lib->bind(a.gpm_metrics_get, {"nvmlGpmMetricsGet"});
 
     nvmlReturn_t rc = a.init();
     if (rc != NVML_SUCCESS) {

@@ -53,6 +53,12 @@ struct NvmlEntryPoints {
   nvml::DeviceGetNvLinkStateFn device_get_nvlink_state = nullptr;
   nvml::DeviceGetNvLinkRemotePciInfoFn device_get_nvlink_remote_pci_info = nullptr;
   nvml::DeviceGetNvLinkRemoteDeviceTypeFn device_get_nvlink_remote_device_type = nullptr;
+  // GPM (drivers for Hopper on); all five or none are used.
+  nvml::GpmQueryDeviceSupportFn gpm_query_device_support = nullptr;
+  nvml::GpmSampleAllocFn gpm_sample_alloc = nullptr;
+  nvml::GpmSampleFreeFn gpm_sample_free = nullptr;
+  nvml::GpmSampleGetFn gpm_sample_get = nullptr;
+  nvml::GpmMetricsGetFn gpm_metrics_get = nullptr;
 };
 
 class NvmlLibrary {

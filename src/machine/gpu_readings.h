@@ -7,7 +7,8 @@
 // R(type, field, fixture, json, sample, metric, help):
 //   type     the value: Gpu holds std::optional<type>, empty when the driver does not report it
 //   field    the C++ member, and the key in JSON and in fixtures; its suffix names the unit
-//            (_mib, _c, _w, _mhz; utilizations are percent)
+//            (_mib, _c, _w, _mhz, _bytes_per_s; utilizations are percent, the
+//            profiling activities (`_active`, `_occupancy`) ratios from 0 to 1 as DCGM's)
 //   fixture  how a fixture gives it (FixtureKey): Required (null: not supported), Zero (absent:
 //            0 or false), Null (absent: not supported), ZeroNotNull (absent: 0 or false, never
 //            null), ByHand (sim/fixture.cc reads it: its default comes from other keys), Derived
@@ -38,6 +39,33 @@
     "SM clock frequency (in MHz).")                                                               \
   R(unsigned, memory_clock_mhz, Null, InJson, SampledForMetrics, "DCGM_FI_DEV_MEM_CLOCK",         \
     "Memory clock frequency (in MHz).")                                                           \
+  /* Profiling activity (NVML's GPM, Hopper on), in dcgm-exporter's units: ratios 0-1 and bytes \
+     per second, averaged between two monitor samples. Absent where GPM is not supported, and  \
+     in a one-off snapshot (it takes two samples). */                                           \
+  R(double, gr_engine_active, ByHand, NotInJson, SampledForMetrics, "DCGM_FI_PROF_GR_ENGINE_ACTIVE",   \
+    "Ratio of time the graphics engine is active.")                                               \
+  R(double, sm_active, ByHand, InJson, Sampled, "DCGM_FI_PROF_SM_ACTIVE",                           \
+    "The ratio of cycles an SM has at least 1 warp assigned.")                                    \
+  R(double, sm_occupancy, ByHand, NotInJson, SampledForMetrics, "DCGM_FI_PROF_SM_OCCUPANCY",        \
+    "The ratio of number of warps resident on an SM.")                                            \
+  R(double, tensor_active, ByHand, NotInJson, SampledForMetrics, "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", \
+    "Ratio of cycles the tensor (HMMA) pipe is active.")                                          \
+  R(double, dram_active, ByHand, NotInJson, SampledForMetrics, "DCGM_FI_PROF_DRAM_ACTIVE",          \
+    "Ratio of cycles the device memory interface is active sending or receiving data.")           \
+  R(double, fp64_active, ByHand, NotInJson, SampledForMetrics, "DCGM_FI_PROF_PIPE_FP64_ACTIVE",     \
+    "Ratio of cycles the fp64 pipes are active.")                                                 \
+  R(double, fp32_active, ByHand, NotInJson, SampledForMetrics, "DCGM_FI_PROF_PIPE_FP32_ACTIVE",     \
+    "Ratio of cycles the fp32 pipes are active.")                                                 \
+  R(double, fp16_active, ByHand, NotInJson, SampledForMetrics, "DCGM_FI_PROF_PIPE_FP16_ACTIVE",     \
+    "Ratio of cycles the fp16 pipes are active.")                                                 \
+  R(double, pcie_tx_bytes_per_s, ByHand, NotInJson, SampledForMetrics, "DCGM_FI_PROF_PCIE_TX_BYTES", \
+    "PCIe data transmitted, headers included (in B/s).") \
+  R(double, pcie_rx_bytes_per_s, ByHand, NotInJson, SampledForMetrics, "DCGM_FI_PROF_PCIE_RX_BYTES", \
+    "PCIe data received, headers included (in B/s).") \
+  R(double, nvlink_tx_bytes_per_s, ByHand, NotInJson, SampledForMetrics, "DCGM_FI_PROF_NVLINK_TX_BYTES", \
+    "NVLink data transmitted (in B/s).") \
+  R(double, nvlink_rx_bytes_per_s, ByHand, NotInJson, SampledForMetrics, "DCGM_FI_PROF_NVLINK_RX_BYTES", \
+    "NVLink data received (in B/s).") \
   R(double, power_limit_w, Required, InJson, NotSampled, "", "")                                  \
   R(bool, persistence_mode, Required, InJson, NotSampled, "", "")                                 \
   R(ComputeMode, compute_mode, Required, InJson, NotSampled, "", "")                              \

@@ -177,6 +177,11 @@ std::vector<ScreenLine> details_section(const DashboardInput& input, const Gpu& 
       gpu.temperature_c ? fmt::format("{}C", *gpu.temperature_c) : "n/a",
       gpu.power_w ? fmt::format("{:.0f} W", *gpu.power_w) : "n/a",
       gpu.power_limit_w ? fmt::format("{:.0f} W", *gpu.power_limit_w) : "n/a"));
+  // Utilisation says a kernel ran; the profiling counters say how much of the GPU worked.
+  if (gpu.sm_active) {
+    text.push_back(fmt::format("SM active {:.0f}%{}", *gpu.sm_active * 100,
+                               gpu.tensor_active ? fmt::format("  tensor cores {:.0f}%", *gpu.tensor_active * 100) : ""));
+  }
   if (auto idle = idle_for(input, gpu)) text.push_back(fmt::format("held at about 0 % for {}", duration_text(*idle)));
   for (const GpuProcess& p : gpu.processes) {
     text.push_back(fmt::format("  pid {:<7} {:<12} {:>10}  {}", p.pid, process_user_text(p),

@@ -261,6 +261,11 @@ TEST(Dashboard, DetailsShowTheSelectedCardsJob) {
   EXPECT_NE(text.find("job 12 (alice, train)  batch"), std::string::npos) << text;
   EXPECT_NE(text.find("command  python train.py"), std::string::npos);
   EXPECT_NE(text.find("stdout   /var/lib/gpupool/logs/12.out"), std::string::npos);
+  EXPECT_EQ(text.find("SM active"), std::string::npos) << "no profiling counters, no line";
+  input.machine.gpus[0].sm_active = 0.42;
+  input.machine.gpus[0].tensor_active = 0.3;
+  text = all_text(render_dashboard(input, view, 80, 24));
+  EXPECT_NE(text.find("SM active 42%  tensor cores 30%"), std::string::npos) << text;
   view = apply_key(input, view, DashboardKey::Close);
   EXPECT_FALSE(view.details);
   view.selected = 3;

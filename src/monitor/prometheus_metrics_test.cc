@@ -31,6 +31,29 @@ GpuSample full_sample() {
   return s;
 }
 
+TEST(PrometheusMetrics, ProfilingActivityOnlyForTheGpusThatReportIt) {
+  Gpu hopper = identity(0, "GPU-0", "00000000:18:00.0");
+  Gpu ampere = identity(1, "GPU-1", "00000000:2A:00.0");
+  GpuSample measured = full_sample();
+  measured.sm_active = 0.85;
+  measured.tensor_active = 0;  // measured idle: reported as 0
+  measured.nvlink_rx_bytes_per_s = 1.5e9;
+  MetricsView view;
+  view.hostname = "node1";
+  view.gpus.push_back(MetricsGpu{&hopper, measured, {}, false, 0, false});
+  view.gpus.push_back(MetricsGpu{&ampere, full_sample(), {}, false, 0, false});
+  const std::string text = render_metrics(view);
+  const std::string labels = R"(gpu="0",UUID="GPU-0",pci_bus_id="00000000:18:00.0",device="nvidia0",)"
+                             R"(modelName="NVIDIA H200",Hostname="node1")";
+  EXPECT_NE(text.find("# TYPE DCGM_FI_PROF_SM_ACTIVE gauge\nDCGM_FI_PROF_SM_ACTIVE{" + labels + "} 0.85\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE{" + labels + "} 0\n"), std::string::npos);
+  EXPECT_NE(text.find("DCGM_FI_PROF_NVLINK_RX_BYTES{" + labels + "} 1500000000\n"), std::string::npos);
+  EXPECT_EQ(text.find("DCGM_FI_PROF_SM_ACTIVE{gpu=\"1\""), std::string::npos) << "absent, never 0";
+  EXPECT_EQ(text.find("DCGM_FI_PROF_DRAM_ACTIVE"), std::string::npos) << "no GPU reports it: no HELP either";
+}
+
 TEST(PrometheusMetrics, RendersASmallMachineExactly) {
   Gpu gpu0 = identity(0, "GPU-0", "00000000:18:00.0");
   Gpu gpu1 = identity(1, "GPU-1", "00000000:2A:00.0", 3);  // device= follows the minor number

@@ -121,6 +121,56 @@ struct nvmlProcessInfo_v2_t {
 // NVML_VALUE_NOT_AVAILABLE (-1) as a process's used memory: NVML may not tell it.
 constexpr unsigned long long NVML_VALUE_NOT_AVAILABLE_ULL = ~0ULL;
 
+// GPM (GPU performance monitoring, Hopper on): counters read into sample buffers; a metric is
+// computed from two samples taken more than 100 ms apart. Utilisations are percent (0-100),
+// rates MiB per second.
+using nvmlGpmSample_t = struct nvmlGpmSample_st*;
+using nvmlGpmMetricId_t = int;
+
+constexpr nvmlGpmMetricId_t NVML_GPM_METRIC_GRAPHICS_UTIL = 1;
+constexpr nvmlGpmMetricId_t NVML_GPM_METRIC_SM_UTIL = 2;
+constexpr nvmlGpmMetricId_t NVML_GPM_METRIC_SM_OCCUPANCY = 3;
+constexpr nvmlGpmMetricId_t NVML_GPM_METRIC_ANY_TENSOR_UTIL = 5;
+constexpr nvmlGpmMetricId_t NVML_GPM_METRIC_DRAM_BW_UTIL = 10;
+constexpr nvmlGpmMetricId_t NVML_GPM_METRIC_FP64_UTIL = 11;
+constexpr nvmlGpmMetricId_t NVML_GPM_METRIC_FP32_UTIL = 12;
+constexpr nvmlGpmMetricId_t NVML_GPM_METRIC_FP16_UTIL = 13;
+constexpr nvmlGpmMetricId_t NVML_GPM_METRIC_PCIE_TX_PER_SEC = 20;
+constexpr nvmlGpmMetricId_t NVML_GPM_METRIC_PCIE_RX_PER_SEC = 21;
+constexpr nvmlGpmMetricId_t NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC = 60;
+constexpr nvmlGpmMetricId_t NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC = 61;
+
+constexpr unsigned int NVML_GPM_METRICS_GET_VERSION = 1;
+constexpr unsigned int NVML_GPM_SUPPORT_VERSION = 1;
+
+struct nvmlGpmMetric_t {
+  unsigned int metricId;    // in
+  nvmlReturn_t nvmlReturn;  // out: value is valid only when NVML_SUCCESS
+  double value;             // out
+  struct {
+    char* shortName;
+    char* longName;
+    char* unit;
+  } metricInfo;  // out; any may be null
+};
+
+// nvml.h sizes `metrics` by NVML_GPM_METRIC_MAX, which grows with every release; the driver reads
+// and writes only the first `numMetrics`, so an array as long as we ask for is enough. The fields
+// before it are laid out as in nvml.h (the ABI check compares their offsets).
+constexpr unsigned int kGpmMetricsAsked = 16;
+struct nvmlGpmMetricsGet_t {
+  unsigned int version;  // NVML_GPM_METRICS_GET_VERSION
+  unsigned int numMetrics;
+  nvmlGpmSample_t sample1;
+  nvmlGpmSample_t sample2;
+  nvmlGpmMetric_t metrics[kGpmMetricsAsked];
+};
+
+struct nvmlGpmSupport_t {
+  unsigned int version;  // NVML_GPM_SUPPORT_VERSION
+  unsigned int isSupportedDevice;
+};
+
 }  // extern "C"
 
 namespace gpupool::nvml {
@@ -162,5 +212,10 @@ using DeviceGetNvLinkStateFn = nvmlReturn_t (*)(nvmlDevice_t, unsigned int, nvml
 using DeviceGetNvLinkRemotePciInfoFn = nvmlReturn_t (*)(nvmlDevice_t, unsigned int, nvmlPciInfo_t*);
 using DeviceGetNvLinkRemoteDeviceTypeFn = nvmlReturn_t (*)(nvmlDevice_t, unsigned int,
                                                            nvmlIntNvLinkDeviceType_t*);
+using GpmQueryDeviceSupportFn = nvmlReturn_t (*)(nvmlDevice_t, nvmlGpmSupport_t*);
+using GpmSampleAllocFn = nvmlReturn_t (*)(nvmlGpmSample_t*);
+using GpmSampleFreeFn = nvmlReturn_t (*)(nvmlGpmSample_t);
+using GpmSampleGetFn = nvmlReturn_t (*)(nvmlDevice_t, nvmlGpmSample_t);
+using GpmMetricsGetFn = nvmlReturn_t (*)(nvmlGpmMetricsGet_t*);
 
 }  // namespace gpupool::nvml

@@ -19,11 +19,18 @@
 #include <fmt/format.h>
 
 #include "base/cpu_list.h"
+#include "gpu/gpm_metrics.h"
 #include "nvml/nvml_api.h"
 #include "sim/fake_nvml_simulator.h"
 #include "sim/fixture.h"
 
 #define GPUPOOL_NVML_EXPORT extern "C" __attribute__((visibility("default")))
+
+// A GPM sample buffer: the GPU it sampled and that GPU's activity readings at the time.
+struct nvmlGpmSample_st {
+  std::optional<unsigned> index;  // empty until sampled
+  gpupool::sim::FixtureGpu gpu;
+};
 
 namespace gpupool::sim {
 namespace {
@@ -640,6 +647,84 @@ GPUPOOL_NVML_EXPORT nvmlReturn_t nvmlDeviceGetRemappedRows(nvmlDevice_t device, 
     *correctable = 0;
     *pending = query.gpu.row_remapping_pending ? 1 : 0;
     *failed = query.gpu.row_remapping_failed ? 1 : 0;
+    return NVML_SUCCESS;
+  });
+}
+
+// GPM: a GPU supports it when its fixture gives any activity reading (Hopper and later do by
+// default). A metric between two samples is the later sample's reading, in NVML's unit.
+namespace gpupool::sim {
+namespace {
+
+bool gpm_supported(const FixtureGpu& gpu) {
+  bool any = false;
+#define GPUPOOL_ANY_ACTIVITY(id, field, unit) any = any || gpu.field.has_value();
+  GPUPOOL_GPM_METRICS(GPUPOOL_ANY_ACTIVITY)
+#undef GPUPOOL_ANY_ACTIVITY
+  return any;
+}
+
+std::optional<double> gpm_value(const FixtureGpu& gpu, unsigned metric) {
+#define GPUPOOL_GPM_VALUE(id, field, unit)                                                 \
+  if (metric == static_cast<unsigned>(id)) {                                              \
+    if (!gpu.field) return std::nullopt;                                                  \
+    return gpm_from_reading(*gpu.field, GpmUnit::unit);                                   \
+  }
+  GPUPOOL_GPM_METRICS(GPUPOOL_GPM_VALUE)
+#undef GPUPOOL_GPM_VALUE
+  return std::nullopt;
+}
+
+}  // namespace
+}  // namespace gpupool::sim
+
+GPUPOOL_NVML_EXPORT nvmlReturn_t nvmlGpmQueryDeviceSupport(nvmlDevice_t device, nvmlGpmSupport_t* support) {
+  return simulator().device(device, Needs::Health, [&](const Query& query) {
+    if (support == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+    if (support->version != NVML_GPM_SUPPORT_VERSION) return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+    support->isSupportedDevice = gpupool::sim::gpm_supported(query.gpu) ? 1 : 0;
+    return NVML_SUCCESS;
+  });
+}
+
+GPUPOOL_NVML_EXPORT nvmlReturn_t nvmlGpmSampleAlloc(nvmlGpmSample_t* sample) {
+  if (sample == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  *sample = new nvmlGpmSample_st{};
+  return NVML_SUCCESS;
+}
+
+GPUPOOL_NVML_EXPORT nvmlReturn_t nvmlGpmSampleFree(nvmlGpmSample_t sample) {
+  if (sample == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  delete sample;
+  return NVML_SUCCESS;
+}
+
+GPUPOOL_NVML_EXPORT nvmlReturn_t nvmlGpmSampleGet(nvmlDevice_t device, nvmlGpmSample_t sample) {
+  return simulator().device(device, Needs::Health, [&](const Query& query) {
+    if (sample == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+    if (!gpupool::sim::gpm_supported(query.gpu)) return NVML_ERROR_NOT_SUPPORTED;
+    sample->index = query.index;
+    sample->gpu = query.gpu;
+    return NVML_SUCCESS;
+  });
+}
+
+GPUPOOL_NVML_EXPORT nvmlReturn_t nvmlGpmMetricsGet(nvmlGpmMetricsGet_t* request) {
+  return simulator().system([&](const Fixture&) {
+    if (request == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+    if (request->version != NVML_GPM_METRICS_GET_VERSION) return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+    const nvmlGpmSample_st* earlier = request->sample1;
+    const nvmlGpmSample_st* later = request->sample2;
+    if (earlier == nullptr || later == nullptr || !earlier->index || earlier->index != later->index ||
+        request->numMetrics > kGpmMetricsAsked) {
+      return NVML_ERROR_INVALID_ARGUMENT;
+    }
+    for (unsigned i = 0; i < request->numMetrics; ++i) {
+      nvmlGpmMetric_t& metric = request->metrics[i];
+      std::optional<double> value = gpupool::sim::gpm_value(later->gpu, metric.metricId);
+      metric.nvmlReturn = value ? NVML_SUCCESS : NVML_ERROR_NOT_SUPPORTED;
+      metric.value = value.value_or(0);
+    }
     return NVML_SUCCESS;
   });
 }

@@ -2,12 +2,14 @@
 #include <dlfcn.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <thread>
 
 #include <gtest/gtest.h>
 
@@ -415,6 +417,82 @@ TEST_F(FixtureNvml, LiveOverlayIsReadWhenItChanges) {
   std::filesystem::remove(overlay);
   EXPECT_EQ(utilization_of(0), 0);
   EXPECT_EQ(nvml.shutdown(), NVML_SUCCESS);
+}
+
+TEST_F(FixtureNvml, GpmOnHopperOnlyFromTwoSamplesInNvmlUnits) {
+  std::string overlay = ::testing::TempDir() + "gpupool-fake-nvml-gpm-overlay.json";
+  write_overlay(overlay, R"({"gpus": {"0": {"sm_active": 0.85, "nvlink_tx_bytes_per_s": 2097152}}})");
+  setenv("GPUPOOL_SIM_STATE", overlay.c_str(), 1);
+  use(kFixtureDir + "/hgx-h200.json");
+  SimulatedNvml nvml("current");
+  ASSERT_EQ(nvml.init(), NVML_SUCCESS);
+  auto support = nvml.get<nvml::GpmQueryDeviceSupportFn>("nvmlGpmQueryDeviceSupport");
+  auto alloc = nvml.get<nvml::GpmSampleAllocFn>("nvmlGpmSampleAlloc");
+  auto release = nvml.get<nvml::GpmSampleFreeFn>("nvmlGpmSampleFree");
+  auto sample = nvml.get<nvml::GpmSampleGetFn>("nvmlGpmSampleGet");
+  auto metrics = nvml.get<nvml::GpmMetricsGetFn>("nvmlGpmMetricsGet");
+  nvmlGpmSupport_t supported{NVML_GPM_SUPPORT_VERSION, 0};
+  ASSERT_EQ(support(nvml.device(0), &supported), NVML_SUCCESS);
+  EXPECT_EQ(supported.isSupportedDevice, 1u);
+  nvmlGpmSample_t earlier = nullptr, later = nullptr;
+  ASSERT_EQ(alloc(&earlier), NVML_SUCCESS);
+  ASSERT_EQ(alloc(&later), NVML_SUCCESS);
+  nvmlGpmMetricsGet_t request{};
+  request.version = NVML_GPM_METRICS_GET_VERSION;
+  request.numMetrics = 2;
+  request.sample1 = earlier;
+  request.sample2 = later;
+  request.metrics[0].metricId = NVML_GPM_METRIC_SM_UTIL;
+  request.metrics[1].metricId = NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC;
+  EXPECT_EQ(metrics(&request), NVML_ERROR_INVALID_ARGUMENT);  // nothing sampled yet
+  ASSERT_EQ(sample(nvml.device(0), earlier), NVML_SUCCESS);
+  ASSERT_EQ(sample(nvml.device(0), later), NVML_SUCCESS);
+  ASSERT_EQ(metrics(&request), NVML_SUCCESS);
+  EXPECT_EQ(request.metrics[0].nvmlReturn, NVML_SUCCESS);
+  EXPECT_DOUBLE_EQ(request.metrics[0].value, 85);  // percent
+  EXPECT_DOUBLE_EQ(request.metrics[1].value, 2);   // MiB/s
+  request.version = 2;
+  EXPECT_EQ(metrics(&request), NVML_ERROR_ARGUMENT_VERSION_MISMATCH);
+  EXPECT_EQ(release(earlier), NVML_SUCCESS);
+  EXPECT_EQ(release(later), NVML_SUCCESS);
+  EXPECT_EQ(nvml.shutdown(), NVML_SUCCESS);
+
+  unsetenv("GPUPOOL_SIM_STATE");
+  use(kFixtureDir + "/dgx-a100.json");  // Ampere: no GPM
+  ASSERT_EQ(nvml.init(), NVML_SUCCESS);
+  ASSERT_EQ(support(nvml.device(0), &supported), NVML_SUCCESS);
+  EXPECT_EQ(supported.isSupportedDevice, 0u);
+  ASSERT_EQ(alloc(&earlier), NVML_SUCCESS);
+  EXPECT_EQ(sample(nvml.device(0), earlier), NVML_ERROR_NOT_SUPPORTED);
+  EXPECT_EQ(release(earlier), NVML_SUCCESS);
+  EXPECT_EQ(nvml.shutdown(), NVML_SUCCESS);
+  EXPECT_FALSE(SimulatedNvml("legacy").has("nvmlGpmSampleGet"));  // an old driver
+  std::filesystem::remove(overlay);
+}
+
+TEST_F(FixtureNvml, TheBackendMeasuresActivityFromItsSecondSnapshot) {
+  std::string overlay = ::testing::TempDir() + "gpupool-backend-gpm-overlay.json";
+  write_overlay(overlay, R"({"gpus": {"0": {"sm_active": 0.5, "pcie_rx_bytes_per_s": 1048576}}})");
+  setenv("GPUPOOL_SIM_STATE", overlay.c_str(), 1);
+  use(kFixtureDir + "/hgx-h200.json");
+  unsetenv("GPUPOOL_NVML_LIBRARY");
+  auto backend = open_gpu_backend();
+  ASSERT_TRUE(backend.ok()) << backend.error().message;
+  DiscoveryScope scope{.links = false, .processes = false, .activity = true};
+  auto first = (*backend)->discover(scope);
+  ASSERT_TRUE(first.ok()) << first.error().message;
+  EXPECT_FALSE(first->gpus[0].sm_active);  // one sample measures nothing
+  // A snapshot within NVML's 100 ms refresh repeats the last activity; wait it out.
+  std::this_thread::sleep_for(std::chrono::milliseconds(120));
+  auto second = (*backend)->discover(scope);
+  ASSERT_TRUE(second.ok()) << second.error().message;
+  EXPECT_DOUBLE_EQ(*second->gpus[0].sm_active, 0.5);
+  EXPECT_DOUBLE_EQ(*second->gpus[0].pcie_rx_bytes_per_s, 1048576);
+  EXPECT_DOUBLE_EQ(*second->gpus[1].tensor_active, 0);  // idle, and reported
+  auto without = (*backend)->discover(DiscoveryScope{});
+  ASSERT_TRUE(without.ok());
+  EXPECT_FALSE(without->gpus[0].sm_active);  // not asked
+  std::filesystem::remove(overlay);
 }
 
 // The NVML backend, driven through the simulated library, must discover exactly the machine

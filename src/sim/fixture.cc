@@ -19,6 +19,7 @@
 
 #include "base/cpu_list.h"
 #include "base/quote.h"
+#include "gpu/gpm_metrics.h"
 #include "machine/cuda_arch.h"
 
 namespace gpupool::sim {
@@ -326,6 +327,29 @@ Result<void> parse_readings(ObjectReader& reader, FixtureGpu& gpu) {
   return result;
 }
 
+// The profiling activity (GPM): Hopper and later GPUs report it (idle by default), older ones
+// do not (null).
+Result<void> parse_activity(ObjectReader& reader, FixtureGpu& gpu) {
+  const bool has_gpm = gpu.compute_capability && gpu.compute_capability->major >= 9;
+  Result<void> result;
+  auto parse = [&](const char* key, std::optional<double>& value, bool ratio) {
+    if (!result) return;
+    auto parsed = reader.optional_nullable<double>(key, has_gpm ? std::optional<double>(0) : std::nullopt);
+    if (!parsed) {
+      result = fail("{}", parsed.error().message);
+      return;
+    }
+    value = *parsed;
+    if (value && (*value < 0 || (ratio && *value > 1))) {
+      result = fail("{}: {} is not {}", reader.where(key), *value, ratio ? "a ratio from 0 to 1" : "a rate (>= 0)");
+    }
+  };
+#define GPUPOOL_PARSE_ACTIVITY(id, field, unit) parse(#field, gpu.field, GpmUnit::unit == GpmUnit::Percent);
+  GPUPOOL_GPM_METRICS(GPUPOOL_PARSE_ACTIVITY)
+#undef GPUPOOL_PARSE_ACTIVITY
+  return result;
+}
+
 Result<FixtureGpu> parse_gpu(ObjectReader& reader, unsigned index,
                              const std::map<int, std::string>& numa_cpus) {
   FixtureGpu gpu;
@@ -355,6 +379,7 @@ Result<FixtureGpu> parse_gpu(ObjectReader& reader, unsigned index,
     if (value && *value > 100) return fail("{}: {} is not a percentage", reader.where(key), *value);
   }
   TRY_ASSIGN(gpu.cuda_cores, reader.required_nullable<unsigned>("cuda_cores"));
+  TRY(parse_activity(reader, gpu));
 
   TRY_ASSIGN(const json* pcie_value, reader.find_required("pcie"));
   TRY_ASSIGN(ObjectReader pcie_reader, ObjectReader::open(*pcie_value, reader.where("pcie")));
@@ -648,6 +673,8 @@ Gpu gpu_from_fixture(const FixtureGpu& source, unsigned index, bool legacy) {
   } else {
     gpu.memory_used_mib.reset();
   }
+  // Activity is measured between two samples; a snapshot has none.
+  copy_gpm_readings(Gpu{}, gpu);
   if (!source.retired_pages) gpu.retired_pages_pending.reset();
   if (legacy || !source.remapped_rows) {  // row remapping came with Ampere's drivers
     gpu.remapped_rows.reset();

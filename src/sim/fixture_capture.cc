@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "gpu/gpm_metrics.h"
 #include "machine/cuda_arch.h"
 #include "machine/gpu_json.h"
 
@@ -209,6 +210,11 @@ ordered_json gpu_json(const FixtureGpu& gpu) {
   for_each_fixture_reading(gpu, [&](const ReadingInfo& reading, const auto& value) {
     out[reading.key] = reading_json(value);
   });
+  // A snapshot measures no activity: left out, the fixture's default by compute capability applies.
+#define GPUPOOL_OMIT_UNKNOWN_ACTIVITY(id, field, unit) \
+  if (!gpu.field) out.erase(#field);
+  GPUPOOL_GPM_METRICS(GPUPOOL_OMIT_UNKNOWN_ACTIVITY)
+#undef GPUPOOL_OMIT_UNKNOWN_ACTIVITY
   out["memory_reserved_mib"] = gpu.memory_reserved_mib;
   out["cuda_cores"] = nullable(gpu.cuda_cores);
   out["pcie"] = {{"numa_node", gpu.pcie.numa_node},

@@ -24,6 +24,8 @@ constexpr unsigned memory_v2_version = ours::nvmlMemory_v2;
 constexpr unsigned long long value_not_available = ours::NVML_VALUE_NOT_AVAILABLE_ULL;
 constexpr unsigned affinity_scope_node = ours::NVML_AFFINITY_SCOPE_NODE;
 constexpr unsigned affinity_scope_socket = ours::NVML_AFFINITY_SCOPE_SOCKET;
+constexpr unsigned gpm_metrics_get_version = ours::NVML_GPM_METRICS_GET_VERSION;
+constexpr unsigned gpm_support_version = ours::NVML_GPM_SUPPORT_VERSION;
 }  // namespace captured
 
 #define NVML_NO_UNVERSIONED_FUNC_DEFS
@@ -40,6 +42,8 @@ static_assert(captured::memory_v2_version == nvmlMemory_v2);
 static_assert(captured::value_not_available == static_cast<unsigned long long>(NVML_VALUE_NOT_AVAILABLE));
 static_assert(captured::affinity_scope_node == NVML_AFFINITY_SCOPE_NODE);
 static_assert(captured::affinity_scope_socket == NVML_AFFINITY_SCOPE_SOCKET);
+static_assert(captured::gpm_metrics_get_version == NVML_GPM_METRICS_GET_VERSION);
+static_assert(captured::gpm_support_version == NVML_GPM_SUPPORT_VERSION);
 
 #define SAME_VALUE(name) static_assert(static_cast<long long>(ours::name) == static_cast<long long>(::name), #name)
 SAME_VALUE(NVML_SUCCESS);
@@ -77,6 +81,20 @@ SAME_VALUE(NVML_VOLATILE_ECC);
 SAME_VALUE(NVML_NVLINK_DEVICE_TYPE_GPU);
 SAME_VALUE(NVML_NVLINK_DEVICE_TYPE_IBMNPU);
 SAME_VALUE(NVML_NVLINK_DEVICE_TYPE_SWITCH);
+SAME_VALUE(NVML_GPM_METRIC_GRAPHICS_UTIL);
+SAME_VALUE(NVML_GPM_METRIC_SM_UTIL);
+SAME_VALUE(NVML_GPM_METRIC_SM_OCCUPANCY);
+SAME_VALUE(NVML_GPM_METRIC_ANY_TENSOR_UTIL);
+SAME_VALUE(NVML_GPM_METRIC_DRAM_BW_UTIL);
+SAME_VALUE(NVML_GPM_METRIC_FP64_UTIL);
+SAME_VALUE(NVML_GPM_METRIC_FP32_UTIL);
+SAME_VALUE(NVML_GPM_METRIC_FP16_UTIL);
+SAME_VALUE(NVML_GPM_METRIC_PCIE_TX_PER_SEC);
+SAME_VALUE(NVML_GPM_METRIC_PCIE_RX_PER_SEC);
+SAME_VALUE(NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC);
+SAME_VALUE(NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC);
+// Every metric we ask for fits the array of our nvmlGpmMetricsGet_t, which is never longer than nvml.h's.
+static_assert(ours::kGpmMetricsAsked <= NVML_GPM_METRIC_MAX);
 
 // Enums are passed as int in our declarations.
 #define INT_SIZED(type) static_assert(sizeof(::type) == sizeof(int), #type)
@@ -90,6 +108,7 @@ INT_SIZED(nvmlMemoryErrorType_t);
 INT_SIZED(nvmlPageRetirementCause_t);
 INT_SIZED(nvmlEccCounterType_t);
 INT_SIZED(nvmlIntNvLinkDeviceType_t);
+INT_SIZED(nvmlGpmMetricId_t);
 
 #define SAME_LAYOUT(type) static_assert(sizeof(ours::type) == sizeof(::type) && alignof(ours::type) == alignof(::type), #type)
 #define SAME_FIELD(type, field) static_assert(offsetof(ours::type, field) == offsetof(::type, field) && sizeof(ours::type::field) == sizeof(::type::field), #type "." #field)
@@ -122,6 +141,24 @@ SAME_FIELD(nvmlProcessInfo_v2_t, pid);
 SAME_FIELD(nvmlProcessInfo_v2_t, usedGpuMemory);
 SAME_FIELD(nvmlProcessInfo_v2_t, gpuInstanceId);
 SAME_FIELD(nvmlProcessInfo_v2_t, computeInstanceId);
+SAME_LAYOUT(nvmlGpmMetric_t);
+SAME_FIELD(nvmlGpmMetric_t, metricId);
+SAME_FIELD(nvmlGpmMetric_t, nvmlReturn);
+SAME_FIELD(nvmlGpmMetric_t, value);
+SAME_FIELD(nvmlGpmMetric_t, metricInfo);
+static_assert(offsetof(ours::nvmlGpmMetric_t, metricInfo.shortName) == offsetof(::nvmlGpmMetric_t, metricInfo.shortName));
+static_assert(offsetof(ours::nvmlGpmMetric_t, metricInfo.longName) == offsetof(::nvmlGpmMetric_t, metricInfo.longName));
+static_assert(offsetof(ours::nvmlGpmMetric_t, metricInfo.unit) == offsetof(::nvmlGpmMetric_t, metricInfo.unit));
+// Our metrics array is shorter (nvml_api.h says why): everything before it, and its elements, match.
+SAME_FIELD(nvmlGpmMetricsGet_t, version);
+SAME_FIELD(nvmlGpmMetricsGet_t, numMetrics);
+SAME_FIELD(nvmlGpmMetricsGet_t, sample1);
+SAME_FIELD(nvmlGpmMetricsGet_t, sample2);
+static_assert(offsetof(ours::nvmlGpmMetricsGet_t, metrics) == offsetof(::nvmlGpmMetricsGet_t, metrics));
+static_assert(sizeof(ours::nvmlGpmMetricsGet_t::metrics[0]) == sizeof(::nvmlGpmMetricsGet_t::metrics[0]));
+SAME_LAYOUT(nvmlGpmSupport_t);
+SAME_FIELD(nvmlGpmSupport_t, version);
+SAME_FIELD(nvmlGpmSupport_t, isSupportedDevice);
 // The _v3 process calls take nvmlProcessInfo_t: it must be the v2 record.
 static_assert(std::is_same_v<::nvmlProcessInfo_t, ::nvmlProcessInfo_v2_t>);
 
@@ -150,6 +187,9 @@ MAP(nvmlMemory_v2_t, ours::nvmlMemory_v2_t);
 MAP(nvmlUtilization_t, ours::nvmlUtilization_t);
 MAP(nvmlProcessInfo_v1_t, ours::nvmlProcessInfo_v1_t);
 MAP(nvmlProcessInfo_v2_t, ours::nvmlProcessInfo_v2_t);
+MAP(nvmlGpmSample_st, ours::nvmlGpmSample_st);
+MAP(nvmlGpmSupport_t, ours::nvmlGpmSupport_t);
+MAP(nvmlGpmMetricsGet_t, ours::nvmlGpmMetricsGet_t);
 
 namespace fn = ours::gpupool::nvml;
 #define SAME_SIGNATURE(mine, real) static_assert(std::is_same_v<fn::mine, to_ours<decltype(&::real)>::type>, #real)
@@ -200,6 +240,11 @@ SAME_SIGNATURE(DeviceGetNvLinkStateFn, nvmlDeviceGetNvLinkState);
 SAME_SIGNATURE(DeviceGetNvLinkRemotePciInfoFn, nvmlDeviceGetNvLinkRemotePciInfo_v2);
 SAME_SIGNATURE(DeviceGetNvLinkRemotePciInfoFn, nvmlDeviceGetNvLinkRemotePciInfo);
 SAME_SIGNATURE(DeviceGetNvLinkRemoteDeviceTypeFn, nvmlDeviceGetNvLinkRemoteDeviceType);
+SAME_SIGNATURE(GpmQueryDeviceSupportFn, nvmlGpmQueryDeviceSupport);
+SAME_SIGNATURE(GpmSampleAllocFn, nvmlGpmSampleAlloc);
+SAME_SIGNATURE(GpmSampleFreeFn, nvmlGpmSampleFree);
+SAME_SIGNATURE(GpmSampleGetFn, nvmlGpmSampleGet);
+SAME_SIGNATURE(GpmMetricsGetFn, nvmlGpmMetricsGet);
 
 int main() {
   std::puts("nvml ABI check: every constant, struct layout and signature we declare matches nvml.h");

@@ -19,7 +19,7 @@ from harness import GPUPOOLD, Daemon, main, wait_until
 ARTIFACTS = os.environ.get("GPUPOOL_TEST_ARTIFACTS") or tempfile.gettempdir()
 # promtool's naming advice that dcgm-exporter's own labels (modelName, UUID, Hostname) break on
 # purpose: Grafana boards made for dcgm-exporter select on them. Anything else it says fails.
-DCGM_LABEL_LINT = re.compile(r"^DCGM_FI_DEV_\w+ label names should be written in 'snake_case' not 'camelCase'$")
+DCGM_LABEL_LINT = re.compile(r"^DCGM_FI_(?:DEV|PROF)_\w+ label names should be written in 'snake_case' not 'camelCase'$")
 SERIES = re.compile(r'^(\w+)(?:\{(.*)\})? (\S+)$')
 LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
 

@@ -68,13 +68,15 @@ function makeCard(gpu) {
   plot.append(canvas);
   card.append(title, stats, holder, plot);
   document.getElementById('gpus').append(card);
-  const series = {util: [], mem: []};
+  const series = {util: [], mem: [], sm: []};
   const chart = new Chart(canvas.getContext('2d'), {
     type: 'line',
     data: {datasets: [
       {label: 'utilisation %', data: [], borderColor: '#2563eb', backgroundColor: 'rgba(37,99,235,0.12)',
        fill: true, borderWidth: 1.5},
       {label: 'memory used %', data: [], borderColor: '#db2777', borderWidth: 1.5},
+      // Only GPUs with profiling counters (Hopper on) report SM activity: the others draw no line.
+      {label: 'SM active %', data: [], borderColor: '#16a34a', borderWidth: 1.5},
     ]},
     options: {
       animation: false, parsing: false, normalized: true, responsive: true, maintainAspectRatio: false,
@@ -104,6 +106,8 @@ function appendHistory(history) {
       entry.series.util.push([t, g.utilization_gpu[i]]);
       const used = g.memory_used_mib[i];
       entry.series.mem.push([t, used === null || !g.memory_total_mib ? null : (100 * used) / g.memory_total_mib]);
+      const sm = g.sm_active[i];
+      entry.series.sm.push([t, sm === null ? null : 100 * sm]);
     }
   }
   for (const g of history.gpus) {
@@ -114,13 +118,14 @@ function appendHistory(history) {
 function redraw(now) {
   const oldest = now - WINDOW_MIN * 60;
   for (const entry of cards.values()) {
-    for (const key of ['util', 'mem']) {
+    for (const key of ['util', 'mem', 'sm']) {
       const s = entry.series[key];
       while (s.length && s[0][0] < oldest) s.shift();
     }
     const toPoints = (s) => s.map(([t, y]) => ({x: (t - now) / 60, y}));
     entry.chart.data.datasets[0].data = toPoints(entry.series.util);
     entry.chart.data.datasets[1].data = toPoints(entry.series.mem);
+    entry.chart.data.datasets[2].data = toPoints(entry.series.sm);
     entry.chart.update('none');
   }
 }
@@ -133,7 +138,8 @@ function showGpus(state, jobs) {
     const s = gpu.sample || {};
     const mem = s.memory_used_mib === null || s.memory_used_mib === undefined ? 'n/a'
       : `${(s.memory_used_mib / 1024).toFixed(1)} / ${gpu.memory_total_mib === null ? '?' : (gpu.memory_total_mib / 1024).toFixed(0)} GiB`;
-    entry.stats.textContent = `util ${fmt(s.utilization_gpu, 0, ' %')} · memory ${mem} · ` +
+    const sm = s.sm_active === null || s.sm_active === undefined ? '' : ` · SM ${fmt(100 * s.sm_active, 0, ' %')}`;
+    entry.stats.textContent = `util ${fmt(s.utilization_gpu, 0, ' %')}${sm} · memory ${mem} · ` +
       `${fmt(s.temperature_c, 0, ' °C')} · ${fmt(s.power_w, 0, ' W')}`;
     entry.holder.replaceChildren();
     entry.badges.replaceChildren();
