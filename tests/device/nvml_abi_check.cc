@@ -24,6 +24,8 @@ constexpr unsigned memory_v2_version = ours::nvmlMemory_v2;
 constexpr unsigned long long value_not_available = ours::NVML_VALUE_NOT_AVAILABLE_ULL;
 constexpr unsigned affinity_scope_node = ours::NVML_AFFINITY_SCOPE_NODE;
 constexpr unsigned affinity_scope_socket = ours::NVML_AFFINITY_SCOPE_SOCKET;
+constexpr unsigned mig_disable = ours::NVML_DEVICE_MIG_DISABLE;
+constexpr unsigned mig_enable = ours::NVML_DEVICE_MIG_ENABLE;
 }  // namespace captured
 
 #define NVML_NO_UNVERSIONED_FUNC_DEFS
@@ -40,6 +42,8 @@ static_assert(captured::memory_v2_version == nvmlMemory_v2);
 static_assert(captured::value_not_available == static_cast<unsigned long long>(NVML_VALUE_NOT_AVAILABLE));
 static_assert(captured::affinity_scope_node == NVML_AFFINITY_SCOPE_NODE);
 static_assert(captured::affinity_scope_socket == NVML_AFFINITY_SCOPE_SOCKET);
+static_assert(captured::mig_disable == NVML_DEVICE_MIG_DISABLE);
+static_assert(captured::mig_enable == NVML_DEVICE_MIG_ENABLE);
 
 #define SAME_VALUE(name) static_assert(static_cast<long long>(ours::name) == static_cast<long long>(::name), #name)
 SAME_VALUE(NVML_SUCCESS);
@@ -122,6 +126,16 @@ SAME_FIELD(nvmlProcessInfo_v2_t, pid);
 SAME_FIELD(nvmlProcessInfo_v2_t, usedGpuMemory);
 SAME_FIELD(nvmlProcessInfo_v2_t, gpuInstanceId);
 SAME_FIELD(nvmlProcessInfo_v2_t, computeInstanceId);
+SAME_LAYOUT(nvmlDeviceAttributes_t);
+SAME_FIELD(nvmlDeviceAttributes_t, multiprocessorCount);
+SAME_FIELD(nvmlDeviceAttributes_t, sharedCopyEngineCount);
+SAME_FIELD(nvmlDeviceAttributes_t, sharedDecoderCount);
+SAME_FIELD(nvmlDeviceAttributes_t, sharedEncoderCount);
+SAME_FIELD(nvmlDeviceAttributes_t, sharedJpegCount);
+SAME_FIELD(nvmlDeviceAttributes_t, sharedOfaCount);
+SAME_FIELD(nvmlDeviceAttributes_t, gpuInstanceSliceCount);
+SAME_FIELD(nvmlDeviceAttributes_t, computeInstanceSliceCount);
+SAME_FIELD(nvmlDeviceAttributes_t, memorySizeMB);
 // The _v3 process calls take nvmlProcessInfo_t: it must be the v2 record.
 static_assert(std::is_same_v<::nvmlProcessInfo_t, ::nvmlProcessInfo_v2_t>);
 
@@ -150,6 +164,7 @@ MAP(nvmlMemory_v2_t, ours::nvmlMemory_v2_t);
 MAP(nvmlUtilization_t, ours::nvmlUtilization_t);
 MAP(nvmlProcessInfo_v1_t, ours::nvmlProcessInfo_v1_t);
 MAP(nvmlProcessInfo_v2_t, ours::nvmlProcessInfo_v2_t);
+MAP(nvmlDeviceAttributes_t, ours::nvmlDeviceAttributes_t);
 
 namespace fn = ours::gpupool::nvml;
 #define SAME_SIGNATURE(mine, real) static_assert(std::is_same_v<fn::mine, to_ours<decltype(&::real)>::type>, #real)
@@ -181,6 +196,11 @@ SAME_SIGNATURE(DeviceGetUintFn, nvmlDeviceGetEnforcedPowerLimit);
 SAME_SIGNATURE(DeviceGetEnableStateFn, nvmlDeviceGetPersistenceMode);
 SAME_SIGNATURE(DeviceGetComputeModeFn, nvmlDeviceGetComputeMode);
 SAME_SIGNATURE(DeviceGetMigModeFn, nvmlDeviceGetMigMode);
+SAME_SIGNATURE(DeviceGetUintFn, nvmlDeviceGetMaxMigDeviceCount);
+SAME_SIGNATURE(DeviceGetMigDeviceHandleByIndexFn, nvmlDeviceGetMigDeviceHandleByIndex);
+SAME_SIGNATURE(DeviceGetUintFn, nvmlDeviceGetGpuInstanceId);
+SAME_SIGNATURE(DeviceGetUintFn, nvmlDeviceGetComputeInstanceId);
+SAME_SIGNATURE(DeviceGetAttributesFn, nvmlDeviceGetAttributes_v2);
 SAME_SIGNATURE(DeviceGetTotalEccErrorsFn, nvmlDeviceGetTotalEccErrors);
 SAME_SIGNATURE(DeviceGetRetiredPagesFn, nvmlDeviceGetRetiredPages);
 SAME_SIGNATURE(DeviceGetEnableStateFn, nvmlDeviceGetRetiredPagesPendingStatus);
