@@ -110,7 +110,7 @@ class FakeRoot:
 
 class MapTest(unittest.TestCase):
     GPU_FIELDS = {"host_index", "container_index", "minor_number", "pci_bus_id", "uuid", "name",
-                  "cuda_index"}
+                  "cuda_index", "cuda_mig_device"}
 
     def map_json(self, root, sim="pcie-4gpu", env=None, args=()):
         return gpupool_json("map", "--json", *args, sim=sim,
