@@ -55,7 +55,7 @@ void print_mig_devices(const Gpu& gpu) {
   for (const MigDevice& mig : gpu.mig_devices) {
     std::string name = fmt::format("{}:{}", gpu.index, mig.index);
     std::string instances = fmt::format("GI {} CI {}", mig.gpu_instance_id, mig.compute_instance_id);
-    fmt::print("  {:<5} {:<10} {:<9} {:>6} MiB {}\n", name, mig.profile, instances, mig.memory_mib, mig.uuid);
+    fmt::print("  {:<4} {:<10} {:<9} {:>6} MiB {}\n", name, mig.profile, instances, mig.memory_mib, mig.uuid);
   }
 }
 
