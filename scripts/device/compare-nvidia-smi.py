@@ -47,6 +47,13 @@ rows = [dict(zip(fields, (c.strip() for c in line.split(","))))
         for line in smi(f"--query-gpu={','.join(fields)}", "--format=csv,noheader,nounits").splitlines()]
 ours = json.loads(subprocess.run([gpupool, "list", "--json"], capture_output=True, text=True, check=True).stdout)
 xml = ET.fromstring(smi("-q", "-x"))
+# nvidia-smi -L: "GPU 0: NAME (UUID: GPU-...)", then "  MIG 3g.71gb     Device  1: (UUID: MIG-...)" per MIG device.
+mig_listed = {}
+for line in smi("-L").splitlines():
+    if line.startswith("GPU "):
+        current = mig_listed.setdefault(int(line.split(":")[0].split()[1]), [])
+    elif m := re.match(r"\s+MIG (\S+)\s+Device\s+(\d+): \(UUID: (MIG-[^)]+)\)", line):
+        current.append((m.group(3), m.group(1)))
 apps = [line.split(",") for line in
         smi("--query-compute-apps=gpu_uuid,pid,used_memory", "--format=csv,noheader,nounits").splitlines() if line.strip()]
 
@@ -72,6 +79,8 @@ for row, gpu, x in zip(rows, ours, xml.findall("gpu")):
     compare(i, "compute_mode", gpu["compute_mode"], modes.get(row["compute_mode"]))
     compare(i, "mig_enabled", gpu["mig_enabled"],
             None if row["mig.mode.current"] in ("[N/A]", "N/A") else row["mig.mode.current"] == "Enabled")
+    compare(i, "MIG devices (UUID, profile)", sorted((d["uuid"], d["profile"]) for d in gpu["mig_devices"]),
+            sorted(mig_listed.get(int(i), [])))
     compare(i, "ecc_corrected_volatile", gpu["ecc_corrected_volatile"],
             number(row["ecc.errors.corrected.volatile.total"]))
     compare(i, "ecc_uncorrected_volatile", gpu["ecc_uncorrected_volatile"],

@@ -62,7 +62,9 @@ void add_docker_args_command(CLI::App& app, int& exit_code) {
       "Print the docker, compose and Kubernetes settings that give a container these GPUs");
   auto options = std::make_shared<DockerArgsOptions>();
   // Comma lists too, as `run --gpus` takes them: "1,2" is two GPUs.
-  cmd->add_option("gpu", options->gpus, "GPUs as nvidia-smi indices or (prefixes of) UUIDs, blank- or comma-separated")
+  cmd->add_option("gpu", options->gpus,
+                  "GPUs as nvidia-smi indices or (prefixes of) UUIDs, MIG devices as MIG UUIDs or GPU:DEVICE, "
+                  "blank- or comma-separated")
       ->required()
       ->delimiter(',');
   cmd->add_flag("--json{json}", options->format, "Print {uuids, docker, compose, env} as JSON");

@@ -47,6 +47,20 @@ std::string name_cell(const Gpu& gpu) {
   return pad_cells(name, kNameCells);
 }
 
+// One line per MIG device under its GPU, in 80 columns: "0:3" (GPU 0's MIG device 3, as the NVIDIA
+// container toolkit names it), its profile, GPU and compute instance, memory and UUID.
+void print_mig_devices(const Gpu& gpu) {
+  if (gpu.mig_enabled.value_or(false) && gpu.mig_devices.empty()) {
+    fmt::print("    MIG mode, no MIG devices\n");
+    return;
+  }
+  for (const MigDevice& mig : gpu.mig_devices) {
+    std::string name = fmt::format("{}:{}", gpu.index, mig.index);
+    std::string instances = fmt::format("GI {} CI {}", mig.gpu_instance_id, mig.compute_instance_id);
+    fmt::print("  {:<4} {:<10} {:<9} {:>6} MiB {}\n", name, mig.profile, instances, mig.memory_mib, mig.uuid);
+  }
+}
+
 // MEMBW is NVML's memory utilisation: the share of time the memory controller was busy, not the
 // memory in use (MEMORY MiB is that). SM, the share of SMs busy (GPM), needs two samples: it
 // appears from the second table of --watch, on GPUs that report it.
@@ -74,6 +88,7 @@ void print_table(const DashboardInput& holders, const std::string& source) {
     fmt::print("{:>3} {} {:>13} {:>4} {}{:>5} {:>4} {:>7} {}\n", gpu.index, name_cell(gpu), memory_cell(gpu),
                or_na(gpu.utilization_gpu, "{}%"), sm_cell(or_na(sm_percent, "{}%")), or_na(gpu.utilization_memory, "{}%"),
                or_na(gpu.temperature_c, "{}C"), power_cell(gpu), fit_cells(holder.empty() ? "-" : holder, holder_cells));
+    print_mig_devices(gpu);
     for (const GpuProcess& p : gpu.processes) {
       std::string head = fmt::format("    pid {:<7} {} {:>9} ", p.pid, pad_cells(process_user_text(p), 12),
                                      or_na(p.used_memory_mib, "{} MiB"));
@@ -134,10 +149,12 @@ void add_list_command(CLI::App& app, int& exit_code) {
   cmd->add_flag("--json", options->json, "Print a JSON array, one object per GPU");
   cmd->add_flag("--watch", options->watch, "Print again every --interval seconds until interrupted");
   cmd->add_option("-n,--interval", options->interval_s, "Seconds between tables with --watch (default 1)");
-  cmd->footer("MEMORY MiB is the memory in use and the total; MEMBW the share of time the memory was being read\n"
-              "or written (NVML's memory utilisation); SM, with --watch on GPUs with profiling counters (Hopper\n"
-              "on), the share of SMs that were busy, from the second table on. HELD BY names the holder as `top`\n"
-              "does: a gpupool job, a lease, or `outside: pid PID USER` for a process gpupool did not start.");
+  cmd->footer(
+      "MEMORY MiB is the memory in use and the total; MEMBW the share of time the memory was being read\n"
+      "or written (NVML's memory utilisation); SM, with --watch on GPUs with profiling counters (Hopper\n"
+      "on), the share of SMs that were busy, from the second table on. HELD BY names the holder as `top`\n"
+      "does: a gpupool job, a lease, or `outside: pid PID USER` for a process gpupool did not start. A GPU\n"
+      "in MIG mode lists its MIG devices (GPU:DEVICE, profile, GPU and compute instance, memory, UUID).");
   cmd->callback([&exit_code, options] { run_command(exit_code, [&] { return list_gpus(*options); }); });
 }
 

@@ -10,6 +10,7 @@
 #include "cli/app.h"
 #include "cli/commands.h"
 #include "gpu/gpu_backend.h"
+#include "machine/gpu_json.h"
 #include "machine/numbering.h"
 #include "os/container.h"
 #include "os/environment.h"
@@ -74,7 +75,8 @@ nlohmann::json map_json(const ContainerDetection& container, const GpuEnvironmen
                     {"pci_bus_id", row.pci_bus_id},
                     {"uuid", row.uuid},
                     {"name", row.name},
-                    {"cuda_index", or_null(row.cuda_index)}});
+                    {"cuda_index", or_null(row.cuda_index)},
+                    {"cuda_mig_device", row.cuda_mig_device ? to_json(*row.cuda_mig_device) : nullptr}});
   }
   return {{"container", {{"detected", container.detected}, {"how", or_null(container.how)}}},
           {"nvidia_visible_devices", or_null(env.nvidia_visible_devices)},
@@ -101,6 +103,12 @@ void print_text(const ContainerDetection& container, const GpuEnvironment& env,
                or_na(row.minor_number),
                row.cuda_index ? fmt::format("cuda:{}", *row.cuda_index) : "-", row.pci_bus_id,
                row.uuid, row.name);
+  }
+  for (const NumberingRow& row : map.rows) {
+    if (!row.cuda_mig_device) continue;
+    const MigDevice& mig = *row.cuda_mig_device;
+    fmt::print("cuda:{} is MIG device {}:{} of GPU {}: {}, {}\n", *row.cuda_index, row.container_index, mig.index,
+               row.container_index, mig.profile, mig.uuid);
   }
   if (map.error) fmt::print("\nCUDA initialisation fails: {}\n", *map.error);
   for (const std::string& warning : map.warnings) fmt::print("warning: {}\n", warning);

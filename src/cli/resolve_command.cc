@@ -1,6 +1,7 @@
 // gpupool resolve: which physical GPUs a CUDA program would see for a
 // CUDA_VISIBLE_DEVICES / CUDA_DEVICE_ORDER pair, from the model of the driver's
 // rules or (--driver) from the real driver in a child process.
+#include <algorithm>
 #include <cstdlib>
 
 #include <fmt/format.h>
@@ -12,6 +13,7 @@
 #include "gpu/cuda_probe.h"
 #include "gpu/gpu_backend.h"
 #include "machine/cuda_visible_devices.h"
+#include "machine/gpu_json.h"
 #include "machine/numbering.h"
 #include "os/environment.h"
 #include "sim/open_backend.h"
@@ -26,15 +28,25 @@ struct ResolveOptions {
   bool driver = false;
 };
 
+// The MIG device a visible device is, or nullptr for a whole GPU.
+const MigDevice* mig_device_of(const Gpu& gpu, const VisibleDevice& device) {
+  if (!device.mig_index) return nullptr;
+  auto found = std::find_if(gpu.mig_devices.begin(), gpu.mig_devices.end(),
+                            [&](const MigDevice& mig) { return mig.index == *device.mig_index; });
+  return found == gpu.mig_devices.end() ? nullptr : &*found;
+}
+
 nlohmann::json devices_json(const Machine& machine, const std::vector<VisibleDevice>& devices) {
   nlohmann::json out = nlohmann::json::array();
   for (const VisibleDevice& d : devices) {
     const Gpu& gpu = *find_gpu_by_index(machine.gpus, d.nvml_index);
+    const MigDevice* mig = mig_device_of(gpu, d);
     out.push_back({{"cuda_index", d.cuda_index},
                    {"index", gpu.index},
                    {"uuid", gpu.uuid},
                    {"pci_bus_id", gpu.pci_bus_id},
-                   {"name", gpu.name}});
+                   {"name", gpu.name},
+                   {"mig_device", mig != nullptr ? to_json(*mig) : nlohmann::json(nullptr)}});
   }
   return out;
 }
@@ -53,6 +65,11 @@ void print_text(const Machine& machine, const std::optional<std::string>& value,
   } else {
     for (const VisibleDevice& d : r.devices) {
       const Gpu& gpu = *find_gpu_by_index(machine.gpus, d.nvml_index);
+      if (const MigDevice* mig = mig_device_of(gpu, d)) {
+        fmt::print("cuda:{} = MIG device {}:{}  {}  {} of GPU {}  {}\n", d.cuda_index, gpu.index, mig->index,
+                   mig->profile, mig->uuid, gpu.index, gpu.name);
+        continue;
+      }
       fmt::print("cuda:{} = GPU {}  {}  {}  {}\n", d.cuda_index, gpu.index, gpu.name, gpu.pci_bus_id, gpu.uuid);
     }
   }

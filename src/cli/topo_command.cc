@@ -1,5 +1,6 @@
 // gpupool topo: the link matrix with CPU and NUMA affinity, like `nvidia-smi topo -m`.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "cli/commands.h"
 #include "gpu/gpu_backend.h"
@@ -30,6 +31,14 @@ void print_matrix(const Machine& machine) {
       "  PXB  = Connection traversing multiple PCIe bridges (without traversing the host bridge)\n"
       "  PIX  = Connection traversing at most a single PCIe bridge\n"
       "  NV#  = Connection traversing a bonded set of # NVLinks (through NVSwitch where marked in --json)\n");
+  // The links are the GPUs'; a MIG device has no peer-to-peer access over them (NVIDIA's MIG user guide).
+  for (const Gpu& gpu : machine.gpus) {
+    if (gpu.mig_devices.empty()) continue;
+    std::vector<std::string> profiles;
+    for (const MigDevice& mig : gpu.mig_devices) profiles.push_back(mig.profile);
+    fmt::print("GPU{} is in MIG mode as {}: its MIG devices have no peer-to-peer access over these links\n", gpu.index,
+               fmt::join(profiles, " + "));
+  }
 }
 
 }  // namespace

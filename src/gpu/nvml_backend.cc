@@ -11,6 +11,7 @@
 #include "gpu/gpu_backend.h"
 #include "gpu/nvml_library.h"
 #include "machine/cuda_arch.h"
+#include "machine/mig_profile.h"
 #include "os/host_files.h"
 
 namespace gpupool {
@@ -154,7 +155,10 @@ class NvmlBackend final : public GpuBackend {
       gpu.compute_mode = static_cast<ComputeMode>(mode);
     }
     unsigned mig_current = 0, mig_pending = 0;
-    if (call_ok(api.device_get_mig_mode, handle, &mig_current, &mig_pending)) gpu.mig_enabled = mig_current == 1;
+    if (call_ok(api.device_get_mig_mode, handle, &mig_current, &mig_pending)) {
+      gpu.mig_enabled = mig_current == NVML_DEVICE_MIG_ENABLE;
+    }
+    if (gpu.mig_enabled.value_or(false)) read_mig_devices(handle, gpu);
     unsigned long long errors = 0;
     if (call_ok(api.device_get_total_ecc_errors, handle, NVML_MEMORY_ERROR_TYPE_CORRECTED, NVML_VOLATILE_ECC, &errors)) {
       gpu.ecc_corrected_volatile = errors;
@@ -190,6 +194,42 @@ class NvmlBackend final : public GpuBackend {
       gpu.memory_total_mib = v1.total / kMiB;
       gpu.memory_used_mib = v1.used / kMiB;
       gpu.memory_free_mib = v1.free / kMiB;
+    }
+  }
+
+  // The GPU's MIG devices (compute instances), each answering by its own handle. A driver
+  // without the MIG calls, or a device that does not answer all of them, lists none: a MIG
+  // device is only of use with its UUID, instance ids and size all known.
+  void read_mig_devices(nvmlDevice_t handle, Gpu& gpu) const {
+    const NvmlEntryPoints& api = lib_->api();
+    unsigned count = 0;
+    if (api.device_get_mig_device_handle_by_index == nullptr || api.device_get_gpu_instance_id == nullptr ||
+        api.device_get_compute_instance_id == nullptr || api.device_get_attributes == nullptr ||
+        !call_ok(api.device_get_max_mig_device_count, handle, &count)) {
+      return;
+    }
+    for (unsigned index = 0; index < count; ++index) {
+      nvmlDevice_t mig = nullptr;
+      // NOT_FOUND: no compute instance at this index (the count is a maximum).
+      if (api.device_get_mig_device_handle_by_index(handle, index, &mig) != NVML_SUCCESS) continue;
+      MigDevice device;
+      device.index = index;
+      char uuid[NVML_DEVICE_UUID_V2_BUFFER_SIZE] = {};
+      nvmlDeviceAttributes_t attributes{};
+      if (api.device_get_uuid(mig, uuid, sizeof uuid) != NVML_SUCCESS ||
+          api.device_get_gpu_instance_id(mig, &device.gpu_instance_id) != NVML_SUCCESS ||
+          api.device_get_compute_instance_id(mig, &device.compute_instance_id) != NVML_SUCCESS ||
+          api.device_get_attributes(mig, &attributes) != NVML_SUCCESS) {
+        continue;
+      }
+      device.uuid = bounded_string(uuid, sizeof uuid);
+      device.gpu_slices = attributes.gpuInstanceSliceCount;
+      device.compute_slices = attributes.computeInstanceSliceCount;
+      device.memory_mib = attributes.memorySizeMB;
+      device.multiprocessors = attributes.multiprocessorCount;
+      device.profile = mig_profile_name(device.gpu_slices, device.compute_slices, device.memory_mib,
+                                        gpu.memory_total_mib.value_or(0));
+      gpu.mig_devices.push_back(std::move(device));
     }
   }
 

@@ -66,6 +66,12 @@ Result<std::unique_ptr<NvmlLibrary>> NvmlLibrary::open(const std::vector<std::st
     lib->bind(a.device_get_persistence_mode, {"nvmlDeviceGetPersistenceMode"});
     lib->bind(a.device_get_compute_mode, {"nvmlDeviceGetComputeMode"});
     lib->bind(a.device_get_mig_mode, {"nvmlDeviceGetMigMode"});
+    lib->bind(a.device_get_max_mig_device_count, {"nvmlDeviceGetMaxMigDeviceCount"});
+    lib->bind(a.device_get_mig_device_handle_by_index, {"nvmlDeviceGetMigDeviceHandleByIndex"});
+    lib->bind(a.device_get_gpu_instance_id, {"nvmlDeviceGetGpuInstanceId"});
+    lib->bind(a.device_get_compute_instance_id, {"nvmlDeviceGetComputeInstanceId"});
+    // The unsuffixed call is older; only _v2's record is verified against nvml.h.
+    lib->bind(a.device_get_attributes, {"nvmlDeviceGetAttributes_v2"});
     lib->bind(a.device_get_total_ecc_errors, {"nvmlDeviceGetTotalEccErrors"});
     lib->bind(a.device_get_retired_pages, {"nvmlDeviceGetRetiredPages"});
     lib->bind(a.device_get_retired_pages_pending_status, {"nvmlDeviceGetRetiredPagesPendingStatus"});

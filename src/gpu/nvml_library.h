@@ -36,6 +36,12 @@ struct NvmlEntryPoints {
   nvml::DeviceGetEnableStateFn device_get_persistence_mode = nullptr;
   nvml::DeviceGetComputeModeFn device_get_compute_mode = nullptr;
   nvml::DeviceGetMigModeFn device_get_mig_mode = nullptr;
+  // MIG devices; without them a GPU lists no MIG devices.
+  nvml::DeviceGetUintFn device_get_max_mig_device_count = nullptr;
+  nvml::DeviceGetMigDeviceHandleByIndexFn device_get_mig_device_handle_by_index = nullptr;
+  nvml::DeviceGetUintFn device_get_gpu_instance_id = nullptr;
+  nvml::DeviceGetUintFn device_get_compute_instance_id = nullptr;
+  nvml::DeviceGetAttributesFn device_get_attributes = nullptr;
   nvml::DeviceGetTotalEccErrorsFn device_get_total_ecc_errors = nullptr;
   nvml::DeviceGetRetiredPagesFn device_get_retired_pages = nullptr;
   nvml::DeviceGetEnableStateFn device_get_retired_pages_pending_status = nullptr;

@@ -1,8 +1,11 @@
 #include "machine/cuda_visible_devices.h"
 
 #include <algorithm>
+#include <charconv>
 #include <limits>
+#include <map>
 #include <tuple>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -49,9 +52,10 @@ std::string in_quotes(std::string_view text) {
   return out + "'";
 }
 
-// A GPU's UUID as the driver compares it: the hex digits after "GPU-", lower case.
+// A GPU's or MIG device's UUID as the driver compares it: the hex digits after "GPU-" or "MIG-",
+// lower case.
 std::string uuid_hex(std::string_view uuid) {
-  if (uuid.starts_with("GPU-")) uuid.remove_prefix(4);
+  if (uuid.starts_with("GPU-") || uuid.starts_with("MIG-")) uuid.remove_prefix(4);
   std::string hex;
   for (char c : uuid) {
     if (is_hex_digit(c)) hex += to_lower_ascii(c);
@@ -145,7 +149,11 @@ std::optional<std::size_t> pick_uuid_match(const std::vector<std::size_t>& match
 struct EntryMeaning {
   std::optional<std::size_t> gpu;  // position in the GPU list; nullopt: the entry is invalid
   std::string how;                 // how it was read, or why it is invalid
+  std::optional<std::size_t> mig = std::nullopt;  // position in the GPU's MIG devices when it names one
 };
+
+// A MIG device: the position of its GPU and its position among the GPU's MIG devices.
+using MigPosition = std::pair<std::size_t, std::size_t>;
 
 class Resolver {
  public:
@@ -155,12 +163,6 @@ class Resolver {
   }
 
   void warn_about_machine(bool visible_devices_set) {
-    for (const Gpu& gpu : gpus_) {
-      if (gpu.mig_enabled.value_or(false)) {
-        warn("GPU {} has MIG enabled: CUDA shows its MIG instances instead, which gpupool does "
-             "not model, so this answer may be wrong for it", gpu.index);
-      }
-    }
     if (order_ != DeviceOrder::FastestFirst || gpus_.size() < 2) return;
     if (!speeds_known(gpus_) && !all_same_model()) {
       warn("CUDA's default FASTEST_FIRST order cannot be told here because a GPU's compute "
@@ -176,13 +178,46 @@ class Resolver {
   }
 
   void show_all() {
-    for (std::size_t position : enumeration_) add_device(position);
+    for (std::size_t position : enumeration_) add_device(position, std::nullopt);
+  }
+
+  // CUDA shows a GPU in MIG mode as its MIG devices, which gpupool models only where a MIG UUID
+  // names one; and it enumerates one MIG device at most (kCudaEnumeratesOneMigDevice).
+  void apply_mig_rules() {
+    for (const VisibleDevice& device : out_.devices) {
+      const Gpu& gpu =
+          *std::find_if(gpus_.begin(), gpus_.end(), [&](const Gpu& g) { return g.index == device.nvml_index; });
+      if (!device.mig_index && gpu.mig_enabled.value_or(false)) {
+        warn(
+            "GPU {} has MIG enabled: CUDA shows its MIG devices instead, which gpupool models only "
+            "for a MIG device named by its UUID (MIG-..., `gpupool list` shows them), so this answer may "
+            "be wrong for it",
+            gpu.index);
+      }
+    }
+    auto first_mig = std::find_if(out_.devices.begin(), out_.devices.end(),
+                                  [](const VisibleDevice& device) { return device.mig_index.has_value(); });
+    if (!kCudaEnumeratesOneMigDevice || first_mig == out_.devices.end() || out_.devices.size() == 1) return;
+    std::vector<std::string> hidden;
+    for (const VisibleDevice& device : out_.devices) {
+      if (&device == &*first_mig) continue;
+      hidden.push_back(device.mig_index ? fmt::format("MIG device {}:{}", device.nvml_index, *device.mig_index)
+                                        : fmt::format("GPU {}", device.nvml_index));
+    }
+    warn(
+        "a CUDA program enumerates only one MIG device, and no other GPU beside it (NVIDIA's MIG user guide; "
+        "not probed here): it sees MIG device {}:{} alone, not {}; run one process per MIG device",
+        first_mig->nvml_index, *first_mig->mig_index, fmt::join(hidden, ", "));
+    VisibleDevice only = *first_mig;
+    only.cuda_index = 0;
+    out_.devices = {only};
   }
 
   void read_list(const std::string& value) {
     split_entries(value);
     uuid_list_ = is_uuid_entry(out_.entries.front().text);
     std::vector<std::optional<std::size_t>> listed_by(gpus_.size());  // entry that named each GPU
+    std::map<MigPosition, std::size_t> mig_listed_by;                 // entry that named each MIG device
     std::optional<std::size_t> invalid_entry;
     std::string invalid_reason;
     for (std::size_t i = 0; i < out_.entries.size(); ++i) {
@@ -204,13 +239,23 @@ class Resolver {
       }
       const std::size_t gpu = *meaning.gpu;
       entry.nvml_index = gpus_[gpu].index;
-      if (listed_by[gpu]) {
-        note_duplicate(*listed_by[gpu], i, meaning.how);
+      std::optional<std::size_t>* first = &listed_by[gpu];
+      std::optional<std::size_t> mig_first;
+      if (meaning.mig) {
+        if (auto it = mig_listed_by.find({gpu, *meaning.mig}); it != mig_listed_by.end()) mig_first = it->second;
+        first = &mig_first;
+      }
+      if (*first) {
+        note_duplicate(**first, i, meaning.how);
       } else {
         entry.reading = uuid_list_ ? EntryReading::UuidPrefix : EntryReading::Index;
         entry.explanation = meaning.how;
-        listed_by[gpu] = i;
-        add_device(gpu);
+        if (meaning.mig) {
+          mig_listed_by[{gpu, *meaning.mig}] = i;
+        } else {
+          listed_by[gpu] = i;
+        }
+        add_device(gpu, meaning.mig);
       }
     }
     if (!renumbered_entries_.empty()) {
@@ -220,6 +265,28 @@ class Resolver {
     }
     if (invalid_entry) warn_about_invalid_entry(*invalid_entry, invalid_reason);
     if (out_.error) out_.devices.clear();
+  }
+
+  // A MIG UUID (or a prefix of one) names a MIG device when it fits exactly one.
+  std::optional<EntryMeaning> read_mig_uuid(std::size_t i, const UuidText& uuid) {
+    std::vector<MigPosition> matches;
+    for (std::size_t gpu = 0; gpu < gpus_.size(); ++gpu) {
+      for (std::size_t mig = 0; mig < gpus_[gpu].mig_devices.size(); ++mig) {
+        if (uuid_hex(gpus_[gpu].mig_devices[mig].uuid).starts_with(uuid.hex)) matches.emplace_back(gpu, mig);
+      }
+    }
+    if (matches.size() != 1) return std::nullopt;
+    const auto [gpu, mig] = matches.front();
+    const MigDevice& device = gpus_[gpu].mig_devices[mig];
+    if (uuid.hex.size() < kFragileUuidPrefixDigits) {
+      warn("{} names MIG device {} by only {} hex digit(s) of its UUID: write the full UUID", entry_name(i),
+           device.uuid, uuid.hex.size());
+    }
+    return EntryMeaning{gpu,
+                        fmt::format("MIG UUID{} -> MIG device {}:{} ({}, GPU instance {}, compute instance {}) of {}",
+                                    uuid.hex.size() == kUuidHexDigits ? "" : " prefix", gpus_[gpu].index, device.index,
+                                    device.profile, device.gpu_instance_id, device.compute_instance_id, gpu_name(gpu)),
+                        mig};
   }
 
  private:
@@ -252,8 +319,10 @@ class Resolver {
     return text.starts_with("GPU-") || text.starts_with("MIG-");
   }
 
-  void add_device(std::size_t position) {
-    out_.devices.push_back({static_cast<unsigned>(out_.devices.size()), gpus_[position].index});
+  void add_device(std::size_t position, std::optional<std::size_t> mig) {
+    std::optional<unsigned> mig_index;
+    if (mig) mig_index = gpus_[position].mig_devices[*mig].index;
+    out_.devices.push_back({static_cast<unsigned>(out_.devices.size()), gpus_[position].index, mig_index});
   }
 
   void split_entries(const std::string& value) {
@@ -380,9 +449,7 @@ class Resolver {
     const bool mig = text.starts_with("MIG-");
     const UuidText uuid = read_uuid_text(text.substr(4));
     if (uuid.hex.empty()) {
-      if (text.substr(4).starts_with("GPU-")) {
-        return {std::nullopt, "'MIG-GPU-...' is the old MIG name, which the driver rejects"};
-      }
+      if (text.substr(4).starts_with("GPU-")) return {std::nullopt, explain_legacy_mig_name(text)};
       return {std::nullopt, fmt::format("{} is not followed by a hex digit", text.substr(0, 4))};
     }
     if (uuid.stray) {
@@ -390,6 +457,9 @@ class Resolver {
               fmt::format("{} after {} hex digit(s) of the UUID: before the 32nd digit the driver "
                           "accepts only hex digits and '-' (and white space right before a hex "
                           "digit)", in_quotes(uuid.rest.substr(0, 1)), uuid.hex.size())};
+    }
+    if (mig) {
+      if (std::optional<EntryMeaning> meaning = read_mig_uuid(i, uuid)) return *meaning;
     }
     std::vector<std::size_t> matches;
     for (std::size_t gpu = 0; gpu < gpus_.size(); ++gpu) {
@@ -411,6 +481,34 @@ class Resolver {
     if (uuid.hex.size() == kUuidHexDigits) return {*gpu, fmt::format("UUID -> {}", gpu_name(*gpu))};
     return {*gpu, fmt::format("UUID prefix {} ({} hex digit{}) -> {}", uuid.hex, uuid.hex.size(),
                               uuid.hex.size() == 1 ? "" : "s", gpu_name(*gpu))};
+  }
+
+  // "MIG-GPU-<GPU UUID>/<GPU instance>/<compute instance>" named MIG devices for drivers before
+  // R470; the driver rejects it (observed, 580.159.04), so say which MIG UUID is meant.
+  std::string explain_legacy_mig_name(std::string_view text) const {
+    std::string why = "'MIG-GPU-...' is the old MIG name (drivers before R470), which the driver rejects";
+    const std::string_view name = text.substr(4);
+    const std::size_t slash = name.find('/');
+    const std::size_t second = slash == std::string_view::npos ? slash : name.find('/', slash + 1);
+    unsigned gi = 0, ci = 0;
+    const auto number = [](std::string_view digits, unsigned& value) {
+      auto [end, error] = std::from_chars(digits.data(), digits.data() + digits.size(), value);
+      return error == std::errc() && end == digits.data() + digits.size();
+    };
+    if (second == std::string_view::npos || !number(name.substr(slash + 1, second - slash - 1), gi) ||
+        !number(name.substr(second + 1), ci)) {
+      return why;
+    }
+    const std::string gpu_hex = uuid_hex(name.substr(0, slash));
+    for (const Gpu& gpu : gpus_) {
+      if (uuid_hex(gpu.uuid) != gpu_hex) continue;
+      for (const MigDevice& mig : gpu.mig_devices) {
+        if (mig.gpu_instance_id == gi && mig.compute_instance_id == ci) {
+          return fmt::format("{}: write {} (MIG device {}:{}, {})", why, mig.uuid, gpu.index, mig.index, mig.profile);
+        }
+      }
+    }
+    return why;
   }
 
   void warn_about_uuid_spelling(std::size_t i, const UuidText& uuid, bool mig, std::size_t gpu) {
@@ -596,6 +694,7 @@ VisibleDevicesResolution resolve_visible_devices(std::span<const Gpu> gpus,
   } else {
     resolver.show_all();
   }
+  resolver.apply_mig_rules();
   return out;
 }
 

@@ -45,15 +45,22 @@ inline constexpr IntegerParse kDriverIntegerParse = IntegerParse::Strtoul;
 int32_t driver_index_from_digits(bool negative, std::string_view digits,
                                  IntegerParse parse = kDriverIntegerParse);
 
-// One device the program will see.
+// One device the program will see: a GPU, or one MIG device of a GPU.
 struct VisibleDevice {
   unsigned cuda_index = 0;  // what the program calls it: cudaSetDevice(cuda_index), cuda:N
   unsigned nvml_index = 0;  // nvidia-smi's index of the same card (Gpu::index)
+  std::optional<unsigned> mig_index = std::nullopt;  // the MIG device (MigDevice::index) when it is one
 };
+
+// NVIDIA's MIG user guide: a CUDA process enumerates a single MIG device (CUDA 11/R450 and CUDA
+// 12/R525 at least), and no GPU that is not in MIG mode once it enumerates a MIG device. Not yet
+// probed here; with several MIG devices named, the model keeps the first.
+inline constexpr bool kCudaEnumeratesOneMigDevice = true;
 
 // How one comma-separated entry of CUDA_VISIBLE_DEVICES was read. The first entry decides how
 // all are read: as UUIDs if it starts with "GPU-" or "MIG-", else as numbers; an entry of the other
-// kind is therefore invalid.
+// kind is therefore invalid. "MIG-" followed by (a prefix of) a MIG device's UUID names that MIG
+// device.
 enum class EntryReading {
   Index,                // a CUDA device number
   UuidPrefix,           // GPU-/MIG- followed by (a prefix of) a GPU's UUID

@@ -313,6 +313,53 @@ TEST(CudaVisibleDevicesRules, MigEnabledGpuWarns) {
   EXPECT_THAT(all_warnings(resolve(gpus, std::nullopt)), HasSubstr("GPU 1 has MIG enabled"));
 }
 
+// GPU 1 of two in MIG mode as two MIG devices.
+std::vector<Gpu> mig_machine() {
+  std::vector<Gpu> gpus = identical_machine(2);
+  gpus[1].mig_enabled = true;
+  gpus[1].mig_devices = {MigDevice{0, "MIG-aaaaaaaa-0000-1111-2222-333333333333", 1, 0, 4, 4, 40320, 64, "4g.40gb"},
+                         MigDevice{1, "MIG-bbbbbbbb-0000-1111-2222-333333333333", 2, 0, 3, 3, 40320, 60, "3g.40gb"}};
+  return gpus;
+}
+
+TEST(CudaVisibleDevicesMig, AMigUuidOrItsPrefixNamesTheMigDevice) {
+  for (const char* value : {"MIG-bbbbbbbb-0000-1111-2222-333333333333", "MIG-bbbbbbbb"}) {
+    const VisibleDevicesResolution resolution = resolve(mig_machine(), value);
+    ASSERT_EQ(resolution.devices.size(), 1u) << value;
+    EXPECT_EQ(resolution.devices[0].nvml_index, 1u);
+    EXPECT_EQ(resolution.devices[0].mig_index, std::optional<unsigned>(1));
+    EXPECT_THAT(resolution.entries[0].explanation, HasSubstr("MIG device 1:1 (3g.40gb, GPU instance 2"));
+    EXPECT_THAT(resolution.warnings, IsEmpty()) << value;
+  }
+}
+
+TEST(CudaVisibleDevicesMig, OnlyTheFirstMigDeviceIsEnumeratedAndNoWholeGpuBesideIt) {
+  const VisibleDevicesResolution resolution = resolve(mig_machine(), "MIG-bbbbbbbb,MIG-aaaaaaaa," + synthetic_uuid(0));
+  ASSERT_EQ(resolution.devices.size(), 1u);
+  EXPECT_EQ(resolution.devices[0].cuda_index, 0u);
+  EXPECT_EQ(resolution.devices[0].mig_index, std::optional<unsigned>(1));
+  EXPECT_THAT(all_warnings(resolution), HasSubstr("not MIG device 1:0, GPU 0"));
+}
+
+TEST(CudaVisibleDevicesMig, AMigDeviceListedTwiceFails) {
+  const VisibleDevicesResolution resolution = resolve(mig_machine(), "MIG-aaaaaaaa,MIG-aaaaaaaa-0000");
+  EXPECT_TRUE(resolution.error.has_value());
+  EXPECT_EQ(resolution.entries[1].reading, EntryReading::Duplicate);
+}
+
+TEST(CudaVisibleDevicesMig, TheOldNameOfAMigDeviceSuggestsItsUuid) {
+  const VisibleDevicesResolution resolution = resolve(mig_machine(), "MIG-" + synthetic_uuid(1) + "/2/0");
+  EXPECT_THAT(resolution.devices, IsEmpty());
+  EXPECT_THAT(resolution.entries[0].explanation,
+              HasSubstr("old MIG name (drivers before R470), which the driver rejects: write "
+                        "MIG-bbbbbbbb-0000-1111-2222-333333333333 (MIG device 1:1, 3g.40gb)"));
+}
+
+TEST(CudaVisibleDevicesMig, AWholeGpuInMigModeStillWarns) {
+  EXPECT_THAT(all_warnings(resolve(mig_machine(), "1")), HasSubstr("GPU 1 has MIG enabled"));
+  EXPECT_THAT(resolve(mig_machine(), "0").warnings, IsEmpty());
+}
+
 // Observed on driver 580.159.04: prefixes as short as one hex digit match; the warning is ours.
 TEST(CudaVisibleDevicesRules, ShortUuidPrefixWarns) {
   EXPECT_THAT(all_warnings(resolve(h200_machine(), "GPU-16fb")), HasSubstr("only 4 hex digit"));

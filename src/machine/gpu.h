@@ -32,6 +32,21 @@ struct GpuProcess {
   std::optional<std::string> command;
 };
 
+// A MIG device: one compute instance of one GPU instance of a GPU in MIG mode, which CUDA sees
+// as a device of its own (docs/mig.md).
+struct MigDevice {
+  unsigned index = 0;  // NVML's MIG device index under its GPU
+  std::string uuid;    // "MIG-...", as nvidia-smi -L prints it
+  unsigned gpu_instance_id = 0;
+  unsigned compute_instance_id = 0;
+  unsigned gpu_slices = 0;      // the GPU instance's compute slices: the "3g" of "3g.71gb"
+  unsigned compute_slices = 0;  // the compute instance's; fewer than gpu_slices: "1c.3g.71gb"
+  uint64_t memory_mib = 0;      // the GPU instance's memory
+  unsigned multiprocessors = 0;
+  std::string profile;  // as nvidia-smi names it: "1g.18gb" (machine/mig_profile.h)
+  friend bool operator==(const MigDevice&, const MigDevice&) = default;
+};
+
 // A GPU's identity, its readings (machine/gpu_readings.h) and its processes.
 struct Gpu {
   unsigned index = 0;  // NVML / nvidia-smi index (PCI bus order)
@@ -45,6 +60,7 @@ struct Gpu {
   GPUPOOL_GPU_READINGS(GPUPOOL_READING_FIELD)
 #undef GPUPOOL_READING_FIELD
   std::vector<GpuProcess> processes;
+  std::vector<MigDevice> mig_devices;  // empty unless MIG is enabled and instances exist
 };
 
 // How two GPUs reach each other, best first. The PCIe levels are NVML's

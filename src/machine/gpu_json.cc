@@ -41,15 +41,30 @@ nlohmann::json to_json(const GpuProcess& process) {
           {"command", optional_json(process.command)}};
 }
 
+nlohmann::json to_json(const MigDevice& mig) {
+  return {{"index", mig.index},
+          {"uuid", mig.uuid},
+          {"profile", mig.profile},
+          {"gpu_instance_id", mig.gpu_instance_id},
+          {"compute_instance_id", mig.compute_instance_id},
+          {"gpu_slices", mig.gpu_slices},
+          {"compute_slices", mig.compute_slices},
+          {"memory_mib", mig.memory_mib},
+          {"multiprocessors", mig.multiprocessors}};
+}
+
 nlohmann::json to_json(const Gpu& gpu) {
   nlohmann::json processes = nlohmann::json::array();
   for (const auto& process : gpu.processes) processes.push_back(to_json(process));
+  nlohmann::json mig_devices = nlohmann::json::array();
+  for (const auto& mig : gpu.mig_devices) mig_devices.push_back(to_json(mig));
   nlohmann::json out = {{"index", gpu.index},
                         {"uuid", gpu.uuid},
                         {"pci_bus_id", gpu.pci_bus_id},
                         {"name", gpu.name},
                         {"fault", optional_json(gpu.fault)},
-                        {"processes", processes}};
+                        {"processes", processes},
+                        {"mig_devices", mig_devices}};
   for_each_reading(gpu, [&](const ReadingInfo& reading, const auto& value) {
     if (reading.json == JsonUse::InJson) out[reading.key] = reading_json(value);
   });
@@ -67,11 +82,14 @@ nlohmann::json to_json(const DriverInfo& driver) {
 nlohmann::json topology_json(const Machine& machine) {
   nlohmann::json gpus = nlohmann::json::array();
   for (const auto& gpu : machine.gpus) {
+    nlohmann::json mig_devices = nlohmann::json::array();
+    for (const auto& mig : gpu.mig_devices) mig_devices.push_back(mig.uuid);
     gpus.push_back({{"index", gpu.index},
                     {"uuid", gpu.uuid},
                     {"pci_bus_id", gpu.pci_bus_id},
                     {"numa_node", optional_json(gpu.numa_node)},
-                    {"cpu_affinity", optional_json(gpu.cpu_affinity)}});
+                    {"cpu_affinity", optional_json(gpu.cpu_affinity)},
+                    {"mig_devices", mig_devices}});
   }
   nlohmann::json links = nlohmann::json::array();
   nlohmann::json matrix = nlohmann::json::array();

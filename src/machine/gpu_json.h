@@ -10,6 +10,7 @@
 namespace gpupool {
 
 nlohmann::json to_json(const GpuProcess& process);
+nlohmann::json to_json(const MigDevice& mig);
 nlohmann::json to_json(const Gpu& gpu);
 nlohmann::json to_json(const DriverInfo& driver);
 // {"gpus": [...affinity...], "links": [...pairs...], "matrix": [[labels]]}

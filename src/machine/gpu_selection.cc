@@ -47,6 +47,42 @@ Result<unsigned> find_gpu(std::span<const Gpu> gpus, std::string_view name) {
   return matches.front();
 }
 
+bool names_mig_device(std::string_view name) {
+  const size_t colon = name.find(':');
+  if (colon != std::string_view::npos) return all_digits(name.substr(0, colon)) && all_digits(name.substr(colon + 1));
+  return lowercase(name).rfind("mig-", 0) == 0;
+}
+
+Result<const MigDevice*> find_mig_device(std::span<const Gpu> gpus, std::string_view name) {
+  if (!names_mig_device(name)) return fail("{} is neither a MIG UUID (MIG-...) nor GPU:DEVICE", quote(name));
+  const size_t colon = name.find(':');
+  if (colon != std::string_view::npos) {
+    TRY_ASSIGN(unsigned index, find_gpu(gpus, name.substr(0, colon)));
+    const Gpu& gpu = *find_gpu_by_index(gpus, index);
+    const std::string_view device = name.substr(colon + 1);
+    for (const MigDevice& mig : gpu.mig_devices) {
+      if (device.size() <= 9 && mig.index == std::stoul(std::string(device))) return &mig;
+    }
+    if (gpu.mig_devices.empty()) return fail("GPU {} has no MIG devices", gpu.index);
+    std::vector<unsigned> indices;
+    for (const MigDevice& mig : gpu.mig_devices) indices.push_back(mig.index);
+    return fail("GPU {} has no MIG device {}: its MIG devices are {}", gpu.index, device, fmt::join(indices, ", "));
+  }
+  const std::string wanted = lowercase(name);
+  if (wanted.size() == 4) return fail("{} is not followed by a UUID", quote(name));
+  std::vector<const MigDevice*> matches;
+  for (const Gpu& gpu : gpus) {
+    for (const MigDevice& mig : gpu.mig_devices) {
+      if (lowercase(mig.uuid).rfind(wanted, 0) == 0) matches.push_back(&mig);
+    }
+  }
+  if (matches.empty()) return fail("no MIG device here has a UUID starting with {}", quote(name));
+  if (matches.size() > 1) {
+    return fail("{} fits the UUIDs of {} MIG devices: give more of the UUID", quote(name), matches.size());
+  }
+  return matches.front();
+}
+
 Result<std::vector<unsigned>> find_gpus(std::span<const Gpu> gpus, std::span<const std::string> names) {
   std::vector<unsigned> out;
   std::map<unsigned, std::string> named_by;  // GPU index -> the name that picked it

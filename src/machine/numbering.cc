@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <cctype>
+#include <map>
 
 #include <fmt/format.h>
 
+#include "base/quote.h"
 #include "base/text.h"
 #include "machine/cuda_visible_devices.h"
 #include "machine/gpu_selection.h"
@@ -72,10 +74,8 @@ NumberingMap build_numbering_map(std::span<const Gpu> gpus, const NumberingInput
   const GpuEnvironment& env = inputs.environment;
   VisibleDevicesResolution resolution =
       resolve_visible_devices(gpus, env.cuda_visible_devices, env.cuda_device_order);
-  std::map<unsigned, unsigned> cuda_index_of;  // nvidia-smi index -> CUDA ordinal
-  for (const VisibleDevice& device : resolution.devices) {
-    cuda_index_of[device.nvml_index] = device.cuda_index;
-  }
+  std::map<unsigned, const VisibleDevice*> cuda_device_of;  // nvidia-smi index -> what CUDA sees of it
+  for (const VisibleDevice& device : resolution.devices) cuda_device_of[device.nvml_index] = &device;
   NumberingMap map;
   const bool use_inventory = inputs.in_container && inputs.host_inventory;
   if (inputs.in_container && !inputs.host_inventory && !gpus.empty()) {
@@ -98,8 +98,12 @@ NumberingMap build_numbering_map(std::span<const Gpu> gpus, const NumberingInput
     row.pci_bus_id = gpu.pci_bus_id;
     row.uuid = gpu.uuid;
     row.name = gpu.name;
-    if (auto it = cuda_index_of.find(gpu.index); it != cuda_index_of.end())
-      row.cuda_index = it->second;
+    if (auto it = cuda_device_of.find(gpu.index); it != cuda_device_of.end()) {
+      row.cuda_index = it->second->cuda_index;
+      for (const MigDevice& mig : gpu.mig_devices) {
+        if (it->second->mig_index == mig.index) row.cuda_mig_device = mig;
+      }
+    }
     if (!inputs.in_container) {
       row.host_index = gpu.index;
     } else if (use_inventory) {
@@ -123,9 +127,25 @@ NumberingMap build_numbering_map(std::span<const Gpu> gpus, const NumberingInput
 
 Result<std::vector<std::string>> select_gpu_uuids(std::span<const Gpu> gpus,
                                                   std::span<const std::string> names) {
-  TRY_ASSIGN(std::vector<unsigned> indices, find_gpus(gpus, names));
+  std::vector<std::string> gpu_names;
+  for (const std::string& name : names) {
+    if (!names_mig_device(name)) gpu_names.push_back(name);
+  }
+  TRY_ASSIGN(std::vector<unsigned> indices, find_gpus(gpus, gpu_names));
   std::vector<std::string> uuids;
-  for (unsigned index : indices) uuids.push_back(find_gpu_by_index(gpus, index)->uuid);
+  std::map<std::string, std::string> mig_named_by;  // MIG UUID -> the name that picked it
+  auto next_gpu = indices.begin();
+  for (const std::string& name : names) {
+    if (!names_mig_device(name)) {
+      uuids.push_back(find_gpu_by_index(gpus, *next_gpu++)->uuid);
+      continue;
+    }
+    TRY_ASSIGN(const MigDevice* mig, find_mig_device(gpus, name));
+    if (auto [it, fresh] = mig_named_by.emplace(mig->uuid, name); !fresh) {
+      return fail("MIG device {} is named twice ({} and {})", mig->uuid, quote(it->second), quote(name));
+    }
+    uuids.push_back(mig->uuid);
+  }
   return uuids;
 }
 

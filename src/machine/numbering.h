@@ -47,6 +47,8 @@ struct NumberingRow {
   std::string uuid;
   std::string name;
   std::optional<unsigned> cuda_index;  // nullopt: CUDA_VISIBLE_DEVICES hides it
+  // Set when what CUDA sees as cuda_index is one of this GPU's MIG devices, not the GPU itself.
+  std::optional<MigDevice> cuda_mig_device;
 };
 
 struct NumberingMap {
@@ -67,8 +69,9 @@ struct NumberingInputs {
 // by UUID only: indices and minor numbers are renumbered or reused by the runtime.
 NumberingMap build_numbering_map(std::span<const Gpu> gpus, const NumberingInputs& inputs);
 
-// The full UUIDs of the GPUs named by nvidia-smi indices or (prefixes of) UUIDs, in the order
-// given. An unknown, ambiguous or repeated name is an error.
+// The full UUIDs of the GPUs named by nvidia-smi indices or (prefixes of) UUIDs, and of the MIG
+// devices named by MIG UUID or GPU:DEVICE (docker and the NVIDIA container toolkit take MIG UUIDs
+// as they take GPU UUIDs), in the order given. An unknown, ambiguous or repeated name is an error.
 Result<std::vector<std::string>> select_gpu_uuids(std::span<const Gpu> gpus,
                                                   std::span<const std::string> names);
 

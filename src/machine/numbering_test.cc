@@ -157,6 +157,25 @@ TEST(NumberingSelect, BadNamesAreOneClearError) {
   EXPECT_EQ(error({"0", "GPU-aaaa1"}), "GPU 0 is named twice ('0' and 'GPU-aaaa1')");
 }
 
+TEST(NumberingSelect, MigDevicesByUuidPrefixOrGpuColonDevice) {
+  std::vector<Gpu> gpus = two_gpus();
+  gpus[1].mig_enabled = true;
+  gpus[1].mig_devices = {MigDevice{0, "MIG-cccc1111-0000-1111-2222-333333333333", 1, 0, 4, 4, 40320, 64, "4g.40gb"},
+                         MigDevice{2, "MIG-cccc2222-0000-1111-2222-333333333333", 2, 0, 3, 3, 40320, 60, "3g.40gb"}};
+  const std::vector<std::string> names{"mig-CCCC2", "0", "1:0"};
+  EXPECT_THAT(select_gpu_uuids(gpus, names).value(),
+              ElementsAre(gpus[1].mig_devices[1].uuid, gpus[0].uuid, gpus[1].mig_devices[0].uuid));
+  const auto error = [&](std::vector<std::string> bad) { return select_gpu_uuids(gpus, bad).error().message; };
+  EXPECT_EQ(error({"1:1"}), "GPU 1 has no MIG device 1: its MIG devices are 0, 2");
+  EXPECT_EQ(error({"0:0"}), "GPU 0 has no MIG devices");
+  EXPECT_EQ(error({"2:0"}), "no GPU 2 here: the GPU indices are 0, 1");
+  EXPECT_EQ(error({"MIG-cccc"}), "'MIG-cccc' fits the UUIDs of 2 MIG devices: give more of the UUID");
+  EXPECT_EQ(error({"MIG-dd"}), "no MIG device here has a UUID starting with 'MIG-dd'");
+  EXPECT_EQ(error({"MIG-"}), "'MIG-' is not followed by a UUID");
+  EXPECT_EQ(error({"1:2", "MIG-cccc2222"}),
+            "MIG device MIG-cccc2222-0000-1111-2222-333333333333 is named twice ('1:2' and 'MIG-cccc2222')");
+}
+
 TEST(NumberingDocker, SpellingsOfTheRequest) {
   const std::vector<std::string> uuids{"GPU-a", "GPU-b"};
   EXPECT_EQ(docker_gpus_argument(uuids), R"(--gpus '"device=GPU-a,GPU-b"')");

@@ -44,6 +44,10 @@ constexpr unsigned NVML_DEVICE_PCI_BUS_ID_BUFFER_SIZE = 32;
 constexpr unsigned NVML_DEVICE_PCI_BUS_ID_BUFFER_V2_SIZE = 16;
 constexpr unsigned NVML_NVLINK_MAX_LINKS = 18;
 
+// nvmlDeviceGetMigMode's modes (macros in nvml.h).
+constexpr unsigned int NVML_DEVICE_MIG_DISABLE = 0x0;
+constexpr unsigned int NVML_DEVICE_MIG_ENABLE = 0x1;
+
 constexpr nvmlEnableState_t NVML_FEATURE_DISABLED = 0;
 constexpr nvmlEnableState_t NVML_FEATURE_ENABLED = 1;
 
@@ -116,6 +120,20 @@ struct nvmlProcessInfo_v2_t {
   unsigned long long usedGpuMemory;
   unsigned int gpuInstanceId;
   unsigned int computeInstanceId;
+};
+
+// What nvmlDeviceGetAttributes_v2 reports about a MIG device (a compute instance in its GPU
+// instance); NVML answers it for MIG device handles only.
+struct nvmlDeviceAttributes_t {
+  unsigned int multiprocessorCount;
+  unsigned int sharedCopyEngineCount;
+  unsigned int sharedDecoderCount;
+  unsigned int sharedEncoderCount;
+  unsigned int sharedJpegCount;
+  unsigned int sharedOfaCount;
+  unsigned int gpuInstanceSliceCount;
+  unsigned int computeInstanceSliceCount;
+  unsigned long long memorySizeMB;  // MiB
 };
 
 // NVML_VALUE_NOT_AVAILABLE (-1) as a process's used memory: NVML may not tell it.
@@ -194,6 +212,11 @@ using DeviceGetClockInfoFn = nvmlReturn_t (*)(nvmlDevice_t, nvmlClockType_t, uns
 using DeviceGetEnableStateFn = nvmlReturn_t (*)(nvmlDevice_t, nvmlEnableState_t*);
 using DeviceGetComputeModeFn = nvmlReturn_t (*)(nvmlDevice_t, nvmlComputeMode_t*);
 using DeviceGetMigModeFn = nvmlReturn_t (*)(nvmlDevice_t, unsigned int*, unsigned int*);
+// MIG devices: a GPU's MIG device handles answer the device calls (UUID, memory) for one
+// compute instance; nvmlDeviceGetMaxMigDeviceCount, nvmlDeviceGetGpuInstanceId and
+// nvmlDeviceGetComputeInstanceId are DeviceGetUintFn.
+using DeviceGetMigDeviceHandleByIndexFn = nvmlReturn_t (*)(nvmlDevice_t, unsigned int, nvmlDevice_t*);
+using DeviceGetAttributesFn = nvmlReturn_t (*)(nvmlDevice_t, nvmlDeviceAttributes_t*);
 using DeviceGetTotalEccErrorsFn = nvmlReturn_t (*)(nvmlDevice_t, nvmlMemoryErrorType_t,
                                                    nvmlEccCounterType_t, unsigned long long*);
 using DeviceGetRetiredPagesFn = nvmlReturn_t (*)(nvmlDevice_t, nvmlPageRetirementCause_t, unsigned int*,

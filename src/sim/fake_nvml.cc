@@ -259,6 +259,7 @@ using gpupool::ProcessKind;
 using gpupool::sim::Fixture;
 using gpupool::sim::FixtureGpu;
 using gpupool::sim::LinkEnd;
+using gpupool::sim::MigQuery;
 using gpupool::sim::Needs;
 using gpupool::sim::Query;
 using gpupool::sim::report;
@@ -308,6 +309,10 @@ GPUPOOL_NVML_EXPORT nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t device, char* na
 
 GPUPOOL_NVML_EXPORT nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t device, char* uuid,
                                                    unsigned int length) {
+  if (simulator().is_mig_handle(device)) {
+    return simulator().mig_device(
+        device, [&](const MigQuery& query) { return gpupool::sim::copy_string(query.mig.uuid, uuid, length); });
+  }
   return simulator().device(device, Needs::Identity, [&](const Query& query) {
     return gpupool::sim::copy_string(query.gpu.uuid, uuid, length);
   });
@@ -687,6 +692,14 @@ GPUPOOL_NVML_EXPORT nvmlReturn_t nvmlGpmQueryDeviceSupport(nvmlDevice_t device, 
   });
 }
 
+GPUPOOL_NVML_EXPORT nvmlReturn_t nvmlDeviceGetMaxMigDeviceCount(nvmlDevice_t device, unsigned int* count) {
+  return simulator().device(device, Needs::Health, [&](const Query& query) {
+    if (count == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+    *count = query.gpu.mig_enabled.value_or(false) ? gpupool::sim::kMaxMigDevices : 0;
+    return NVML_SUCCESS;
+  });
+}
+
 GPUPOOL_NVML_EXPORT nvmlReturn_t nvmlGpmSampleAlloc(nvmlGpmSample_t* sample) {
   if (sample == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
   *sample = new nvmlGpmSample_st{};
@@ -725,6 +738,36 @@ GPUPOOL_NVML_EXPORT nvmlReturn_t nvmlGpmMetricsGet(nvmlGpmMetricsGet_t* request)
       metric.nvmlReturn = value ? NVML_SUCCESS : NVML_ERROR_NOT_SUPPORTED;
       metric.value = value.value_or(0);
     }
+    return NVML_SUCCESS;
+  });
+}
+
+GPUPOOL_NVML_EXPORT nvmlReturn_t nvmlDeviceGetMigDeviceHandleByIndex(nvmlDevice_t device, unsigned int index,
+                                                                     nvmlDevice_t* mig) {
+  return simulator().mig_handle_by_index(device, index, mig);
+}
+
+GPUPOOL_NVML_EXPORT nvmlReturn_t nvmlDeviceGetGpuInstanceId(nvmlDevice_t device, unsigned int* id) {
+  return simulator().mig_device(device, [&](const MigQuery& query) {
+    return gpupool::sim::report(std::optional(query.mig.gpu_instance_id), id);
+  });
+}
+
+GPUPOOL_NVML_EXPORT nvmlReturn_t nvmlDeviceGetComputeInstanceId(nvmlDevice_t device, unsigned int* id) {
+  return simulator().mig_device(device, [&](const MigQuery& query) {
+    return gpupool::sim::report(std::optional(query.mig.compute_instance_id), id);
+  });
+}
+
+// NVML answers it for MIG device handles only.
+GPUPOOL_NVML_EXPORT nvmlReturn_t nvmlDeviceGetAttributes_v2(nvmlDevice_t device, nvmlDeviceAttributes_t* attributes) {
+  return simulator().mig_device(device, [&](const MigQuery& query) {
+    if (attributes == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+    *attributes = nvmlDeviceAttributes_t{};
+    attributes->multiprocessorCount = query.mig.multiprocessors;
+    attributes->gpuInstanceSliceCount = query.mig.gpu_slices;
+    attributes->computeInstanceSliceCount = query.mig.compute_slices;
+    attributes->memorySizeMB = query.mig.memory_mib;
     return NVML_SUCCESS;
   });
 }

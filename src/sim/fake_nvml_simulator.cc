@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -78,6 +79,21 @@ nvmlReturn_t Simulator::handle_by_index(unsigned index, nvmlDevice_t* device) {
   });
 }
 
+nvmlReturn_t Simulator::mig_handle_by_index(nvmlDevice_t device, unsigned mig_index, nvmlDevice_t* mig) {
+  return this->device(device, Needs::Health, [&](const Query& query) {
+    if (mig == nullptr || mig_index >= kMaxMigDevices) return NVML_ERROR_INVALID_ARGUMENT;
+    if (!query.gpu.mig_enabled.value_or(false)) return NVML_ERROR_NOT_SUPPORTED;
+    if (mig_index >= query.gpu.mig_devices.size()) return NVML_ERROR_NOT_FOUND;
+    auto same = [&](const nvmlDevice_st& handle) {
+      return handle.index == query.index && handle.mig_index == mig_index;
+    };
+    auto found = std::find_if(mig_handles_.begin(), mig_handles_.end(), same);
+    if (found == mig_handles_.end()) found = mig_handles_.insert(mig_handles_.end(), {query.index, mig_index});
+    *mig = &*found;
+    return NVML_SUCCESS;
+  });
+}
+
 Result<void> Simulator::load() {
   TRY_ASSIGN(std::string name_or_path, environment("GPUPOOL_SIM"));
   // The same search as gpupool's (sim/open_backend): GPUPOOL_FIXTURE_DIR, then beside us.
@@ -98,6 +114,12 @@ Result<void> Simulator::load() {
   while (handles_.size() < base_.gpus.size()) handles_.push_back({static_cast<unsigned>(handles_.size())});
   refresh_overlay();
   return {};
+}
+
+bool Simulator::is_known_mig_handle(nvmlDevice_t device) const {
+  bool known = std::any_of(mig_handles_.begin(), mig_handles_.end(),
+                           [&](const nvmlDevice_st& handle) { return &handle == device; });
+  return known && device->index < current_.gpus.size();
 }
 
 std::optional<unsigned> Simulator::index_of(nvmlDevice_t device) const {

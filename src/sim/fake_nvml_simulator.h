@@ -14,9 +14,12 @@
 #include "nvml/nvml_api.h"
 #include "sim/fixture.h"
 
-// The opaque handle NVML hands out; ours remembers which GPU it stands for.
+// The opaque handle NVML hands out; ours remembers which GPU it stands for, and for a MIG device
+// handle which of the GPU's MIG devices.
 struct nvmlDevice_st {
   unsigned index;
+  unsigned mig_index = kNotMig;
+  static constexpr unsigned kNotMig = ~0u;
 };
 
 namespace gpupool::sim {
@@ -28,6 +31,11 @@ struct Query {
   const Fixture& machine;
   unsigned index;
   const FixtureGpu& gpu;
+};
+
+struct MigQuery {
+  const FixtureGpu& gpu;
+  const FixtureMigDevice& mig;
 };
 
 // What identifies one version of the overlay file; an atomic rename changes the inode.
@@ -59,6 +67,27 @@ class Simulator {
     return answer(Query{current_, *index, gpu});
   }
 
+  // The handle of the GPU's MIG device `mig_index`: NOT_FOUND where the GPU has none there.
+  nvmlReturn_t mig_handle_by_index(nvmlDevice_t device, unsigned mig_index, nvmlDevice_t* mig);
+
+  bool is_mig_handle(nvmlDevice_t device) const {
+    return device != nullptr && device->mig_index != nvmlDevice_st::kNotMig;
+  }
+
+  // Answers a call on a MIG device handle (one from mig_handle_by_index).
+  template <typename Answer>
+  nvmlReturn_t mig_device(nvmlDevice_t device, Answer&& answer) {
+    std::lock_guard lock(mutex_);
+    if (init_count_ == 0) return NVML_ERROR_UNINITIALIZED;
+    if (!is_mig_handle(device) || !is_known_mig_handle(device)) return NVML_ERROR_INVALID_ARGUMENT;
+    refresh_overlay();
+    const FixtureGpu& gpu = current_.gpus[device->index];
+    if (gpu.fault) return NVML_ERROR_GPU_IS_LOST;
+    // A MIG device the overlay took away leaves a stale handle, as a destroyed instance does.
+    if (device->mig_index >= gpu.mig_devices.size()) return NVML_ERROR_INVALID_ARGUMENT;
+    return answer(MigQuery{gpu, gpu.mig_devices[device->mig_index]});
+  }
+
   template <typename Answer>
   nvmlReturn_t pair(nvmlDevice_t first, nvmlDevice_t second, Answer&& answer) {
     std::lock_guard lock(mutex_);
@@ -74,6 +103,7 @@ class Simulator {
  private:
   Result<void> load();
   std::optional<unsigned> index_of(nvmlDevice_t device) const;
+  bool is_known_mig_handle(nvmlDevice_t device) const;
 
   // Re-reads the overlay whenever its file changes; a file that does not parse keeps the last good
   // state.
@@ -88,6 +118,7 @@ class Simulator {
   std::string overlay_path_;
   std::optional<FileStamp> overlay_stamp_;
   std::deque<nvmlDevice_st> handles_;
+  std::deque<nvmlDevice_st> mig_handles_;  // handed out on demand, never moved
 };
 
 // The process's one simulator, as NVML's state is one per process.

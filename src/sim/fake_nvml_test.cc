@@ -530,8 +530,9 @@ TEST_P(FixtureCrossCheck, NvmlBackendDiscoversTheFixtureMachine) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, FixtureCrossCheck,
-                         ::testing::Values("dgx1-v100", "dgx-a100", "hgx-h200", "pcie-4gpu",
-                                           "mixed-workstation", "h200-1", "lost-gpu", "old-driver"),
+                         ::testing::Values("dgx1-v100", "dgx-a100", "hgx-h200", "pcie-4gpu", "mixed-workstation",
+                                           "h200-1", "dgx-a100-mig", "hgx-h200-mig", "a100-mig-mixed", "lost-gpu",
+                                           "old-driver"),
                          [](const ::testing::TestParamInfo<std::string>& param) {
                            std::string name = param.param;
                            std::replace(name.begin(), name.end(), '-', '_');

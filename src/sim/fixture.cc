@@ -21,6 +21,7 @@
 #include "base/quote.h"
 #include "gpu/gpm_metrics.h"
 #include "machine/cuda_arch.h"
+#include "machine/mig_profile.h"
 
 namespace gpupool::sim {
 namespace {
@@ -282,6 +283,25 @@ Result<FixtureProcess> parse_process(ObjectReader& reader) {
   return process;
 }
 
+Result<FixtureMigDevice> parse_mig_device(ObjectReader& reader) {
+  FixtureMigDevice device;
+  TRY_ASSIGN(device.uuid, reader.required<std::string>("uuid"));
+  TRY_ASSIGN(device.gpu_instance_id, reader.required<unsigned>("gpu_instance_id"));
+  TRY_ASSIGN(device.compute_instance_id, reader.required<unsigned>("compute_instance_id"));
+  TRY_ASSIGN(device.gpu_slices, reader.required<unsigned>("gpu_slices"));
+  TRY_ASSIGN(device.compute_slices, reader.optional<unsigned>("compute_slices", device.gpu_slices));
+  TRY_ASSIGN(device.memory_mib, reader.required<uint64_t>("memory_mib"));
+  TRY_ASSIGN(device.multiprocessors, reader.required<unsigned>("multiprocessors"));
+  if (device.gpu_slices == 0 || device.gpu_slices > kMaxMigDevices) {
+    return fail("{}: {} is not between 1 and {}", reader.where("gpu_slices"), device.gpu_slices, kMaxMigDevices);
+  }
+  if (device.compute_slices == 0 || device.compute_slices > device.gpu_slices) {
+    return fail("{}: {} is not between 1 and gpu_slices ({})", reader.where("compute_slices"), device.compute_slices,
+                device.gpu_slices);
+  }
+  return device;
+}
+
 Result<NvLinkPeer> parse_nvlink(ObjectReader& reader) {
   NvLinkPeer link;
   TRY_ASSIGN(link.peer, reader.required<unsigned>("peer"));
@@ -350,6 +370,49 @@ Result<void> parse_activity(ObjectReader& reader, FixtureGpu& gpu) {
   return result;
 }
 
+constexpr std::string_view kMigUuidPattern = "MIG-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx";
+
+// A GPU's MIG devices as a driver could report them: only in MIG mode, at most seven, each
+// within the GPU's memory, and the GPU instances (each counted once) within its seven slices.
+Result<void> validate_mig_devices(const FixtureGpu& gpu, const std::string& where) {
+  if (gpu.mig_devices.empty()) return {};
+  if (!gpu.mig_enabled.value_or(false)) return fail("{}: only a GPU with mig_enabled true has MIG devices", where);
+  if (gpu.mig_devices.size() > kMaxMigDevices) {
+    return fail("{}: {} MIG devices; a GPU has at most {}", where, gpu.mig_devices.size(), kMaxMigDevices);
+  }
+  std::map<unsigned, unsigned> gpu_instance_slices;
+  for (size_t i = 0; i < gpu.mig_devices.size(); ++i) {
+    const FixtureMigDevice& device = gpu.mig_devices[i];
+    std::string path = fmt::format("{}[{}]", where, i);
+    if (!matches_hex_pattern(device.uuid, kMigUuidPattern, false)) {
+      return fail("{}.uuid: '{}' is not of the form {} (lowercase hex)", path, device.uuid, kMigUuidPattern);
+    }
+    if (gpu.memory_total_mib && device.memory_mib > *gpu.memory_total_mib) {
+      return fail("{}.memory_mib: {} MiB exceed the GPU's memory_total_mib ({} MiB)", path, device.memory_mib,
+                  *gpu.memory_total_mib);
+    }
+    for (size_t j = 0; j < i; ++j) {
+      const FixtureMigDevice& earlier = gpu.mig_devices[j];
+      if (earlier.gpu_instance_id == device.gpu_instance_id &&
+          earlier.compute_instance_id == device.compute_instance_id) {
+        return fail("{}: GPU instance {} compute instance {} is also {}[{}]", path, device.gpu_instance_id,
+                    device.compute_instance_id, where, j);
+      }
+    }
+    auto [slices, inserted] = gpu_instance_slices.try_emplace(device.gpu_instance_id, device.gpu_slices);
+    if (!inserted && slices->second != device.gpu_slices) {
+      return fail("{}.gpu_slices: GPU instance {} has {} slices in another entry", path, device.gpu_instance_id,
+                  slices->second);
+    }
+  }
+  unsigned total = 0;
+  for (const auto& [id, slices] : gpu_instance_slices) total += slices;
+  if (total > kMaxMigDevices) {
+    return fail("{}: the GPU instances take {} slices; a GPU has {}", where, total, kMaxMigDevices);
+  }
+  return {};
+}
+
 Result<FixtureGpu> parse_gpu(ObjectReader& reader, unsigned index,
                              const std::map<int, std::string>& numa_cpus) {
   FixtureGpu gpu;
@@ -405,12 +468,16 @@ Result<FixtureGpu> parse_gpu(ObjectReader& reader, unsigned index,
   TRY_ASSIGN(gpu.nvswitch_links, reader.optional<unsigned>("nvswitch_links", 0));
   TRY_ASSIGN(gpu.processes, parse_array<FixtureProcess>(reader.find("processes"),
                                                         reader.where("processes"), parse_process));
+  TRY_ASSIGN(gpu.mig_devices,
+             parse_array<FixtureMigDevice>(reader.find("mig_devices"), reader.where("mig_devices"), parse_mig_device));
+  TRY(validate_mig_devices(gpu, reader.where("mig_devices")));
   return gpu;
 }
 
 std::string gpu_path(size_t index) { return fmt::format("gpus[{}]", index); }
 
 Result<void> validate_identities(const std::vector<FixtureGpu>& gpus) {
+  std::map<std::string, std::string> mig_uuids;  // MIG UUID -> where it was first seen
   for (size_t i = 0; i < gpus.size(); ++i) {
     const FixtureGpu& gpu = gpus[i];
     if (!matches_hex_pattern(gpu.uuid, kUuidPattern, false)) {
@@ -420,6 +487,11 @@ Result<void> validate_identities(const std::vector<FixtureGpu>& gpus) {
     if (!matches_hex_pattern(gpu.pci_bus_id, kBusIdPattern, true)) {
       return fail("{}.pci_bus_id: '{}' is not of the form 00000000:BB:DD.F (uppercase hex)",
                   gpu_path(i), gpu.pci_bus_id);
+    }
+    for (size_t k = 0; k < gpu.mig_devices.size(); ++k) {
+      std::string path = fmt::format("{}.mig_devices[{}]", gpu_path(i), k);
+      auto [earlier, inserted] = mig_uuids.try_emplace(gpu.mig_devices[k].uuid, path);
+      if (!inserted) return fail("{}.uuid: duplicate of {}", path, earlier->second);
     }
     for (size_t j = 0; j < i; ++j) {
       if (gpus[j].uuid == gpu.uuid)
@@ -695,6 +767,15 @@ Gpu gpu_from_fixture(const FixtureGpu& source, unsigned index, bool legacy) {
   }
   std::sort(gpu.processes.begin(), gpu.processes.end(),
             [](const GpuProcess& a, const GpuProcess& b) { return a.pid < b.pid; });
+  if (!legacy) {  // the MIG calls came after the legacy generation's driver
+    for (size_t i = 0; i < source.mig_devices.size(); ++i) {
+      const FixtureMigDevice& mig = source.mig_devices[i];
+      gpu.mig_devices.push_back(MigDevice{
+          static_cast<unsigned>(i), mig.uuid, mig.gpu_instance_id, mig.compute_instance_id, mig.gpu_slices,
+          mig.compute_slices, mig.memory_mib, mig.multiprocessors,
+          mig_profile_name(mig.gpu_slices, mig.compute_slices, mig.memory_mib, source.memory_total_mib.value_or(0))});
+    }
+  }
   return gpu;
 }
 

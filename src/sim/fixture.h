@@ -35,6 +35,18 @@ struct FixtureProcess {
   ProcessKind kind = ProcessKind::Compute;
 };
 
+// A MIG device of a GPU in MIG mode: one compute instance, as nvmlDeviceGetAttributes_v2 and the
+// instance-id calls report it. Its position in the GPU's list is NVML's MIG device index.
+struct FixtureMigDevice {
+  std::string uuid;  // "MIG-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx"
+  unsigned gpu_instance_id = 0;
+  unsigned compute_instance_id = 0;
+  unsigned gpu_slices = 0;
+  unsigned compute_slices = 0;  // the fixture's default: gpu_slices
+  uint64_t memory_mib = 0;
+  unsigned multiprocessors = 0;
+};
+
 // A reading's member of FixtureGpu: a plain value where the fixture never gives null.
 #define GPUPOOL_FIXTURE_READING(type, field, fixture, ...) GPUPOOL_FIXTURE_READING_##fixture(type, field)
 #define GPUPOOL_FIXTURE_READING_Required(type, field) std::optional<type> field;
@@ -61,6 +73,7 @@ struct FixtureGpu {
   std::vector<NvLinkPeer> nvlinks;
   unsigned nvswitch_links = 0;  // links into the NVSwitch fabric
   std::vector<FixtureProcess> processes;
+  std::vector<FixtureMigDevice> mig_devices;  // only where mig_enabled is true
 };
 
 // Calls visit(info, value) for each reading of `gpu` (any FixtureGpu) that a fixture gives, in
@@ -114,6 +127,10 @@ Link fixture_link(const Fixture& fixture, size_t i, size_t j);
 // The machine the fixture describes, computed directly: what the NVML backend must discover
 // through the simulated library (gpus in fixture order, links filled).
 Machine machine_from_fixture(const Fixture& fixture);
+
+// The most MIG devices a GPU has (seven one-slice instances on an A100, H100 or H200): what the
+// simulated nvmlDeviceGetMaxMigDeviceCount answers for a GPU in MIG mode.
+inline constexpr unsigned kMaxMigDevices = 7;
 
 // The fault the NVML backend reports for a GPU whose fixture says "lost".
 inline constexpr const char* kLostGpuFault = "GPU is lost (NVML error 15)";

@@ -181,6 +181,10 @@ FixtureGpu fixture_gpu(const Gpu& gpu) {
   }
   for (const GpuProcess& process : gpu.processes)
     out.processes.push_back(FixtureProcess{process.pid, process.used_memory_mib, process.kind});
+  for (const MigDevice& mig : gpu.mig_devices) {
+    out.mig_devices.push_back(FixtureMigDevice{mig.uuid, mig.gpu_instance_id, mig.compute_instance_id, mig.gpu_slices,
+                                               mig.compute_slices, mig.memory_mib, mig.multiprocessors});
+  }
   return out;
 }
 
@@ -230,6 +234,17 @@ ordered_json gpu_json(const FixtureGpu& gpu) {
     out["processes"].push_back({{"pid", process.pid},
                                 {"used_memory_mib", nullable(process.used_memory_mib)},
                                 {"kind", to_string(process.kind)}});
+  }
+  // Only GPUs in MIG mode have the key, as only they may.
+  if (!gpu.mig_devices.empty()) out["mig_devices"] = ordered_json::array();
+  for (const FixtureMigDevice& mig : gpu.mig_devices) {
+    out["mig_devices"].push_back({{"uuid", mig.uuid},
+                                  {"gpu_instance_id", mig.gpu_instance_id},
+                                  {"compute_instance_id", mig.compute_instance_id},
+                                  {"gpu_slices", mig.gpu_slices},
+                                  {"compute_slices", mig.compute_slices},
+                                  {"memory_mib", mig.memory_mib},
+                                  {"multiprocessors", mig.multiprocessors}});
   }
   return out;
 }

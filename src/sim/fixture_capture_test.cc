@@ -77,8 +77,8 @@ TEST_P(CaptureEveryFixture, ReadsBackAsTheSameMachine) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, CaptureEveryFixture,
-                         ::testing::Values("dgx1-v100", "dgx-a100", "hgx-h200", "pcie-4gpu",
-                                           "mixed-workstation", "h200-1", "lost-gpu",
+                         ::testing::Values("dgx1-v100", "dgx-a100", "hgx-h200", "pcie-4gpu", "mixed-workstation",
+                                           "h200-1", "dgx-a100-mig", "hgx-h200-mig", "a100-mig-mixed", "lost-gpu",
                                            "old-driver", "hgx-h200-renumbered"),
                          [](const ::testing::TestParamInfo<std::string>& param) {
                            std::string name = param.param;

@@ -392,6 +392,66 @@ TEST(FixtureParse, NvLinkErrors) {
       "fixture t.json: gpus[0]: 20 NVLinks (peers plus nvswitch_links) exceed the 18 a GPU has");
 }
 
+// GPU 0 in MIG mode as one 1g.5gb MIG device, which each MIG error test breaks in one place.
+std::string mig_error(const std::function<void(json&)>& breakage) {
+  return parse_error([&](json& d) {
+    d["gpus"][0]["mig_enabled"] = true;
+    d["gpus"][0]["mig_devices"] = {{{"uuid", "MIG-00000000-0000-0000-0000-0000000000aa"},
+                                    {"gpu_instance_id", 7},
+                                    {"compute_instance_id", 0},
+                                    {"gpu_slices", 1},
+                                    {"memory_mib", 4864},
+                                    {"multiprocessors", 14}}};
+    breakage(d["gpus"][0]);
+  });
+}
+
+TEST(FixtureParse, MigDeviceErrors) {
+  EXPECT_EQ(mig_error([](json&) {}), "(parsed)");
+  EXPECT_EQ(mig_error([](json& g) { g["mig_enabled"] = false; }),
+            "fixture t.json: gpus[0].mig_devices: only a GPU with mig_enabled true has MIG devices");
+  EXPECT_EQ(mig_error([](json& g) { g["mig_devices"][0]["uuid"] = "GPU-00000000-0000-0000-0000-0000000000aa"; }),
+            "fixture t.json: gpus[0].mig_devices[0].uuid: 'GPU-00000000-0000-0000-0000-0000000000aa' is not of the "
+            "form MIG-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx (lowercase hex)");
+  EXPECT_EQ(mig_error([](json& g) { g["mig_devices"][0]["gpu_slices"] = 8; }),
+            "fixture t.json: gpus[0].mig_devices[0].gpu_slices: 8 is not between 1 and 7");
+  EXPECT_EQ(mig_error([](json& g) { g["mig_devices"][0]["compute_slices"] = 2; }),
+            "fixture t.json: gpus[0].mig_devices[0].compute_slices: 2 is not between 1 and gpu_slices (1)");
+  EXPECT_EQ(mig_error([](json& g) { g["mig_devices"][0]["memory_mib"] = 50000; }),
+            "fixture t.json: gpus[0].mig_devices[0].memory_mib: 50000 MiB exceed the GPU's memory_total_mib "
+            "(40960 MiB)");
+  EXPECT_EQ(mig_error([](json& g) { g["mig_devices"].push_back(g["mig_devices"][0]); }),
+            "fixture t.json: gpus[0].mig_devices[1]: GPU instance 7 compute instance 0 is also "
+            "gpus[0].mig_devices[0]");
+  EXPECT_EQ(mig_error([](json& g) {
+              json second = g["mig_devices"][0];
+              second["compute_instance_id"] = 1;
+              second["gpu_slices"] = 2;
+              g["mig_devices"].push_back(second);
+            }),
+            "fixture t.json: gpus[0].mig_devices[1].gpu_slices: GPU instance 7 has 1 slices in another entry");
+  EXPECT_EQ(mig_error([](json& g) {
+              json big = g["mig_devices"][0];
+              big["uuid"] = "MIG-00000000-0000-0000-0000-0000000000bb";
+              big["gpu_instance_id"] = 1;
+              big["gpu_slices"] = 7;
+              g["mig_devices"].push_back(big);
+            }),
+            "fixture t.json: gpus[0].mig_devices: the GPU instances take 8 slices; a GPU has 7");
+  EXPECT_EQ(parse_error([](json& d) {
+              for (json& gpu : d["gpus"]) {
+                gpu["mig_enabled"] = true;
+                gpu["mig_devices"] = {{{"uuid", "MIG-00000000-0000-0000-0000-0000000000aa"},
+                                       {"gpu_instance_id", 7},
+                                       {"compute_instance_id", 0},
+                                       {"gpu_slices", 1},
+                                       {"memory_mib", 4864},
+                                       {"multiprocessors", 14}}};
+              }
+            }),
+            "fixture t.json: gpus[1].mig_devices[0].uuid: duplicate of gpus[0].mig_devices[0]");
+}
+
 TEST(FixtureParse, BadFixtureFilesNameTheFileAndField) {
   auto error = [](const std::string& name) {
     auto fixture = load_fixture(kTestFixtureDir + "/" + name);
@@ -416,8 +476,8 @@ TEST(FixtureParse, BadFixtureFilesNameTheFileAndField) {
 
 TEST(FixtureShipped, EveryFixtureParsesAndIsNamedAfterItsFile) {
   std::vector<std::string> names = fixture_names({kFixtureDir});
-  EXPECT_THAT(names, ElementsAre("dgx-a100", "dgx1-v100", "h200-1", "hgx-h200", "mixed-workstation",
-                                 "pcie-4gpu"));
+  EXPECT_THAT(names, ElementsAre("a100-mig-mixed", "dgx-a100", "dgx-a100-mig", "dgx1-v100", "h200-1", "hgx-h200",
+                                 "hgx-h200-mig", "mixed-workstation", "pcie-4gpu"));
   for (const auto& name : names) {
     Fixture fixture = shipped(name);
     EXPECT_EQ(fixture.name, name);
@@ -598,6 +658,30 @@ TEST(FixtureMachine, MixedWorkstationFastestIsNotFirst) {
   EXPECT_EQ(machine.gpus[0].processes[0].kind, ProcessKind::Graphics);
   EXPECT_FALSE(machine.gpus[0].ecc_corrected_volatile.has_value());
   EXPECT_EQ(topo_label(machine.links[0][1]), "PHB");
+}
+
+TEST(FixtureMachine, MigDevicesCarryTheirProfileNames) {
+  Machine mixed = machine_from_fixture(shipped("a100-mig-mixed"));
+  std::vector<std::string> profiles;
+  for (const MigDevice& mig : mixed.gpus[0].mig_devices) profiles.push_back(mig.profile);
+  EXPECT_THAT(profiles, ElementsAre("1c.3g.40gb", "2c.3g.40gb", "2g.20gb", "1g.10gb"));
+  EXPECT_EQ(mixed.gpus[0].mig_devices[1].index, 1u);
+  EXPECT_EQ(mixed.gpus[0].mig_devices[1].compute_instance_id, 1u);
+  EXPECT_TRUE(mixed.gpus[1].mig_enabled.value_or(false));
+  EXPECT_TRUE(mixed.gpus[1].mig_devices.empty());
+  EXPECT_TRUE(mixed.gpus[2].mig_devices.empty());
+
+  Machine h200 = machine_from_fixture(shipped("hgx-h200-mig"));
+  ASSERT_EQ(h200.gpus[0].mig_devices.size(), 2u);
+  EXPECT_EQ(h200.gpus[0].mig_devices[0].profile, "4g.71gb");
+  EXPECT_EQ(h200.gpus[0].mig_devices[1].profile, "3g.71gb");
+  EXPECT_FALSE(h200.gpus[1].mig_enabled.value_or(true));
+
+  Machine a100 = machine_from_fixture(shipped("dgx-a100-mig"));
+  for (const Gpu& gpu : a100.gpus) {
+    ASSERT_EQ(gpu.mig_devices.size(), 7u);
+    for (const MigDevice& mig : gpu.mig_devices) EXPECT_EQ(mig.profile, "1g.10gb");
+  }
 }
 
 TEST(FixtureMachine, LostGpuKeepsItsIdentityOnly) {

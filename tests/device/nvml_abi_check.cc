@@ -26,6 +26,8 @@ constexpr unsigned affinity_scope_node = ours::NVML_AFFINITY_SCOPE_NODE;
 constexpr unsigned affinity_scope_socket = ours::NVML_AFFINITY_SCOPE_SOCKET;
 constexpr unsigned gpm_metrics_get_version = ours::NVML_GPM_METRICS_GET_VERSION;
 constexpr unsigned gpm_support_version = ours::NVML_GPM_SUPPORT_VERSION;
+constexpr unsigned mig_disable = ours::NVML_DEVICE_MIG_DISABLE;
+constexpr unsigned mig_enable = ours::NVML_DEVICE_MIG_ENABLE;
 }  // namespace captured
 
 #define NVML_NO_UNVERSIONED_FUNC_DEFS
@@ -44,6 +46,8 @@ static_assert(captured::affinity_scope_node == NVML_AFFINITY_SCOPE_NODE);
 static_assert(captured::affinity_scope_socket == NVML_AFFINITY_SCOPE_SOCKET);
 static_assert(captured::gpm_metrics_get_version == NVML_GPM_METRICS_GET_VERSION);
 static_assert(captured::gpm_support_version == NVML_GPM_SUPPORT_VERSION);
+static_assert(captured::mig_disable == NVML_DEVICE_MIG_DISABLE);
+static_assert(captured::mig_enable == NVML_DEVICE_MIG_ENABLE);
 
 #define SAME_VALUE(name) static_assert(static_cast<long long>(ours::name) == static_cast<long long>(::name), #name)
 SAME_VALUE(NVML_SUCCESS);
@@ -159,6 +163,16 @@ static_assert(sizeof(ours::nvmlGpmMetricsGet_t::metrics[0]) == sizeof(::nvmlGpmM
 SAME_LAYOUT(nvmlGpmSupport_t);
 SAME_FIELD(nvmlGpmSupport_t, version);
 SAME_FIELD(nvmlGpmSupport_t, isSupportedDevice);
+SAME_LAYOUT(nvmlDeviceAttributes_t);
+SAME_FIELD(nvmlDeviceAttributes_t, multiprocessorCount);
+SAME_FIELD(nvmlDeviceAttributes_t, sharedCopyEngineCount);
+SAME_FIELD(nvmlDeviceAttributes_t, sharedDecoderCount);
+SAME_FIELD(nvmlDeviceAttributes_t, sharedEncoderCount);
+SAME_FIELD(nvmlDeviceAttributes_t, sharedJpegCount);
+SAME_FIELD(nvmlDeviceAttributes_t, sharedOfaCount);
+SAME_FIELD(nvmlDeviceAttributes_t, gpuInstanceSliceCount);
+SAME_FIELD(nvmlDeviceAttributes_t, computeInstanceSliceCount);
+SAME_FIELD(nvmlDeviceAttributes_t, memorySizeMB);
 // The _v3 process calls take nvmlProcessInfo_t: it must be the v2 record.
 static_assert(std::is_same_v<::nvmlProcessInfo_t, ::nvmlProcessInfo_v2_t>);
 
@@ -190,6 +204,7 @@ MAP(nvmlProcessInfo_v2_t, ours::nvmlProcessInfo_v2_t);
 MAP(nvmlGpmSample_st, ours::nvmlGpmSample_st);
 MAP(nvmlGpmSupport_t, ours::nvmlGpmSupport_t);
 MAP(nvmlGpmMetricsGet_t, ours::nvmlGpmMetricsGet_t);
+MAP(nvmlDeviceAttributes_t, ours::nvmlDeviceAttributes_t);
 
 namespace fn = ours::gpupool::nvml;
 #define SAME_SIGNATURE(mine, real) static_assert(std::is_same_v<fn::mine, to_ours<decltype(&::real)>::type>, #real)
@@ -221,6 +236,11 @@ SAME_SIGNATURE(DeviceGetUintFn, nvmlDeviceGetEnforcedPowerLimit);
 SAME_SIGNATURE(DeviceGetEnableStateFn, nvmlDeviceGetPersistenceMode);
 SAME_SIGNATURE(DeviceGetComputeModeFn, nvmlDeviceGetComputeMode);
 SAME_SIGNATURE(DeviceGetMigModeFn, nvmlDeviceGetMigMode);
+SAME_SIGNATURE(DeviceGetUintFn, nvmlDeviceGetMaxMigDeviceCount);
+SAME_SIGNATURE(DeviceGetMigDeviceHandleByIndexFn, nvmlDeviceGetMigDeviceHandleByIndex);
+SAME_SIGNATURE(DeviceGetUintFn, nvmlDeviceGetGpuInstanceId);
+SAME_SIGNATURE(DeviceGetUintFn, nvmlDeviceGetComputeInstanceId);
+SAME_SIGNATURE(DeviceGetAttributesFn, nvmlDeviceGetAttributes_v2);
 SAME_SIGNATURE(DeviceGetTotalEccErrorsFn, nvmlDeviceGetTotalEccErrors);
 SAME_SIGNATURE(DeviceGetRetiredPagesFn, nvmlDeviceGetRetiredPages);
 SAME_SIGNATURE(DeviceGetEnableStateFn, nvmlDeviceGetRetiredPagesPendingStatus);

@@ -20,7 +20,8 @@ BIN_DIR = os.environ.get("GPUPOOL_BIN_DIR", "build/dev/bin")
 SOURCE_DIR = os.environ.get("GPUPOOL_SOURCE_DIR", ".")
 GPUPOOL = os.path.join(BIN_DIR, "gpupool")
 TEST_FIXTURES = os.path.join(SOURCE_DIR, "tests", "data", "fixtures")
-SHIPPED_FIXTURES = ["dgx1-v100", "dgx-a100", "hgx-h200", "pcie-4gpu", "mixed-workstation", "h200-1"]
+SHIPPED_FIXTURES = ["dgx1-v100", "dgx-a100", "hgx-h200", "pcie-4gpu", "mixed-workstation", "h200-1",
+                    "dgx-a100-mig", "hgx-h200-mig", "a100-mig-mixed"]
 
 
 def clean_env(**overrides):

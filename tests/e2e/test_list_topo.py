@@ -12,7 +12,8 @@ REQUIRED_FIELDS = ["index", "uuid", "pci_bus_id", "name", "memory_total_mib", "m
 class ListTest(unittest.TestCase):
     def test_every_fixture_lists_its_gpus_with_the_contract_fields(self):
         expected_counts = {"dgx1-v100": 8, "dgx-a100": 8, "hgx-h200": 8, "pcie-4gpu": 4,
-                           "mixed-workstation": 2, "h200-1": 1}
+                           "mixed-workstation": 2, "h200-1": 1, "dgx-a100-mig": 8, "hgx-h200-mig": 8,
+                           "a100-mig-mixed": 4}
         for fixture in SHIPPED_FIXTURES:
             with self.subTest(fixture=fixture):
                 gpus = gpupool_json("list", "--json", sim=fixture)

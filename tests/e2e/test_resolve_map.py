@@ -34,7 +34,7 @@ class ResolveTest(unittest.TestCase):
         self.assertEqual([d["cuda_index"] for d in out["devices"]], [0, 1])
         self.assertEqual([d["index"] for d in out["devices"]], [1, 0])
         for device in out["devices"]:
-            self.assertEqual(set(device), {"cuda_index", "index", "uuid", "pci_bus_id", "name"})
+            self.assertEqual(set(device), {"cuda_index", "index", "uuid", "pci_bus_id", "name", "mig_device"})
             host = gpus[device["index"]]
             self.assertEqual((device["uuid"], device["pci_bus_id"], device["name"]),
                              (host["uuid"], host["pci_bus_id"], host["name"]))
@@ -110,7 +110,7 @@ class FakeRoot:
 
 class MapTest(unittest.TestCase):
     GPU_FIELDS = {"host_index", "container_index", "minor_number", "pci_bus_id", "uuid", "name",
-                  "cuda_index"}
+                  "cuda_index", "cuda_mig_device"}
 
     def map_json(self, root, sim="pcie-4gpu", env=None, args=()):
         return gpupool_json("map", "--json", *args, sim=sim,
