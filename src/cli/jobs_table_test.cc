@@ -30,7 +30,7 @@ TEST(JobsTableTest, ARunningJobShowsItsTimeLeftUtilisationAndGpuHours) {
   job.gpus = {0, 1, 2, 3};
   job.start_time = kNow - 3910;
   job.spec.time_limit_s = 7200;
-  job.usage = JobUsage{4.34, 97.4, std::nullopt};
+  job.usage = JobUsage{4.34, 97.4, std::nullopt, std::nullopt};
   EXPECT_EQ(row_of(job), "  4242 running    alice    pretrain      4      0-3   c-065  1:05:10 0:54:50  97%   4.3 ");
 }
 
@@ -53,7 +53,7 @@ TEST(JobsTableTest, AQueuedJobSaysWhyInOneWordAndWhenItIsExpectedToStart) {
 TEST(JobsTableTest, AnIdleJobSaysForHowLong) {
   Job job = table_job(JobState::Running);
   job.start_time = kNow - 7200;
-  job.usage = JobUsage{8.0, 0.2, kNow - 25 * 60};
+  job.usage = JobUsage{8.0, 0.2, kNow - 25 * 60, std::nullopt};
   EXPECT_TRUE(row_of(job).ends_with("   0%   8.0 Idle 25m")) << row_of(job);
 }
 
