@@ -96,7 +96,9 @@ Result<void> JobLifecycle::on(const StartFailed& e, Effects& out) {
 
 Result<void> JobLifecycle::on(const AttemptExited& e, Effects& out) {
   TRY_ASSIGN(TrackedJob * job, tracked(e.id, JobState::Running));
-  if (e.cancelled || job->cancel_by) {
+  // A supervisor says "cancelled" of any stop it was asked for; one the daemon asked for at a
+  // limit is that limit's end.
+  if (job->cancel_by || (e.cancelled && !job->told_to_end_for)) {
     // "cancelled by USER" (said when the cancel was asked) over the supervisor's "cancelled".
     bool said_who = job->reason.rfind("cancelled by", 0) == 0;
     finish(e.id, JobState::Cancelled, said_who || e.reason.empty() ? job->reason : e.reason, out);

@@ -209,7 +209,8 @@ TEST_F(LifecycleTest, ASliceOverrunEndsTheJobFailedWithItsFiguresAndNoRetry) {
             SignalWhy::SliceOverrun);
   EXPECT_EQ(refusal(SliceOverrun{1, "again"}), "job 1 has been told to end already");
   EXPECT_EQ(refusal(TimeLimitReached{1}), "job 1 has been told to end already");
-  auto effects = handle(AttemptExited{1, 143, 15, "", false});
+  // Its supervisor reports the stop it was asked for as a cancel.
+  auto effects = handle(AttemptExited{1, 143, 15, "cancelled", true});
   const Finished* ended = only<Finished>(effects);
   ASSERT_NE(ended, nullptr);
   EXPECT_EQ(ended->state, JobState::Failed);
