@@ -264,7 +264,9 @@ void Dispatcher::stop_slice_overruns(const std::map<JobId, SliceUse>& worst, Sli
     const SliceUse& use = worst.at(id);
     std::string why = slice_overrun_text(use.used_mib, use.slice_mib);
     fmt::print(stderr, "gpupoold: job {} {} on GPU {}: stopping it (slice_overrun = \"stop\")\n", id, why, use.gpu);
-    if (auto problem = feed(lifecycle::SliceOverrun{id, why})) fmt::print(stderr, "gpupoold: job {}: {}\n", id, *problem);
+    if (auto problem = feed(lifecycle::SliceOverrun{id, why})) {
+      fmt::print(stderr, "gpupoold: job {}: {}\n", id, *problem);
+    }
   }
 }
 
@@ -339,8 +341,9 @@ void Dispatcher::start_batch(Job& job, HeldLeases held, pid_t supervisor) {
       lease_environment(job.spec.environment, machine_, job.gpus, std::to_string(job.id), job.spec.gpus.slice_mib);
   if (job.array) {
     // Slurm's SLURM_ARRAY_TASK_ID is left alone: inside a Slurm allocation it is the allocation's.
-    attempt.environment = with_overrides(attempt.environment, {fmt::format("GPUPOOL_ARRAY_JOB_ID={}", job.array->array_id),
-                                                               fmt::format("GPUPOOL_ARRAY_TASK_ID={}", job.array->index)});
+    attempt.environment =
+        with_overrides(attempt.environment, {fmt::format("GPUPOOL_ARRAY_JOB_ID={}", job.array->array_id),
+                                             fmt::format("GPUPOOL_ARRAY_TASK_ID={}", job.array->index)});
   }
   attempt.cwd = job.spec.cwd;
   attempt.umask = job.spec.umask;

@@ -76,7 +76,11 @@ std::optional<JobUsage> Monitor::usage_of(JobId id) {
   auto slice = slice_uses_.find(id);
   std::optional<uint64_t> slice_used_mib;
   if (slice != slice_uses_.end()) slice_used_mib = slice->second.used_mib;
-  if (account == nullptr) return slice_used_mib ? std::optional(JobUsage{0, std::nullopt, std::nullopt, slice_used_mib}) : std::nullopt;
+  if (account == nullptr) {
+    // Watched before its first accounting: only the slice's reading.
+    if (!slice_used_mib) return std::nullopt;
+    return JobUsage{0, std::nullopt, std::nullopt, slice_used_mib};
+  }
   double now = unix_now();
   return JobUsage{account->total.gpu_seconds / 3600, account->total.mean_utilization(),
                   accounting_.idle(id, now) ? account->idle_since : std::nullopt, slice_used_mib};

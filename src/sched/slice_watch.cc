@@ -59,7 +59,8 @@ std::vector<SliceUse> slice_uses(const Machine& sample, const std::vector<Watche
 
 std::map<uint64_t, SliceUse> worst_use_per_job(const std::vector<SliceUse>& uses) {
   std::map<uint64_t, SliceUse> worst;
-  auto share = [](const SliceUse& u) { return u.slice_mib == 0 ? 0 : static_cast<double>(u.used_mib) / static_cast<double>(u.slice_mib);
+  auto share = [](const SliceUse& u) {
+    return u.slice_mib == 0 ? 0 : static_cast<double>(u.used_mib) / static_cast<double>(u.slice_mib);
   };
   for (const SliceUse& use : uses) {
     auto [it, inserted] = worst.try_emplace(use.job, use);

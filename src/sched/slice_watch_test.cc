@@ -25,11 +25,16 @@ Machine two_gpus(std::vector<GpuProcess> on_0, std::vector<GpuProcess> on_1) {
 // 100 and 200 hold slices; 101 is 100's child, 201 200's, 102 101's; 300 is nobody's.
 std::optional<uint32_t> parent_of(uint32_t pid) {
   switch (pid) {
-    case 101: return 100;
-    case 102: return 101;
-    case 201: return 200;
-    case 300: return 1;
-    default: return std::nullopt;
+    case 101:
+      return 100;
+    case 102:
+      return 101;
+    case 201:
+      return 200;
+    case 300:
+      return 1;
+    default:
+      return std::nullopt;
   }
 }
 
