@@ -78,6 +78,15 @@ TEST(JobsTableTest, RowsStayWithinAHundredColumnsWhateverTheNames) {
   EXPECT_EQ(jobs_table_header().find("REASON"), display_width(row.substr(0, row.find("Reservation"))));
 }
 
+TEST(JobsTableTest, AJobPastItsSliceSaysByHowMuchWithinAHundredColumns) {
+  Job job = table_job(JobState::Running);
+  job.spec.gpus.slice_mib = 20480;
+  job.usage = JobUsage{4.34, 97.4, std::nullopt, 31949};
+  std::string row = jobs_table_row(job, "123456", "running", kNow, clock_for_table);
+  EXPECT_NE(row.find("Over 31.2/20G"), std::string::npos) << row;
+  EXPECT_LE(display_width(row), 100u) << row;
+}
+
 TEST(JobsTableTest, DrainsAreOneLineEachAboveTheTable) {
   protocol::StatusResponse status;
   EXPECT_TRUE(daemon_notices(status, clock_for_table).empty());

@@ -73,11 +73,14 @@ std::string slice_overrun_text(uint64_t used_mib, uint64_t slice_mib) {
   return fmt::format("used {} GiB of its {} GiB slice", gib_text(used_mib), gib_text(slice_mib));
 }
 
-std::optional<std::string> slice_overrun_warning(const Job& job) {
+std::optional<std::string> slice_overrun_warning(const Job& job, bool short_form) {
   if (job.state != JobState::Running || !job.spec.gpus.slice_mib || !job.usage || !job.usage->slice_used_mib) {
     return std::nullopt;
   }
   if (*job.usage->slice_used_mib <= *job.spec.gpus.slice_mib) return std::nullopt;
+  if (short_form) {
+    return fmt::format("Over {}/{}G", gib_text(*job.usage->slice_used_mib), gib_text(*job.spec.gpus.slice_mib));
+  }
   return "over its slice: " + slice_overrun_text(*job.usage->slice_used_mib, *job.spec.gpus.slice_mib);
 }
 
