@@ -6,6 +6,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import warnings
 from time import monotonic
 
 from ._connection import Connection, Error, NoDaemon, check
@@ -64,6 +65,22 @@ def _environment(job, gpus, uuids, mem_mib):
     return env
 
 
+def _limit_torch_memory(device_count, mem_mib):
+    """A slice's share of each leased card as torch's own limit, when the program has imported
+    torch already (acquire() never imports it): past it, torch raises out-of-memory in this
+    process instead of taking a neighbour's memory. Asking the cards' sizes initialises CUDA,
+    after CUDA_VISIBLE_DEVICES names the leased GPUs."""
+    cuda = getattr(sys.modules.get("torch"), "cuda", None)
+    if mem_mib is None or not callable(getattr(cuda, "set_per_process_memory_fraction", None)):
+        return
+    try:
+        for device in range(device_count):
+            total = cuda.get_device_properties(device).total_memory
+            cuda.set_per_process_memory_fraction(min(1.0, mem_mib * 2**20 / total), device)
+    except Exception as e:  # a torch without CUDA, or a driver that refuses: the lease still holds
+        warnings.warn(f"gpupool: could not limit torch to the {mem_mib} MiB slice: {e}", RuntimeWarning, stacklevel=3)
+
+
 class Lease:
     """GPUs held by this process: `id` (the job's), `gpus` (nvidia-smi indices), `uuids`,
     `mem_mib` (the slice per GPU, None for whole GPUs), `environment` (what was set).
@@ -81,6 +98,7 @@ class Lease:
         self._pid = os.getpid()
         self._saved = {key: os.environ.get(key) for key in self.environment}
         os.environ.update(self.environment)
+        _limit_torch_memory(len(self.gpus), self.mem_mib)
 
     @property
     def job(self):

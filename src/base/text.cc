@@ -43,9 +43,26 @@ std::vector<std::string> split(std::string_view text, char separator) {
   }
 }
 
+namespace {
+
+std::string_view variable_name(const std::string& entry) { return std::string_view(entry).substr(0, entry.find('=')); }
+
+}  // namespace
+
+std::vector<std::string> with_defaults(const std::vector<std::string>& environment,
+                                       const std::vector<std::string>& defaults) {
+  std::vector<std::string> merged = environment;
+  for (const std::string& entry : defaults) {
+    bool set = std::any_of(environment.begin(), environment.end(),
+                           [&](const std::string& e) { return variable_name(e) == variable_name(entry); });
+    if (!set) merged.push_back(entry);
+  }
+  return merged;
+}
+
 std::vector<std::string> with_overrides(const std::vector<std::string>& environment,
                                         const std::vector<std::string>& overrides) {
-  auto name_of = [](const std::string& entry) { return std::string_view(entry).substr(0, entry.find('=')); };
+  auto name_of = variable_name;
   std::vector<std::string> merged;
   for (const std::string& entry : environment) {
     bool replaced = false;

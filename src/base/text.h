@@ -22,6 +22,10 @@ std::vector<std::string> split(std::string_view text, char separator);
 std::vector<std::string> with_overrides(const std::vector<std::string>& environment,
                                         const std::vector<std::string>& overrides);
 
+// `environment` ("NAME=value" entries) with each of `defaults` added whose name it does not set.
+std::vector<std::string> with_defaults(const std::vector<std::string>& environment,
+                                       const std::vector<std::string>& defaults);
+
 // The last `count` lines of a text given a piece at a time (a log read in chunks), holding no
 // more than those lines. A last line without its newline counts as a line.
 class LastLines {

@@ -27,6 +27,13 @@ TEST(Text, WithOverridesReplacesByNameAndAppendsNewOnes) {
   EXPECT_EQ(with_overrides(env, {}), env);
 }
 
+TEST(Text, WithDefaultsAddsOnlyWhatIsNotSetAlready) {
+  std::vector<std::string> env = {"PATH=/bin", "TF_FORCE_GPU_ALLOW_GROWTH=false", "EMPTY="};
+  EXPECT_EQ(with_defaults(env, {"TF_FORCE_GPU_ALLOW_GROWTH=true", "EMPTY=x", "NEW=1"}),
+            (std::vector<std::string>{"PATH=/bin", "TF_FORCE_GPU_ALLOW_GROWTH=false", "EMPTY=", "NEW=1"}));
+  EXPECT_EQ(with_defaults(env, {}), env);
+}
+
 TEST(Text, EditDistanceCountsSingleCharacterEdits) {
   EXPECT_EQ(edit_distance("list", "list"), 0u);
   EXPECT_EQ(edit_distance("lsit", "list"), 2u);

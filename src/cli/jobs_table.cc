@@ -7,6 +7,7 @@
 #include "base/display_text.h"
 #include "base/quote.h"
 #include "jobs/job_text.h"
+#include "sched/slice_watch.h"
 
 namespace gpupool::cli {
 namespace {
@@ -26,6 +27,7 @@ std::string left_text(const Job& job, double now) {
 
 std::string reason_text(const Job& job, double now) {
   if (job.wait_reason) return to_string(*job.wait_reason);
+  if (auto overrun = slice_overrun_warning(job, /*short_form=*/true)) return *overrun;
   if (job.state == JobState::Running && job.usage && job.usage->idle_since) {
     return "Idle " + rough_duration_text(now - *job.usage->idle_since);
   }

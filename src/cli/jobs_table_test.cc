@@ -30,7 +30,7 @@ TEST(JobsTableTest, ARunningJobShowsItsTimeLeftUtilisationAndGpuHours) {
   job.gpus = {0, 1, 2, 3};
   job.start_time = kNow - 3910;
   job.spec.time_limit_s = 7200;
-  job.usage = JobUsage{4.34, 97.4, std::nullopt};
+  job.usage = JobUsage{4.34, 97.4, std::nullopt, std::nullopt};
   EXPECT_EQ(row_of(job), "  4242 running    alice    pretrain      4      0-3   c-065  1:05:10 0:54:50  97%   4.3 ");
 }
 
@@ -53,7 +53,7 @@ TEST(JobsTableTest, AQueuedJobSaysWhyInOneWordAndWhenItIsExpectedToStart) {
 TEST(JobsTableTest, AnIdleJobSaysForHowLong) {
   Job job = table_job(JobState::Running);
   job.start_time = kNow - 7200;
-  job.usage = JobUsage{8.0, 0.2, kNow - 25 * 60};
+  job.usage = JobUsage{8.0, 0.2, kNow - 25 * 60, std::nullopt};
   EXPECT_TRUE(row_of(job).ends_with("   0%   8.0 Idle 25m")) << row_of(job);
 }
 
@@ -76,6 +76,15 @@ TEST(JobsTableTest, RowsStayWithinAHundredColumnsWhateverTheNames) {
   EXPECT_LE(display_width(row), 100u) << row;
   EXPECT_LE(display_width(jobs_table_header()), 100u);
   EXPECT_EQ(jobs_table_header().find("REASON"), display_width(row.substr(0, row.find("Reservation"))));
+}
+
+TEST(JobsTableTest, AJobPastItsSliceSaysByHowMuchWithinAHundredColumns) {
+  Job job = table_job(JobState::Running);
+  job.spec.gpus.slice_mib = 20480;
+  job.usage = JobUsage{4.34, 97.4, std::nullopt, 31949};
+  std::string row = jobs_table_row(job, "123456", "running", kNow, clock_for_table);
+  EXPECT_NE(row.find("Over 31.2/20G"), std::string::npos) << row;
+  EXPECT_LE(display_width(row), 100u) << row;
 }
 
 TEST(JobsTableTest, DrainsAreOneLineEachAboveTheTable) {

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "base/cpu_list.h"
+#include "base/text.h"
 #include "cli/commands.h"
 #include "cli/lease_options.h"
 #include "cli/value_checks.h"
@@ -79,12 +80,10 @@ Result<int> launch_job(LaunchOptions options) {
   std::vector<unsigned> unbound_gpus;
   for (unsigned rank = 0; rank < world_size; ++rank) {
     unsigned gpu = leased.gpus[rank / options.per_gpu];
-    std::vector<std::string> env = job_environment(leased, {gpu});
-    auto torchrun = torchrun_environment(rank, world_size, *port, leased.job);
-    env.insert(env.end(), torchrun.begin(), torchrun.end());
     GroupChild child{{}, fmt::format("[rank {}] ", rank)};
     child.spec.argv = options.command;
-    child.spec.environment = environment_with(env);
+    child.spec.environment =
+        with_overrides(job_environment(leased, {gpu}), torchrun_environment(rank, world_size, *port, leased.job));
     bool first_of_gpu = rank % options.per_gpu == 0;
     if (options.bind_numa && !bind_to_numa_node(leased.acquired.machine.gpus.at(gpu), child.spec) &&
         first_of_gpu) {

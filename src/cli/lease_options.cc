@@ -16,6 +16,7 @@
 #include "base/text.h"
 #include "cli/value_checks.h"
 #include "machine/gpu_selection.h"
+#include "os/environment.h"
 #include "os/files.h"
 #include "os/process.h"
 #include "os/signals.h"
@@ -218,7 +219,7 @@ void report_finished(LeasedGpus& leased, int exit_code, bool timed_out) {
 }
 
 std::vector<std::string> job_environment(const LeasedGpus& leased, const std::vector<unsigned>& gpus) {
-  return gpu_environment(leased.acquired.machine, gpus, leased.job, leased.slice_mib);
+  return lease_environment(own_environment_entries(), leased.acquired.machine, gpus, leased.job, leased.slice_mib);
 }
 
 }  // namespace gpupool::cli

@@ -58,8 +58,9 @@ Result<void> start_unless_cancelled(LeasedGpus& leased);
 // at its time limit.
 void report_finished(LeasedGpus& leased, int exit_code, bool timed_out);
 
-// CUDA_VISIBLE_DEVICES (full UUIDs, in the order of `gpus`), CUDA_DEVICE_ORDER and GPUPOOL_*
-// for a process that uses `gpus`, a subset of the lease.
+// The whole environment of a process that uses `gpus`, a subset of the lease: this one's, with
+// CUDA_VISIBLE_DEVICES (full UUIDs, in the order of `gpus`), CUDA_DEVICE_ORDER, GPUPOOL_* and a
+// slice's memory limits (lease_environment).
 std::vector<std::string> job_environment(const LeasedGpus& leased, const std::vector<unsigned>& gpus);
 
 // base's parse_duration_s in milliseconds: --wait, --time, --grace, --idle-after, report --since.

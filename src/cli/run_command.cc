@@ -27,7 +27,7 @@ Result<int> run_job(const RunOptions& options) {
   TRY_ASSIGN(LeasedGpus leased, lease_gpus(options.lease, options.command));
   ChildSpec spec;
   spec.argv = options.command;
-  spec.environment = environment_with(job_environment(leased, leased.gpus));
+  spec.environment = job_environment(leased, leased.gpus);
   TRY(start_unless_cancelled(leased));
   TRY(leased.acquired.leases.make_inheritable());
   TRY_ASSIGN(pid_t child, spawn_child(spec));

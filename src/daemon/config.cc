@@ -151,6 +151,29 @@ const Key kDaemonKeys[] = {
                                                   : DeviceIsolationMode::Auto;
        return {};
      }},
+    {"slice_enforcement",
+     [](const toml::node& node, std::string_view key, DaemonConfig& config) -> Result<void> {
+       auto text = node.value<std::string_view>();
+       if (node.is_string() && *text == "mps") {
+         return fail("{} = \"mps\" is not supported yet: use \"watch\"", quote(key));
+       }
+       if (!node.is_string() || (*text != "auto" && *text != "watch" && *text != "off")) {
+         return fail("{} must be \"auto\", \"watch\" or \"off\"", quote(key));
+       }
+       config.slice_enforcement = *text == "watch" ? SliceEnforcement::Watch
+                                  : *text == "off" ? SliceEnforcement::Off
+                                                   : SliceEnforcement::Auto;
+       return {};
+     }},
+    {"slice_overrun",
+     [](const toml::node& node, std::string_view key, DaemonConfig& config) -> Result<void> {
+       auto text = node.value<std::string_view>();
+       if (!node.is_string() || (*text != "warn" && *text != "stop")) {
+         return fail("{} must be \"warn\" or \"stop\"", quote(key));
+       }
+       config.slice_overrun = *text == "stop" ? SliceOverrunPolicy::Stop : SliceOverrunPolicy::Warn;
+       return {};
+     }},
     {"max_log_mb",
      [](const toml::node& node, std::string_view key, DaemonConfig& config) -> Result<void> {
        // No limit only when said in words: a 0 would more likely be a mistake.

@@ -12,6 +12,7 @@
 
 #include "base/result.h"
 #include "jobs/private_data.h"
+#include "sched/slice_watch.h"
 #include "sched/scheduler.h"
 
 namespace gpupool {
@@ -39,6 +40,10 @@ struct DaemonConfig {
   std::optional<double> default_time_limit_s;  // for jobs submitted without --time
   std::optional<double> max_time_limit_s;      // submissions asking for more are refused
   DeviceIsolationMode device_isolation = DeviceIsolationMode::Auto;
+  // Memory slices: how they are held to their size, and what happens to a job past its slice
+  // (lease/slice_watch.h, docs/leases.md).
+  SliceEnforcement slice_enforcement = SliceEnforcement::Auto;
+  SliceOverrunPolicy slice_overrun = SliceOverrunPolicy::Warn;
   // Room on the state file system, which holds the job logs beside the database (state_space.h).
   // max_log_mb: each job's output, stdout and stderr together; nullopt ("unlimited"): none.
   std::optional<uint64_t> max_log_bytes = uint64_t{4096} << 20;

@@ -40,6 +40,8 @@ TEST(ConfigTest, NothingGivenMeansTheDefaults) {
     EXPECT_FALSE(config.default_time_limit_s);
     EXPECT_FALSE(config.max_time_limit_s);
     EXPECT_EQ(config.device_isolation, DeviceIsolationMode::Auto);
+    EXPECT_EQ(config.slice_enforcement, SliceEnforcement::Auto);
+    EXPECT_EQ(config.slice_overrun, SliceOverrunPolicy::Warn);
     EXPECT_EQ(config.scheduler.policy, Policy::Gpupool);
     EXPECT_FALSE(config.scheduler.quota_gpus);
     EXPECT_TRUE(config.scheduler.user_quota_gpus.empty());
@@ -78,6 +80,8 @@ kill_grace_s = 0
 default_time_limit = "2h"
 max_time_limit = "1d"
 device_isolation = "on"
+slice_enforcement = "watch"
+slice_overrun = "stop"
 
 [scheduler]
 policy = "backfill"
@@ -103,6 +107,8 @@ alice = 8
   EXPECT_EQ(config.default_time_limit_s, 7200.0);
   EXPECT_EQ(config.max_time_limit_s, 86400.0);
   EXPECT_EQ(config.device_isolation, DeviceIsolationMode::On);
+  EXPECT_EQ(config.slice_enforcement, SliceEnforcement::Watch);
+  EXPECT_EQ(config.slice_overrun, SliceOverrunPolicy::Stop);
   EXPECT_EQ(config.scheduler.policy, Policy::Backfill);
   EXPECT_EQ(config.scheduler.quota_gpus, 4.0);
   EXPECT_EQ(config.scheduler.fair_share_half_life_s, 12 * 3600.0);
@@ -186,6 +192,12 @@ TEST(ConfigTest, ValuesOutOfRangeOrOfTheWrongTypeNameTheKeyAndLine) {
        "gpupool.toml:2: 'state_reserve_mb' must be a whole number of MiB from 0 to 16777216"},
       {"[daemon]\ndevice_isolation = \"yes\"\n",
        "gpupool.toml:2: 'device_isolation' must be \"auto\", \"on\" or \"off\""},
+      {"[daemon]\nslice_enforcement = \"mps\"\n",
+       "gpupool.toml:2: 'slice_enforcement' = \"mps\" is not supported yet: use \"watch\""},
+      {"[daemon]\nslice_enforcement = \"on\"\n",
+       "gpupool.toml:2: 'slice_enforcement' must be \"auto\", \"watch\" or \"off\""},
+      {"[daemon]\nslice_overrun = \"kill\"\n", "gpupool.toml:2: 'slice_overrun' must be \"warn\" or \"stop\""},
+      {"[daemon]\nslice_overrun = 1\n", "gpupool.toml:2: 'slice_overrun' must be \"warn\" or \"stop\""},
       {"[daemon]\ndevice_isolation = true\n",
        "gpupool.toml:2: 'device_isolation' must be \"auto\", \"on\" or \"off\""},
       {"[daemon]\ndevice_isolation = \"On\"\n",
@@ -237,7 +249,8 @@ TEST(ConfigTest, UnknownKeysAndTablesAreErrorsNotIgnored) {
   EXPECT_EQ(
       error_of("[daemon]\nadmin = \"wheel\"\n"),
       "gpupool.toml:2: unknown key 'admin' in [daemon] (known: admin_group, private_data, sample_interval_s, kill_grace_s, "
-      "default_time_limit, max_time_limit, device_isolation, max_log_mb, state_reserve_mb)");
+      "default_time_limit, max_time_limit, device_isolation, slice_enforcement, slice_overrun, max_log_mb, "
+      "state_reserve_mb)");
   EXPECT_EQ(error_of("[daemon]\n\n[schedular]\npolicy = \"fifo\"\n"),
             "gpupool.toml:3: unknown table 'schedular' (known: daemon, scheduler, quotas, monitor)");
   EXPECT_EQ(error_of("policy = \"fifo\"\n"),

@@ -17,6 +17,7 @@
 #include "os/file_lock.h"
 #include "os/files.h"
 #include "os/process.h"
+#include "sched/slice_watch.h"
 #include "sim/open_backend.h"
 
 namespace gpupool {
@@ -259,7 +260,20 @@ void Daemon::Impl::on_sample(const Machine& machine) {
     return;
   }
   survey_ = std::move(*survey);
+  watch_slices(machine);
   apply_survey();
+}
+
+void Daemon::Impl::watch_slices(const Machine& sample) {
+  if (!watches_slices(settings_.config.slice_enforcement)) return;
+  std::vector<WatchedSlice> slices;
+  for (const auto& [id, job] : dispatcher_.active()) {
+    if (job.state != JobState::Running || !job.spec.gpus.slice_mib || !job.pid) continue;
+    slices.push_back(WatchedSlice{id, static_cast<uint32_t>(*job.pid), job.gpus, *job.spec.gpus.slice_mib});
+  }
+  auto worst = worst_use_per_job(slice_uses(sample, slices, [this](uint32_t pid) { return host_.parent_pid(pid); }));
+  monitor_->set_slice_uses(worst);
+  dispatcher_.stop_slice_overruns(worst, settings_.config.slice_overrun);
 }
 
 void Daemon::Impl::apply_survey() {

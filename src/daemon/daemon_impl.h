@@ -106,6 +106,9 @@ class Daemon::Impl {
   void stop_once_idle();
   void schedule_sample(std::chrono::milliseconds delay);
   void on_sample(const Machine& machine);
+  // The slice watchdog on a sample: each running slice job's use, shown by the monitor, and the
+  // jobs past their slice stopped under slice_overrun = "stop".
+  void watch_slices(const Machine& sample);
   // The runtime directory, or the socket in it, deleted under the running daemon: made again.
   void keep_runtime_directory();
   // Hands the monitor the queue as it stands, at most a few times a second.

@@ -230,7 +230,7 @@ void Dispatcher::check_running(double now) {
     bool enforced_here = job.spec.kind == JobKind::Interactive || lost_.count(id) != 0;
     if (!enforced_here || now < *job.start_time + *job.spec.time_limit_s + grace) continue;
     const TrackedJob* tracked = lifecycle_.find(id);
-    if (tracked != nullptr && !tracked->timed_out) overdue.push_back(id);
+    if (tracked != nullptr && !tracked->told_to_end_for) overdue.push_back(id);
   }
   // Before this sample's SIGTERMs, so that each has its grace period.
   for (const auto& [id, at] : kill_at_) {
@@ -253,6 +253,21 @@ void Dispatcher::check_running(double now) {
   }
   for (JobId id : gone) lost_attempt_over(id);
   if (!gone.empty()) dispatch();
+}
+
+void Dispatcher::stop_slice_overruns(const std::map<JobId, SliceUse>& worst, SliceOverrunPolicy policy) {
+  auto told_to_end = [this](JobId id) {
+    const TrackedJob* tracked = lifecycle_.find(id);
+    return tracked == nullptr || tracked->state != JobState::Running || tracked->cancel_by || tracked->told_to_end_for;
+  };
+  for (JobId id : jobs_to_stop(worst, policy, told_to_end)) {
+    const SliceUse& use = worst.at(id);
+    std::string why = slice_overrun_text(use.used_mib, use.slice_mib);
+    fmt::print(stderr, "gpupoold: job {} {} on GPU {}: stopping it (slice_overrun = \"stop\")\n", id, why, use.gpu);
+    if (auto problem = feed(lifecycle::SliceOverrun{id, why})) {
+      fmt::print(stderr, "gpupoold: job {}: {}\n", id, *problem);
+    }
+  }
 }
 
 // The scheduler chose the job's GPUs: what will run it and their leases are taken, then the
@@ -322,14 +337,14 @@ void Dispatcher::start_batch(Job& job, HeldLeases held, pid_t supervisor) {
   attempt.gid = job.owner.gid;
   attempt.groups = job.owner.groups;
   attempt.argv = job.spec.argv;
-  std::vector<std::string> overrides =
-      gpu_environment(machine_, job.gpus, std::to_string(job.id), job.spec.gpus.slice_mib);
+  attempt.environment =
+      lease_environment(job.spec.environment, machine_, job.gpus, std::to_string(job.id), job.spec.gpus.slice_mib);
   if (job.array) {
     // Slurm's SLURM_ARRAY_TASK_ID is left alone: inside a Slurm allocation it is the allocation's.
-    overrides.push_back(fmt::format("GPUPOOL_ARRAY_JOB_ID={}", job.array->array_id));
-    overrides.push_back(fmt::format("GPUPOOL_ARRAY_TASK_ID={}", job.array->index));
+    attempt.environment =
+        with_overrides(attempt.environment, {fmt::format("GPUPOOL_ARRAY_JOB_ID={}", job.array->array_id),
+                                             fmt::format("GPUPOOL_ARRAY_TASK_ID={}", job.array->index)});
   }
-  attempt.environment = with_overrides(job.spec.environment, overrides);
   attempt.cwd = job.spec.cwd;
   attempt.umask = job.spec.umask;
   fill_log_paths(job);
@@ -368,9 +383,10 @@ std::optional<std::string> Dispatcher::stop_attempt(const Job& job, lifecycle::S
   }
   if (!job.pid) return std::nullopt;
   if (auto stopped = runner_.stop(job.spec.kind, *job.pid); !stopped) return stopped.error().message;
-  // A client past its time limit that did not end its program is killed after the grace period
-  // (a cancelled one is not: it is ending its program, and killing it would leave that running).
-  if (job.spec.kind == JobKind::Interactive && why == lifecycle::SignalWhy::TimeLimit) {
+  // A client past its time limit or slice that did not end its program is killed after the grace
+  // period (a cancelled one is not: it is ending its program, and killing it would leave that
+  // running).
+  if (job.spec.kind == JobKind::Interactive && why != lifecycle::SignalWhy::Cancel) {
     kill_at_.try_emplace(job.id, unix_now() + settings_.kill_grace_s);
   }
   return std::nullopt;
@@ -460,7 +476,7 @@ void Dispatcher::supervisor_lost(Job& job, pid_t group) {
   lost_[job.id] = group;
   // Told to end before its supervisor died: the supervisor may not have got to it.
   const TrackedJob* tracked = lifecycle_.find(job.id);
-  if (tracked != nullptr && (tracked->cancel_by || tracked->timed_out)) {
+  if (tracked != nullptr && (tracked->cancel_by || tracked->told_to_end_for)) {
     auto why = tracked->cancel_by ? lifecycle::SignalWhy::Cancel : lifecycle::SignalWhy::TimeLimit;
     if (auto problem = stop_attempt(job, why)) fmt::print(stderr, "gpupoold: job {}: {}\n", job.id, *problem);
   }

@@ -26,6 +26,7 @@
 #include "machine/gpu.h"
 #include "os/host_files.h"
 #include "sched/scheduler.h"
+#include "sched/slice_watch.h"
 
 namespace gpupool {
 
@@ -86,6 +87,9 @@ class Dispatcher {
   //   time limit and cancel carried out on its process group (SIGTERM, the grace period,
   //   SIGKILL), and its end recorded once no process of the group is left.
   void check_running(double now);
+  // The slice watchdog's reading of a sample (each watched job's worst GPU): under "stop", a job
+  // past its slice is told to end, once, and ends failed with the figures as its reason.
+  void stop_slice_overruns(const std::map<JobId, SliceUse>& worst, SliceOverrunPolicy policy);
   // The lease directory was made again after it was deleted: the running jobs' locks went with
   // the old one, so the daemon takes their GPUs' locks in the new one for them, and holds them
   // until each job ends. A GPU someone else took meanwhile is said, loudly.

@@ -309,6 +309,21 @@ TEST_F(DispatcherTest, ACancelStopsTheAttemptAndWinsOverHowItEnds) {
   EXPECT_EQ(cancelled.reason, "cancelled by bob");
 }
 
+TEST_F(DispatcherTest, ASliceOverrunUnderStopEndsTheJobOnceWithItsFiguresAndNoRetry) {
+  JobId id = submit(1, /*retries=*/1);
+  std::map<JobId, SliceUse> worst = {{id, SliceUse{id, 0, 31949, 20480}}};
+  dispatcher_->stop_slice_overruns(worst, SliceOverrunPolicy::Warn);
+  EXPECT_TRUE(runner_.stopped.empty());
+  dispatcher_->stop_slice_overruns(worst, SliceOverrunPolicy::Stop);
+  dispatcher_->stop_slice_overruns(worst, SliceOverrunPolicy::Stop);  // the next sample: told once
+  EXPECT_EQ(runner_.stopped, (std::vector<pid_t>{own_pid()}));
+  ended(id, 143);
+  EXPECT_EQ(runner_.started.size(), 1u);  // not retried: it would overrun again
+  Job failed = stored(id);
+  EXPECT_EQ(failed.state, JobState::Failed);
+  EXPECT_EQ(failed.reason, "used 31.2 GiB of its 20 GiB slice");
+}
+
 TEST_F(DispatcherTest, AnAttemptThatNeverRanRunsAgainUnderItsNumber) {
   JobId id = submit(1);
   std::string record = runner_.started[0].record_path;

@@ -119,6 +119,9 @@ struct JobUsage {
   double gpu_hours = 0;                     // a slice counts its share of the GPU
   std::optional<double> mean_utilization;   // percent; nullopt until the GPUs say
   std::optional<double> idle_since;         // Unix seconds; set once the job is flagged idle
+  // A slice job's: the most GPU memory its processes used on one of its GPUs at the latest
+  // sample (the slice watchdog, sched/slice_watch.h); nullopt when not watched.
+  std::optional<uint64_t> slice_used_mib;
 };
 
 struct Job {

@@ -96,14 +96,16 @@ Result<void> JobLifecycle::on(const StartFailed& e, Effects& out) {
 
 Result<void> JobLifecycle::on(const AttemptExited& e, Effects& out) {
   TRY_ASSIGN(TrackedJob * job, tracked(e.id, JobState::Running));
-  if (e.cancelled || job->cancel_by) {
+  // A supervisor says "cancelled" of any stop it was asked for; one the daemon asked for at a
+  // limit is that limit's end.
+  if (job->cancel_by || (e.cancelled && !job->told_to_end_for)) {
     // "cancelled by USER" (said when the cancel was asked) over the supervisor's "cancelled".
     bool said_who = job->reason.rfind("cancelled by", 0) == 0;
     finish(e.id, JobState::Cancelled, said_who || e.reason.empty() ? job->reason : e.reason, out);
     return {};
   }
-  if (job->timed_out) {  // however it ended after being told to, as Slurm's TIMEOUT
-    finish(e.id, JobState::Failed, "time limit", out);
+  if (job->told_to_end_for) {  // however it ended after being told to, as Slurm's TIMEOUT
+    finish(e.id, JobState::Failed, *job->told_to_end_for, out);
     return {};
   }
   if (e.exit_code == 0 || (!e.exit_code && job->kind == JobKind::Interactive)) {
@@ -195,10 +197,18 @@ Result<void> JobLifecycle::on(const Resume&, Effects&) {
 }
 
 Result<void> JobLifecycle::on(const TimeLimitReached& e, Effects& out) {
-  TRY_ASSIGN(TrackedJob * job, tracked(e.id, JobState::Running));
-  if (job->timed_out) return fail("job {} has been told to end already", e.id);
-  job->timed_out = true;
-  out.push_back(SignalAttempt{e.id, SignalWhy::TimeLimit});
+  return tell_to_end(e.id, "time limit", SignalWhy::TimeLimit, out);
+}
+
+Result<void> JobLifecycle::on(const SliceOverrun& e, Effects& out) {
+  return tell_to_end(e.id, e.why, SignalWhy::SliceOverrun, out);
+}
+
+Result<void> JobLifecycle::tell_to_end(JobId id, std::string why, SignalWhy signal_why, Effects& out) {
+  TRY_ASSIGN(TrackedJob * job, tracked(id, JobState::Running));
+  if (job->told_to_end_for) return fail("job {} has been told to end already", id);
+  job->told_to_end_for = std::move(why);
+  out.push_back(SignalAttempt{id, signal_why});
   return {};
 }
 

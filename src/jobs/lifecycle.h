@@ -87,9 +87,15 @@ struct Resume {};
 struct TimeLimitReached {
   JobId id = 0;
 };
+// The slice watchdog saw the job's processes use more GPU memory than its slice, under
+// slice_overrun = "stop": it ends failed, with `why` ("used 31.2 GiB of its 20 GiB slice").
+struct SliceOverrun {
+  JobId id = 0;
+  std::string why;
+};
 
 using Event = std::variant<Submitted, Adopted, Refused, Granted, StartFailed, AttemptExited, AttemptNeverRan,
-                           Cancel, Hold, Release, Drain, Resume, TimeLimitReached>;
+                           Cancel, Hold, Release, Drain, Resume, TimeLimitReached, SliceOverrun>;
 
 // --- Effects --------------------------------------------------------------------------------
 
@@ -108,7 +114,7 @@ struct StartAttempt {
   std::vector<unsigned> gpus;
 };
 // The attempt the job is in should end: SIGTERM, the grace period, SIGKILL.
-enum class SignalWhy { Cancel, TimeLimit };
+enum class SignalWhy { Cancel, TimeLimit, SliceOverrun };
 struct SignalAttempt {
   JobId id = 0;
   SignalWhy why = SignalWhy::Cancel;
@@ -142,7 +148,9 @@ struct TrackedJob {
   std::vector<JobId> after;
   bool in_queue = false;                 // the scheduler has it
   std::optional<std::string> cancel_by;  // cancelled while running: ends Cancelled however it ends
-  bool timed_out = false;                // its attempt was told to end at its time limit
+  // Its attempt was told to end at its time limit ("time limit") or past its slice: it ends
+  // failed with this reason however it ends.
+  std::optional<std::string> told_to_end_for;
 };
 
 class JobLifecycle {
@@ -179,6 +187,8 @@ class JobLifecycle {
   Result<void> on(const lifecycle::Drain& e, Effects& out);
   Result<void> on(const lifecycle::Resume& e, Effects& out);
   Result<void> on(const lifecycle::TimeLimitReached& e, Effects& out);
+  Result<void> on(const lifecycle::SliceOverrun& e, Effects& out);
+  Result<void> tell_to_end(JobId id, std::string why, lifecycle::SignalWhy signal_why, Effects& out);
 
   Result<TrackedJob*> tracked(JobId id, JobState expected);
   // Queues the job for GPUs once every job it runs after is done; fails it when one cannot be.

@@ -202,6 +202,21 @@ TEST_F(LifecycleTest, ATimeLimitSignalsTheRunningAttempt) {
   EXPECT_EQ(only<Finished>(ended)->reason, "time limit");
 }
 
+TEST_F(LifecycleTest, ASliceOverrunEndsTheJobFailedWithItsFiguresAndNoRetry) {
+  handle(Submitted{1, JobKind::Batch, 2, {}, std::nullopt});
+  handle(Granted{1, {0}});
+  EXPECT_EQ(only<SignalAttempt>(handle(SliceOverrun{1, "used 31.2 GiB of its 20 GiB slice"}))->why,
+            SignalWhy::SliceOverrun);
+  EXPECT_EQ(refusal(SliceOverrun{1, "again"}), "job 1 has been told to end already");
+  EXPECT_EQ(refusal(TimeLimitReached{1}), "job 1 has been told to end already");
+  // Its supervisor reports the stop it was asked for as a cancel.
+  auto effects = handle(AttemptExited{1, 143, 15, "cancelled", true});
+  const Finished* ended = only<Finished>(effects);
+  ASSERT_NE(ended, nullptr);
+  EXPECT_EQ(ended->state, JobState::Failed);
+  EXPECT_EQ(ended->reason, "used 31.2 GiB of its 20 GiB slice");
+}
+
 TEST_F(LifecycleTest, AdoptedJobsGoOnWhereThePreviousDaemonLeftThem) {
   EXPECT_TRUE(handle(Adopted{1, JobKind::Batch, 1, {}, JobState::Running, 1, ""}).empty());
   EXPECT_TRUE(handle(Adopted{2, JobKind::Batch, 0, {1}, JobState::Queued, 0, ""}).empty());
@@ -228,7 +243,7 @@ RC_GTEST_PROP(LifecycleProperties, InvariantsHoldForAnyEvents, ()) {
   for (size_t step = 0; step < steps; ++step) {
     JobId id = *rc::gen::inRange<JobId>(1, kJobs + 1);
     Event event;
-    switch (*rc::gen::inRange(0, 11)) {
+    switch (*rc::gen::inRange(0, 12)) {
       case 0: {
         unsigned allowed = *rc::gen::inRange(0u, 3u);
         std::vector<JobId> after;
@@ -252,6 +267,7 @@ RC_GTEST_PROP(LifecycleProperties, InvariantsHoldForAnyEvents, ()) {
       case 7: event = Release{id}; break;
       case 8: event = *rc::gen::arbitrary<bool>() ? Event(Drain{}) : Event(Resume{}); break;
       case 9: event = StartFailed{id, "could not start"}; break;
+      case 10: event = SliceOverrun{id, "used 2 GiB of its 1 GiB slice"}; break;
       default: event = TimeLimitReached{id}; break;
     }
     if (finished.count(id) > 0 && std::holds_alternative<Submitted>(event)) continue;  // ids are not reused

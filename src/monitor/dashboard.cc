@@ -8,6 +8,7 @@
 
 #include "base/display_text.h"
 #include "jobs/job_text.h"
+#include "sched/slice_watch.h"
 
 namespace gpupool {
 namespace {
@@ -156,11 +157,13 @@ std::vector<ScreenLine> queue_section(const DashboardInput& input, const Dashboa
                    LineStyle::Header});
   for (const Job* job : rows) {
     double since = job->state == JobState::Running ? job->start_time.value_or(input.now) : job->submit_time;
+    std::optional<std::string> overrun = slice_overrun_warning(*job);
     lines.push_back({fit_cells(fmt::format("{:>5} {:<8} {} {} {:>7} {:<7} {:>7} {}", job->id, to_string(job->state),
                                      pad_cells(job->owner.user, 8), pad_cells(display_name(*job), 14), request_text(*job),
-                                     gpu_list_text(job->gpus), duration_text(input.now - since), job->reason),
+                                     gpu_list_text(job->gpus), duration_text(input.now - since),
+                                     overrun.value_or(job->reason)),
                          width),
-                     LineStyle::Normal});
+                     overrun ? LineStyle::Flagged : LineStyle::Normal});
   }
   if (rows.empty()) lines.push_back({"The queue is empty.", LineStyle::Dim});
   return lines;

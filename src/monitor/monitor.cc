@@ -41,6 +41,18 @@ json sample_json(const GpuSample& s) {
   return out;
 }
 
+std::optional<SliceUse> slice_use_of(const std::map<JobId, SliceUse>& uses, JobId id) {
+  auto it = uses.find(id);
+  return it == uses.end() ? std::nullopt : std::optional(it->second);
+}
+
+// The slice watchdog's reading of a job: null when not watched (whole GPUs, queued, watchdog off).
+json slice_json(const std::optional<SliceUse>& use) {
+  if (!use) return {{"slice_used_mib", nullptr}, {"slice_overrun", nullptr}};
+  return {{"slice_used_mib", use->used_mib},
+          {"slice_overrun", use->overrun() ? json(slice_overrun_text(use->used_mib, use->slice_mib)) : json(nullptr)}};
+}
+
 json usage_json(const Accounting::JobAccount* account, double now, const Accounting& accounting, JobId id) {
   if (account == nullptr) return {{"gpu_hours", nullptr}, {"mean_utilization", nullptr}, {"idle", false}, {"idle_since", nullptr}};
   return {{"gpu_hours", account->total.gpu_seconds / 3600},
@@ -61,10 +73,17 @@ QueueEntry queue_entry(const Job& job) {
 std::optional<JobUsage> Monitor::usage_of(JobId id) {
   std::lock_guard lock(mutex_);
   const Accounting::JobAccount* account = accounting_.job(id);
-  if (account == nullptr) return std::nullopt;
+  auto slice = slice_uses_.find(id);
+  std::optional<uint64_t> slice_used_mib;
+  if (slice != slice_uses_.end()) slice_used_mib = slice->second.used_mib;
+  if (account == nullptr) {
+    // Watched before its first accounting: only the slice's reading.
+    if (!slice_used_mib) return std::nullopt;
+    return JobUsage{0, std::nullopt, std::nullopt, slice_used_mib};
+  }
   double now = unix_now();
   return JobUsage{account->total.gpu_seconds / 3600, account->total.mean_utilization(),
-                  accounting_.idle(id, now) ? account->idle_since : std::nullopt};
+                  accounting_.idle(id, now) ? account->idle_since : std::nullopt, slice_used_mib};
 }
 
 Monitor::Monitor(MonitorSettings settings, Machine machine, GpuBackend& backend, UsageStore store,
@@ -234,6 +253,12 @@ void Monitor::job_ended(JobId id, double end_time) {
   std::lock_guard lock(mutex_);
   accounting_.ended(id, end_time);
   std::erase_if(running_, [id](const RunningJob& job) { return job.id == id; });
+  slice_uses_.erase(id);
+}
+
+void Monitor::set_slice_uses(std::map<JobId, SliceUse> uses) {
+  std::lock_guard lock(mutex_);
+  slice_uses_ = std::move(uses);
 }
 
 void Monitor::store_usage(const std::map<JobId, Accounting::JobAccount>& unsaved) {
@@ -361,7 +386,7 @@ std::string Monitor::metrics_text() {
     const Accounting::JobAccount* account = accounting_.job(job.id);
     view.running_jobs.push_back(MetricsJob{job.id, job.user, account != nullptr ? account->total.gpu_seconds : 0,
                                            account != nullptr ? account->total.mean_utilization() : std::nullopt,
-                                           accounting_.idle(job.id, now)});
+                                           accounting_.idle(job.id, now), slice_use_of(slice_uses_, job.id)});
   }
   for (const QueueEntry& job : view_->jobs) {
     if (job.state == JobState::Queued) ++view.queued;
@@ -440,6 +465,7 @@ std::string Monitor::jobs_json() {
                   {"wait_reason", job.wait_reason ? json(to_string(*job.wait_reason)) : json(nullptr)}};
     if (settings_.private_data.jobs) entry["private"] = true;
     if (!settings_.private_data.usage) entry.update(usage_json(accounting_.job(job.id), now, accounting_, job.id));
+    entry.update(slice_json(slice_use_of(slice_uses_, job.id)));
     jobs.push_back(std::move(entry));
   }
   return json{{"time", to_millis(now)},

@@ -10,6 +10,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -28,6 +29,7 @@
 #include "monitor/usage_accounting.h"
 #include "protocol/messages.h"
 #include "sched/allocation.h"
+#include "sched/slice_watch.h"
 
 namespace gpupool {
 
@@ -96,6 +98,8 @@ class Monitor {
   // Readings the loop has surveyed (set_pool) since the start. Counted on the loop, so an answer
   // the loop sends after N has also seen what it did with the Nth reading.
   uint64_t samples_surveyed() const { return samples_surveyed_; }
+  // The slice watchdog's reading of the latest sample: each watched slice job's worst GPU.
+  void set_slice_uses(std::map<JobId, SliceUse> uses);
   // How long one start took (leases, record, supervisor).
   void observe_dispatch(double seconds);
   // Jobs whose latest change the job store refused and the daemon keeps trying to save.
@@ -137,6 +141,7 @@ class Monitor {
   std::shared_ptr<const QueueView> view_;
   std::vector<RunningJob> running_;
   std::vector<GpuAvailability> pool_;
+  std::map<JobId, SliceUse> slice_uses_;
   SampleHistory history_;
   Accounting accounting_;
   Histogram dispatch_latency_;

@@ -69,6 +69,26 @@ void histogram(Buffer& out, std::string_view name, std::string_view help, const 
                  name, number(h.sum()), name, h.count());
 }
 
+// The slice watchdog's view of each watched slice job: what its processes use on the GPU where
+// they use most of its slice, and whether that is past the slice.
+void render_slice_uses(Buffer& out, const std::vector<MetricsJob>& jobs) {
+  auto put = std::back_inserter(out);
+  if (std::none_of(jobs.begin(), jobs.end(), [](const MetricsJob& j) { return j.slice.has_value(); })) return;
+  header(out, "gpupool_job_slice_used_bytes", "gauge",
+         "GPU memory a running slice job's processes use on the GPU where they use most of its slice.");
+  for (const MetricsJob& job : jobs) {
+    if (!job.slice) continue;
+    fmt::format_to(put, "gpupool_job_slice_used_bytes{{job_id=\"{}\",user=\"{}\",gpu=\"{}\"}} {}\n", job.id,
+                   escape_label_value(job.user), job.slice->gpu, job.slice->used_mib << 20);
+  }
+  header(out, "gpupool_job_slice_overrun", "gauge", "1 while a running slice job uses more GPU memory than its slice.");
+  for (const MetricsJob& job : jobs) {
+    if (!job.slice) continue;
+    fmt::format_to(put, "gpupool_job_slice_overrun{{job_id=\"{}\",user=\"{}\"}} {}\n", job.id,
+                   escape_label_value(job.user), job.slice->overrun() ? 1 : 0);
+  }
+}
+
 }  // namespace
 
 Histogram::Histogram(std::vector<double> bounds) : bounds_(std::move(bounds)), counts_(bounds_.size() + 1, 0) {}
@@ -171,6 +191,7 @@ std::string render_metrics(const MetricsView& view) {
                      job.idle ? 1 : 0);
     }
   }
+  render_slice_uses(out, view.running_jobs);
   size_t idle = static_cast<size_t>(
       std::count_if(view.running_jobs.begin(), view.running_jobs.end(), [](const MetricsJob& j) { return j.idle; }));
   header(out, "gpupool_idle_jobs", "gauge", "Running jobs flagged idle.");

@@ -13,6 +13,7 @@
 #include "jobs/job.h"
 #include "machine/gpu.h"
 #include "monitor/sample_history.h"
+#include "sched/slice_watch.h"
 
 namespace gpupool {
 
@@ -54,6 +55,7 @@ struct MetricsJob {
   double gpu_seconds = 0;
   std::optional<double> mean_utilization;
   bool idle = false;
+  std::optional<SliceUse> slice;  // a watched slice job's worst GPU (sched/slice_watch.h)
 };
 
 // The state file system, which holds the database and the job logs.

@@ -71,7 +71,7 @@ TEST(PrometheusMetrics, RendersASmallMachineExactly) {
   view.queued = 2;
   view.held = 1;
   view.running = 1;
-  view.running_jobs.push_back(MetricsJob{7, "ana", 3600.5, 90, false});
+  view.running_jobs.push_back(MetricsJob{7, "ana", 3600.5, 90, false, std::nullopt});
   view.user_gpu_seconds = {{"ana", 3600.5}, {"bob", 10}};
   view.sample_duration_s = 0.25;
 
@@ -172,12 +172,27 @@ TEST(PrometheusMetrics, GpuWithoutASampleHasNoGpuSeries) {
 
 TEST(PrometheusMetrics, JobsWithoutMeanUtilizationHaveNoSeries) {
   MetricsView view;
-  view.running_jobs.push_back(MetricsJob{1, "ana", 5, std::nullopt, true});
-  view.running_jobs.push_back(MetricsJob{2, "bob", 5, std::nullopt, true});
+  view.running_jobs.push_back(MetricsJob{1, "ana", 5, std::nullopt, true, std::nullopt});
+  view.running_jobs.push_back(MetricsJob{2, "bob", 5, std::nullopt, true, std::nullopt});
   std::string text = render_metrics(view);
   EXPECT_EQ(text.find("gpupool_job_mean_utilization"), std::string::npos);
   EXPECT_NE(text.find("gpupool_job_idle{job_id=\"2\",user=\"bob\"} 1\n"), std::string::npos);
   EXPECT_NE(text.find("gpupool_idle_jobs 2\n"), std::string::npos);
+}
+
+TEST(PrometheusMetrics, WatchedSliceJobsShowTheirUseAndWhetherItIsPastTheSlice) {
+  MetricsView view;
+  view.running_jobs.push_back(MetricsJob{1, "ana", 5, std::nullopt, false, SliceUse{1, 3, 31949, 20480}});
+  view.running_jobs.push_back(MetricsJob{2, "bob", 5, std::nullopt, false, SliceUse{2, 3, 1000, 20480}});
+  view.running_jobs.push_back(MetricsJob{3, "cy", 5, std::nullopt, false, std::nullopt});  // whole GPUs
+  std::string text = render_metrics(view);
+  EXPECT_NE(text.find("gpupool_job_slice_used_bytes{job_id=\"1\",user=\"ana\",gpu=\"3\"} 33500954624\n"),
+            std::string::npos);
+  EXPECT_NE(text.find("gpupool_job_slice_overrun{job_id=\"1\",user=\"ana\"} 1\n"), std::string::npos);
+  EXPECT_NE(text.find("gpupool_job_slice_overrun{job_id=\"2\",user=\"bob\"} 0\n"), std::string::npos);
+  EXPECT_EQ(text.find("gpupool_job_slice_overrun{job_id=\"3\""), std::string::npos);
+  view.running_jobs.erase(view.running_jobs.begin(), view.running_jobs.begin() + 2);
+  EXPECT_EQ(render_metrics(view).find("gpupool_job_slice"), std::string::npos);  // none watched: no series
 }
 
 TEST(PrometheusMetrics, EscapesLabelValues) {

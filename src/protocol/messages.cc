@@ -610,6 +610,7 @@ Result<JobUsage> as_usage(const json& value, const Field& field) {
   TRY_ASSIGN(usage.gpu_hours, required(value, "gpu_hours", as_hours));
   TRY_ASSIGN(usage.mean_utilization, maybe(value, "mean_utilization", as_percent));
   TRY_ASSIGN(usage.idle_since, maybe(value, "idle_since", as_time));
+  TRY_ASSIGN(usage.slice_used_mib, maybe(value, "slice_used_mib", whole_from<uint64_t>(0)));
   return usage;
 }
 
@@ -829,7 +830,8 @@ nlohmann::json job_to_json(const Job& job) {
   if (job.usage) {
     object["usage"] = {{"gpu_hours", job.usage->gpu_hours},
                        {"mean_utilization", or_null(job.usage->mean_utilization)},
-                       {"idle_since", or_null(job.usage->idle_since)}};
+                       {"idle_since", or_null(job.usage->idle_since)},
+                       {"slice_used_mib", or_null(job.usage->slice_used_mib)}};
   }
   if (job.array) {
     object["array_id"] = job.array->array_id;

@@ -576,7 +576,7 @@ TEST(ProtocolResponseTest, JobsWithFullAndMinimalJobs) {
   auto waiting_parsed = through_the_wire(JobsResponse{{waiting}});
   EXPECT_TRUE(carried_fields(waiting_parsed.jobs.at(0)) == carried_fields(waiting));
   Job running = minimal;
-  running.usage = JobUsage{1.5, 42.0, 1764950000.0};
+  running.usage = JobUsage{1.5, 42.0, 1764950000.0, 31949};
   auto usage = through_the_wire(JobsResponse{{running}}).jobs.at(0).usage;
   ASSERT_TRUE(usage);
   EXPECT_EQ(usage->gpu_hours, 1.5);

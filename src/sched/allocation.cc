@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "base/quote.h"
+#include "base/text.h"
 #include "sched/placement.h"
 
 namespace gpupool {
@@ -138,6 +139,34 @@ std::vector<std::string> gpu_environment(const Machine& machine, const std::vect
   };
   if (slice_mib) env.push_back(fmt::format("GPUPOOL_MEM_MIB={}", *slice_mib));
   return env;
+}
+
+std::vector<std::string> slice_memory_limits(const Machine& machine, const std::vector<unsigned>& gpus,
+                                             const std::optional<uint64_t>& slice_mib) {
+  if (!slice_mib) return {};
+  std::optional<uint64_t> smallest_mib;
+  for (unsigned index : gpus) {
+    if (auto total = machine.gpus.at(index).memory_total_mib; total && *total > 0) {
+      smallest_mib = std::min(smallest_mib.value_or(*total), *total);
+    }
+  }
+  std::vector<std::string> env;
+  if (smallest_mib) {
+    // Rounded down: JAX takes the fraction of the card it sees, and more than the slice is an overrun.
+    double fraction = std::min(1.0, static_cast<double>(*slice_mib) / static_cast<double>(*smallest_mib));
+    env.push_back(fmt::format("XLA_PYTHON_CLIENT_MEM_FRACTION={:.4f}", std::floor(fraction * 10000) / 10000));
+  }
+  env.push_back("XLA_PYTHON_CLIENT_PREALLOCATE=false");
+  env.push_back("TF_FORCE_GPU_ALLOW_GROWTH=true");
+  env.push_back(fmt::format("CUPY_GPU_MEMORY_LIMIT={}", *slice_mib << 20));
+  return env;
+}
+
+std::vector<std::string> lease_environment(const std::vector<std::string>& environment, const Machine& machine,
+                                           const std::vector<unsigned>& gpus, const std::string& job,
+                                           const std::optional<uint64_t>& slice_mib) {
+  return with_defaults(with_overrides(environment, gpu_environment(machine, gpus, job, slice_mib)),
+                       slice_memory_limits(machine, gpus, slice_mib));
 }
 
 }  // namespace gpupool

@@ -48,6 +48,20 @@ std::string describe_wait(const Machine& machine, const std::vector<GpuAvailabil
 std::vector<std::string> gpu_environment(const Machine& machine, const std::vector<unsigned>& gpus,
                                          const std::string& job, const std::optional<uint64_t>& slice_mib);
 
+// The frameworks' own memory limits for a slice of `slice_mib` on each of `gpus` (none for whole
+// GPUs): XLA_PYTHON_CLIENT_MEM_FRACTION (the slice's share of the smallest of the cards, rounded
+// down) and XLA_PYTHON_CLIENT_PREALLOCATE=false for JAX, TF_FORCE_GPU_ALLOW_GROWTH=true for
+// TensorFlow, CUPY_GPU_MEMORY_LIMIT (bytes) for CuPy (docs/leases.md).
+std::vector<std::string> slice_memory_limits(const Machine& machine, const std::vector<unsigned>& gpus,
+                                             const std::optional<uint64_t>& slice_mib);
+
+// A job's environment: `environment` with gpu_environment's variables over it and, for a slice,
+// slice_memory_limits under it (a limit the job sets itself wins). `gpupool run`, `launch` and
+// the daemon's batch jobs all start their programs with it.
+std::vector<std::string> lease_environment(const std::vector<std::string>& environment, const Machine& machine,
+                                           const std::vector<unsigned>& gpus, const std::string& job,
+                                           const std::optional<uint64_t>& slice_mib);
+
 // Parses a memory size: "20G", "20GiB", "512M", "1.5T", or a plain number of MiB.
 Result<uint64_t> parse_memory_mib(const std::string& text);
 

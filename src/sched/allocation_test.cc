@@ -90,6 +90,36 @@ TEST(Allocation, ImpossibleRequestsAreErrorsNotWaits) {
   EXPECT_FALSE(choose_gpus(m, a, {0, std::nullopt, {}, {}}).ok());
 }
 
+TEST(LeaseEnvironment, ASliceGetsTheFrameworksLimitsUnlessTheJobSetsThem) {
+  Machine m = four_gpus();
+  m.gpus[1].memory_total_mib = 800;  // the smaller card's share counts
+  auto env = lease_environment({"PATH=/bin", "TF_FORCE_GPU_ALLOW_GROWTH=false", "CUDA_VISIBLE_DEVICES=7"}, m, {0, 1},
+                               "12", 250);
+  EXPECT_EQ(env, (std::vector<std::string>{"PATH=/bin", "TF_FORCE_GPU_ALLOW_GROWTH=false",
+                                           "CUDA_VISIBLE_DEVICES=GPU-0,GPU-1", "CUDA_DEVICE_ORDER=PCI_BUS_ID",
+                                           "GPUPOOL_JOB=12", "GPUPOOL_GPUS=0,1", "GPUPOOL_GPU_UUIDS=GPU-0,GPU-1",
+                                           "GPUPOOL_MEM_MIB=250", "XLA_PYTHON_CLIENT_MEM_FRACTION=0.3125",
+                                           "XLA_PYTHON_CLIENT_PREALLOCATE=false",
+                                           "CUPY_GPU_MEMORY_LIMIT=262144000"}));
+}
+
+TEST(LeaseEnvironment, WholeGpusGetNoMemoryLimits) {
+  Machine m = four_gpus();
+  EXPECT_TRUE(slice_memory_limits(m, {0}, std::nullopt).empty());
+  EXPECT_EQ(lease_environment({"PATH=/bin"}, m, {2}, "j", std::nullopt),
+            (std::vector<std::string>{"PATH=/bin", "CUDA_VISIBLE_DEVICES=GPU-2", "CUDA_DEVICE_ORDER=PCI_BUS_ID",
+                                      "GPUPOOL_JOB=j", "GPUPOOL_GPUS=2", "GPUPOOL_GPU_UUIDS=GPU-2"}));
+}
+
+TEST(LeaseEnvironment, TheFractionIsRoundedDownAndTheWholeCardAtMost) {
+  Machine m = four_gpus();
+  EXPECT_EQ(slice_memory_limits(m, {0}, 333).front(), "XLA_PYTHON_CLIENT_MEM_FRACTION=0.3330");
+  EXPECT_EQ(slice_memory_limits(m, {0}, 1).front(), "XLA_PYTHON_CLIENT_MEM_FRACTION=0.0010");
+  EXPECT_EQ(slice_memory_limits(m, {0}, 1000).front(), "XLA_PYTHON_CLIENT_MEM_FRACTION=1.0000");
+  m.gpus[0].memory_total_mib.reset();  // unknown: no fraction, the rest still
+  EXPECT_EQ(slice_memory_limits(m, {0}, 500).front(), "XLA_PYTHON_CLIENT_PREALLOCATE=false");
+}
+
 TEST(Allocation, ParsesMemorySizes) {
   EXPECT_EQ(*parse_memory_mib("20G"), 20480u);
   EXPECT_EQ(*parse_memory_mib("20GiB"), 20480u);

@@ -56,9 +56,15 @@ def lease_env(env, job):
 
 
 class FakeTorch(types.ModuleType):
+    """torch as imported by a program: its CUDA started or not, its cards of 80 GiB, and the
+    memory fractions set on them (device → fraction)."""
     def __init__(self, initialised):
         super().__init__("torch")
-        self.cuda = types.SimpleNamespace(is_initialized=lambda: initialised)
+        self.fractions = {}
+        self.cuda = types.SimpleNamespace(
+            is_initialized=lambda: initialised,
+            get_device_properties=lambda device: types.SimpleNamespace(total_memory=80 << 30),
+            set_per_process_memory_fraction=lambda fraction, device: self.fractions.__setitem__(device, fraction))
 
 
 class PythonClientTest(unittest.TestCase):
@@ -263,6 +269,19 @@ class PythonClientTest(unittest.TestCase):
             self.assertNotIn("GPUPOOL_JOB", os.environ)
             self.assertEqual(d.show(lease.id)["state"], "done")
             self.assertEqual(d.held_gpus(), [])
+
+    def test_acquire_limits_torch_to_the_slice(self):
+        with Daemon() as d:
+            os.environ["GPUPOOL_RUNTIME_DIR"] = d.runtime_dir
+            torch = sys.modules["torch"] = FakeTorch(initialised=False)
+            with gpupool.acquire(2, mem="20G"):
+                self.assertEqual(torch.fractions, {0: 0.25, 1: 0.25})
+            torch.fractions.clear()
+            with gpupool.acquire(1):
+                self.assertEqual(torch.fractions, {}, "a whole GPU is torch's to fill")
+            del sys.modules["torch"]
+            with gpupool.acquire(1, mem="20G"):
+                self.assertNotIn("torch", sys.modules, "acquire() does not import torch")
 
     def test_acquire_waits_gives_up_and_hears_a_cancel(self):
         with Daemon() as d, gpupool.Client(d.socket) as c:

@@ -1,0 +1,64 @@
+"""The `slices` step of scripts/device/verify: the slice watchdog on a real GPU, with torch.
+
+With `slice_enforcement = "watch"` and `slice_overrun = "stop"` (sample_interval_s = 1):
+  1. a torch job in a 4 GiB slice that allocates 8 GiB is ended, failed with the reason
+     "used N GiB of its 4 GiB slice", within 2 s of its allocation (measured: the job's own clock
+     after the allocation -> the job's end time in the daemon);
+  2. a neighbour torch job in a 4 GiB slice on the same GPU, using 1 GiB, runs on and finishes;
+  3. a slice job sees the frameworks' limits (CUPY_GPU_MEMORY_LIMIT, XLA_PYTHON_CLIENT_MEM_FRACTION).
+"""
+import re
+
+from verify_steps import PLAIN
+
+# Allocates GiB (argv[1]), then says when on stdout (the job's log) and in a file, and waits for
+# another file (argv[3]) before it exits 0.
+ALLOCATE = ("import sys, time, torch; x = torch.ones(int(sys.argv[1]) << 28, device='cuda'); torch.cuda.synchronize(); "
+            "t = time.time(); print('allocated', sys.argv[1], 'GiB at', t, flush=True); "
+            "open(sys.argv[2], 'w').write(repr(t)); import os\n"
+            "while not os.path.exists(sys.argv[3]): time.sleep(0.05)")
+
+
+def step_slices(s):
+    config = "[daemon]\nsample_interval_s = 1.0\nkill_grace_s = 2\nslice_enforcement = \"watch\"\nslice_overrun = \"stop\"\n"
+    with s.daemon(config) as d:
+        go = d.path("go")
+        neighbour = d.submit("--mem", "4G", "--name", "neighbour", "--", *PLAIN, "python3", "-c", ALLOCATE, "1",
+                             d.path("neighbour.t"), go)
+        d.wait_state(neighbour, "running")
+        hungry = d.submit("--mem", "4G", "--name", "hungry", "--", *PLAIN, "python3", "-c", ALLOCATE, "8",
+                          d.path("hungry.t"), go)
+        gpus = [d.wait_state(job, "running")["gpus"] for job in (neighbour, hungry)]
+        s.check("both slices on one GPU", gpus[0] == gpus[1], f"GPUs {gpus}")
+
+        ended = d.finish(hungry, timeout=120)[0]
+        print(d.gp("logs", str(hungry)).stdout, flush=True)
+        try:
+            with open(d.path("hungry.t")) as f:
+                allocated = float(f.read())
+        except (OSError, ValueError):
+            allocated = None
+        reason_ok = ended["state"] == "failed" and re.fullmatch(r"used \d+(\.\d)? GiB of its 4 GiB slice", ended["reason"])
+        s.check("over its slice: ended with the reason", bool(reason_ok), f"{ended['state']}: {ended['reason']!r}")
+        if allocated is None:
+            s.check("over its slice: ended within 2 s of the overrun", False, "the job never said it had allocated")
+        else:
+            took = ended["end_time"] - allocated
+            s.check("over its slice: ended within 2 s of the overrun", took <= 2.0,
+                    f"{took:.2f} s from the 8 GiB allocation to the job's end (sample interval 1 s)")
+
+        d.wait_for_samples(2)
+        state = d.job_state(neighbour)
+        s.check("neighbour in its slice runs on", state == "running", state)
+        used = d.show(neighbour).get("usage", {}).get("slice_used_mib")
+        s.check("neighbour's use is watched and within its slice", used is not None and used <= 4096, f"{used} MiB")
+        open(go, "w").close()
+        shown = d.finish(neighbour, timeout=60)[0]
+        s.check("neighbour finishes fine", (shown["state"], shown["exit_code"]) == ("done", 0),
+                f"{shown['state']} exit {shown['exit_code']}")
+
+        env_job = d.submit("--mem", "4G", "--", "sh", "-c",
+                           'echo "limits $CUPY_GPU_MEMORY_LIMIT $XLA_PYTHON_CLIENT_MEM_FRACTION"')
+        d.finish(env_job)
+        log = d.gp("logs", str(env_job)).stdout
+        s.check("a slice job sees the frameworks' limits", f"limits {4 << 30} 0." in log, log.strip())

@@ -1,0 +1,155 @@
+#!/usr/bin/env python3
+"""Slices that hold: the slice watchdog (NVML's per-process memory against each slice, docs/leases.md)
+warns of or stops a job past its slice, and slice jobs get the frameworks' own memory limits."""
+import os
+import shutil
+import tempfile
+import unittest
+
+from harness import Daemon, main, until_exists, wait_until
+from test_monitoring import get, get_json, parse_metrics, series, write_overlay
+
+SLICE_MIB = 20480
+OVER_MIB = 31949  # 31.2 GiB
+REASON = "used 31.2 GiB of its 20 GiB slice"
+LIMITS = ("XLA_PYTHON_CLIENT_MEM_FRACTION", "XLA_PYTHON_CLIENT_PREALLOCATE", "TF_FORCE_GPU_ALLOW_GROWTH",
+          "CUPY_GPU_MEMORY_LIMIT")
+
+
+class SliceWatchTest(unittest.TestCase):
+    def setUp(self):
+        self.scratch = tempfile.mkdtemp(prefix="gpupool-slices-")
+        self.overlay = os.path.join(self.scratch, "overlay.json")
+        write_overlay(self.overlay, {})
+
+    def tearDown(self):
+        shutil.rmtree(self.scratch, ignore_errors=True)
+
+    def daemon(self, policy):
+        return Daemon(http="127.0.0.1:0", config=f'slice_overrun = "{policy}"\n',
+                      env={"GPUPOOL_SIM_STATE": self.overlay})
+
+    def two_slices_on_one_gpu(self, d):
+        """Two 20 GiB slice jobs that write their PIDs and run until told; returns (ids, pids, gpu)."""
+        jobs = [d.enqueue(["sh", "-c", f"echo $$ > {d.path(name)}.pid; {until_exists(d.path('go'))}"],
+                          mem_mib=SLICE_MIB, name=name) for name in ("hungry", "neighbour")]
+        shown = [d.wait_state(job, "running") for job in jobs]
+        self.assertEqual(shown[0]["gpus"], shown[1]["gpus"], "slices pack onto one GPU")
+        pids = [int(wait_until(lambda n=name: _read(d.path(f"{n}.pid")), what=f"{name}'s pid"))
+                for name in ("hungry", "neighbour")]
+        return jobs, pids, shown[0]["gpus"][0]
+
+    def use_memory(self, gpu, pids_mib):
+        """The simulated GPU lists these processes with this much memory each."""
+        processes = [{"pid": pid, "used_memory_mib": mib, "kind": "compute"} for pid, mib in pids_mib]
+        write_overlay(self.overlay, {gpu: {"processes": processes,
+                                           "memory_used_mib": sum(mib for _, mib in pids_mib)}})
+
+    def test_warn_shows_the_overrun_and_the_job_runs_on(self):
+        with self.daemon("warn") as d:
+            address = d.http_address()
+            (hungry, neighbour), pids, gpu = self.two_slices_on_one_gpu(d)
+            self.use_memory(gpu, [(pids[0], OVER_MIB), (pids[1], 1000)])
+
+            def warned():
+                entries = {job["id"]: job for job in get_json(address, "/api/jobs")["jobs"]}
+                return entries[hungry]["slice_overrun"] == REASON and entries
+            entries = wait_until(warned, what="the API's warning")
+            self.assertEqual((entries[hungry]["slice_used_mib"], entries[neighbour]["slice_used_mib"]), (OVER_MIB, 1000))
+            self.assertIsNone(entries[neighbour]["slice_overrun"])
+            samples = parse_metrics(get(address, "/metrics")[2])
+            self.assertEqual(series(samples, "gpupool_job_slice_overrun", job_id=hungry)[0][1], 1)
+            self.assertEqual(series(samples, "gpupool_job_slice_overrun", job_id=neighbour)[0][1], 0)
+            self.assertEqual(series(samples, "gpupool_job_slice_used_bytes", job_id=hungry)[0][1], OVER_MIB << 20)
+            self.assertEqual(d.show(hungry)["usage"]["slice_used_mib"], OVER_MIB)
+            listing = d.gp("jobs", check=True).stdout
+            self.assertIn("Over 31.2/20G", listing)
+            self.assertEqual(listing.count("Over "), 1, listing)
+            top = d.gp("top", "--once", env={"COLUMNS": "200"}, check=True).stdout
+            self.assertIn(f"over its slice: {REASON}", top)
+
+            # Warned at every sample since, never stopped.
+            d.wait_for_samples(3)
+            self.assertEqual([d.job_state(job) for job in (hungry, neighbour)], ["running", "running"])
+            d.touch("go")
+            self.assertEqual([job["state"] for job in d.finish(hungry, neighbour)], ["done", "done"])
+
+    def test_stop_ends_the_job_with_its_figures_and_spares_its_neighbour(self):
+        with self.daemon("stop") as d:
+            (hungry, neighbour), pids, gpu = self.two_slices_on_one_gpu(d)
+            self.use_memory(gpu, [(pids[0], SLICE_MIB), (pids[1], 1000)])  # all of it is not past it
+            d.wait_for_samples(3)
+            self.assertEqual(d.job_state(hungry), "running")
+
+            self.use_memory(gpu, [(pids[0], OVER_MIB), (pids[1], 1000)])
+            [ended] = d.finish(hungry, timeout=30)
+            self.assertEqual((ended["state"], ended["reason"]), ("failed", REASON))
+            self.assertIn(f"job {hungry} {REASON} on GPU {gpu}", d.log_text())
+            d.wait_for_samples(3)
+            self.assertEqual(d.job_state(neighbour), "running")
+            d.touch("go")
+            self.assertEqual(d.finish(neighbour)[0]["state"], "done")
+
+    def test_off_watches_nothing(self):
+        with Daemon(http="127.0.0.1:0", config='slice_enforcement = "off"\nslice_overrun = "stop"\n',
+                    env={"GPUPOOL_SIM_STATE": self.overlay}) as d:
+            address = d.http_address()
+            (hungry, _), pids, gpu = self.two_slices_on_one_gpu(d)
+            self.use_memory(gpu, [(pids[0], OVER_MIB)])
+            d.wait_for_samples(3)
+            entry = next(job for job in get_json(address, "/api/jobs")["jobs"] if job["id"] == hungry)
+            self.assertEqual((entry["state"], entry["slice_used_mib"]), ("running", None))
+            d.touch("go")
+            d.finish(hungry)
+
+    def test_mps_is_refused_in_one_line(self):
+        d = Daemon(config='slice_enforcement = "mps"\n')
+        try:
+            proc = d.popen()
+            self.assertNotEqual(proc.wait(timeout=30), 0)
+            self.assertIn("'slice_enforcement' = \"mps\" is not supported yet: use \"watch\"", d.log_text())
+        finally:
+            shutil.rmtree(d.root, ignore_errors=True)
+
+    def test_slice_jobs_get_the_frameworks_limits_and_their_own_settings_win(self):
+        with Daemon() as d:
+            def run_env(*args, env=None):
+                out = d.gp("run", "-q", *args, "--", "env", env=env, check=True).stdout
+                return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+            sliced = run_env("--mem", "20G")
+            # 20 GiB of an H200's 143771 MiB.
+            self.assertEqual({k: sliced.get(k) for k in LIMITS},
+                             {"XLA_PYTHON_CLIENT_MEM_FRACTION": "0.1424", "XLA_PYTHON_CLIENT_PREALLOCATE": "false",
+                              "TF_FORCE_GPU_ALLOW_GROWTH": "true", "CUPY_GPU_MEMORY_LIMIT": str(20 << 30)})
+            whole = run_env()
+            self.assertEqual([k for k in LIMITS if k in whole], [])
+            own = run_env("--mem", "20G", env={"TF_FORCE_GPU_ALLOW_GROWTH": "false"})
+            self.assertEqual((own["TF_FORCE_GPU_ALLOW_GROWTH"], own["CUPY_GPU_MEMORY_LIMIT"]), ("false", str(20 << 30)))
+
+            # A batch job, through the daemon's supervisor: the same.
+            batch = d.submit("--mem", "20G", "--", "sh", "-c", f"env > {d.path('batch.env')}",
+                             env={"XLA_PYTHON_CLIENT_MEM_FRACTION": "0.5"})
+            whole_batch = d.submit("--", "sh", "-c", f"env > {d.path('whole.env')}")
+            self.assertEqual([job["state"] for job in d.finish(batch, whole_batch)], ["done", "done"])
+            batch_env = _env_file(d.path("batch.env"))
+            self.assertEqual((batch_env["XLA_PYTHON_CLIENT_MEM_FRACTION"], batch_env["TF_FORCE_GPU_ALLOW_GROWTH"]),
+                             ("0.5", "true"))
+            self.assertEqual([k for k in LIMITS if k in _env_file(d.path("whole.env"))], [])
+
+
+def _read(path):
+    try:
+        with open(path) as f:
+            text = f.read().strip()
+    except FileNotFoundError:
+        return None
+    return text or None
+
+
+def _env_file(path):
+    with open(path) as f:
+        return dict(line.rstrip("\n").split("=", 1) for line in f if "=" in line)
+
+
+if __name__ == "__main__":
+    main()
