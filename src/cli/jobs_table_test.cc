@@ -83,7 +83,7 @@ TEST(JobsTableTest, AJobPastItsSliceSaysByHowMuchWithinAHundredColumns) {
   job.spec.gpus.slice_mib = 20480;
   job.usage = JobUsage{4.34, 97.4, std::nullopt, 31949};
   std::string row = jobs_table_row(job, "123456", "running", kNow, clock_for_table);
-  EXPECT_NE(row.find("Over 31.2/20G"), std::string::npos) << row;
+  EXPECT_NE(row.find("Over 156%"), std::string::npos) << row;
   EXPECT_LE(display_width(row), 100u) << row;
 }
 

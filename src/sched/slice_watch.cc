@@ -79,7 +79,8 @@ std::optional<std::string> slice_overrun_warning(const Job& job, bool short_form
   }
   if (*job.usage->slice_used_mib <= *job.spec.gpus.slice_mib) return std::nullopt;
   if (short_form) {
-    return fmt::format("Over {}/{}G", gib_text(*job.usage->slice_used_mib), gib_text(*job.spec.gpus.slice_mib));
+    // A share, not the two sizes: "Over 112/100G" would not fit the table's hundred columns.
+    return fmt::format("Over {}%", *job.usage->slice_used_mib * 100 / *job.spec.gpus.slice_mib);
   }
   return "over its slice: " + slice_overrun_text(*job.usage->slice_used_mib, *job.spec.gpus.slice_mib);
 }

@@ -68,7 +68,7 @@ std::string slice_overrun_text(uint64_t used_mib, uint64_t slice_mib);
 
 // The warning `jobs` and `top` show for a running slice job past its slice at the latest sample
 // ("over its slice: used 31.2 GiB of its 20 GiB slice"); nullopt for any other job.
-// `short_form`: "Over 31.2/20G", for the one-word reasons of `gpupool jobs`'s table.
+// `short_form`: "Over 156%" (of its slice), for the one-word reasons of `gpupool jobs`'s table.
 std::optional<std::string> slice_overrun_warning(const Job& job, bool short_form = false);
 
 // The jobs to stop under `policy`: those over their slice that have not been told to end yet.

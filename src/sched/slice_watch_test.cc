@@ -85,7 +85,7 @@ TEST(SliceOverrunWarning, OnlyARunningSliceJobPastItsSlice) {
   EXPECT_EQ(slice_overrun_warning(job), std::nullopt);  // all of it, not more
   job.usage->slice_used_mib = 31949;
   EXPECT_EQ(slice_overrun_warning(job), "over its slice: used 31.2 GiB of its 20 GiB slice");
-  EXPECT_EQ(slice_overrun_warning(job, /*short_form=*/true), "Over 31.2/20G");
+  EXPECT_EQ(slice_overrun_warning(job, /*short_form=*/true), "Over 156%");
   job.state = JobState::Failed;
   EXPECT_EQ(slice_overrun_warning(job), std::nullopt);
   job.state = JobState::Running;

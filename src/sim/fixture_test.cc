@@ -544,9 +544,8 @@ TEST(FixtureLocate, ByNameByPathAndUnknown) {
   EXPECT_EQ(locate_fixture("x.json", dirs).error().message,
             "simulated machine file 'x.json' does not exist");
   EXPECT_EQ(locate_fixture("foo", dirs).error().message,
-            "unknown simulated machine 'foo' (known: dgx-a100, dgx1-v100, h200-1, hgx-h200, "
-            "mixed-workstation, "
-            "pcie-4gpu)");
+            "unknown simulated machine 'foo' (known: a100-mig-mixed, dgx-a100, dgx-a100-mig, dgx1-v100, h200-1, "
+            "hgx-h200, hgx-h200-mig, mixed-workstation, pcie-4gpu)");
   EXPECT_EQ(locate_fixture("foo", {"/nonexistent"}).error().message,
             "unknown simulated machine 'foo' (no fixtures in /nonexistent)");
 }
