@@ -47,6 +47,12 @@ def parse_matrix(text):
     columns and rows after the GPUs) or of `gpupool topo` (space-padded): rows[i][j], "X" on the
     diagonal."""
     lines = [re.sub(r"\x1b\[[0-9;]*m", "", line) for line in text.splitlines()]
+    start = next((i for i, line in enumerate(lines) if re.match(r"^\s+GPU0\b", line)), None)
+    # The matrix ends at the first blank line after its header: notes below it may start with a
+    # GPU's name too ("GPU0 is in MIG mode ...").
+    if start is not None:
+        end = next((i for i in range(start, len(lines)) if not lines[i].strip()), len(lines))
+        lines = lines[start:end]
     header = next((line.split() for line in lines if re.match(r"^\s+GPU0\b", line)), None)
     if header is None:
         raise ValueError("no header line starting with GPU0")
