@@ -92,6 +92,8 @@ class Lease:
         self.uuids = list(granted.get("uuids") or [])
         self.mem_mib = granted.get("mem_mib")
         self.environment = _environment(job_name or str(self.id), self.gpus, self.uuids, self.mem_mib)
+        # An MPS slice's client settings, from gpupoold: before CUDA starts, as for the GPUs.
+        self.environment.update(entry.split("=", 1) for entry in granted.get("environment") or [] if "=" in entry)
         self._connection = connection
         self._descriptors = descriptors
         self._helper = helper  # `gpupool acquire`, which took the leases when no gpupoold ran
@@ -164,8 +166,9 @@ class Lease:
         return f"<gpupool.Lease job {self.job} gpus {self.gpus} {state}>"
 
 
-def acquire(n=1, mem=None, timeout=None, name=None, on_wait=None, socket_path=None, time=None):
-    """Leases n GPUs (mem: a slice of each, e.g. "20G" or MiB) from gpupoold for this process,
+def acquire(n=1, mem=None, timeout=None, name=None, on_wait=None, socket_path=None, time=None, sm=None):
+    """Leases n GPUs (mem: a slice of each, e.g. "20G" or MiB; sm: with mem, at most this percentage
+    of each GPU's multiprocessors, held by CUDA MPS) from gpupoold for this process,
     waiting in the queue like `gpupool run` (timeout: give up after this many seconds; None waits
     as long as it takes), then sets CUDA_VISIBLE_DEVICES and the GPUPOOL_* variables exactly as
     `gpupool run` sets them for its program. on_wait(text) hears why the request waits. time: a
@@ -181,6 +184,10 @@ def acquire(n=1, mem=None, timeout=None, name=None, on_wait=None, socket_path=No
     time_limit = seconds(time, "time limit")
     if time_limit == 0:
         raise Error(f"invalid time limit {time!r}: must be more than 0")
+    if sm is not None and (isinstance(sm, bool) or not isinstance(sm, int) or not 1 <= sm <= 100):
+        raise Error(f"invalid compute share {sm!r}: expected a whole percentage from 1 to 100")
+    if sm is not None and mem is None:
+        raise Error("sm needs mem: a compute share is a share of a GPU that slices share")
     _refuse_if_cuda_started()
     command = list(getattr(sys, "orig_argv", None) or [sys.executable, *sys.argv])
     try:
@@ -188,7 +195,7 @@ def acquire(n=1, mem=None, timeout=None, name=None, on_wait=None, socket_path=No
     except OSError:
         cwd = "/"
     job = {"kind": "interactive", "command": command, "cwd": cwd, "gpu_count": n, "mem_mib": memory_mib(mem),
-           "name": name or "", "time_limit_s": time_limit}
+           "name": name or "", "time_limit_s": time_limit, "sm_percent": sm}
     try:
         connection = Connection(socket_path)
     except NoDaemon as no_daemon:
@@ -254,6 +261,8 @@ def _acquire_without_daemon(job, limit, on_wait, no_daemon):
     argv = [command, "acquire", "--fd", str(theirs.fileno()), "-g", str(job["gpu_count"])]
     if job["mem_mib"] is not None:
         argv += ["--mem", f"{job['mem_mib']}M"]
+    if job["sm_percent"] is not None:
+        argv += ["--sm", str(job["sm_percent"])]
     if job["name"]:
         argv += ["--name", job["name"]]
     if limit is not None:

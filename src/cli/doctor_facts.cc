@@ -1,15 +1,19 @@
 #include "cli/doctor_facts.h"
 
+#include <algorithm>
 #include <cstdlib>
 
 #include <fmt/format.h>
 
+#include "base/text.h"
 #include "cli/daemon_client.h"
 #include "gpu/gpu_backend.h"
 #include "lease/gpu_pool.h"
 #include "lease/lease_directory.h"
 #include "os/container.h"
 #include "os/environment.h"
+#include "os/program.h"
+#include "sched/mps.h"
 #include "sim/open_backend.h"
 
 
@@ -164,6 +168,10 @@ DoctorFacts gather_doctor_facts(const HostFiles& host, std::optional<uint32_t> p
   facts.daemon.runtime_dir = runtime_directory();
   gather_leases(facts, host);
   gather_daemon(facts);
+  facts.mps_control = find_program(kMpsControlProgram);
+  std::string controllers = host.read("/sys/fs/cgroup/cgroup.controllers").value_or("");
+  std::ranges::replace(controllers, '\n', ' ');
+  facts.dmem_controller = std::ranges::count(split(controllers, ' '), std::string("dmem")) > 0;
   if (pid) facts.process = gather_process(host, *pid);
   return facts;
 }

@@ -29,6 +29,7 @@ void add_lease_options(CLI::App& cmd, LeaseRequestOptions& options) {
                  "Share the GPUs: take this much of each one's memory (e.g. 20G) instead of whole GPUs")
       ->type_name("SIZE")
       ->check(memory_size_value());
+  add_compute_share_option(cmd, options.sm_percent);
   cmd.add_option("--gpus", options.gpus, "Only these GPUs (indices or UUIDs, comma-separated)")->type_name("GPUS");
   cmd.add_option("--exclude", options.exclude, "Never these GPUs (indices or UUIDs, comma-separated)")
       ->type_name("GPUS");
@@ -44,6 +45,25 @@ void add_lease_options(CLI::App& cmd, LeaseRequestOptions& options) {
       ->type_name("DURATION")
       ->check(duration_value());
   cmd.add_flag("-q,--quiet", options.quiet, "Do not report waiting and the GPUs taken on stderr");
+}
+
+void add_compute_share_option(CLI::App& cmd, std::optional<unsigned>& sm_percent) {
+  cmd.add_option("--sm", sm_percent,
+                 "With --mem: use at most PCT % of each GPU's multiprocessors (CUDA MPS; needs gpupoold with "
+                 "slice_enforcement \"mps\" or \"auto\" where MPS is installed)")
+      ->type_name("PCT")
+      ->check(whole_number(1, 100));
+}
+
+Result<void> set_slice(GpuRequest& request, const std::string& memory, const std::optional<unsigned>& sm_percent) {
+  if (!memory.empty()) {
+    TRY_ASSIGN(request.slice_mib, parse_memory_mib(memory));
+  }
+  if (sm_percent && !request.slice_mib) {
+    return fail("--sm needs --mem: a compute share is a share of a GPU that slices share");
+  }
+  request.sm_percent = sm_percent;
+  return {};
 }
 
 Result<std::chrono::milliseconds> parse_duration(const std::string& text) {
@@ -138,8 +158,13 @@ Result<LeasedGpus> lease_from_daemon(DaemonClient client, GpuBackend& backend, c
     }
     TRY_ASSIGN(Machine machine, backend.discover(DiscoveryScope{.links = false, .processes = false}));
     std::string job = options.name.empty() ? std::to_string(granted->id) : options.name;
-    LeasedGpus leased{Acquired{std::move(leases), granted->gpus, std::move(machine)}, granted->gpus, job,
-                      granted->slice_mib, std::make_shared<DaemonClient>(std::move(client)), granted->id};
+    LeasedGpus leased{Acquired{std::move(leases), granted->gpus, std::move(machine)},
+                      granted->gpus,
+                      job,
+                      granted->slice_mib,
+                      std::make_shared<DaemonClient>(std::move(client)),
+                      granted->id,
+                      granted->environment};
     return leased;
   }
 }
@@ -149,10 +174,7 @@ Result<LeasedGpus> lease_from_daemon(DaemonClient client, GpuBackend& backend, c
 Result<AcquireOptions> acquire_options(const LeaseRequestOptions& options, GpuBackend& backend) {
   AcquireOptions acquire;
   acquire.request.count = options.count;
-  if (!options.memory.empty()) {
-    TRY_ASSIGN(uint64_t slice, parse_memory_mib(options.memory));
-    acquire.request.slice_mib = slice;
-  }
+  TRY(set_slice(acquire.request, options.memory, options.sm_percent));
   if (!options.gpus.empty() || !options.exclude.empty()) {
     TRY_ASSIGN(Machine machine, backend.discover(DiscoveryScope{.links = false, .processes = false}));
     if (!options.gpus.empty()) {
@@ -172,6 +194,9 @@ Result<AcquireOptions> acquire_options(const LeaseRequestOptions& options, GpuBa
 
 Result<LeasedGpus> lease_directly(GpuBackend& backend, const LeaseDirectory& leases, AcquireOptions acquire,
                                   std::string job, pid_t holder_pid) {
+  if (acquire.request.sm_percent) {
+    return fail("--sm needs gpupoold, which holds a slice's compute share with CUDA MPS; no daemon is running");
+  }
   acquire.holder = LeaseHolder{holder_pid, "", job, static_cast<int64_t>(std::time(nullptr))};
   TRY_ASSIGN(Acquired acquired, acquire_gpus(backend, leases, host_files_from_environment(), acquire));
   LeasedGpus leased{std::move(acquired), {}, std::move(job), acquire.request.slice_mib, nullptr};
@@ -219,7 +244,9 @@ void report_finished(LeasedGpus& leased, int exit_code, bool timed_out) {
 }
 
 std::vector<std::string> job_environment(const LeasedGpus& leased, const std::vector<unsigned>& gpus) {
-  return lease_environment(own_environment_entries(), leased.acquired.machine, gpus, leased.job, leased.slice_mib);
+  return with_overrides(
+      lease_environment(own_environment_entries(), leased.acquired.machine, gpus, leased.job, leased.slice_mib),
+      leased.mps_environment);
 }
 
 }  // namespace gpupool::cli

@@ -16,6 +16,7 @@ namespace gpupool::cli {
 struct LeaseRequestOptions {
   unsigned count = 1;
   std::string memory;    // --mem: a slice of each GPU's memory; empty: whole GPUs
+  std::optional<unsigned> sm_percent;  // --sm: a slice's share of each GPU's multiprocessors
   std::string gpus;      // --gpus: only these
   std::string exclude;   // --exclude: never these
   std::optional<std::string> wait;  // --wait[=TIMEOUT]; default: wait as long as it takes
@@ -26,6 +27,13 @@ struct LeaseRequestOptions {
 
 void add_lease_options(CLI::App& cmd, LeaseRequestOptions& options);
 
+// --sm PCT, which `submit` shares with `run`, `launch` and `acquire`.
+void add_compute_share_option(CLI::App& cmd, std::optional<unsigned>& sm_percent);
+
+// The request's --mem and --sm: the slice (nullopt: whole GPUs) and its compute share. A share
+// without a slice is an error.
+Result<void> set_slice(GpuRequest& request, const std::string& memory, const std::optional<unsigned>& sm_percent);
+
 struct LeasedGpus {
   Acquired acquired;
   std::vector<unsigned> gpus;  // nvidia-smi indices, placement order
@@ -34,6 +42,8 @@ struct LeasedGpus {
   // Set when gpupoold granted the lease: the connection to report the end on, and the job.
   std::shared_ptr<DaemonClient> daemon;
   JobId id = 0;
+  // What gpupoold adds to the program's environment: an MPS slice's client settings.
+  std::vector<std::string> mps_environment = {};
 };
 
 // Acquires (waiting as the options say, reporting the wait on stderr): through gpupoold's

@@ -108,9 +108,12 @@ void print_job_details(const Job& job, const std::string& id, const std::string&
     line("command", fmt::format("{}", fmt::join(words, " ")));
     line("cwd", job.spec.cwd);
   }
-  line("request", job.spec.gpus.slice_mib ? fmt::format("{} GPU(s), {} MiB each (shared)", job.spec.gpus.count,
-                                                   *job.spec.gpus.slice_mib)
-                                     : fmt::format("{} whole GPU(s)", job.spec.gpus.count));
+  line("request", job.spec.gpus.slice_mib
+                      ? fmt::format("{} GPU(s), {} MiB each (shared){}", job.spec.gpus.count, *job.spec.gpus.slice_mib,
+                                    job.spec.gpus.sm_percent
+                                        ? fmt::format(", {} % of the multiprocessors", *job.spec.gpus.sm_percent)
+                                        : "")
+                      : fmt::format("{} whole GPU(s)", job.spec.gpus.count));
   line("gpus", gpu_list_text(job.gpus));
   if (job.spec.priority != 0) line("priority", std::to_string(job.spec.priority));
   if (!job.spec.after.empty()) line("after", fmt::format("{}", fmt::join(job.spec.after, ",")));
@@ -145,6 +148,7 @@ Result<std::vector<Job>> jobs_answer(DaemonClient& client, const proto::Request&
 struct SubmitOptions {
   unsigned count = 1;
   std::string memory;
+  std::optional<unsigned> sm_percent;
   std::string name;
   int priority = 0;
   std::string after;
@@ -176,15 +180,15 @@ Result<int> submit(const SubmitOptions& options) {
   spec.cwd = *cwd;
   spec.umask = current_umask();
   spec.gpus.count = options.count;
-  if (!options.memory.empty()) {
-    TRY_ASSIGN(uint64_t slice, parse_memory_mib(options.memory));
-    spec.gpus.slice_mib = slice;
-  }
+  TRY(set_slice(spec.gpus, options.memory, options.sm_percent));
   spec.priority = options.priority;
   spec.retries = options.retries;
   TRY_ASSIGN(auto time_limit, parse_time_limit(options.time_limit));
   if (time_limit) spec.time_limit_s = seconds_of(*time_limit);
-  if (options.slurm.enabled) return submit_to_slurm(spec, options.after, options.hold, options.slurm);
+  if (options.slurm.enabled) {
+    if (spec.gpus.sm_percent) return fail("--sm is gpupoold's (CUDA MPS on this machine); with --slurm, leave it out");
+    return submit_to_slurm(spec, options.after, options.hold, options.slurm);
+  }
   if (!options.after.empty()) {
     TRY_ASSIGN(spec.after, parse_job_ids(std::array{options.after}));
   }
@@ -617,6 +621,7 @@ void add_queue_commands(CLI::App& app, int& exit_code, const std::vector<std::st
     cmd->add_option("--mem", options->memory, "Share the GPUs: this much of each one's memory (e.g. 20G)")
         ->type_name("SIZE")
         ->check(memory_size_value());
+    add_compute_share_option(*cmd, options->sm_percent);
     cmd->add_option("--name", options->name, "The job's name (default: the command's)");
     cmd->add_option("--priority", options->priority, "Higher runs first; above 0 needs an administrator");
     // One string (not a list option), so `--after 3 -- cmd` cannot swallow the command.

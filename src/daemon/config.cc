@@ -154,15 +154,13 @@ const Key kDaemonKeys[] = {
     {"slice_enforcement",
      [](const toml::node& node, std::string_view key, DaemonConfig& config) -> Result<void> {
        auto text = node.value<std::string_view>();
-       if (node.is_string() && *text == "mps") {
-         return fail("{} = \"mps\" is not supported yet: use \"watch\"", quote(key));
+       if (!node.is_string() || (*text != "auto" && *text != "mps" && *text != "watch" && *text != "off")) {
+         return fail("{} must be \"auto\", \"mps\", \"watch\" or \"off\"", quote(key));
        }
-       if (!node.is_string() || (*text != "auto" && *text != "watch" && *text != "off")) {
-         return fail("{} must be \"auto\", \"watch\" or \"off\"", quote(key));
-       }
-       config.slice_enforcement = *text == "watch" ? SliceEnforcement::Watch
-                                  : *text == "off" ? SliceEnforcement::Off
-                                                   : SliceEnforcement::Auto;
+       config.slice_enforcement = *text == "mps"     ? SliceEnforcement::Mps
+                                  : *text == "watch" ? SliceEnforcement::Watch
+                                  : *text == "off"   ? SliceEnforcement::Off
+                                                     : SliceEnforcement::Auto;
        return {};
      }},
     {"slice_overrun",

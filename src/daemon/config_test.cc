@@ -61,6 +61,13 @@ TEST(ConfigTest, OutputLimitAndReserveInMiB) {
   EXPECT_FALSE(parsed("[daemon]\nmax_log_mb = \"unlimited\"\n").max_log_bytes);
 }
 
+TEST(ConfigTest, SliceEnforcementByName) {
+  EXPECT_EQ(parsed("[daemon]\nslice_enforcement = \"auto\"\n").slice_enforcement, SliceEnforcement::Auto);
+  EXPECT_EQ(parsed("[daemon]\nslice_enforcement = \"mps\"\n").slice_enforcement, SliceEnforcement::Mps);
+  EXPECT_EQ(parsed("[daemon]\nslice_enforcement = \"watch\"\n").slice_enforcement, SliceEnforcement::Watch);
+  EXPECT_EQ(parsed("[daemon]\nslice_enforcement = \"off\"\n").slice_enforcement, SliceEnforcement::Off);
+}
+
 TEST(ConfigTest, PrivateDataNamesWhatIsPrivate) {
   EXPECT_FALSE(parsed("").private_data.jobs);
   EXPECT_FALSE(parsed("").private_data.usage);
@@ -80,7 +87,7 @@ kill_grace_s = 0
 default_time_limit = "2h"
 max_time_limit = "1d"
 device_isolation = "on"
-slice_enforcement = "watch"
+slice_enforcement = "mps"
 slice_overrun = "stop"
 
 [scheduler]
@@ -107,7 +114,7 @@ alice = 8
   EXPECT_EQ(config.default_time_limit_s, 7200.0);
   EXPECT_EQ(config.max_time_limit_s, 86400.0);
   EXPECT_EQ(config.device_isolation, DeviceIsolationMode::On);
-  EXPECT_EQ(config.slice_enforcement, SliceEnforcement::Watch);
+  EXPECT_EQ(config.slice_enforcement, SliceEnforcement::Mps);
   EXPECT_EQ(config.slice_overrun, SliceOverrunPolicy::Stop);
   EXPECT_EQ(config.scheduler.policy, Policy::Backfill);
   EXPECT_EQ(config.scheduler.quota_gpus, 4.0);
@@ -192,10 +199,10 @@ TEST(ConfigTest, ValuesOutOfRangeOrOfTheWrongTypeNameTheKeyAndLine) {
        "gpupool.toml:2: 'state_reserve_mb' must be a whole number of MiB from 0 to 16777216"},
       {"[daemon]\ndevice_isolation = \"yes\"\n",
        "gpupool.toml:2: 'device_isolation' must be \"auto\", \"on\" or \"off\""},
-      {"[daemon]\nslice_enforcement = \"mps\"\n",
-       "gpupool.toml:2: 'slice_enforcement' = \"mps\" is not supported yet: use \"watch\""},
       {"[daemon]\nslice_enforcement = \"on\"\n",
-       "gpupool.toml:2: 'slice_enforcement' must be \"auto\", \"watch\" or \"off\""},
+       "gpupool.toml:2: 'slice_enforcement' must be \"auto\", \"mps\", \"watch\" or \"off\""},
+      {"[daemon]\nslice_enforcement = \"MPS\"\n",
+       "gpupool.toml:2: 'slice_enforcement' must be \"auto\", \"mps\", \"watch\" or \"off\""},
       {"[daemon]\nslice_overrun = \"kill\"\n", "gpupool.toml:2: 'slice_overrun' must be \"warn\" or \"stop\""},
       {"[daemon]\nslice_overrun = 1\n", "gpupool.toml:2: 'slice_overrun' must be \"warn\" or \"stop\""},
       {"[daemon]\ndevice_isolation = true\n",

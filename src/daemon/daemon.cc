@@ -17,6 +17,7 @@
 #include "os/file_lock.h"
 #include "os/files.h"
 #include "os/process.h"
+#include "sched/mps.h"
 #include "sched/slice_watch.h"
 #include "sim/open_backend.h"
 
@@ -47,15 +48,24 @@ Daemon::Impl::Impl(DaemonSettings settings, JobStore store, LeaseDirectory lease
       machine_(std::move(machine)),
       scheduler_(std::move(scheduler)),
       dispatcher_(DispatcherSettings{settings_.state_dir, settings_.config.kill_grace_s, own_pid(),
-                                     OutputLimits{settings_.config.max_log_bytes, settings_.config.state_reserve_bytes}},
+                                     OutputLimits{settings_.config.max_log_bytes, settings_.config.state_reserve_bytes},
+                                     mps_slices_},
                   store_, leases_,
                   machine_, scheduler_, runner_, host_,
                   DispatcherHooks{
-                      .hand_to_client = [this](const Job& job, const HeldLeases& held) { return hand_to_client(job, held); },
+                      .hand_to_client =
+                          [this](const Job& job, const HeldLeases& held, const std::vector<std::string>& environment) {
+                            return hand_to_client(job, held, environment);
+                          },
                       .client_connected = [this](JobId id) { return lease_sessions_.count(id) > 0; },
                       .finished = [this](const Job& job) { job_finished(job); },
                       .look_again_soon = [this] { schedule_sample(std::chrono::milliseconds(50)); },
                       .queue_changed = [this] { publish(); },
+                      .mps_environment =
+                          [this](const Job& job) {
+                            return mps_.client_environment(machine_.gpus.at(job.gpus.at(0)).uuid,
+                                                           *job.spec.gpus.slice_mib, job.spec.gpus.sm_percent);
+                          },
                       .started_in = [this](double seconds) { monitor_->observe_dispatch(seconds); },
                   }) {}
 
@@ -86,6 +96,11 @@ Result<void> Daemon::Impl::recover() {
     mark_drained_gpus(drain_, unsurveyed);
     TRY(scheduler_.set_outside_use(unsurveyed));
   }
+  if (mps_slices_) {  // before a job's attempt could start another control daemon
+    std::vector<std::string> uuids;
+    for (const Gpu& gpu : machine_.gpus) uuids.push_back(gpu.uuid);
+    mps_.adopt(uuids);
+  }
   TRY_ASSIGN(std::vector<Job> jobs, store_.unfinished());
   TRY_ASSIGN(std::vector<JobId> waiting, dispatcher_.adopt_running(std::move(jobs)));
   fair_share_.restore();  // after adoption: the adopted jobs add what they ran while it was down
@@ -107,12 +122,16 @@ Result<void> Daemon::Impl::run() {
   monitor_->start();
   supervisors_.fill();
   dispatcher_.dispatch();
-  fmt::print(stderr, "gpupoold: serving {} GPUs on {} (state in {})\n", machine_.gpus.size(), sessions_.socket_path(),
-             settings_.state_dir);
+  fmt::print(stderr, "gpupoold: serving {} GPUs on {} (state in {}); memory slices held by {}\n", machine_.gpus.size(),
+             sessions_.socket_path(), settings_.state_dir,
+             mps_slices_ ? "MPS where it can, the watchdog"
+             : watches_slices(settings_.config.slice_enforcement) ? "the watchdog"
+                                                                  : "nothing (slice_enforcement = \"off\")");
   // The socket accepts clients from here on: only now may systemd start the units ordered after us.
   service_.tell(fmt::format("READY=1\nSTATUS=serving {} GPUs on {}", machine_.gpus.size(), sessions_.socket_path()));
   service_.feed_watchdog_periodically();
   io_.run();
+  stop_unneeded_mps_controls();  // those of running slices stay, for them and the next daemon
   http_.reset();
   monitor_->stop();
   monitor_->save_usage();
@@ -261,7 +280,19 @@ void Daemon::Impl::on_sample(const Machine& machine) {
   }
   survey_ = std::move(*survey);
   watch_slices(machine);
+  stop_unneeded_mps_controls();
   apply_survey();
+}
+
+void Daemon::Impl::stop_unneeded_mps_controls() {
+  if (!mps_slices_) return;
+  std::set<std::string> in_use;
+  for (const auto& [id, job] : dispatcher_.active()) {
+    if (job.state == JobState::Running && runs_under_mps(job.spec.gpus)) {
+      in_use.insert(job.gpu_uuids.begin(), job.gpu_uuids.end());
+    }
+  }
+  mps_.stop_unneeded(in_use);
 }
 
 void Daemon::Impl::watch_slices(const Machine& sample) {

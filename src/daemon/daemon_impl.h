@@ -27,6 +27,7 @@
 #include "daemon/fair_share_keeper.h"
 #include "daemon/http_server.h"
 #include "daemon/job_groups.h"
+#include "daemon/mps_controls.h"
 #include "daemon/process_watch.h"
 #include "daemon/service_notifier.h"
 #include "daemon/session.h"
@@ -97,7 +98,7 @@ class Daemon::Impl {
   void apply_survey();
   Result<void> recover_drain_of_an_older_daemon();
   // The dispatcher's hooks (DispatcherHooks).
-  bool hand_to_client(const Job& job, const HeldLeases& held);
+  bool hand_to_client(const Job& job, const HeldLeases& held, const std::vector<std::string>& environment);
   void job_finished(const Job& job);
 
   // daemon.cc
@@ -109,6 +110,8 @@ class Daemon::Impl {
   // The slice watchdog on a sample: each running slice job's use, shown by the monitor, and the
   // jobs past their slice stopped under slice_overrun = "stop".
   void watch_slices(const Machine& sample);
+  // The MPS control daemons of GPUs where no MPS slice job runs any more, told to quit.
+  void stop_unneeded_mps_controls();
   // The runtime directory, or the socket in it, deleted under the running daemon: made again.
   void keep_runtime_directory();
   // Hands the monitor the queue as it stands, at most a few times a second.
@@ -121,6 +124,9 @@ class Daemon::Impl {
   Machine machine_;
   Scheduler scheduler_;
   HostFiles host_;
+  // Before the dispatcher, which is told of it: whether slices MPS can hold are MPS slices.
+  bool mps_slices_ = mps_in_effect(settings_.config.slice_enforcement);
+  MpsControls mps_{settings_.runtime_dir};
   asio::io_context io_;
   // After io_, so they go before it: they hold its handlers and timers.
   Sessions sessions_{io_};

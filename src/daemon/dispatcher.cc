@@ -12,6 +12,7 @@
 #include "lease/gpu_pool.h"
 #include "os/clock.h"
 #include "sched/allocation.h"
+#include "sched/mps.h"
 
 namespace gpupool {
 namespace {
@@ -33,8 +34,11 @@ void clear_attempt(Job& job) {
 
 }  // namespace
 
-JobRequest scheduler_request(const Job& job) {
-  return JobRequest{job.id, job.owner.user, job.spec.gpus, job.spec.priority, job.spec.time_limit_s, job.array};
+JobRequest scheduler_request(const Job& job, bool mps_slices) {
+  return JobRequest{job.id,         job.owner.user,
+                    job.spec.gpus,  job.spec.priority,
+                    job.spec.time_limit_s, job.array,
+                    mps_slices && runs_under_mps(job.spec.gpus)};
 }
 
 Dispatcher::Dispatcher(DispatcherSettings settings, JobStore& store, LeaseDirectory& leases, const Machine& machine,
@@ -69,7 +73,7 @@ Result<std::vector<JobId>> Dispatcher::adopt_running(std::vector<Job> jobs) {
     if (stored.spec.kind == JobKind::Interactive) {
       bool alive = stored.pid && stored.pid_start_ticks &&
                    host_.process_start_ticks(static_cast<uint32_t>(*stored.pid)) == stored.pid_start_ticks;
-      TRY(scheduler_.adopt(scheduler_request(stored), stored.gpus, stored.start_time.value_or(now)));
+      TRY(scheduler_.adopt(scheduler_request(stored, settings_.mps_slices), stored.gpus, stored.start_time.value_or(now)));
       adopt(stored);
       if (alive) {
         runner_.watch(id, *stored.pid);
@@ -90,7 +94,7 @@ Result<std::vector<JobId>> Dispatcher::adopt_running(std::vector<Job> jobs) {
       waiting.push_back(id);
       continue;
     }
-    TRY(scheduler_.adopt(scheduler_request(stored), stored.gpus, stored.start_time.value_or(now)));
+    TRY(scheduler_.adopt(scheduler_request(stored, settings_.mps_slices), stored.gpus, stored.start_time.value_or(now)));
     adopt(stored);
     if (record.progress == AttemptProgress::Running && record.supervisor_pid) {
       stored.pid = record.supervisor_pid;
@@ -150,7 +154,7 @@ std::optional<std::string> Dispatcher::carry_out(const lifecycle::Effect& effect
   return std::visit(
       Overloaded{
           [&](const lifecycle::EnterQueue& e) -> std::optional<std::string> {
-            if (auto submitted = scheduler_.submit(scheduler_request(active_.at(e.id)), unix_now()); !submitted) {
+            if (auto submitted = scheduler_.submit(scheduler_request(active_.at(e.id), settings_.mps_slices), unix_now()); !submitted) {
               return feed(lifecycle::Refused{e.id, submitted.error().message});
             }
             return std::nullopt;
@@ -319,14 +323,26 @@ void Dispatcher::start_attempt(const lifecycle::StartAttempt& start) {
   job.exit_code.reset();
   job.signal.reset();
   job.reason.clear();
+  std::vector<std::string> mps_environment;
+  if (settings_.mps_slices && runs_under_mps(job.spec.gpus)) {
+    auto mps = hooks_.mps_environment(job);
+    if (!mps) {
+      reserved.held.release();
+      if (reserved.supervisor) runner_.unreserve(job.id);
+      attempt_ended(job.id, {job.id, std::nullopt, std::nullopt, "could not start: " + mps.error().message, false});
+      return;
+    }
+    mps_environment = std::move(*mps);
+  }
   if (reserved.supervisor) {
-    start_batch(job, std::move(reserved.held), *reserved.supervisor);
+    start_batch(job, std::move(reserved.held), *reserved.supervisor, mps_environment);
   } else {
-    start_interactive(job, std::move(reserved.held));
+    start_interactive(job, std::move(reserved.held), mps_environment);
   }
 }
 
-void Dispatcher::start_batch(Job& job, HeldLeases held, pid_t supervisor) {
+void Dispatcher::start_batch(Job& job, HeldLeases held, pid_t supervisor,
+                             const std::vector<std::string>& mps_environment) {
   job.pid = supervisor;
   job.pid_start_ticks = host_.process_start_ticks(static_cast<uint32_t>(*job.pid));
   save(job);  // "running, attempt N, this supervisor" is stored before the attempt can begin
@@ -339,6 +355,7 @@ void Dispatcher::start_batch(Job& job, HeldLeases held, pid_t supervisor) {
   attempt.argv = job.spec.argv;
   attempt.environment =
       lease_environment(job.spec.environment, machine_, job.gpus, std::to_string(job.id), job.spec.gpus.slice_mib);
+  attempt.environment = with_overrides(attempt.environment, mps_environment);
   if (job.array) {
     // Slurm's SLURM_ARRAY_TASK_ID is left alone: inside a Slurm allocation it is the allocation's.
     attempt.environment =
@@ -362,8 +379,8 @@ void Dispatcher::start_batch(Job& job, HeldLeases held, pid_t supervisor) {
   held.hand_over();
 }
 
-void Dispatcher::start_interactive(Job& job, HeldLeases held) {
-  if (!hooks_.hand_to_client(job, held)) {
+void Dispatcher::start_interactive(Job& job, HeldLeases held, const std::vector<std::string>& mps_environment) {
+  if (!hooks_.hand_to_client(job, held, mps_environment)) {
     held.release();
     attempt_ended(job.id, {job.id, std::nullopt, std::nullopt, "its client disconnected", true});
     return;

@@ -31,20 +31,25 @@
 namespace gpupool {
 
 // What the scheduler needs to know of a job.
-JobRequest scheduler_request(const Job& job);
+// `mps_slices`: the daemon holds slices with MPS, so the job's slice, where MPS can hold it, is an
+// MPS one (JobRequest::mps).
+JobRequest scheduler_request(const Job& job, bool mps_slices);
 
 struct DispatcherSettings {
   std::string state_dir;  // logs/ and attempts/ are in it
   double kill_grace_s = 10;
   pid_t daemon_pid = 0;  // holds the leases of an interactive job whose client's pid is unknown
   OutputLimits output_limits;  // of each batch attempt's output
+  bool mps_slices = false;     // slices that MPS can hold run as MPS clients (sched/mps.h)
 };
 
 // What the dispatcher asks of the daemon's other parts.
 struct DispatcherHooks {
-  // Hands an interactive job's leases to its client (which waits on its connection), or says
-  // that no client waits for it any more.
-  std::function<bool(const Job& job, const HeldLeases& held)> hand_to_client;
+  // Hands an interactive job's leases to its client (which waits on its connection), with what its
+  // program's environment adds (an MPS slice's settings), or says that no client waits for it any
+  // more.
+  std::function<bool(const Job& job, const HeldLeases& held, const std::vector<std::string>& environment)>
+      hand_to_client;
   // Whether an interactive job's client is still connected, and so reports the job's end itself.
   std::function<bool(JobId id)> client_connected;
   // The job has ended and is stored: its client and those waiting for it are told.
@@ -53,6 +58,9 @@ struct DispatcherHooks {
   std::function<void()> look_again_soon;
   // The queue may have changed (called on every dispatch).
   std::function<void()> queue_changed;
+  // What an attempt in an MPS slice adds to its environment (its GPU's control daemon started
+  // first); an error: the attempt does not start, and fails with it.
+  std::function<Result<std::vector<std::string>>(const Job& job)> mps_environment;
   // Starting one job took this long (seconds).
   std::function<void(double seconds)> started_in;
 };
@@ -124,8 +132,8 @@ class Dispatcher {
   void finished(JobId id, JobState state, std::string reason);
   void start(const JobStart& decision);
   void start_attempt(const lifecycle::StartAttempt& start);
-  void start_batch(Job& job, HeldLeases held, pid_t supervisor);
-  void start_interactive(Job& job, HeldLeases held);
+  void start_batch(Job& job, HeldLeases held, pid_t supervisor, const std::vector<std::string>& mps_environment);
+  void start_interactive(Job& job, HeldLeases held, const std::vector<std::string>& mps_environment);
   std::optional<std::string> stop_attempt(const Job& job, lifecycle::SignalWhy why);
   // The supervisor of a running batch attempt has died while the job's processes (group `group`)
   // live on: from now on the daemon limits, cancels and ends them.

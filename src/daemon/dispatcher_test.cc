@@ -147,7 +147,7 @@ class DispatcherTest : public ::testing::Test {
   // A dispatcher as a (re)started daemon has it, over the same store, leases and runner.
   void make_dispatcher() {
     DispatcherHooks hooks;
-    hooks.hand_to_client = [this](const Job& job, const HeldLeases&) {
+    hooks.hand_to_client = [this](const Job& job, const HeldLeases&, const std::vector<std::string>&) {
       handed_to_client.push_back(job.id);
       return client_waits;
     };

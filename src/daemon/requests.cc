@@ -13,6 +13,7 @@
 #include "os/clock.h"
 #include "os/files.h"
 #include "os/process.h"
+#include "sched/mps.h"
 
 namespace gpupool {
 
@@ -47,6 +48,11 @@ Result<Job> Daemon::Impl::admit(const SessionPtr& session, const protocol::Submi
   if (job.spec.priority > 0 && !session->admin) {
     return fail("only an administrator may submit with a priority above 0");
   }
+  if (job.spec.gpus.sm_percent && !(mps_slices_ && runs_under_mps(job.spec.gpus))) {
+    return fail("--sm needs MPS, {}", mps_slices_ ? "which holds a slice of one GPU only"
+                                                  : "which this gpupoold does not use (slice_enforcement is not \"mps\", "
+                                                    "or \"auto\" found no nvidia-cuda-mps-control)");
+  }
   if (!job.spec.time_limit_s) job.spec.time_limit_s = settings_.config.default_time_limit_s;
   if (job.spec.time_limit_s && settings_.config.max_time_limit_s &&
       *job.spec.time_limit_s > *settings_.config.max_time_limit_s) {
@@ -66,7 +72,7 @@ Result<Job> Daemon::Impl::admit(const SessionPtr& session, const protocol::Submi
   }
   // Refused now, rather than stored to fail or wait for ever: more GPUs than the machine, the
   // user's quota or its --gpus/--exclude can ever give it.
-  if (auto admissible = scheduler_.admissible(scheduler_request(job)); !admissible) {
+  if (auto admissible = scheduler_.admissible(scheduler_request(job, mps_slices_)); !admissible) {
     return fail("this job {}", admissible.error().message);
   }
   for (JobId after : job.spec.after) {
@@ -413,7 +419,7 @@ void Daemon::Impl::handle(const SessionPtr& s, const protocol::ReportRequest& r)
 // ---------------------------------------------------------------------------------------------
 // What clients are told of their jobs (the dispatcher's hooks)
 
-bool Daemon::Impl::hand_to_client(const Job& job, const HeldLeases& held) {
+bool Daemon::Impl::hand_to_client(const Job& job, const HeldLeases& held, const std::vector<std::string>& environment) {
   auto session = lease_sessions_.find(job.id);
   if (session == lease_sessions_.end()) return false;
   std::vector<Fd> copies;
@@ -427,7 +433,7 @@ bool Daemon::Impl::hand_to_client(const Job& job, const HeldLeases& held) {
   }
   std::vector<int> descriptors;  // the session closes them once sent
   for (Fd& copy : copies) descriptors.push_back(copy.release());
-  protocol::LeaseGranted granted{job.id, job.gpus, job.gpu_uuids, job.spec.gpus.slice_mib,
+  protocol::LeaseGranted granted{job.id, job.gpus, job.gpu_uuids, job.spec.gpus.slice_mib, environment,
                                  static_cast<unsigned>(descriptors.size())};
   session->second->granted = true;
   sessions_.send(session->second, granted, std::move(descriptors));

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdlib>
 #include <iterator>
 #include <set>
 #include <sstream>
@@ -493,6 +494,51 @@ Finding check_state_space(const DoctorFacts& f) {
   return finding(id, CheckStatus::Ok, "room on the state filesystem", evidence);
 }
 
+// What holds memory slices here: MPS where it is installed (slice_enforcement = "auto"), and
+// what an administrator's host-wide settings would add. gpupool never changes them itself.
+Finding check_mps(const DoctorFacts& f) {
+  const std::string id = "mps";
+  std::vector<std::string> evidence;
+  if (f.machine) {
+    for (const Gpu& gpu : f.machine->gpus) {
+      std::string mode = gpu.compute_mode ? to_string(*gpu.compute_mode) : "n/a";
+      std::string meaning =
+          gpu.mig_enabled.value_or(false) ? "MIG on: its instances are hard slices already; no MPS here"
+          : gpu.compute_mode == ComputeMode::ExclusiveProcess
+              ? "only one process (the MPS server) may use it: a program outside MPS fails there, whole-GPU jobs too"
+          : gpu.compute_mode == ComputeMode::Prohibited ? "no CUDA program may use it"
+                                                        : "MPS clients and other programs share it";
+      evidence.push_back(fmt::format("GPU {}: compute mode {}: {}", gpu.index, mode, meaning));
+    }
+  }
+  evidence.push_back(
+      "compute mode EXCLUSIVE_PROCESS (`sudo nvidia-smi -i N -c EXCLUSIVE_PROCESS`) would keep programs that leave "
+      "MPS (unsetting CUDA_MPS_PIPE_DIRECTORY) off a GPU kept for slices, and whole-GPU jobs with them; MIG "
+      "(`nvidia-smi -mig 1`) gives hardware-isolated instances (docs/mig.md). Both are host-wide: gpupool changes "
+      "neither");
+  // Per-cgroup GPU memory limits (MPS of drivers r615 on, the kernel's dmem controller):
+  // docs/leases.md, "Newer drivers".
+  std::optional<std::string> driver =
+      f.module_version_text ? parse_kernel_module_version(*f.module_version_text) : std::nullopt;
+  bool new_driver = driver && std::atoi(driver->c_str()) >= 615;
+  evidence.push_back(fmt::format(
+      "per-cgroup GPU memory limits need a driver from r615 (here {}) and the kernel's cgroup dmem controller "
+      "(here {}): {}",
+      driver.value_or("unknown"), f.dmem_controller ? "present" : "absent, it came with 6.14",
+      new_driver && f.dmem_controller ? "available, though gpupool does not use them yet" : "not available"));
+  if (!f.mps_control) {
+    evidence.insert(evidence.begin(),
+                    "nvidia-cuda-mps-control is not on PATH: for limits the driver enforces, install CUDA MPS (with "
+                    "the driver's utilities) and restart gpupoold (docs/leases.md, \"Slices that hold\")");
+    return finding(id, CheckStatus::Ok, "CUDA MPS is not installed: gpupoold holds memory slices with its watchdog",
+                   evidence);
+  }
+  evidence.insert(evidence.begin(), "nvidia-cuda-mps-control: " + *f.mps_control);
+  return finding(id, CheckStatus::Ok,
+                 "CUDA MPS is installed: gpupoold (slice_enforcement = \"auto\") holds slices of one GPU with it",
+                 evidence);
+}
+
 Finding check_slurm(const DoctorFacts& f) {
   const std::string id = "slurm";
   auto job = variable(f.environment, "SLURM_JOB_ID");
@@ -711,7 +757,7 @@ std::vector<Finding> diagnose(const DoctorFacts& facts) {
                               check_ecc(facts),                check_display_servers(facts),
                               check_outside_processes(facts),  check_leases(facts),
                               check_daemon(facts),             check_state_space(facts),
-                              check_slurm(facts)};
+                              check_mps(facts),                check_slurm(facts)};
   if (facts.process) check_process(facts, *facts.process, out);
   return out;
 }

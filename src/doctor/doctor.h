@@ -86,6 +86,9 @@ struct DoctorFacts {
   std::optional<std::vector<LeaseFact>> leases;
   std::optional<std::string> lease_error;
   DaemonFact daemon;
+  // Where nvidia-cuda-mps-control is on PATH (CUDA MPS, which gpupoold's slices use).
+  std::optional<std::string> mps_control;
+  bool dmem_controller = false;  // the kernel's cgroup v2 dmem controller (device memory limits)
   std::optional<ProcessFacts> process;  // --pid
 };
 

@@ -79,8 +79,48 @@ TEST(DoctorTest, AHealthyMachinePassesEveryCheckInOrder) {
   EXPECT_EQ(ids, (std::vector<std::string>{"kernel-module", "device-nodes", "nvml", "gpus", "cuda-version",
                                            "container", "cuda-visible-devices", "persistence-mode", "ecc",
                                            "display-server", "outside-processes", "leases", "daemon", "state-space",
-                                           "slurm"}));
+                                           "mps", "slurm"}));
   EXPECT_EQ(doctor_exit_code(findings), 0);
+}
+
+Finding mps_finding(const DoctorFacts& facts) {
+  for (const Finding& f : diagnose(facts)) {
+    if (f.check == "mps") return f;
+  }
+  ADD_FAILURE() << "no mps check";
+  return {};
+}
+
+bool said(const Finding& f, std::string_view text) {
+  return std::any_of(f.evidence.begin(), f.evidence.end(),
+                     [&](const std::string& line) { return line.find(text) != std::string::npos; });
+}
+
+TEST(DoctorTest, MpsSaysWhatHoldsSlicesAndWhatTheComputeModesMean) {
+  DoctorFacts facts = healthy();
+  Finding without = mps_finding(facts);
+  EXPECT_EQ(without.status, CheckStatus::Ok);
+  EXPECT_EQ(without.summary, "CUDA MPS is not installed: gpupoold holds memory slices with its watchdog");
+  EXPECT_TRUE(said(without, "install CUDA MPS"));
+  EXPECT_TRUE(said(without, "per-cgroup GPU memory limits need a driver from r615 (here 580.159.04) and the kernel's "
+                            "cgroup dmem controller (here absent, it came with 6.14): not available"));
+
+  facts.mps_control = "/usr/bin/nvidia-cuda-mps-control";
+  facts.dmem_controller = true;
+  facts.machine->gpus[0].compute_mode = ComputeMode::ExclusiveProcess;
+  facts.machine->gpus[1].mig_enabled = true;
+  Finding with = mps_finding(facts);
+  EXPECT_EQ(with.status, CheckStatus::Ok);
+  EXPECT_EQ(with.summary, "CUDA MPS is installed: gpupoold (slice_enforcement = \"auto\") holds slices of one GPU with it");
+  EXPECT_EQ(with.evidence.front(), "nvidia-cuda-mps-control: /usr/bin/nvidia-cuda-mps-control");
+  EXPECT_TRUE(said(with, "GPU 0: compute mode exclusive_process: only one process (the MPS server) may use it"));
+  EXPECT_TRUE(said(with, "GPU 1: compute mode "));
+  EXPECT_TRUE(said(with, "MIG on: its instances are hard slices already"));
+  EXPECT_TRUE(said(with, "gpupool changes neither"));
+  EXPECT_TRUE(said(with, "(here present): not available")) << "the driver is r580";
+  facts.module_version_text = "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  615.20  Release Build\n";
+  EXPECT_TRUE(said(mps_finding(facts), "(here 615.20) and the kernel's cgroup dmem controller (here present): "
+                                       "available, though gpupool does not use them yet"));
 }
 
 TEST(DoctorTest, ExitCodeIsTheWorstStatus) {

@@ -87,6 +87,8 @@ struct GpuRequest {
   std::optional<uint64_t> slice_mib;   // nullopt: whole GPUs; else this much memory on each
   std::vector<unsigned> allowed = {};  // nvidia-smi indices; empty: any
   std::vector<unsigned> excluded = {};
+  // --sm: the share of each GPU's streaming multiprocessors, 1..100 (a slice's, under MPS).
+  std::optional<unsigned> sm_percent = std::nullopt;
 };
 
 // What a submission asks for. The client fills it in; the daemon checks it.

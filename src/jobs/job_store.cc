@@ -25,7 +25,7 @@ using sqlite::exec;
 using sqlite::prepare;
 using sqlite::Statement;
 
-constexpr int kSchemaVersion = 3;
+constexpr int kSchemaVersion = 4;
 
 struct Column {
   const char* name;
@@ -34,7 +34,7 @@ struct Column {
 
 // The columns of `jobs` after `id`, in the order bind_job binds and decode_job reads them.
 // Lists are JSON arrays, the state and kind their names. Changing this changes the schema.
-constexpr std::array<Column, 34> kJobColumns = {{
+constexpr std::array<Column, 35> kJobColumns = {{
     {"name", "TEXT NOT NULL"},
     {"argv", "TEXT NOT NULL"},
     {"environment", "TEXT NOT NULL"},
@@ -71,6 +71,8 @@ constexpr std::array<Column, 34> kJobColumns = {{
     {"array_limit", "INTEGER"},
     // Schema 3: the client's token of the submission, so that one sent again is stored once.
     {"submit_token", "TEXT"},
+    // Schema 4: --sm, a slice's share of its GPU's multiprocessors; NULL: none asked for.
+    {"sm_percent", "INTEGER"},
 }};
 
 // What schema 1 lacks, added in place: its rows are jobs of no array.
@@ -84,6 +86,10 @@ constexpr const char* kSchema2To3 =
     "ALTER TABLE jobs ADD COLUMN submit_token TEXT;"
     "CREATE INDEX jobs_by_token ON jobs (uid, submit_token) WHERE submit_token IS NOT NULL;"
     "UPDATE meta SET value = '3' WHERE name = 'schema_version';";
+
+constexpr const char* kSchema3To4 =
+    "ALTER TABLE jobs ADD COLUMN sm_percent INTEGER;"
+    "UPDATE meta SET value = '4' WHERE name = 'schema_version';";
 
 constexpr std::array<JobState, 3> kUnfinishedStates = {JobState::Queued, JobState::Held, JobState::Running};
 
@@ -263,6 +269,7 @@ Result<void> bind_job(Binder& row, const Job& job) {
   row.add(job.array ? std::optional(job.array->index) : std::nullopt);
   row.add(job.array ? std::optional(job.array->limit) : std::nullopt);
   row.add(job.submit_token);
+  row.add(job.spec.gpus.sm_percent);
   return {};
 }
 
@@ -412,6 +419,7 @@ Result<Job> decode_job(sqlite3_stmt* statement) {
   TRY_ASSIGN(std::optional<unsigned> array_limit, row.optional_integer<unsigned>());
   if (array_id) job.array = ArrayTask{*array_id, array_index.value_or(0), array_limit.value_or(0)};
   TRY_ASSIGN(job.submit_token, row.optional_text());
+  TRY_ASSIGN(job.spec.gpus.sm_percent, row.optional_integer<unsigned>());
   return job;
 }
 
@@ -445,7 +453,11 @@ Result<void> create_or_check_schema(sqlite3* db) {
     TRY(exec(db, kSchema1To2, "adding array jobs to the schema"));
     version = "2";
   }
-  if (version == "2") return exec(db, kSchema2To3, "adding submission tokens to the schema");
+  if (version == "2") {
+    TRY(exec(db, kSchema2To3, "adding submission tokens to the schema"));
+    version = "3";
+  }
+  if (version == "3") return exec(db, kSchema3To4, "adding compute shares to the schema");
   if (version != std::to_string(kSchemaVersion)) {
     return fail("state database {} has schema {}; this gpupoold reads {}", database_name(db),
                 version.value_or("(none)"), kSchemaVersion);

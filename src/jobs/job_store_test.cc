@@ -69,6 +69,7 @@ void expect_same_job(const Job& a, const Job& b) {
   EXPECT_EQ(a.spec.umask, b.spec.umask);
   EXPECT_EQ(a.spec.gpus.count, b.spec.gpus.count);
   EXPECT_EQ(a.spec.gpus.slice_mib, b.spec.gpus.slice_mib);
+  EXPECT_EQ(a.spec.gpus.sm_percent, b.spec.gpus.sm_percent);
   EXPECT_EQ(a.spec.priority, b.spec.priority);
   EXPECT_EQ(a.spec.after, b.spec.after);
   EXPECT_EQ(a.spec.retries, b.spec.retries);
@@ -423,10 +424,10 @@ TEST_F(JobStoreTest, UsesWriteAheadLogging) {
 TEST_F(JobStoreTest, RefusesAnotherSchemaVersion) {
   ASSERT_NO_FATAL_FAILURE(open_store());
   store_.reset();
-  raw_sql("UPDATE meta SET value = '4' WHERE name = 'schema_version'");
+  raw_sql("UPDATE meta SET value = '5' WHERE name = 'schema_version'");
   auto store = JobStore::open(path_);
   ASSERT_FALSE(store.ok());
-  EXPECT_EQ(store.error().message, "state database " + path_ + " has schema 4; this gpupoold reads 3");
+  EXPECT_EQ(store.error().message, "state database " + path_ + " has schema 5; this gpupoold reads 4");
 }
 
 TEST_F(JobStoreTest, StoresAnArrayInOneStepNamedAfterItsFirstTask) {
@@ -454,7 +455,7 @@ TEST_F(JobStoreTest, TakesUpASchema1DatabaseAsJobsOfNoArray) {
   Job before = job_of("ana", JobState::Queued);
   before.id = insert(before);
   store_.reset();
-  raw_sql("DROP INDEX jobs_by_token; ALTER TABLE jobs DROP COLUMN submit_token;"
+  raw_sql("ALTER TABLE jobs DROP COLUMN sm_percent; DROP INDEX jobs_by_token; ALTER TABLE jobs DROP COLUMN submit_token;"
           "ALTER TABLE jobs DROP COLUMN array_id; ALTER TABLE jobs DROP COLUMN array_index;"
           "ALTER TABLE jobs DROP COLUMN array_limit; UPDATE meta SET value = '1' WHERE name = 'schema_version'");
   ASSERT_NO_FATAL_FAILURE(open_store());
@@ -500,7 +501,7 @@ TEST_F(JobStoreTest, TakesUpASchema2DatabaseAsJobsWithoutTokens) {
   Job before = job_of("ana", JobState::Queued);
   before.id = insert(before);
   store_.reset();
-  raw_sql("DROP INDEX jobs_by_token; ALTER TABLE jobs DROP COLUMN submit_token;"
+  raw_sql("ALTER TABLE jobs DROP COLUMN sm_percent; DROP INDEX jobs_by_token; ALTER TABLE jobs DROP COLUMN submit_token;"
           "UPDATE meta SET value = '2' WHERE name = 'schema_version'");
   ASSERT_NO_FATAL_FAILURE(open_store());
   auto stored = store_->get(before.id);
@@ -510,6 +511,23 @@ TEST_F(JobStoreTest, TakesUpASchema2DatabaseAsJobsWithoutTokens) {
   after.submit_token = "t";
   insert(after);
   EXPECT_TRUE(*store_->find_submission(after.owner.uid, "t"));
+}
+
+TEST_F(JobStoreTest, TakesUpASchema3DatabaseAsJobsWithoutComputeShares) {
+  ASSERT_NO_FATAL_FAILURE(open_store());
+  Job before = job_of("ana", JobState::Queued);
+  before.id = insert(before);
+  store_.reset();
+  raw_sql("ALTER TABLE jobs DROP COLUMN sm_percent; UPDATE meta SET value = '3' WHERE name = 'schema_version'");
+  ASSERT_NO_FATAL_FAILURE(open_store());
+  auto stored = store_->get(before.id);
+  ASSERT_TRUE(stored.ok() && *stored) << (stored.ok() ? "" : stored.error().message);
+  expect_same_job(**stored, before);
+  Job shared = job_of("ana", JobState::Queued);
+  shared.spec.gpus.slice_mib = 20480;
+  shared.spec.gpus.sm_percent = 25;
+  JobId id = insert(shared);
+  EXPECT_EQ((*store_->get(id))->spec.gpus.sm_percent, std::optional<unsigned>(25));
 }
 
 TEST_F(JobStoreTest, RefusesADatabaseThatIsNotOurs) {

@@ -38,8 +38,9 @@ std::string gpu_list_text(std::vector<unsigned> gpus) {
 
 std::string request_text(const Job& job) {
   if (std::optional<uint64_t> mib = job.spec.gpus.slice_mib) {
-    return *mib % 1024 == 0 ? fmt::format("{}x{}G", job.spec.gpus.count, *mib / 1024)
-                            : fmt::format("{}x{}M", job.spec.gpus.count, *mib);
+    std::string share = job.spec.gpus.sm_percent ? fmt::format("/{}%", *job.spec.gpus.sm_percent) : "";
+    return *mib % 1024 == 0 ? fmt::format("{}x{}G{}", job.spec.gpus.count, *mib / 1024, share)
+                            : fmt::format("{}x{}M{}", job.spec.gpus.count, *mib, share);
   }
   return fmt::format("{}", job.spec.gpus.count);
 }

@@ -19,7 +19,8 @@ std::string rough_duration_text(double seconds);
 // "0-3,6": runs of consecutive indices shortened, as Slurm prints node lists; "-" when empty.
 std::string gpu_list_text(std::vector<unsigned> gpus);
 
-// What the job asked for: "2" whole GPUs, or slices "2x20G", "1x1536M" (whole GiB in G).
+// What the job asked for: "2" whole GPUs, or slices "2x20G", "1x1536M" (whole GiB in G), with a
+// compute share "1x20G/25%".
 std::string request_text(const Job& job);
 
 // The state, with a finished job's non-zero exit code: "running", "failed(3)".

@@ -20,6 +20,18 @@ TEST(JobText, TheDaemonsLeasesNameTheirJob) {
   EXPECT_EQ(lease_holder_text("run-777", "bob"), "run-777 (bob)");
 }
 
+TEST(JobText, TheRequestSaysWholeGpusOrSlicesAndTheirShare) {
+  Job job;
+  job.spec.gpus.count = 2;
+  EXPECT_EQ(request_text(job), "2");
+  job.spec.gpus.slice_mib = 20480;
+  EXPECT_EQ(request_text(job), "2x20G");
+  job.spec.gpus = GpuRequest{1, 1536};
+  EXPECT_EQ(request_text(job), "1x1536M");
+  job.spec.gpus.sm_percent = 25;
+  EXPECT_EQ(request_text(job), "1x1536M/25%");
+}
+
 TEST(JobText, AFinishedJobHasEnded) {
   EXPECT_EQ(already_ended_text(349, JobState::Cancelled), "job 349 has already ended (cancelled)");
 }

@@ -64,9 +64,19 @@ json usage_json(const Accounting::JobAccount* account, double now, const Account
 }  // namespace
 
 QueueEntry queue_entry(const Job& job) {
-  return QueueEntry{job.id,          display_name(job), job.owner.user, job.state,
-                    job.spec.kind,   job.spec.gpus.count, job.spec.gpus.slice_mib, job.spec.priority,
-                    job.gpus,        job.submit_time,   job.start_time,     job.reason,
+  return QueueEntry{job.id,
+                    display_name(job),
+                    job.owner.user,
+                    job.state,
+                    job.spec.kind,
+                    job.spec.gpus.count,
+                    job.spec.gpus.slice_mib,
+                    job.spec.gpus.sm_percent,
+                    job.spec.priority,
+                    job.gpus,
+                    job.submit_time,
+                    job.start_time,
+                    job.reason,
                     job.state == JobState::Held ? std::optional(WaitReason::Held) : job.wait_reason};
 }
 
@@ -457,6 +467,7 @@ std::string Monitor::jobs_json() {
                   {"kind", to_string(job.kind)},
                   {"gpu_count", job.gpu_count},
                   {"mem_mib", or_null(job.slice_mib)},
+                  {"sm_percent", or_null(job.sm_percent)},
                   {"priority", job.priority},
                   {"gpus", job.gpus},
                   {"submit_time", job.submit_time},

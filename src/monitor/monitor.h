@@ -42,6 +42,7 @@ struct QueueEntry {
   JobKind kind = JobKind::Batch;
   unsigned gpu_count = 1;
   std::optional<uint64_t> slice_mib;
+  std::optional<unsigned> sm_percent;
   int priority = 0;
   std::vector<unsigned> gpus;
   double submit_time = 0;

@@ -4,6 +4,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -14,6 +15,7 @@
 
 #include "base/text.h"
 #include "os/child_process.h"
+#include "os/environment.h"
 
 extern char** environ;
 
@@ -155,6 +157,18 @@ Result<ProgramOutcome> run_program(const std::vector<std::string>& argv, const P
   }
   outcome.exit_code = exit_code_from_status(status);
   return outcome;
+}
+
+std::optional<std::string> find_program(const std::string& name) {
+  std::optional<std::string> path = environment_variable("PATH");
+  for (const std::string& directory : split(path.value_or("/usr/local/bin:/usr/bin:/bin"), ':')) {
+    std::string candidate = (directory.empty() ? "." : directory) + "/" + name;
+    struct stat status {};
+    if (::stat(candidate.c_str(), &status) == 0 && S_ISREG(status.st_mode) && ::access(candidate.c_str(), X_OK) == 0) {
+      return candidate;
+    }
+  }
+  return std::nullopt;
 }
 
 }  // namespace gpupool

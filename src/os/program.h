@@ -3,6 +3,7 @@
 // text on its standard input, its standard output and error captured, its exit status.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -27,5 +28,8 @@ struct ProgramOutcome {
 // cannot run at all: "sbatch: not found on PATH; is Slurm's client installed?" (with
 // options.not_found_hint).
 Result<ProgramOutcome> run_program(const std::vector<std::string>& argv, const ProgramOptions& options = {});
+
+// Where `name` is found on PATH as an executable file; nullopt when it is not.
+std::optional<std::string> find_program(const std::string& name);
 
 }  // namespace gpupool

@@ -83,5 +83,12 @@ TEST(ProgramTest, AMissingProgramIsOneClearLine) {
   EXPECT_EQ(outcome.error().message, "/nonexistent/gpupool-no-such-program: not found");
 }
 
+TEST(ProgramTest, FindsAProgramOnPath) {
+  std::optional<std::string> sh = find_program("sh");
+  ASSERT_TRUE(sh);
+  EXPECT_TRUE(sh->ends_with("/sh")) << *sh;
+  EXPECT_EQ(find_program("gpupool-no-such-program"), std::nullopt);
+}
+
 }  // namespace
 }  // namespace gpupool

@@ -223,6 +223,7 @@ void add_spec_fields(const JobSpec& spec, json& object, bool withheld = false) {
   }
   object["gpu_count"] = spec.gpus.count;
   object["mem_mib"] = or_null(spec.gpus.slice_mib);
+  object["sm_percent"] = or_null(spec.gpus.sm_percent);
   object["priority"] = spec.priority;
   object["after"] = spec.after;
   object["retries"] = spec.retries;
@@ -250,6 +251,10 @@ Result<JobSpec> spec_from_json(const json& object, JobKind default_kind, bool wi
   TRY_ASSIGN(spec.umask, defaulted(object, "umask", JobSpec().umask, whole<mode_t>(0, kMaxUmask)));
   TRY_ASSIGN(spec.gpus.count, defaulted(object, "gpu_count", 1u, whole<unsigned>(1, kMaxGpus)));
   TRY_ASSIGN(spec.gpus.slice_mib, maybe(object, "mem_mib", whole_from<uint64_t>(1)));
+  TRY_ASSIGN(spec.gpus.sm_percent, maybe(object, "sm_percent", whole<unsigned>(1, 100)));
+  if (spec.gpus.sm_percent && !spec.gpus.slice_mib) {
+    return fail("'sm_percent' needs 'mem_mib': a compute share is a share of a GPU that slices share");
+  }
   TRY_ASSIGN(spec.priority, defaulted(object, "priority", 0, whole<int>(-kMaxPriority, kMaxPriority)));
   TRY_ASSIGN(spec.after, defaulted(object, "after", std::vector<JobId>(), list_of(job_number)));
   TRY_ASSIGN(spec.retries, defaulted(object, "retries", 0u, whole<unsigned>(0, kMaxRetries)));
@@ -541,6 +546,7 @@ json response_json(const LeaseGranted& response) {
           {"gpus", response.gpus},
           {"uuids", response.uuids},
           {"mem_mib", or_null(response.slice_mib)},
+          {"environment", response.environment},
           {"descriptors", response.descriptors}};
 }
 json response_json(const Ack&) { return {{"ok", true}}; }
@@ -690,6 +696,8 @@ Result<Response> lease_event_from_json(const json& object, const std::string& ev
     TRY_ASSIGN(granted.uuids, defaulted(object, "uuids", std::vector<std::string>(), list_of(as_text)));
     if (granted.uuids.size() != granted.gpus.size()) return fail("'uuids' must have one entry per GPU");
     TRY_ASSIGN(granted.slice_mib, maybe(object, "mem_mib", whole_from<uint64_t>(1)));
+    TRY_ASSIGN(granted.environment,
+               defaulted(object, "environment", std::vector<std::string>(), list_of(as_assignment)));
     TRY_ASSIGN(granted.descriptors,
                defaulted(object, "descriptors", 0u, whole<unsigned>(0, kMaxDescriptors)));
     return Response(std::move(granted));

@@ -170,6 +170,8 @@ struct LeaseGranted {  // sent with the lock descriptors attached
   std::vector<unsigned> gpus;  // nvidia-smi indices, placement order
   std::vector<std::string> uuids;
   std::optional<uint64_t> slice_mib;
+  // "NAME=value" the program's environment adds: an MPS slice's client settings (sched/mps.h).
+  std::vector<std::string> environment = {};
   unsigned descriptors = 0;    // how many descriptors ride along with this message
 };
 struct Ack {};

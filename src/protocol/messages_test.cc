@@ -26,6 +26,7 @@ JobSpec full_spec() {
   spec.umask = 027;
   spec.gpus.count = 2;
   spec.gpus.slice_mib = 20480;
+  spec.gpus.sm_percent = 25;
   spec.priority = -5;
   spec.after = {3, 4};
   spec.retries = 2;
@@ -126,6 +127,7 @@ void expect_same_spec(const JobSpec& actual, const JobSpec& expected) {
   EXPECT_EQ(actual.umask, expected.umask);
   EXPECT_EQ(actual.gpus.count, expected.gpus.count);
   EXPECT_EQ(actual.gpus.slice_mib, expected.gpus.slice_mib);
+  EXPECT_EQ(actual.gpus.sm_percent, expected.gpus.sm_percent);
   EXPECT_EQ(actual.priority, expected.priority);
   EXPECT_EQ(actual.after, expected.after);
   EXPECT_EQ(actual.retries, expected.retries);
@@ -195,7 +197,7 @@ TEST(ProtocolRequestTest, SubmitWithEveryField) {
   EXPECT_EQ(line,
             R"({"job":{"after":[3,4],"command":["python","train.py","--epochs=3"],"cwd":"/home/alice/proj",)"
             R"("environment":["HOME=/home/alice","PATH=/usr/bin:/bin"],"gpu_count":2,"kind":"batch",)"
-            R"("mem_mib":20480,"name":"train","priority":-5,"retries":2,"time_limit_s":7200.0,"umask":23},)"
+            R"("mem_mib":20480,"name":"train","priority":-5,"retries":2,"sm_percent":25,"time_limit_s":7200.0,"umask":23},)"
             R"("op":"submit"})");
   expect_same_spec(through_the_wire(SubmitRequest{full_spec()}).spec, full_spec());
 }
@@ -407,6 +409,10 @@ TEST(ProtocolRequestTest, EveryValidationErrorNamesTheField) {
       {submit + R"("priority":-1001}})", "'priority' must be a whole number from -1000 to 1000"},
       {submit + R"("umask":512}})", "'umask' must be a whole number from 0 to 511"},
       {submit + R"("mem_mib":0}})", "'mem_mib' must be a whole number of at least 1"},
+      {submit + R"("mem_mib":1024,"sm_percent":0}})", "'sm_percent' must be a whole number from 1 to 100"},
+      {submit + R"("mem_mib":1024,"sm_percent":101}})", "'sm_percent' must be a whole number from 1 to 100"},
+      {submit + R"("sm_percent":50}})",
+       "'sm_percent' needs 'mem_mib': a compute share is a share of a GPU that slices share"},
       {submit + R"("after":[1,0]}})", "'after[1]' must be a whole number of at least 1"},
       {submit + R"("after":5}})", "'after' must be a list"},
       {submit + R"("name":"a\u0000b"}})", "'name' must not contain a NUL character"},
@@ -681,16 +687,19 @@ TEST(ProtocolResponseTest, LeaseEvents) {
   EXPECT_FALSE(queued.expected_start);
   EXPECT_EQ(through_the_wire(LeaseQueued{11, "next in line", 1764950400.0}).expected_start, 1764950400.0);
 
-  LeaseGranted granted{11, {2, 3}, {"GPU-aaaa", "GPU-bbbb"}, std::nullopt, 2};
+  LeaseGranted granted{11, {2, 3}, {"GPU-aaaa", "GPU-bbbb"}, std::nullopt, {}, 2};
   EXPECT_EQ(encode(Response(granted)),
-            R"({"descriptors":2,"event":"granted","gpus":[2,3],"id":11,"mem_mib":null,"ok":true,)"
+            R"({"descriptors":2,"environment":[],"event":"granted","gpus":[2,3],"id":11,"mem_mib":null,"ok":true,)"
             R"("uuids":["GPU-aaaa","GPU-bbbb"]})");
   auto parsed = through_the_wire(granted);
   EXPECT_EQ(parsed.gpus, granted.gpus);
   EXPECT_EQ(parsed.uuids, granted.uuids);
   EXPECT_FALSE(parsed.slice_mib);
   EXPECT_EQ(parsed.descriptors, 2u);
-  EXPECT_EQ(through_the_wire(LeaseGranted{1, {0}, {"GPU-x"}, 10240, 1}).slice_mib, 10240u);
+  EXPECT_EQ(through_the_wire(LeaseGranted{1, {0}, {"GPU-x"}, 10240, {}, 1}).slice_mib, 10240u);
+  std::vector<std::string> mps = {"CUDA_MPS_PIPE_DIRECTORY=/run/gpupool/mps/GPU-x/pipe",
+                                  "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=10240M"};
+  EXPECT_EQ(through_the_wire(LeaseGranted{1, {0}, {"GPU-x"}, 10240, mps, 1}).environment, mps);
 
   auto minimal =
       parsed_response<LeaseGranted>(R"({"ok":true,"event":"granted","id":4,"gpus":[5],"uuids":["u"]})");
@@ -762,7 +771,7 @@ TEST(ProtocolJobJsonTest, HasTheDocumentedFields) {
   for (const auto& [key, value] : object.items()) keys.insert(key);
   const std::set<std::string> documented = {
       "id",          "name",         "state",    "reason",    "kind",     "user",      "uid",
-      "gpu_count",   "mem_mib",      "gpus",     "gpu_uuids", "priority", "after",     "retries",
+      "gpu_count",   "mem_mib",      "sm_percent", "gpus",   "gpu_uuids", "priority", "after",     "retries",
       "attempts",    "time_limit_s", "command",  "cwd",       "umask",    "exit_code", "signal",
       "submit_time", "start_time",   "end_time", "pid",       "stdout",   "stderr",    "environment"};
   EXPECT_EQ(keys, documented);

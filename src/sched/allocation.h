@@ -21,6 +21,9 @@ struct GpuAvailability {
   bool external_busy = false;    // processes gpupool did not start use it (or memory above the threshold)
   uint64_t external_mib = 0;     // memory those processes use
   std::string holders;           // who, for the waiting line: "alice (train-3)", "pid 812 bob python"
+  // The scheduler's MPS slices on it (JobRequest::mps) and whose they are: one user's at a time.
+  unsigned mps_slices = 0;
+  std::string mps_user = {};
 };
 
 // Whether the request's allowed and excluded GPUs let it use GPU `index`.

@@ -11,6 +11,7 @@
 #include <tuple>
 
 #include "jobs/job_text.h"
+#include "sched/mps.h"
 
 namespace gpupool {
 
@@ -41,11 +42,29 @@ double limit_or_never(const JobRequest& job) {
   return job.time_limit_s.value_or(std::numeric_limits<double>::infinity());
 }
 
+// Under MPS a GPU's server serves one user's slices at a time.
+bool mps_serves_another(const GpuAvailability& on, const JobRequest& job) {
+  return job.mps && on.mps_slices > 0 && on.mps_user != job.user;
+}
+
+// The job's request with the GPUs it may not use for now left out.
+GpuRequest without_others_mps(const std::vector<GpuAvailability>& state, const JobRequest& job) {
+  GpuRequest request = job.gpus;
+  for (unsigned gpu = 0; gpu < state.size(); ++gpu) {
+    if (mps_serves_another(state[gpu], job)) request.excluded.push_back(gpu);
+  }
+  return request;
+}
+
 void take(std::vector<GpuAvailability>& state, const JobRequest& job,
           const std::vector<unsigned>& gpus) {
   for (unsigned gpu : gpus) {
     if (job.gpus.slice_mib) {
       state[gpu].shared_mib += *job.gpus.slice_mib;
+      if (job.mps) {
+        state[gpu].mps_user = job.user;
+        ++state[gpu].mps_slices;
+      }
     } else {
       state[gpu].exclusive_held = true;
     }
@@ -57,6 +76,7 @@ void give_back(std::vector<GpuAvailability>& state, const JobRequest& job,
   for (unsigned gpu : gpus) {
     if (job.gpus.slice_mib) {
       state[gpu].shared_mib -= std::min(state[gpu].shared_mib, *job.gpus.slice_mib);
+      if (job.mps && state[gpu].mps_slices > 0 && --state[gpu].mps_slices == 0) state[gpu].mps_user.clear();
     } else {
       state[gpu].exclusive_held = false;
     }
@@ -323,13 +343,22 @@ std::optional<Scheduler::Waiting> Scheduler::waiting(JobId id, double now) const
                                                        job.request.array->array_id)};
   }
   std::string starts_in = reservation_ ? rough_duration_text(reservation_->start_s - now) : "";
+  GpuRequest request = without_others_mps(availability_, job.request);
+  auto fits = choose_gpus(machine_, availability_, request);
+  if (request.excluded.size() > job.request.gpus.excluded.size() && !(fits && *fits)) {
+    // No room but where another user's MPS slices run (with every GPU left out, no room at all).
+    auto beside_others = choose_gpus(machine_, availability_, job.request.gpus);
+    if (beside_others && *beside_others && !(*beside_others)->empty()) {
+      unsigned gpu = (*beside_others)->front();  // an MPS job asks for one GPU
+      return Waiting{WaitReason::Resources, mps_one_user_text(gpu, availability_[gpu].mps_user)};
+    }
+    fits = std::move(beside_others);
+  }
   if (reservation_ && reservation_->id == id) {
     return Waiting{WaitReason::Resources, fmt::format("next in line: GPU {} reserved for it, expected to start in {}",
                                                       gpu_list_text(reservation_->gpus), starts_in)};
   }
-  const GpuRequest& request = job.request.gpus;
-  auto fits = choose_gpus(machine_, availability_, request);
-  if (fits && !*fits) return Waiting{WaitReason::Resources, describe_wait(machine_, availability_, request)};
+  if (fits && !*fits) return Waiting{WaitReason::Resources, describe_wait(machine_, availability_, job.request.gpus)};
   if (reservation_ && queued_.contains(reservation_->id)) {
     auto [group, arrival] = queued_.at(reservation_->id);
     const QueuedJob& holder = groups_[group].jobs.at(arrival);
@@ -620,6 +649,7 @@ class Scheduler::Pass {
     for (const Gpu& gpu : s_.machine_.gpus) {
       if ((!excluded.empty() && excluded[gpu.index]) || !may_use(job.gpus, gpu.index)) continue;
       const GpuAvailability& on = state[gpu.index];
+      if (mps_serves_another(on, job)) continue;
       if (job.gpus.slice_mib ? slice_room(gpu, on) >= *job.gpus.slice_mib : whole_gpu_free(on)) {
         if (++suitable == needed) return true;
       }
@@ -663,6 +693,7 @@ class Scheduler::Pass {
       for (const Gpu& gpu : s_.machine_.gpus) {
         if ((!excluded.empty() && excluded[gpu.index]) || !may_use(job.gpus, gpu.index)) continue;
         const GpuAvailability& on = state[gpu.index];
+        if (mps_serves_another(on, job)) continue;
         if (job.gpus.slice_mib ? slice_room(gpu, on) >= *job.gpus.slice_mib : whole_gpu_free(on)) {
           gpus.push_back(gpu.index);
         }
@@ -670,7 +701,7 @@ class Scheduler::Pass {
       }
       return gpus;
     }
-    GpuRequest request = job.gpus;
+    GpuRequest request = without_others_mps(state, job);
     for (unsigned gpu = 0; gpu < excluded.size(); ++gpu) {
       if (excluded[gpu]) request.excluded.push_back(gpu);
     }

@@ -37,6 +37,9 @@ struct JobRequest {
   std::optional<double> time_limit_s;  // the job is ended when it runs longer (by the caller)
   // A task of an array job: waits while `limit` tasks of its array run.
   std::optional<ArrayTask> array = std::nullopt;
+  // A slice held by its GPU's MPS server (sched/mps.h): it shares a GPU only with the same
+  // user's MPS slices, since the server serves one user at a time.
+  bool mps = false;
 };
 
 // The users' decayed GPU-seconds as of `as_of_s`: what outlives a daemon restart, so that a

@@ -9,6 +9,7 @@
 #include <set>
 
 #include "jobs/job_text.h"
+#include "sched/mps.h"
 #include "sched/scheduler_testing.h"
 
 namespace gpupool {
@@ -462,6 +463,73 @@ TEST(SchedulerTest, OutsideUseKeepsJobsOffAndOutlastsFinish) {
   ASSERT_TRUE(s.set_outside_use(std::vector<GpuAvailability>(4)).ok());
   ASSERT_TRUE(s.finish(4, 60).ok());
   EXPECT_EQ(ids(s.schedule(60)), std::vector<JobId>{1});
+}
+
+JobRequest mps_slice(JobId id, std::string user, uint64_t mib) {
+  JobRequest request{id, std::move(user), {1, mib}, 0, std::nullopt};
+  request.mps = true;
+  return request;
+}
+
+TEST(Scheduler, AnMpsGpuServesOneUsersSlicesAtATime) {
+  for (Policy policy : {Policy::Gpupool, Policy::Backfill}) {
+    Scheduler s = make_scheduler(1, policy);
+    ASSERT_TRUE(s.submit(mps_slice(1, "alice", 20000), 0).ok());
+    ASSERT_EQ(ids(s.schedule(0)), std::vector<JobId>{1});
+    EXPECT_EQ(s.availability()[0].mps_user, "alice");
+
+    // Bob's MPS slice would fit, but the GPU's server serves Alice; Alice's next one joins hers,
+    // and a slice without MPS (a watched one) may share the GPU with either. (Under gpupool's
+    // policy Bob's job, first in line, holds a reservation: the others pass it by their limits.)
+    ASSERT_TRUE(s.submit(mps_slice(2, "bob", 20000), 1).ok());
+    JobRequest alice_again = mps_slice(3, "alice", 20000);
+    alice_again.time_limit_s = 100;
+    ASSERT_TRUE(s.submit(alice_again, 1).ok());
+    ASSERT_TRUE(s.submit(JobRequest{4, "carol", {1, 20000}, 0, 100.0}, 1).ok());
+    std::vector<JobId> started = ids(s.schedule(1));
+    std::sort(started.begin(), started.end());
+    EXPECT_EQ(started, (std::vector<JobId>{3, 4})) << to_string(policy);
+    ASSERT_TRUE(s.waiting(2, 1));
+    EXPECT_EQ(s.waiting(2, 1)->reason, WaitReason::Resources);
+    EXPECT_EQ(s.waiting(2, 1)->detail,
+              "GPU 0's MPS server serves alice's slices: MPS serves one user at a time on a GPU")
+        << "before the reservation it may hold: " << to_string(policy);
+
+    // Once Alice's last MPS slice ends, the server is Bob's.
+    ASSERT_TRUE(s.finish(1, 10).ok());
+    EXPECT_EQ(ids(s.schedule(10)), std::vector<JobId>{}) << to_string(policy);
+    ASSERT_TRUE(s.finish(3, 11).ok());
+    EXPECT_EQ(s.availability()[0].mps_user, "");
+    EXPECT_EQ(ids(s.schedule(11)), std::vector<JobId>{2});
+    EXPECT_EQ(s.availability()[0].mps_user, "bob");
+    EXPECT_EQ(s.availability()[0].mps_slices, 1u);
+  }
+}
+
+TEST(Scheduler, AJobKeptFromAnMpsGpuSaysWhy) {
+  Scheduler s = make_scheduler(2, Policy::Gpupool);
+  ASSERT_TRUE(s.submit(mps_slice(1, "alice", 20000), 0).ok());
+  ASSERT_TRUE(s.submit(JobRequest{2, "carol", {1, std::nullopt}, 0, std::nullopt}, 0).ok());
+  ASSERT_EQ(ids(s.schedule(0)), (std::vector<JobId>{1, 2}));
+  // Bob's is second in line behind Dave's whole GPU, which holds the reservation.
+  ASSERT_TRUE(s.submit(JobRequest{3, "dave", {1, std::nullopt}, 0, std::nullopt}, 1).ok());
+  ASSERT_TRUE(s.submit(mps_slice(4, "bob", 20000), 1).ok());
+  EXPECT_EQ(ids(s.schedule(1)), std::vector<JobId>{});
+  ASSERT_TRUE(s.waiting(4, 1));
+  unsigned alices = s.availability()[0].mps_user == "alice" ? 0 : 1;
+  EXPECT_EQ(s.availability()[alices].mps_user, "alice");
+  EXPECT_EQ(s.waiting(4, 1)->detail, mps_one_user_text(alices, "alice"));
+}
+
+TEST(Scheduler, AnotherUsersMpsSliceGoesToAnotherGpu) {
+  Scheduler s = make_scheduler(2, Policy::Gpupool);
+  ASSERT_TRUE(s.submit(mps_slice(1, "alice", 20000), 0).ok());
+  auto first = s.schedule(0);
+  ASSERT_EQ(ids(first), std::vector<JobId>{1});
+  ASSERT_TRUE(s.submit(mps_slice(2, "bob", 20000), 1).ok());
+  auto second = s.schedule(1);
+  ASSERT_EQ(ids(second), std::vector<JobId>{2});
+  EXPECT_NE(second[0].gpus, first[0].gpus) << "best fit would have packed it beside Alice's";
 }
 
 JobRequest kept_to(JobRequest request, std::vector<unsigned> allowed, std::vector<unsigned> excluded = {}) {

@@ -21,7 +21,7 @@ std::string gib_text(uint64_t mib) {
 }  // namespace
 
 bool watches_slices(SliceEnforcement enforcement) {
-  return enforcement == SliceEnforcement::Auto || enforcement == SliceEnforcement::Watch;
+  return enforcement != SliceEnforcement::Off;
 }
 
 std::vector<SliceUse> slice_uses(const Machine& sample, const std::vector<WatchedSlice>& slices,

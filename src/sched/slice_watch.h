@@ -15,10 +15,11 @@
 
 namespace gpupool {
 
-// [daemon] slice_enforcement. "mps" is a name kept for MPS limits, which are not implemented:
-// the configuration refuses it rather than pretend.
+// [daemon] slice_enforcement. The watchdog watches under every mode but "off", MPS or not: a
+// slice MPS cannot hold (an interactive job's, one of several GPUs) is watched only.
 enum class SliceEnforcement {
-  Auto,   // today the watchdog
+  Auto,   // MPS where nvidia-cuda-mps-control is found at start, else the watchdog
+  Mps,    // MPS for every slice it can hold (sched/mps.h); a job whose GPU's control fails, fails
   Watch,  // the watchdog: NVML's per-process memory against the slice
   Off,    // slices are a promise among users only
 };

@@ -52,7 +52,7 @@ class DoctorTest(unittest.TestCase):
         found = self.findings(expect=0)
         self.assertEqual(list(found), ["kernel-module", "device-nodes", "nvml", "gpus", "cuda-version", "container",
                                        "cuda-visible-devices", "persistence-mode", "ecc", "display-server",
-                                       "outside-processes", "leases", "daemon", "state-space", "slurm"])
+                                       "outside-processes", "leases", "daemon", "state-space", "mps", "slurm"])
         self.assertIn("580.159.04", found["kernel-module"]["summary"])
         self.assertIsNone(found["kernel-module"]["fix"])
         cuda = "\n".join(found["cuda-version"]["evidence"])
@@ -63,13 +63,13 @@ class DoctorTest(unittest.TestCase):
         self.assertEqual(text.returncode, 0, text.stderr)
         lines = text.stdout.splitlines()
         # A healthy machine: one line per check, then the counts.
-        self.assertEqual(len(lines), 15 + 3, text.stdout)
+        self.assertEqual(len(lines), 16 + 3, text.stdout)
         self.assertTrue(lines[0].startswith("ok       kernel-module"), lines[0])
         self.assertTrue(lines[1].startswith("ok       device-nodes"), lines[1])
-        self.assertEqual(lines[-2:], ["15 ok, 0 warning(s), 0 problem(s)", "(--verbose shows what each check read)"])
+        self.assertEqual(lines[-2:], ["16 ok, 0 warning(s), 0 problem(s)", "(--verbose shows what each check read)"])
         verbose = self.doctor("--verbose").stdout.splitlines()
         self.assertIn("/proc/driver/nvidia/version: NVRM version", verbose[1])
-        self.assertEqual(verbose[-1], "15 ok, 0 warning(s), 0 problem(s)")
+        self.assertEqual(verbose[-1], "16 ok, 0 warning(s), 0 problem(s)")
 
     def test_no_kernel_module(self):
         os.remove(os.path.join(self.root, "proc", "driver", "nvidia", "version"))
@@ -111,6 +111,21 @@ class DoctorTest(unittest.TestCase):
                 self.assertIn(f"CUDA_VISIBLE_DEVICES={json.dumps(value)}", found["cuda-visible-devices"]["evidence"])
         found = self.findings(env={"CUDA_DEVICE_ORDER": "bogus"}, expect=2)
         self.assertIn("CUDA initialisation would fail", found["cuda-visible-devices"]["summary"])
+
+    def test_mps(self):
+        fake_bin = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fake-bin")
+        path = os.pathsep.join(d for d in os.environ.get("PATH", os.defpath).split(os.pathsep)
+                               if d and not os.path.exists(os.path.join(d, "nvidia-cuda-mps-control")))
+        without = self.findings(env={"PATH": path}, expect=0)["mps"]
+        self.assertEqual(without["summary"], "CUDA MPS is not installed: gpupoold holds memory slices with its watchdog")
+        self.assertIsNone(without["fix"])
+        found = self.findings(env={"PATH": fake_bin + os.pathsep + path}, expect=0)["mps"]
+        self.assertEqual(found["summary"],
+                         'CUDA MPS is installed: gpupoold (slice_enforcement = "auto") holds slices of one GPU with it')
+        evidence = "\n".join(found["evidence"])
+        self.assertIn(f"nvidia-cuda-mps-control: {fake_bin}/nvidia-cuda-mps-control", evidence)
+        self.assertIn("GPU 0: compute mode default: MPS clients and other programs share it", evidence)
+        self.assertIn("gpupool changes neither", evidence)
 
     def test_slurm(self):
         slurm = {"SLURM_JOB_ID": "812", "SLURM_JOB_GPUS": "0", "GPU_DEVICE_ORDINAL": "0"}

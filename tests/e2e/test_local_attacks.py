@@ -7,9 +7,11 @@ import os
 import secrets
 import signal
 import socket
+import time
 import unittest
 
 from harness import CAN_ADD_USERS, Daemon, RawConnection, ThrowawayUsers, main, request_as
+from test_http_limits import rss_kib
 
 NS_LAST_PID = "/proc/sys/kernel/ns_last_pid"
 VICTIM, ATTACKER, IMPOSTOR = 61001, 61002, 61003  # uids without accounts
@@ -130,9 +132,18 @@ class AnswersTest(unittest.TestCase):
             first = d.enqueue(["true", long_word])
             second = d.enqueue(["true", long_word])
             d.finish(first, second)
+            started = time.monotonic()
             with RawConnection(d.socket, timeout=60) as connection:
                 connection.send({"op": "wait", "ids": [first, second] * 50_000})
                 line = connection.receive()
+            took = time.monotonic() - started
+            started = time.monotonic()
+            self.assertIsNotNone(d.status())
+            after = time.monotonic() - started
+            # The attack's figures (docs/security.md).
+            print(f"\n  figure: wait for 100,000 ids of two jobs with 900 KB commands: a {len(line) >> 10} KiB answer "
+                  f"in {took * 1000:.1f} ms; daemon VmRSS {rss_kib(d.proc.pid) / 1024:.1f} MiB; a status request "
+                  f"right after {after * 1000:.1f} ms", flush=True)
             self.assertLess(len(line), 1 << 20, "the answer is longer than a message may be")
             answer = json.loads(line)
             self.assertEqual([job["id"] for job in answer["jobs"]], [first, second])

@@ -103,15 +103,6 @@ class SliceWatchTest(unittest.TestCase):
             d.touch("go")
             d.finish(hungry)
 
-    def test_mps_is_refused_in_one_line(self):
-        d = Daemon(config='slice_enforcement = "mps"\n')
-        try:
-            proc = d.popen()
-            self.assertNotEqual(proc.wait(timeout=30), 0)
-            self.assertIn("'slice_enforcement' = \"mps\" is not supported yet: use \"watch\"", d.log_text())
-        finally:
-            shutil.rmtree(d.root, ignore_errors=True)
-
     def test_slice_jobs_get_the_frameworks_limits_and_their_own_settings_win(self):
         with Daemon() as d:
             def run_env(*args, env=None):

@@ -26,7 +26,7 @@ NASTY = ["two words", "it's", '"double"', "$HOME", "$(touch /tmp/gpupool-e2e-pwn
          "--", "*", "", "back\\slash", "#SBATCH --partition=nosuch", "\nexec false", "tab\there", "日本"]
 LOCAL_JOB_KEYS = {"id", "state", "reason", "user", "uid", "gpus", "gpu_uuids", "attempts", "exit_code", "signal",
                   "submit_time", "start_time", "end_time", "pid", "stdout", "stderr", "name", "command", "cwd",
-                  "umask", "gpu_count", "mem_mib", "priority", "after", "retries", "time_limit_s", "kind"}
+                  "umask", "gpu_count", "mem_mib", "sm_percent", "priority", "after", "retries", "time_limit_s", "kind"}
 
 
 def sh(script):
@@ -272,6 +272,7 @@ class SubmitTest(SlurmTestCase):
                             (["--priority", "5"], "--priority above 0"),
                             (["--retries", "2"], "--retries"),
                             (["--mem", "20G"], "no GPU shards configured"),
+                            (["--mem", "20G", "--sm", "25"], "--sm is gpupoold's"),
                             (["-g", "9"], "sbatch: error"),
                             (["--after", "slurm:x"], "invalid job id")]:
             proc = self.gp("submit", "--slurm", *args, "--", "true")

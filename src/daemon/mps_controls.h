@@ -1,0 +1,46 @@
+// The MPS control daemons of the GPUs that host MPS slices (sched/mps.h has the decisions): one
+// per GPU, started for the first slice job on it, taken up again by a restarted daemon, and told
+// to quit once no MPS slice runs on its GPU. Each is NVIDIA's `nvidia-cuda-mps-control -d`, run
+// and spoken to through its own program (its commands on standard input).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "base/result.h"
+#include "sched/slice_watch.h"
+
+namespace gpupool {
+
+// Whether slices are held by MPS under `mode`: "mps" always, "auto" where the control program is
+// on PATH.
+bool mps_in_effect(SliceEnforcement mode);
+
+class MpsControls {
+ public:
+  explicit MpsControls(std::string runtime_dir) : runtime_dir_(std::move(runtime_dir)) {}
+
+  // At start: the control daemons a previous daemon left running for these GPUs (those that
+  // answer), so that their slices' clients keep their server.
+  void adopt(const std::vector<std::string>& gpu_uuids);
+  // The environment an MPS client in a slice of `slice_mib` (and `sm_percent` of the
+  // multiprocessors) on the GPU `gpu_uuid` adds to its own; the GPU's control daemon is started
+  // first where none runs. An error: it could not be started.
+  Result<std::vector<std::string>> client_environment(const std::string& gpu_uuid, uint64_t slice_mib,
+                                                      std::optional<unsigned> sm_percent);
+  // Tells the control daemons of the GPUs not in `in_use` to quit.
+  void stop_unneeded(const std::set<std::string>& in_use);
+
+  const std::set<std::string>& running() const { return running_; }
+
+ private:
+  Result<void> start(const std::string& gpu_uuid);
+
+  std::string runtime_dir_;
+  std::set<std::string> running_;  // GPU UUIDs
+};
+
+}  // namespace gpupool

@@ -1,0 +1,65 @@
+// Memory slices held by CUDA's Multi-Process Service (MPS), the decisions, pure: which jobs run as
+// MPS clients, where each GPU's control daemon keeps its pipe and logs, the environments of the
+// control daemon and of its clients, and when a GPU's control daemon is no longer needed
+// (docs/leases.md, "Slices that hold").
+//
+// One control daemon per GPU, so that each GPU serves its own user: a control daemon runs one
+// MPS server at a time, for one Linux user, and another user's clients wait until it has none.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "base/result.h"
+#include "jobs/job.h"
+
+namespace gpupool {
+
+// NVIDIA's MPS control program, looked up on PATH.
+inline constexpr const char* kMpsControlProgram = "nvidia-cuda-mps-control";
+
+// Where one GPU's control daemon talks to its clients (`pipe`, CUDA_MPS_PIPE_DIRECTORY) and
+// logs (`log`, CUDA_MPS_LOG_DIRECTORY): <runtime directory>/mps/GPU-xxxxxxxx/{pipe,log}, named
+// by the first 8 hexadecimal digits of the GPU's UUID. Short, because the control daemon's
+// sockets in the pipe directory must fit a Unix socket's 107 bytes.
+struct MpsDirectories {
+  std::string root;  // <runtime directory>/mps/GPU-xxxxxxxx
+  std::string pipe;
+  std::string log;
+};
+MpsDirectories mps_directories(const std::string& runtime_dir, const std::string& gpu_uuid);
+
+// Nullopt when the control daemon's sockets fit in the pipe directory; else why not.
+std::optional<std::string> mps_pipe_too_long(const MpsDirectories& directories);
+
+// Whether a job with this request runs as an MPS client, given that the daemon enforces slices
+// with MPS: a slice of one GPU, batch or interactive (whose client is handed the settings with
+// its lease). A slice of several GPUs cannot (a process reaches one control daemon, each GPU has
+// its own): the watchdog watches it.
+bool runs_under_mps(const GpuRequest& request);
+
+// The environment `nvidia-cuda-mps-control -d` starts with for `gpu_uuid`: that GPU alone
+// visible, and its directories.
+std::vector<std::string> mps_control_environment(const MpsDirectories& directories, const std::string& gpu_uuid);
+
+// What an MPS client in a slice of `slice_mib` on its one GPU adds to its environment: the pipe
+// and log directories, CUDA_MPS_PINNED_DEVICE_MEM_LIMIT for device 0 (the client sees only its
+// GPU) and, for a compute share, CUDA_MPS_ACTIVE_THREAD_PERCENTAGE. A client's own values can
+// only lower what the control daemon allows, never raise it.
+std::vector<std::string> mps_client_environment(const MpsDirectories& directories, uint64_t slice_mib,
+                                                std::optional<unsigned> sm_percent);
+
+// get_server_list's answer: one server PID a line, nothing when no server runs.
+Result<std::vector<uint32_t>> parse_mps_server_list(const std::string& text);
+
+// The GPUs whose control daemons can stop: running ones that no MPS slice job runs on.
+std::vector<std::string> unneeded_mps_controls(const std::set<std::string>& running_gpu_uuids,
+                                               const std::set<std::string>& gpu_uuids_in_use);
+
+// "GPU 2's MPS server serves alice's slices: MPS serves one user at a time on a GPU".
+std::string mps_one_user_text(unsigned gpu, const std::string& user);
+
+}  // namespace gpupool

@@ -1,0 +1,80 @@
+#include "sched/mps.h"
+
+#include <gtest/gtest.h>
+
+namespace gpupool {
+namespace {
+
+const std::string kUuid = "GPU-7b2c1f4e-0a9d-4c3b-8e21-5f6a7b8c9d0e";
+
+TEST(Mps, EachGpuHasItsOwnShortDirectoriesUnderTheRuntimeDirectory) {
+  MpsDirectories d = mps_directories("/run/gpupool", kUuid);
+  EXPECT_EQ(d.root, "/run/gpupool/mps/GPU-7b2c1f4e");
+  EXPECT_EQ(d.pipe, "/run/gpupool/mps/GPU-7b2c1f4e/pipe");
+  EXPECT_EQ(d.log, "/run/gpupool/mps/GPU-7b2c1f4e/log");
+  EXPECT_EQ(mps_pipe_too_long(d), std::nullopt);
+  // Only hexadecimal digits of the UUID make the name: nothing can climb out.
+  EXPECT_EQ(mps_directories("/r", "GPU-../../etc/passwd").root, "/r/mps/GPU-ecad");
+}
+
+TEST(Mps, APipeDirectoryTooLongForItsSocketsIsSaid) {
+  MpsDirectories d = mps_directories("/tmp/" + std::string(80, 'x'), kUuid);
+  auto why = mps_pipe_too_long(d);
+  ASSERT_TRUE(why);
+  EXPECT_NE(why->find("is too long for the control daemon's sockets (126 bytes of at most 107)"), std::string::npos)
+      << *why;
+}
+
+TEST(Mps, OnlyASliceOfOneGpuRunsAsAnMpsClient) {
+  EXPECT_TRUE(runs_under_mps(GpuRequest{1, 20480}));
+  EXPECT_FALSE(runs_under_mps(GpuRequest{2, 20480})) << "a process reaches one control daemon";
+  EXPECT_FALSE(runs_under_mps(GpuRequest{1, std::nullopt})) << "a whole GPU needs no limit";
+}
+
+TEST(Mps, TheControlDaemonSeesItsGpuAlone) {
+  MpsDirectories d = mps_directories("/run/gpupool", kUuid);
+  EXPECT_EQ(mps_control_environment(d, kUuid),
+            (std::vector<std::string>{"CUDA_VISIBLE_DEVICES=" + kUuid, "CUDA_MPS_PIPE_DIRECTORY=" + d.pipe,
+                                      "CUDA_MPS_LOG_DIRECTORY=" + d.log}));
+}
+
+TEST(Mps, AClientIsLimitedToItsSliceOnItsOneDevice) {
+  MpsDirectories d = mps_directories("/run/gpupool", kUuid);
+  EXPECT_EQ(mps_client_environment(d, 20480, std::nullopt),
+            (std::vector<std::string>{"CUDA_MPS_PIPE_DIRECTORY=" + d.pipe, "CUDA_MPS_LOG_DIRECTORY=" + d.log,
+                                      "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=20480M"}));
+}
+
+TEST(Mps, AComputeShareIsTheClientsActiveThreadPercentage) {
+  MpsDirectories d = mps_directories("/run/gpupool", kUuid);
+  EXPECT_EQ(mps_client_environment(d, 4096, 25).back(), "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=25");
+}
+
+TEST(Mps, TheServerListIsOnePidALine) {
+  EXPECT_EQ(parse_mps_server_list("").value(), std::vector<uint32_t>{});
+  EXPECT_EQ(parse_mps_server_list("2597\n").value(), std::vector<uint32_t>{2597});
+  EXPECT_EQ(parse_mps_server_list("2597\r\n 3100 \n\n").value(), (std::vector<uint32_t>{2597, 3100}));
+}
+
+TEST(Mps, AServerListWithSomethingElseIsAnError) {
+  for (const char* text : {"Cannot find MPS control daemon process\n", "12a\n", "0\n", "-5\n", "99999999999\n"}) {
+    auto parsed = parse_mps_server_list(text);
+    ASSERT_FALSE(parsed) << text;
+    EXPECT_NE(parsed.error().message.find("not a process id"), std::string::npos);
+  }
+}
+
+TEST(Mps, AControlStopsOnceNoSliceRunsOnItsGpu) {
+  EXPECT_EQ(unneeded_mps_controls({"GPU-a", "GPU-b", "GPU-c"}, {"GPU-b"}),
+            (std::vector<std::string>{"GPU-a", "GPU-c"}));
+  EXPECT_EQ(unneeded_mps_controls({"GPU-a"}, {"GPU-a", "GPU-d"}), std::vector<std::string>{})
+      << "a GPU in use without a control is the starter's business";
+}
+
+TEST(Mps, TheOneUserRuleIsSaidInWords) {
+  EXPECT_EQ(mps_one_user_text(2, "alice"),
+            "GPU 2's MPS server serves alice's slices: MPS serves one user at a time on a GPU");
+}
+
+}  // namespace
+}  // namespace gpupool
