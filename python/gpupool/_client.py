@@ -84,9 +84,10 @@ class Client:
             time.sleep(0.1)
 
     def submit(self, command, gpus=1, mem=None, name=None, priority=0, after=(), retries=0, time_limit=None,
-               hold=False, env=None, cwd=None):
+               hold=False, env=None, cwd=None, sm=None):
         """Queues a batch job, as `gpupool submit` does; returns its id. By default the job gets
-        this process's environment, working directory and umask."""
+        this process's environment, working directory and umask. sm: with mem, the slice's share
+        of each GPU's multiprocessors in percent (`--sm`)."""
         environment = os.environ if env is None else env
         mask = os.umask(0)
         os.umask(mask)
@@ -103,6 +104,7 @@ class Client:
             "after": _ids([after] if isinstance(after, int) else after) if after else [],
             "retries": retries,
             "time_limit_s": seconds(time_limit, "time limit"),
+            "sm_percent": sm,
         }
         if job["time_limit_s"] == 0:
             raise Error(f"invalid time limit '{time_limit}': must be more than 0")

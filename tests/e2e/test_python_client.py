@@ -173,6 +173,34 @@ class PythonClientTest(unittest.TestCase):
         with self.assertRaisesRegex(gpupool.Error, "^no gpupoold is running"):
             gpupool.acquire(1)
 
+    def test_a_compute_share_is_refused_where_nothing_would_hold_it(self):
+        with Daemon(config='slice_enforcement = "watch"\n') as d, gpupool.Client(d.socket) as c:
+            with self.assertRaises(gpupool.Error) as caught:
+                c.submit(["true"], mem="20G", sm=25)
+            cli = d.gp("submit", "--mem", "20G", "--sm", "25", "--", "true")
+            self.assertEqual(f"gpupool: {caught.exception}\n", cli.stderr, "the message gpupool prints")
+            self.assertIn("--sm needs MPS", cli.stderr)
+            with self.assertRaisesRegex(gpupool.Error, "^sm needs mem"):
+                gpupool.acquire(1, sm=25)
+            with self.assertRaisesRegex(gpupool.Error, "^invalid compute share 0"):
+                gpupool.acquire(1, mem="1G", sm=0)
+            self.assertEqual(c.jobs(all=True), [], "nothing was stored")
+
+    def test_an_mps_slice_gets_its_client_settings(self):
+        fake_bin = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fake-bin")
+        with Daemon(config='slice_enforcement = "mps"\n', env={"PATH": fake_bin + os.pathsep + os.environ["PATH"]}) as d:
+            os.environ["GPUPOOL_RUNTIME_DIR"] = d.runtime_dir
+            lease = gpupool.acquire(1, mem="1G", sm=30)
+            self.assertEqual(os.environ["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"], "0=1024M")
+            self.assertEqual(os.environ["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"], "30")
+            pipe = os.environ["CUDA_MPS_PIPE_DIRECTORY"]
+            self.assertTrue(pipe.startswith(os.path.join(d.runtime_dir, "mps", "GPU-")), pipe)
+            self.assertEqual(d.show(lease.id)["sm_percent"], 30)
+            lease.release()
+            self.assertNotIn("CUDA_MPS_PIPE_DIRECTORY", os.environ)
+            wait_until(lambda: not os.path.exists(os.path.join(pipe, "nvidia-cuda-mps-control.pid")),
+                       what="the MPS control daemon quitting")
+
     def test_a_client_carries_on_across_a_restart_of_the_daemon(self):
         with Daemon() as d, gpupool.Client(d.socket) as c:
             job = c.submit(["sh", "-c", f"{until_exists(d.path('go'))}; exit 5"], env=d.env, cwd=d.work)
