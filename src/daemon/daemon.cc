@@ -62,9 +62,9 @@ Daemon::Impl::Impl(DaemonSettings settings, JobStore store, LeaseDirectory lease
                       .look_again_soon = [this] { schedule_sample(std::chrono::milliseconds(50)); },
                       .queue_changed = [this] { publish(); },
                       .mps_environment =
-                          [this](const Job& job) {
-                            return mps_.client_environment(machine_.gpus.at(job.gpus.at(0)).uuid,
-                                                           *job.spec.gpus.slice_mib, job.spec.gpus.sm_percent);
+                          [this](const Job& job, unsigned gpu) {
+                            return mps_.client_environment(machine_.gpus.at(gpu).uuid, *job.spec.gpus.slice_mib,
+                                                           job.spec.gpus.sm_percent);
                           },
                       .started_in = [this](double seconds) { monitor_->observe_dispatch(seconds); },
                   }) {}
@@ -304,6 +304,7 @@ void Daemon::Impl::watch_slices(const Machine& sample) {
   }
   auto worst = worst_use_per_job(slice_uses(sample, slices, [this](uint32_t pid) { return host_.parent_pid(pid); }));
   monitor_->set_slice_uses(worst);
+  dispatcher_.stop_outside_mps(worst);
   dispatcher_.stop_slice_overruns(worst, settings_.config.slice_overrun);
 }
 

@@ -259,12 +259,28 @@ void Dispatcher::check_running(double now) {
   if (!gone.empty()) dispatch();
 }
 
-void Dispatcher::stop_slice_overruns(const std::map<JobId, SliceUse>& worst, SliceOverrunPolicy policy) {
-  auto told_to_end = [this](JobId id) {
-    const TrackedJob* tracked = lifecycle_.find(id);
-    return tracked == nullptr || tracked->state != JobState::Running || tracked->cancel_by || tracked->told_to_end_for;
+bool Dispatcher::told_to_end(JobId id) const {
+  const TrackedJob* tracked = lifecycle_.find(id);
+  return tracked == nullptr || tracked->state != JobState::Running || tracked->cancel_by || tracked->told_to_end_for;
+}
+
+void Dispatcher::stop_outside_mps(const std::map<JobId, SliceUse>& worst) {
+  auto is_mps_job = [this](JobId id) {
+    auto job = active_.find(id);
+    return settings_.mps_slices && job != active_.end() && runs_under_mps(job->second.spec.gpus);
   };
-  for (JobId id : jobs_to_stop(worst, policy, told_to_end)) {
+  for (JobId id : jobs_outside_mps(worst, is_mps_job, [this](JobId id) { return told_to_end(id); })) {
+    const SliceUse& use = worst.at(id);
+    std::string why = outside_mps_text(use.outside_mps_pid, use.gpu);
+    fmt::print(stderr, "gpupoold: job {}: {}: stopping it\n", id, why);
+    if (auto problem = feed(lifecycle::SliceOverrun{id, why})) {
+      fmt::print(stderr, "gpupoold: job {}: {}\n", id, *problem);
+    }
+  }
+}
+
+void Dispatcher::stop_slice_overruns(const std::map<JobId, SliceUse>& worst, SliceOverrunPolicy policy) {
+  for (JobId id : jobs_to_stop(worst, policy, [this](JobId id) { return told_to_end(id); })) {
     const SliceUse& use = worst.at(id);
     std::string why = slice_overrun_text(use.used_mib, use.slice_mib);
     fmt::print(stderr, "gpupoold: job {} {} on GPU {}: stopping it (slice_overrun = \"stop\")\n", id, why, use.gpu);
@@ -299,7 +315,20 @@ void Dispatcher::start(const JobStart& decision) {
     hooks_.look_again_soon();
     return;
   }
-  reserved_ = Reserved{std::move(**held), supervisor};
+  // An MPS slice's control daemon is started before the grant: a job it fails for never starts.
+  std::vector<std::string> mps_environment;
+  if (settings_.mps_slices && runs_under_mps(job.spec.gpus)) {
+    auto mps = hooks_.mps_environment(job, decision.gpus.at(0));
+    if (!mps) {
+      (**held).release();
+      if (supervisor) runner_.unreserve(job.id);
+      (void)scheduler_.finish(job.id, unix_now());
+      feed(lifecycle::StartFailed{job.id, "could not start: " + mps.error().message});
+      return;
+    }
+    mps_environment = std::move(*mps);
+  }
+  reserved_ = Reserved{std::move(**held), supervisor, std::move(mps_environment)};
   if (auto refused = feed(lifecycle::Granted{decision.id, decision.gpus})) {
     fmt::print(stderr, "gpupoold: job {}: {}\n", decision.id, *refused);
   }
@@ -323,21 +352,10 @@ void Dispatcher::start_attempt(const lifecycle::StartAttempt& start) {
   job.exit_code.reset();
   job.signal.reset();
   job.reason.clear();
-  std::vector<std::string> mps_environment;
-  if (settings_.mps_slices && runs_under_mps(job.spec.gpus)) {
-    auto mps = hooks_.mps_environment(job);
-    if (!mps) {
-      reserved.held.release();
-      if (reserved.supervisor) runner_.unreserve(job.id);
-      attempt_ended(job.id, {job.id, std::nullopt, std::nullopt, "could not start: " + mps.error().message, false});
-      return;
-    }
-    mps_environment = std::move(*mps);
-  }
   if (reserved.supervisor) {
-    start_batch(job, std::move(reserved.held), *reserved.supervisor, mps_environment);
+    start_batch(job, std::move(reserved.held), *reserved.supervisor, reserved.mps_environment);
   } else {
-    start_interactive(job, std::move(reserved.held), mps_environment);
+    start_interactive(job, std::move(reserved.held), reserved.mps_environment);
   }
 }
 

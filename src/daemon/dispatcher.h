@@ -58,9 +58,9 @@ struct DispatcherHooks {
   std::function<void()> look_again_soon;
   // The queue may have changed (called on every dispatch).
   std::function<void()> queue_changed;
-  // What an attempt in an MPS slice adds to its environment (its GPU's control daemon started
-  // first); an error: the attempt does not start, and fails with it.
-  std::function<Result<std::vector<std::string>>(const Job& job)> mps_environment;
+  // What an attempt in an MPS slice on `gpu` adds to its environment (its GPU's control daemon
+  // started first); an error: the job does not start, and fails with it.
+  std::function<Result<std::vector<std::string>>(const Job& job, unsigned gpu)> mps_environment;
   // Starting one job took this long (seconds).
   std::function<void(double seconds)> started_in;
 };
@@ -98,6 +98,9 @@ class Dispatcher {
   // The slice watchdog's reading of a sample (each watched job's worst GPU): under "stop", a job
   // past its slice is told to end, once, and ends failed with the figures as its reason.
   void stop_slice_overruns(const std::map<JobId, SliceUse>& worst, SliceOverrunPolicy policy);
+  // Under MPS, a slice job with a process outside MPS on its GPU (the same reading) is told to
+  // end, once, and ends failed with why: its limit does not hold there.
+  void stop_outside_mps(const std::map<JobId, SliceUse>& worst);
   // The lease directory was made again after it was deleted: the running jobs' locks went with
   // the old one, so the daemon takes their GPUs' locks in the new one for them, and holds them
   // until each job ends. A GPU someone else took meanwhile is said, loudly.
@@ -128,6 +131,8 @@ class Dispatcher {
   void save_again(double now);
 
  private:
+  // Not running, or already told to end (a cancel, its time limit, the watchdog).
+  bool told_to_end(JobId id) const;
   std::optional<std::string> carry_out(const lifecycle::Effect& effect);
   void finished(JobId id, JobState state, std::string reason);
   void start(const JobStart& decision);
@@ -161,6 +166,7 @@ class Dispatcher {
   struct Reserved {
     HeldLeases held;
     std::optional<pid_t> supervisor;  // a batch job's, reserved from the runner
+    std::vector<std::string> mps_environment;  // an MPS slice's client settings
   };
   std::optional<Reserved> reserved_;
   // Lost batch attempts: the job's process group, which the daemon limits and cancels itself.

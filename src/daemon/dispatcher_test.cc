@@ -311,7 +311,7 @@ TEST_F(DispatcherTest, ACancelStopsTheAttemptAndWinsOverHowItEnds) {
 
 TEST_F(DispatcherTest, ASliceOverrunUnderStopEndsTheJobOnceWithItsFiguresAndNoRetry) {
   JobId id = submit(1, /*retries=*/1);
-  std::map<JobId, SliceUse> worst = {{id, SliceUse{id, 0, 31949, 20480}}};
+  std::map<JobId, SliceUse> worst = {{id, SliceUse{id, 0, 31949, 20480, 0}}};
   dispatcher_->stop_slice_overruns(worst, SliceOverrunPolicy::Warn);
   EXPECT_TRUE(runner_.stopped.empty());
   dispatcher_->stop_slice_overruns(worst, SliceOverrunPolicy::Stop);

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <set>
 #include <string>
@@ -34,13 +35,12 @@ class MpsControls {
   // Tells the control daemons of the GPUs not in `in_use` to quit.
   void stop_unneeded(const std::set<std::string>& in_use);
 
-  const std::set<std::string>& running() const { return running_; }
-
  private:
   Result<void> start(const std::string& gpu_uuid);
+  Result<void> cap(const std::string& gpu_uuid, uint64_t slice_mib);
 
   std::string runtime_dir_;
-  std::set<std::string> running_;  // GPU UUIDs
+  std::map<std::string, uint64_t> running_;  // GPU UUID → the server limit set on its control, MiB (0: none)
 };
 
 }  // namespace gpupool

@@ -535,7 +535,8 @@ Finding check_mps(const DoctorFacts& f) {
   }
   evidence.insert(evidence.begin(), "nvidia-cuda-mps-control: " + *f.mps_control);
   return finding(id, CheckStatus::Ok,
-                 "CUDA MPS is installed: gpupoold (slice_enforcement = \"auto\") holds slices of one GPU with it",
+                 "CUDA MPS is installed: gpupoold holds slices of one GPU with it (slice_enforcement \"auto\", "
+                 "the default, or \"mps\")",
                  evidence);
 }
 

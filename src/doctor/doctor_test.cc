@@ -111,7 +111,9 @@ TEST(DoctorTest, MpsSaysWhatHoldsSlicesAndWhatTheComputeModesMean) {
   facts.machine->gpus[1].mig_enabled = true;
   Finding with = mps_finding(facts);
   EXPECT_EQ(with.status, CheckStatus::Ok);
-  EXPECT_EQ(with.summary, "CUDA MPS is installed: gpupoold (slice_enforcement = \"auto\") holds slices of one GPU with it");
+  EXPECT_EQ(with.summary,
+            "CUDA MPS is installed: gpupoold holds slices of one GPU with it (slice_enforcement \"auto\", the default, "
+            "or \"mps\")");
   EXPECT_EQ(with.evidence.front(), "nvidia-cuda-mps-control: /usr/bin/nvidia-cuda-mps-control");
   EXPECT_TRUE(said(with, "GPU 0: compute mode exclusive_process: only one process (the MPS server) may use it"));
   EXPECT_TRUE(said(with, "GPU 1: compute mode "));

@@ -388,14 +388,18 @@ class NvmlBackend final : public GpuBackend {
     }
   }
 
+  // False when neither version of the list could be read.
   template <typename V2Fn, typename V1Fn>
-  void read_process_kind(V2Fn v2, V1Fn v1, nvmlDevice_t handle, ProcessKind kind,
+  bool read_process_kind(V2Fn v2, V1Fn v1, nvmlDevice_t handle, ProcessKind kind,
                          std::map<uint32_t, GpuProcess>& by_pid) const {
     if (auto records = list_processes<nvmlProcessInfo_v2_t>(v2, handle)) {
       merge_processes(*records, kind, by_pid);
     } else if (auto old_records = list_processes<nvmlProcessInfo_v1_t>(v1, handle)) {
       merge_processes(*old_records, kind, by_pid);
+    } else {
+      return false;
     }
+    return true;
   }
 
   void read_processes(nvmlDevice_t handle, Gpu& gpu) const {
@@ -405,7 +409,13 @@ class NvmlBackend final : public GpuBackend {
                       ProcessKind::Compute, by_pid);
     read_process_kind(api.device_get_graphics_processes_v2, api.device_get_graphics_processes_v1, handle,
                       ProcessKind::Graphics, by_pid);
+    // MPS clients are compute processes too; the MPS list says which of them reach a server.
+    std::map<uint32_t, GpuProcess> clients;
+    bool known = read_process_kind(api.device_get_mps_processes_v2, api.device_get_mps_processes_v1, handle,
+                                   ProcessKind::Compute, clients);
+    for (auto& [pid, client] : clients) by_pid.try_emplace(pid, std::move(client));
     for (auto& [pid, process] : by_pid) {
+      if (known) process.mps_client = clients.contains(pid);
       if (auto identity = host_.process_identity(pid)) {
         process.user = identity->user;
         process.command = identity->command;

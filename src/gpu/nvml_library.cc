@@ -86,6 +86,9 @@ Result<std::unique_ptr<NvmlLibrary>> NvmlLibrary::open(const std::vector<std::st
     lib->bind(a.device_get_graphics_processes_v2,
               {"nvmlDeviceGetGraphicsRunningProcesses_v3", "nvmlDeviceGetGraphicsRunningProcesses_v2"});
     lib->bind(a.device_get_graphics_processes_v1, {"nvmlDeviceGetGraphicsRunningProcesses"});
+    lib->bind(a.device_get_mps_processes_v2,
+              {"nvmlDeviceGetMPSComputeRunningProcesses_v3", "nvmlDeviceGetMPSComputeRunningProcesses_v2"});
+    lib->bind(a.device_get_mps_processes_v1, {"nvmlDeviceGetMPSComputeRunningProcesses"});
     lib->bind(a.device_get_topology_common_ancestor, {"nvmlDeviceGetTopologyCommonAncestor"});
     lib->bind(a.device_get_nvlink_state, {"nvmlDeviceGetNvLinkState"});
     lib->bind(a.device_get_nvlink_remote_pci_info,

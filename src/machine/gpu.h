@@ -30,6 +30,9 @@ struct GpuProcess {
   // From /proc; absent when the process is gone or belongs to another PID namespace.
   std::optional<std::string> user;
   std::optional<std::string> command;
+  // Whether NVML lists it among the clients of an MPS server (nvidia-smi's "M+C"); nullopt where
+  // NVML cannot say (a driver without the MPS process list).
+  std::optional<bool> mps_client;
 };
 
 // A MIG device: one compute instance of one GPU instance of a GPU in MIG mode, which CUDA sees

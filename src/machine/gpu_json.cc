@@ -38,7 +38,8 @@ nlohmann::json to_json(const GpuProcess& process) {
           {"type", to_string(process.kind)},
           {"used_memory_mib", optional_json(process.used_memory_mib)},
           {"user", optional_json(process.user)},
-          {"command", optional_json(process.command)}};
+          {"command", optional_json(process.command)},
+          {"mps_client", optional_json(process.mps_client)}};
 }
 
 nlohmann::json to_json(const MigDevice& mig) {

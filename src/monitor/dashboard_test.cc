@@ -57,8 +57,8 @@ Job queued_job(JobId id, const std::string& user, unsigned gpus) {
 DashboardInput busy_machine() {
   DashboardInput input;
   for (unsigned i = 0; i < 8; ++i) input.machine.gpus.push_back(card(i, i < 5 ? 90 - i * 10 : 0, i < 5 ? 40000 : 0));
-  input.machine.gpus[3].processes = {GpuProcess{4242, ProcessKind::Compute, 30000, "carol", "python eval.py"},
-                                     GpuProcess{4243, ProcessKind::Compute, 10000, "carol", "python eval.py"}};
+  input.machine.gpus[3].processes = {GpuProcess{4242, ProcessKind::Compute, 30000, "carol", "python eval.py", std::nullopt},
+                                     GpuProcess{4243, ProcessKind::Compute, 10000, "carol", "python eval.py", std::nullopt}};
   input.jobs = {running_job(12, "alice", {0, 1}, "train"), running_job(13, "alice", {4}, "notebook"),
                 queued_job(14, "erin", 8), queued_job(15, "alice", 1)};
   input.jobs[1].spec.gpus.slice_mib = 20480;
@@ -124,7 +124,7 @@ TEST(Dashboard, SaysWhoHoldsEachCard) {
   EXPECT_EQ(card_use(input, input.machine.gpus[0]).job, JobId{12});
   EXPECT_EQ(card_use(input, input.machine.gpus[7]).holder, "");
   // A process /proc cannot name (another PID namespace) is someone's all the same.
-  input.machine.gpus[7].processes = {GpuProcess{5151, ProcessKind::Compute, 1000, std::nullopt, std::nullopt}};
+  input.machine.gpus[7].processes = {GpuProcess{5151, ProcessKind::Compute, 1000, std::nullopt, std::nullopt, std::nullopt}};
   EXPECT_EQ(card_use(input, input.machine.gpus[7]).holder, "outside: pid 5151 unknown user");
   // The daemon's lease of a job it no longer lists still reads as that job.
   input.leases.push_back(CardLease{6, "job-99", "erin", 999, std::nullopt});

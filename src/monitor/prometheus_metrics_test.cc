@@ -182,8 +182,8 @@ TEST(PrometheusMetrics, JobsWithoutMeanUtilizationHaveNoSeries) {
 
 TEST(PrometheusMetrics, WatchedSliceJobsShowTheirUseAndWhetherItIsPastTheSlice) {
   MetricsView view;
-  view.running_jobs.push_back(MetricsJob{1, "ana", 5, std::nullopt, false, SliceUse{1, 3, 31949, 20480}});
-  view.running_jobs.push_back(MetricsJob{2, "bob", 5, std::nullopt, false, SliceUse{2, 3, 1000, 20480}});
+  view.running_jobs.push_back(MetricsJob{1, "ana", 5, std::nullopt, false, SliceUse{1, 3, 31949, 20480, 0}});
+  view.running_jobs.push_back(MetricsJob{2, "bob", 5, std::nullopt, false, SliceUse{2, 3, 1000, 20480, 0}});
   view.running_jobs.push_back(MetricsJob{3, "cy", 5, std::nullopt, false, std::nullopt});  // whole GPUs
   std::string text = render_metrics(view);
   EXPECT_NE(text.find("gpupool_job_slice_used_bytes{job_id=\"1\",user=\"ana\",gpu=\"3\"} 33500954624\n"),

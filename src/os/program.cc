@@ -76,14 +76,22 @@ bool read_some(int fd, std::string& into) {
   return n > 0;
 }
 
-// Feeds the input and collects both outputs until the program closes them.
-void exchange(Pipe& in, Pipe& out, Pipe& err, const std::string& input, ProgramOutcome& outcome) {
+// Feeds the input and collects both outputs until the program closes them; false when the
+// deadline came first.
+bool exchange(Pipe& in, Pipe& out, Pipe& err, const std::string& input, ProgramOutcome& outcome,
+              std::optional<std::chrono::steady_clock::time_point> deadline) {
   size_t written = 0;
   if (input.empty()) in.close_write();
   if (in.write >= 0) fcntl(in.write, F_SETFL, fcntl(in.write, F_GETFL) | O_NONBLOCK);
   while (out.read >= 0 || err.read >= 0) {
     pollfd fds[3] = {{in.write, POLLOUT, 0}, {out.read, POLLIN, 0}, {err.read, POLLIN, 0}};
-    if (poll(fds, 3, -1) < 0) {
+    int wait_ms = -1;
+    if (deadline) {
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(*deadline - std::chrono::steady_clock::now());
+      if (left.count() <= 0) return false;
+      wait_ms = static_cast<int>(std::min<int64_t>(left.count(), 60'000));
+    }
+    if (poll(fds, 3, wait_ms) < 0) {
       if (errno == EINTR) continue;
       break;
     }
@@ -97,6 +105,7 @@ void exchange(Pipe& in, Pipe& out, Pipe& err, const std::string& input, ProgramO
     if (err.read >= 0 && fds[2].revents != 0 && !read_some(err.read, outcome.err)) err.close_read();
   }
   in.close_write();
+  return true;
 }
 
 }  // namespace
@@ -140,7 +149,13 @@ Result<ProgramOutcome> run_program(const std::vector<std::string>& argv, const P
   out.close_write();
   err.close_write();
   ProgramOutcome outcome;
-  if (spawned == 0) exchange(in, out, err, options.input, outcome);
+  bool in_time = true;
+  if (spawned == 0) {
+    auto deadline = options.timeout ? std::optional(std::chrono::steady_clock::now() + *options.timeout)
+                                    : std::nullopt;
+    in_time = exchange(in, out, err, options.input, outcome, deadline);
+    if (!in_time) ::kill(pid, SIGKILL);
+  }
   // Take back a SIGPIPE our writing raised, so it does not strike once unblocked.
   timespec now = {0, 0};
   while (sigtimedwait(&pipe_signal, nullptr, &now) == SIGPIPE) {
@@ -154,6 +169,10 @@ Result<ProgramOutcome> run_program(const std::vector<std::string>& argv, const P
   int status = 0;
   while (waitpid(pid, &status, 0) < 0) {
     if (errno != EINTR) return fail("cannot wait for {}: {}", argv[0], std::strerror(errno));
+  }
+  if (!in_time) {
+    return fail("{} did not finish within {:g} s and was killed", argv[0],
+                std::chrono::duration<double>(*options.timeout).count());
   }
   outcome.exit_code = exit_code_from_status(status);
   return outcome;

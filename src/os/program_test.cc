@@ -83,6 +83,17 @@ TEST(ProgramTest, AMissingProgramIsOneClearLine) {
   EXPECT_EQ(outcome.error().message, "/nonexistent/gpupool-no-such-program: not found");
 }
 
+TEST(ProgramTest, AProgramPastItsTimeoutIsKilledAndAnError) {
+  ProgramOptions options;
+  options.timeout = std::chrono::milliseconds(200);
+  Result<ProgramOutcome> outcome = run_program({"sleep", "30"}, options);
+  ASSERT_FALSE(outcome.ok());
+  EXPECT_EQ(outcome.error().message, "sleep did not finish within 0.2 s and was killed");
+  outcome = run_program({"true"}, options);
+  ASSERT_TRUE(outcome.ok()) << outcome.error().message;
+  EXPECT_EQ(outcome->exit_code, 0);
+}
+
 TEST(ProgramTest, FindsAProgramOnPath) {
   std::optional<std::string> sh = find_program("sh");
   ASSERT_TRUE(sh);

@@ -54,7 +54,7 @@ std::vector<std::string> mps_client_environment(const MpsDirectories& directorie
   return environment;
 }
 
-Result<std::vector<uint32_t>> parse_mps_server_list(const std::string& text) {
+Result<std::vector<uint32_t>> parse_mps_pids(const std::string& text) {
   std::vector<uint32_t> pids;
   for (std::string line : split(text, '\n')) {
     std::erase_if(line, [](char c) { return c == ' ' || c == '\t' || c == '\r'; });
@@ -62,7 +62,7 @@ Result<std::vector<uint32_t>> parse_mps_server_list(const std::string& text) {
     uint32_t pid = 0;
     auto error = std::from_chars(line.data(), line.data() + line.size(), pid);
     if (!all_digits(line) || error.ec != std::errc{} || pid == 0) {
-      return fail("the MPS control's server list has {}, not a process id", quote(line));
+      return fail("the MPS control's answer has {}, not a process id", quote(line));
     }
     pids.push_back(pid);
   }
@@ -74,6 +74,21 @@ std::vector<std::string> unneeded_mps_controls(const std::set<std::string>& runn
   std::vector<std::string> unneeded;
   std::ranges::set_difference(running_gpu_uuids, gpu_uuids_in_use, std::back_inserter(unneeded));
   return unneeded;
+}
+
+std::vector<uint64_t> jobs_outside_mps(const std::map<uint64_t, SliceUse>& worst,
+                                       const std::function<bool(uint64_t job)>& is_mps_job,
+                                       const std::function<bool(uint64_t job)>& told_to_end) {
+  std::vector<uint64_t> jobs;
+  for (const auto& [job, use] : worst) {
+    if (use.outside_mps_pid != 0 && is_mps_job(job) && !told_to_end(job)) jobs.push_back(job);
+  }
+  return jobs;
+}
+
+std::string outside_mps_text(uint32_t pid, unsigned gpu) {
+  return fmt::format("its process {} used GPU {} outside MPS, where its slice's memory limit does not hold", pid,
+                     gpu);
 }
 
 std::string mps_one_user_text(unsigned gpu, const std::string& user) {

@@ -8,6 +8,8 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <map>
 #include <optional>
 #include <set>
 #include <string>
@@ -15,6 +17,7 @@
 
 #include "base/result.h"
 #include "jobs/job.h"
+#include "sched/slice_watch.h"
 
 namespace gpupool {
 
@@ -52,12 +55,23 @@ std::vector<std::string> mps_control_environment(const MpsDirectories& directori
 std::vector<std::string> mps_client_environment(const MpsDirectories& directories, uint64_t slice_mib,
                                                 std::optional<unsigned> sm_percent);
 
-// get_server_list's answer: one server PID a line, nothing when no server runs.
-Result<std::vector<uint32_t>> parse_mps_server_list(const std::string& text);
+// get_server_list's and get_client_list's answers: one PID a line, nothing when there is none.
+Result<std::vector<uint32_t>> parse_mps_pids(const std::string& text);
 
 // The GPUs whose control daemons can stop: running ones that no MPS slice job runs on.
 std::vector<std::string> unneeded_mps_controls(const std::set<std::string>& running_gpu_uuids,
                                                const std::set<std::string>& gpu_uuids_in_use);
+
+// The MPS slice jobs (`is_mps_job`) with a process outside MPS on their GPU (`worst`, the
+// watchdog's reading) that have not been told to end yet: their limit does not hold, so they
+// are stopped, whatever slice_overrun says.
+std::vector<uint64_t> jobs_outside_mps(const std::map<uint64_t, SliceUse>& worst,
+                                       const std::function<bool(uint64_t job)>& is_mps_job,
+                                       const std::function<bool(uint64_t job)>& told_to_end);
+
+// "its process 4242 used GPU 0 outside MPS, where its slice's memory limit does not hold": the
+// reason such a job ends with.
+std::string outside_mps_text(uint32_t pid, unsigned gpu);
 
 // "GPU 2's MPS server serves alice's slices: MPS serves one user at a time on a GPU".
 std::string mps_one_user_text(unsigned gpu, const std::string& user);

@@ -51,14 +51,14 @@ TEST(Mps, AComputeShareIsTheClientsActiveThreadPercentage) {
 }
 
 TEST(Mps, TheServerListIsOnePidALine) {
-  EXPECT_EQ(parse_mps_server_list("").value(), std::vector<uint32_t>{});
-  EXPECT_EQ(parse_mps_server_list("2597\n").value(), std::vector<uint32_t>{2597});
-  EXPECT_EQ(parse_mps_server_list("2597\r\n 3100 \n\n").value(), (std::vector<uint32_t>{2597, 3100}));
+  EXPECT_EQ(parse_mps_pids("").value(), std::vector<uint32_t>{});
+  EXPECT_EQ(parse_mps_pids("2597\n").value(), std::vector<uint32_t>{2597});
+  EXPECT_EQ(parse_mps_pids("2597\r\n 3100 \n\n").value(), (std::vector<uint32_t>{2597, 3100}));
 }
 
 TEST(Mps, AServerListWithSomethingElseIsAnError) {
   for (const char* text : {"Cannot find MPS control daemon process\n", "12a\n", "0\n", "-5\n", "99999999999\n"}) {
-    auto parsed = parse_mps_server_list(text);
+    auto parsed = parse_mps_pids(text);
     ASSERT_FALSE(parsed) << text;
     EXPECT_NE(parsed.error().message.find("not a process id"), std::string::npos);
   }
@@ -69,6 +69,18 @@ TEST(Mps, AControlStopsOnceNoSliceRunsOnItsGpu) {
             (std::vector<std::string>{"GPU-a", "GPU-c"}));
   EXPECT_EQ(unneeded_mps_controls({"GPU-a"}, {"GPU-a", "GPU-d"}), std::vector<std::string>{})
       << "a GPU in use without a control is the starter's business";
+}
+
+TEST(Mps, AnMpsJobWithAProcessOutsideMpsIsStoppedOnce) {
+  std::map<uint64_t, SliceUse> worst = {{1, SliceUse{1, 0, 500, 20480, 4242}},   // outside MPS
+                                        {2, SliceUse{2, 0, 500, 20480, 0}},      // all clients
+                                        {3, SliceUse{3, 1, 500, 20480, 77}},     // not an MPS job
+                                        {4, SliceUse{4, 1, 500, 20480, 88}}};    // told to end already
+  auto is_mps_job = [](uint64_t job) { return job != 3; };
+  auto told_to_end = [](uint64_t job) { return job == 4; };
+  EXPECT_EQ(jobs_outside_mps(worst, is_mps_job, told_to_end), std::vector<uint64_t>{1});
+  EXPECT_EQ(outside_mps_text(4242, 0),
+            "its process 4242 used GPU 0 outside MPS, where its slice's memory limit does not hold");
 }
 
 TEST(Mps, TheOneUserRuleIsSaidInWords) {

@@ -33,7 +33,7 @@ std::vector<SliceUse> slice_uses(const Machine& sample, const std::vector<Watche
     slice_of_holder[slices[i].holder_pid] = i;
     for (unsigned gpu : slices[i].gpus) {
       use_of[{i, gpu}] = uses.size();
-      uses.push_back(SliceUse{slices[i].job, gpu, 0, slices[i].slice_mib});
+      uses.push_back(SliceUse{slices[i].job, gpu, 0, slices[i].slice_mib, 0});
     }
   }
   auto holder_of = [&](uint32_t pid) -> std::optional<size_t> {
@@ -52,6 +52,10 @@ std::vector<SliceUse> slice_uses(const Machine& sample, const std::vector<Watche
       auto use = use_of.find({*slice, gpu.index});
       if (use == use_of.end()) continue;  // a GPU its slice does not cover: not the watchdog's
       uses[use->second].used_mib += process.used_memory_mib.value_or(0);
+      // Only a process NVML says is no client: where it cannot say, nobody is stopped for it.
+      if (process.mps_client == false && process.kind != ProcessKind::Graphics) {
+        uses[use->second].outside_mps_pid = process.pid;
+      }
     }
   }
   return uses;

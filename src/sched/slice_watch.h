@@ -16,7 +16,7 @@
 namespace gpupool {
 
 // [daemon] slice_enforcement. The watchdog watches under every mode but "off", MPS or not: a
-// slice MPS cannot hold (an interactive job's, one of several GPUs) is watched only.
+// slice MPS cannot hold (one of several GPUs) is watched only.
 enum class SliceEnforcement {
   Auto,   // MPS where nvidia-cuda-mps-control is found at start, else the watchdog
   Mps,    // MPS for every slice it can hold (sched/mps.h); a job whose GPU's control fails, fails
@@ -47,6 +47,9 @@ struct SliceUse {
   unsigned gpu = 0;
   uint64_t used_mib = 0;  // a process whose figure NVML does not give counts 0
   uint64_t slice_mib = 0;
+  // One of the slice's processes there that NVML does not list as an MPS client (0: none):
+  // for an MPS slice, a process that runs outside MPS, where the slice's limit does not hold.
+  uint32_t outside_mps_pid = 0;
 
   bool overrun() const { return used_mib > slice_mib; }
   bool operator==(const SliceUse&) const = default;

@@ -44,7 +44,7 @@ TEST(SliceUses, ProcessesCountForTheNearestHolderOnItsSliceGpus) {
                             {process(201, 12000), process(101, 9999)});
   std::vector<SliceUse> uses = slice_uses(sample, slices, parent_of);
   // Job 7's grandchild on GPU 0 counts; its child on GPU 1, outside its slice, does not.
-  EXPECT_EQ(uses, (std::vector<SliceUse>{{7, 0, 31949, 20480}, {8, 0, 4096, 10240}, {8, 1, 12000, 10240}}));
+  EXPECT_EQ(uses, (std::vector<SliceUse>{{7, 0, 31949, 20480, 0}, {8, 0, 4096, 10240, 0}, {8, 1, 12000, 10240, 0}}));
   EXPECT_TRUE(uses[0].overrun());
   EXPECT_FALSE(uses[1].overrun());
 }
@@ -52,7 +52,21 @@ TEST(SliceUses, ProcessesCountForTheNearestHolderOnItsSliceGpus) {
 TEST(SliceUses, ASliceWithNothingListedUsesNothingAndUnknownFiguresCountZero) {
   std::vector<WatchedSlice> slices = {{7, 100, {1}, 20480}};
   EXPECT_EQ(slice_uses(two_gpus({}, {process(100, std::nullopt)}), slices, parent_of),
-            (std::vector<SliceUse>{{7, 1, 0, 20480}}));
+            (std::vector<SliceUse>{{7, 1, 0, 20480, 0}}));
+}
+
+TEST(SliceUses, OnlyAComputeProcessNvmlSaysIsNoMpsClientIsOutsideMps) {
+  std::vector<WatchedSlice> slices = {{7, 100, {0}, 20480}};
+  GpuProcess client = process(101, 4000);
+  client.mps_client = true;
+  GpuProcess graphics = process(102, 10);
+  graphics.kind = ProcessKind::Graphics;
+  graphics.mps_client = false;
+  GpuProcess unknown = process(100, 500);  // NVML without the MPS list: nobody is stopped for it
+  EXPECT_EQ(slice_uses(two_gpus({client, graphics, unknown}, {}), slices, parent_of)[0].outside_mps_pid, 0u);
+  GpuProcess outside = process(100, 500);
+  outside.mps_client = false;
+  EXPECT_EQ(slice_uses(two_gpus({client, graphics, outside}, {}), slices, parent_of)[0].outside_mps_pid, 100u);
 }
 
 TEST(SliceUses, AProcessGoneFromProcCountsForNobody) {
@@ -61,10 +75,10 @@ TEST(SliceUses, AProcessGoneFromProcCountsForNobody) {
 }
 
 TEST(WorstUse, EachJobIsReportedByTheGpuWhereItUsesMostOfItsSlice) {
-  auto worst = worst_use_per_job({{8, 0, 4096, 10240}, {8, 1, 12000, 10240}, {7, 0, 100, 20480}});
+  auto worst = worst_use_per_job({{8, 0, 4096, 10240, 0}, {8, 1, 12000, 10240, 0}, {7, 0, 100, 20480, 0}});
   ASSERT_EQ(worst.size(), 2u);
-  EXPECT_EQ(worst.at(8), (SliceUse{8, 1, 12000, 10240}));
-  EXPECT_EQ(worst.at(7), (SliceUse{7, 0, 100, 20480}));
+  EXPECT_EQ(worst.at(8), (SliceUse{8, 1, 12000, 10240, 0}));
+  EXPECT_EQ(worst.at(7), (SliceUse{7, 0, 100, 20480, 0}));
 }
 
 TEST(SliceOverrunText, SaysTheFiguresInGib) {

@@ -174,14 +174,17 @@ nvmlReturn_t memory_info(nvmlDevice_t device, nvmlMemory_t* memory) {
 }
 
 // Lists the processes of one kind; compute+graphics processes appear in both lists.
+// `mps_clients_only`: nvmlDeviceGetMPSComputeRunningProcesses, the compute processes that are
+// clients of an MPS server.
 template <typename Record>
 nvmlReturn_t running_processes(nvmlDevice_t device, unsigned* count, Record* infos,
-                               ProcessKind kind) {
+                               ProcessKind kind, bool mps_clients_only = false) {
   return simulator().device(device, Needs::Health, [&](const Query& query) {
     if (count == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
     std::vector<const FixtureProcess*> listed;
     for (const FixtureProcess& process : query.gpu.processes) {
-      if (process.kind == kind || process.kind == ProcessKind::ComputeAndGraphics)
+      if ((process.kind == kind || process.kind == ProcessKind::ComputeAndGraphics) &&
+          (!mps_clients_only || process.mps_client))
         listed.push_back(&process);
     }
     if (*count < listed.size()) {
@@ -487,6 +490,11 @@ GPUPOOL_NVML_EXPORT nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses(
   return gpupool::sim::running_processes(device, count, infos, ProcessKind::Graphics);
 }
 
+GPUPOOL_NVML_EXPORT nvmlReturn_t nvmlDeviceGetMPSComputeRunningProcesses(
+    nvmlDevice_t device, unsigned int* count, nvmlProcessInfo_v1_t* infos) {
+  return gpupool::sim::running_processes(device, count, infos, ProcessKind::Compute, true);
+}
+
 // ---- Topology ----
 
 GPUPOOL_NVML_EXPORT nvmlReturn_t nvmlDeviceGetTopologyCommonAncestor(
@@ -621,6 +629,16 @@ GPUPOOL_NVML_EXPORT nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v2(
 GPUPOOL_NVML_EXPORT nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v3(
     nvmlDevice_t device, unsigned int* count, nvmlProcessInfo_v2_t* infos) {
   return gpupool::sim::running_processes(device, count, infos, ProcessKind::Graphics);
+}
+
+GPUPOOL_NVML_EXPORT nvmlReturn_t nvmlDeviceGetMPSComputeRunningProcesses_v2(
+    nvmlDevice_t device, unsigned int* count, nvmlProcessInfo_v2_t* infos) {
+  return gpupool::sim::running_processes(device, count, infos, ProcessKind::Compute, true);
+}
+
+GPUPOOL_NVML_EXPORT nvmlReturn_t nvmlDeviceGetMPSComputeRunningProcesses_v3(
+    nvmlDevice_t device, unsigned int* count, nvmlProcessInfo_v2_t* infos) {
+  return gpupool::sim::running_processes(device, count, infos, ProcessKind::Compute, true);
 }
 
 GPUPOOL_NVML_EXPORT nvmlReturn_t nvmlDeviceGetNvLinkRemotePciInfo_v2(nvmlDevice_t device,

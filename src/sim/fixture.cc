@@ -280,6 +280,7 @@ Result<FixtureProcess> parse_process(ObjectReader& reader) {
                                       {ProcessKind::Compute, ProcessKind::Graphics,
                                        ProcessKind::ComputeAndGraphics},
                                       reader.where("kind")));
+  TRY_ASSIGN(process.mps_client, reader.optional<bool>("mps_client", false));
   return process;
 }
 
@@ -763,7 +764,8 @@ Gpu gpu_from_fixture(const FixtureGpu& source, unsigned index, bool legacy) {
     if (per_multiprocessor > 0) gpu.multiprocessors = *source.cuda_cores / per_multiprocessor;
   }
   for (const FixtureProcess& process : source.processes) {
-    gpu.processes.push_back(GpuProcess{process.pid, process.kind, process.used_memory_mib, {}, {}});
+    gpu.processes.push_back(
+        GpuProcess{process.pid, process.kind, process.used_memory_mib, {}, {}, process.mps_client});
   }
   std::sort(gpu.processes.begin(), gpu.processes.end(),
             [](const GpuProcess& a, const GpuProcess& b) { return a.pid < b.pid; });

@@ -33,6 +33,7 @@ struct FixtureProcess {
   uint32_t pid = 0;
   std::optional<uint64_t> used_memory_mib;  // nullopt: NVML cannot tell (NVML_VALUE_NOT_AVAILABLE)
   ProcessKind kind = ProcessKind::Compute;
+  bool mps_client = false;  // also listed by nvmlDeviceGetMPSComputeRunningProcesses
 };
 
 // A MIG device of a GPU in MIG mode: one compute instance, as nvmlDeviceGetAttributes_v2 and the

@@ -121,7 +121,8 @@ class DoctorTest(unittest.TestCase):
         self.assertIsNone(without["fix"])
         found = self.findings(env={"PATH": fake_bin + os.pathsep + path}, expect=0)["mps"]
         self.assertEqual(found["summary"],
-                         'CUDA MPS is installed: gpupoold (slice_enforcement = "auto") holds slices of one GPU with it')
+                         'CUDA MPS is installed: gpupoold holds slices of one GPU with it (slice_enforcement "auto", '
+                         'the default, or "mps")')
         evidence = "\n".join(found["evidence"])
         self.assertIn(f"nvidia-cuda-mps-control: {fake_bin}/nvidia-cuda-mps-control", evidence)
         self.assertIn("GPU 0: compute mode default: MPS clients and other programs share it", evidence)

@@ -9,12 +9,14 @@ import os
 import pwd
 import re
 import shutil
+import signal
 import stat
 import tempfile
 import unittest
 
 from harness import (CAN_ADD_USERS, Daemon, ThrowawayUsers, main, process_gone, read_if_there, until_exists,
                      wait_until)
+from test_monitoring import write_overlay
 
 FAKE_BIN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fake-bin")
 CONTROL_PROGRAM = "nvidia-cuda-mps-control"
@@ -243,10 +245,87 @@ class MpsTest(unittest.TestCase):
             self.assertIn("MPS", ended["reason"])
             self.assertIn("this control daemon refuses to start", ended["reason"], "the program's own words")
             self.assertFalse(os.path.exists(d.path("ran")))
+            # An interactive one fails the same way: failed, not done, and its program never runs.
+            proc = d.gp("run", "--mem", "20G", "--", "sh", "-c", f"touch {d.path('run-ran')}")
+            self.assertNotEqual(proc.returncode, 0)
+            self.assertIn("this control daemon refuses to start", proc.stderr)
+            self.assertFalse(os.path.exists(d.path("run-ran")))
+            run_job = [j for j in d.all_jobs() if j["kind"] == "interactive"]
+            self.assertEqual([j["state"] for j in run_job], ["failed"])
             # Whole GPUs need no MPS.
             whole = enqueue(d, ["sh", "-c", f"touch {d.path('whole-ran')}"], name="whole")
             self.assertEqual(d.finish(whole)[0]["state"], "done")
             self.assertTrue(os.path.exists(d.path("whole-ran")))
+
+    def test_the_server_limit_is_the_largest_slice_and_a_control_with_clients_is_not_quit(self):
+        with self.daemon() as d:
+            first = enqueue(d, env_job(d, "first", "go-first"), mem_mib=SLICE_MIB, name="first")
+            gpu = d.wait_state(first, "running")["gpu_uuids"][0]
+            control = Control(d, gpu)
+            read_env(d.path("first.env"))
+            self.assertEqual(control.told(f"set_default_device_pinned_mem_limit 0 {SLICE_MIB}M"), 1)
+            # A server runs (a client connected): a larger slice raises its limit too.
+            with open(os.path.join(control.log, "fake-servers"), "w") as f:
+                f.write("424242\n")
+            with open(os.path.join(control.log, "fake-clients-424242"), "w") as f:
+                f.write("434343\n")
+            larger = enqueue(d, env_job(d, "larger"), mem_mib=2 * SLICE_MIB, name="larger")
+            self.assertEqual(d.finish(larger)[0]["gpu_uuids"], [gpu])
+            self.assertEqual(control.told(f"set_default_device_pinned_mem_limit 0 {2 * SLICE_MIB}M"), 1)
+            self.assertEqual(control.told(f"set_device_pinned_mem_limit 424242 0 {2 * SLICE_MIB}M"), 1)
+            self.assertEqual(mps_variables(read_env(d.path("larger.env"))),
+                             control.client_environment(2 * SLICE_MIB))
+            # Every slice has ended, but the server has a client still: no quit until it has none.
+            d.touch("go-first")
+            self.assertEqual(d.finish(first)[0]["state"], "done")
+            d.wait_for_samples()
+            self.assertEqual(control.told("quit"), 0)
+            self.assertGreater(control.told("get_client_list 424242"), 0, "the daemon asked")
+            os.unlink(os.path.join(control.log, "fake-clients-424242"))
+            control.wait_until_quit()
+
+    def test_a_control_daemon_that_died_is_started_again_for_the_next_slice(self):
+        with self.daemon() as d:
+            first = enqueue(d, env_job(d, "first", "go"), mem_mib=SLICE_MIB, name="first")
+            gpu = d.wait_state(first, "running")["gpu_uuids"][0]
+            control = Control(d, gpu)
+            read_env(d.path("first.env"))
+            [pid] = control.started()
+            os.kill(pid, signal.SIGKILL)
+            wait_until(lambda: process_gone(pid), what="the control daemon gone")
+            second = enqueue(d, env_job(d, "second", "go"), mem_mib=SLICE_MIB, name="second")
+            self.assertEqual(d.wait_state(second, "running")["gpu_uuids"], [gpu])
+            env = read_env(d.path("second.env"))
+            self.assertEqual(env.get("E2E_CONTROL_LISTENS"), "yes", "a control daemon listens again")
+            self.assertEqual(len(control.started()), 2)
+            self.assertIn("no longer answers: starting it again", d.log_text())
+            d.touch("go")
+            self.assertEqual([j["state"] for j in d.finish(first, second)], ["done", "done"])
+            wait_until(lambda: control.pid() is None and all(process_gone(p) for p in control.started()),
+                       what="the second control daemon quitting")
+            self.assertEqual(control.told("quit"), 1)
+
+    def test_a_planted_mps_directory_is_moved_aside_not_used(self):
+        scratch = tempfile.mkdtemp(prefix="gpupool-mps-")
+        self.addCleanup(shutil.rmtree, scratch, ignore_errors=True)
+        os.chmod(scratch, 0o777)
+        with self.daemon() as d:
+            planted = os.path.join(d.runtime_dir, "mps")
+            os.symlink(scratch, planted)  # what any user may do in the 1777 runtime directory
+            job = enqueue(d, env_job(d, "job"), mem_mib=SLICE_MIB, name="job")
+            self.assertEqual(d.finish(job)[0]["state"], "done")
+            self.assertFalse(os.path.islink(planted))
+            self.assertTrue(os.path.isdir(planted))
+            self.assertEqual(stat.S_IMODE(os.stat(planted).st_mode), 0o755)
+            aside = [name for name in os.listdir(d.runtime_dir) if name.startswith("mps.not-ours-")]
+            self.assertEqual(len(aside), 1, os.listdir(d.runtime_dir))
+            self.assertTrue(os.path.islink(os.path.join(d.runtime_dir, aside[0])))
+            self.assertEqual(os.listdir(scratch), [], "nothing made through the link")
+            self.assertEqual(stat.S_IMODE(os.stat(scratch).st_mode), 0o777, "its target's mode untouched")
+            self.assertIn("was not gpupoold's own directory: moved aside", d.log_text())
+            env = read_env(d.path("job.env"))
+            self.assertTrue(env["CUDA_MPS_PIPE_DIRECTORY"].startswith(planted + "/"))
+            Control(d, env["CUDA_VISIBLE_DEVICES"]).wait_until_quit()
 
 
     def test_a_compute_share_is_the_clients_thread_percentage_and_shown(self):
@@ -278,6 +357,36 @@ class MpsTest(unittest.TestCase):
             # A slice of two GPUs reaches no single control daemon: the watchdog's alone.
             d.gp("run", "-g", "2", "--mem", "20G", "-q", "--", *env_job(d, "two"), check=True)
             self.assertEqual(mps_variables(read_env(d.path("two.env"))), {})
+
+    def test_a_slice_process_outside_mps_ends_its_job(self):
+        scratch = tempfile.mkdtemp(prefix="gpupool-mps-")
+        self.addCleanup(shutil.rmtree, scratch, ignore_errors=True)
+        overlay = os.path.join(scratch, "overlay.json")
+        write_overlay(overlay, {})
+        with Daemon(config=MPS_CONFIG, env={"PATH": path_with(FAKE_BIN), "GPUPOOL_SIM_STATE": overlay}) as d:
+            jobs = {name: enqueue(d, ["sh", "-c", f"echo $$ > {d.path(name)}.pid; exec sleep 600"], mem_mib=SLICE_MIB,
+                                  name=name) for name in ("client", "outside")}
+            shown = {name: d.wait_state(job, "running") for name, job in jobs.items()}
+            pids = {name: int(wait_until(lambda n=name: read_if_there(d.path(f"{n}.pid")), what=f"{name}'s pid"))
+                    for name in jobs}
+            gpu = shown["client"]["gpus"][0]
+            self.assertEqual(shown["outside"]["gpus"], [gpu], "slices pack onto one GPU")
+            # Both use memory within their slices; one of them is no MPS client.
+            write_overlay(overlay, {gpu: {"processes": [
+                {"pid": pids["client"], "used_memory_mib": 1000, "kind": "compute", "mps_client": True},
+                {"pid": pids["outside"], "used_memory_mib": 1000, "kind": "compute"}]}})
+            ended = d.finish(jobs["outside"])[0]
+            self.assertEqual(ended["state"], "failed")
+            self.assertEqual(ended["reason"], f"its process {pids['outside']} used GPU {gpu} outside MPS, "
+                                              "where its slice's memory limit does not hold")
+            d.wait_for_samples()
+            self.assertEqual(d.job_state(jobs["client"]), "running", "an MPS client runs on")
+            listed = d.gp_json("list", "--json")
+            processes = {p["pid"]: p for g in listed if g["index"] == gpu for p in g["processes"]}
+            self.assertTrue(processes[pids["client"]]["mps_client"])
+            d.request({"op": "cancel", "ids": [jobs["client"]]})
+            d.finish(jobs["client"])
+            Control(d, shown["client"]["gpu_uuids"][0]).wait_until_quit()
 
     def test_a_compute_share_that_nothing_would_hold_is_refused_in_one_line(self):
         with self.daemon() as d:

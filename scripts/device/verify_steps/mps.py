@@ -7,7 +7,9 @@ With `slice_enforcement = "mps"`:
   2. a bf16 matrix-product loop in an MPS slice against the same loop without MPS: at least 95 %
      of the throughput; `--sm 25` (a batch job) beside `--sm 75` (`gpupool run`, interactive), the
      same loop at the same time: a throughput ratio near 1:3;
-  3. a gpupoold killed with kill -9 while an MPS slice runs: the next daemon adopts the GPU's
+  3. a slice job whose program leaves MPS (CUDA_MPS_PIPE_DIRECTORY unset) is ended, failed with
+     "its process N used GPU G outside MPS, ...", within 2 s of its allocation;
+  4. a gpupoold killed with kill -9 while an MPS slice runs: the next daemon adopts the GPU's
      control daemon (started once), a slice submitted after the restart joins that server, both
      finish, and the control daemon quits once none runs.
 """
@@ -25,6 +27,10 @@ ALLOCATE = ("import sys, torch\nheld = []\n"
             "    print('allocated', len(held), 'GiB', flush=True)\n"
             "except torch.OutOfMemoryError as e:\n"
             "    print('out of memory after', len(held), 'GiB:', str(e).splitlines()[0], flush=True); sys.exit(3)\n")
+# Allocates GiB (argv[1]), writes when to the file argv[2], then waits for the file argv[3].
+ALLOCATE_AND_WAIT = ("import os, sys, time, torch; x = torch.ones(int(sys.argv[1]) << 28, device='cuda'); "
+                     "torch.cuda.synchronize(); open(sys.argv[2], 'w').write(repr(time.time()))\n"
+                     "while not os.path.exists(sys.argv[3]): time.sleep(0.05)")
 # Matrix products until the file argv[1] exists; the same product's checksum at the start and the end.
 NEIGHBOUR = ("import os, sys, time, torch\ntorch.manual_seed(0)\n"
              "a = torch.randn(4096, 4096, device='cuda'); keep = torch.empty(1 << 30, dtype=torch.uint8, device='cuda')\n"
@@ -90,7 +96,7 @@ def tflops(text):
 
 
 def step_mps(s):
-    config = "[daemon]\nsample_interval_s = 1.0\nslice_enforcement = \"mps\"\n"
+    config = "[daemon]\nsample_interval_s = 1.0\nkill_grace_s = 2\nslice_enforcement = \"mps\"\n"
     with s.daemon(config) as d:
         go = d.path("go")
         neighbour = d.submit("--mem", "4G", "--name", "neighbour", "--", *PLAIN, "python3", "-c", NEIGHBOUR, go)
@@ -148,6 +154,20 @@ def step_mps(s):
                     f"{small_tflops:.1f} and {large_tflops:.1f} TFLOP/s: 1:{ratio:.2f}")
         else:
             s.check("MPS: --sm 25 beside --sm 75 (run) gives about 1:3", False, f"{large_out}{large_err}")
+        wait_for(lambda: control_gone(d, uuid), 30)
+
+        # A program that leaves MPS: seen at the next sample (1 s), ended.
+        outside = d.submit("--mem", "4G", "--name", "outside", "--", *PLAIN, "env", "-u", "CUDA_MPS_PIPE_DIRECTORY",
+                           "python3", "-c", ALLOCATE_AND_WAIT, "1", d.path("outside.t"), d.path("never"))
+        ended = d.finish(outside, timeout=120)[0]
+        try:
+            with open(d.path("outside.t")) as f:
+                took = f"{ended['end_time'] - float(f.read()):.2f} s from its allocation to its end"
+        except (OSError, ValueError):
+            took = "it never said it had allocated"
+        s.check("MPS: a slice process outside MPS ends its job",
+                ended["state"] == "failed" and "outside MPS" in ended["reason"],
+                f"{ended['state']}: {ended['reason']}; {took}")
         wait_for(lambda: control_gone(d, uuid), 30)
 
         starts_before = control_log(d, uuid).count("Starting control daemon")
