@@ -84,10 +84,14 @@ class Client:
             time.sleep(0.1)
 
     def submit(self, command, gpus=1, mem=None, name=None, priority=0, after=(), retries=0, time_limit=None,
-               hold=False, env=None, cwd=None, sm=None):
+               hold=False, env=None, cwd=None, sm=None, mig=None):
         """Queues a batch job, as `gpupool submit` does; returns its id. By default the job gets
         this process's environment, working directory and umask. sm: with mem, the slice's share
-        of each GPU's multiprocessors in percent (`--sm`)."""
+        of each GPU's multiprocessors in percent (`--sm`). mig: one MIG device of this profile
+        (e.g. "1g.18gb", or "any"; with mem, one with at least that much memory) instead of GPUs,
+        as `--mig`."""
+        if mig is not None and (not isinstance(mig, str) or not mig):
+            raise Error(f"invalid MIG profile {mig!r}: expected e.g. '1g.18gb' or 'any'")
         environment = os.environ if env is None else env
         mask = os.umask(0)
         os.umask(mask)
@@ -98,7 +102,9 @@ class Client:
             "environment": [f"{key}={value}" for key, value in environment.items()],
             "umask": mask,
             "gpu_count": gpus,
-            "mem_mib": memory_mib(mem),
+            "mem_mib": memory_mib(mem) if mig is None else None,
+            "mig_profile": None if mig is None else "" if mig == "any" else mig,
+            "mig_min_mib": memory_mib(mem) if mig is not None else None,
             "name": name or "",
             "priority": priority,
             "after": _ids([after] if isinstance(after, int) else after) if after else [],

@@ -30,6 +30,7 @@ void add_lease_options(CLI::App& cmd, LeaseRequestOptions& options) {
       ->type_name("SIZE")
       ->check(memory_size_value());
   add_compute_share_option(cmd, options.sm_percent);
+  add_mig_option(cmd, options.mig);
   cmd.add_option("--gpus", options.gpus, "Only these GPUs (indices or UUIDs, comma-separated)")->type_name("GPUS");
   cmd.add_option("--exclude", options.exclude, "Never these GPUs (indices or UUIDs, comma-separated)")
       ->type_name("GPUS");
@@ -55,7 +56,25 @@ void add_compute_share_option(CLI::App& cmd, std::optional<unsigned>& sm_percent
       ->check(whole_number(1, 100));
 }
 
-Result<void> set_slice(GpuRequest& request, const std::string& memory, const std::optional<unsigned>& sm_percent) {
+void add_mig_option(CLI::App& cmd, std::string& mig) {
+  cmd.add_option("--mig", mig,
+                 "One MIG device of this profile (e.g. 1g.18gb, as `gpupool list` shows them), or `any`; with --mem, "
+                 "one with at least that much memory. Hard-isolated by the GPU; leased instead of whole GPUs")
+      ->type_name("PROFILE");
+}
+
+Result<void> set_slice(GpuRequest& request, const std::string& memory, const std::optional<unsigned>& sm_percent,
+                       const std::string& mig) {
+  if (!mig.empty()) {
+    if (request.count != 1) return fail("--mig gives one MIG device: CUDA runs a process on one MIG device only");
+    if (sm_percent) return fail("--sm is a share of a whole GPU's multiprocessors; a MIG device has its own");
+    MigRequest device{mig == "any" ? "" : mig, 0};
+    if (!memory.empty()) {
+      TRY_ASSIGN(device.min_memory_mib, parse_memory_mib(memory));
+    }
+    request.mig = device;
+    return {};
+  }
   if (!memory.empty()) {
     TRY_ASSIGN(request.slice_mib, parse_memory_mib(memory));
   }
@@ -85,9 +104,14 @@ namespace {
 void announce(const LeasedGpus& leased) {
   std::vector<std::string> names;
   for (unsigned index : leased.gpus) names.push_back(fmt::format("{}", index));
+  std::string share = leased.slice_mib ? fmt::format(" ({} MiB each, shared)", *leased.slice_mib) : "";
+  for (unsigned index : leased.gpus) {
+    for (const MigDevice& device : leased.acquired.machine.gpus.at(index).mig_devices) {
+      if (device.uuid == leased.mig_uuid) share = fmt::format(" (MIG device {}:{}, {})", index, device.index, device.profile);
+    }
+  }
   fmt::print(stderr, "gpupool: {}{} has GPU{} {}{}\n", leased.daemon ? "job " : "", leased.job, leased.gpus.size() == 1 ? "" : "s",
-             fmt::join(names, ","),
-             leased.slice_mib ? fmt::format(" ({} MiB each, shared)", *leased.slice_mib) : "");
+             fmt::join(names, ","), share);
 }
 
 // Queues the request with gpupoold and waits for it to hand over the lock descriptors.
@@ -158,10 +182,12 @@ Result<LeasedGpus> lease_from_daemon(DaemonClient client, GpuBackend& backend, c
     }
     TRY_ASSIGN(Machine machine, backend.discover(DiscoveryScope{.links = false, .processes = false}));
     std::string job = options.name.empty() ? std::to_string(granted->id) : options.name;
-    LeasedGpus leased{Acquired{std::move(leases), granted->gpus, std::move(machine)},
+    std::string mig_uuid = acquire.request.mig && !granted->uuids.empty() ? granted->uuids.front() : "";
+    LeasedGpus leased{Acquired{std::move(leases), granted->gpus, mig_uuid, std::move(machine)},
                       granted->gpus,
                       job,
                       granted->slice_mib,
+                      mig_uuid,
                       std::make_shared<DaemonClient>(std::move(client)),
                       granted->id,
                       granted->environment};
@@ -174,7 +200,7 @@ Result<LeasedGpus> lease_from_daemon(DaemonClient client, GpuBackend& backend, c
 Result<AcquireOptions> acquire_options(const LeaseRequestOptions& options, GpuBackend& backend) {
   AcquireOptions acquire;
   acquire.request.count = options.count;
-  TRY(set_slice(acquire.request, options.memory, options.sm_percent));
+  TRY(set_slice(acquire.request, options.memory, options.sm_percent, options.mig));
   if (!options.gpus.empty() || !options.exclude.empty()) {
     TRY_ASSIGN(Machine machine, backend.discover(DiscoveryScope{.links = false, .processes = false}));
     if (!options.gpus.empty()) {
@@ -199,8 +225,9 @@ Result<LeasedGpus> lease_directly(GpuBackend& backend, const LeaseDirectory& lea
   }
   acquire.holder = LeaseHolder{holder_pid, "", job, static_cast<int64_t>(std::time(nullptr))};
   TRY_ASSIGN(Acquired acquired, acquire_gpus(backend, leases, host_files_from_environment(), acquire));
-  LeasedGpus leased{std::move(acquired), {}, std::move(job), acquire.request.slice_mib, nullptr};
+  LeasedGpus leased{std::move(acquired), {}, std::move(job), acquire.request.slice_mib, {}, nullptr};
   leased.gpus = leased.acquired.gpus;
+  leased.mig_uuid = leased.acquired.mig_uuid;
   return leased;
 }
 
@@ -245,7 +272,8 @@ void report_finished(LeasedGpus& leased, int exit_code, bool timed_out) {
 
 std::vector<std::string> job_environment(const LeasedGpus& leased, const std::vector<unsigned>& gpus) {
   return with_overrides(
-      lease_environment(own_environment_entries(), leased.acquired.machine, gpus, leased.job, leased.slice_mib),
+      lease_environment(own_environment_entries(), leased.acquired.machine,
+                        LeasedDevices{gpus, leased.slice_mib, leased.mig_uuid}, leased.job),
       leased.mps_environment);
 }
 

@@ -40,7 +40,10 @@ Result<int> show_leases(bool json) {
     // The holder's names come from whoever took the lease: escaped, cut in display cells.
     fmt::print("{:>3}  {:<14} {:>8}  {} {:>10}  {:%Y-%m-%d %H:%M:%S}\n", r.index, r.uuid.substr(0, 12),
                r.holder.pid, pad_cells(lease_holder_text(r.holder.job, r.holder.user), 30),
-               r.slice_mib ? fmt::format("{} MiB", *r.slice_mib) : "whole", fmt::localtime(since));
+               r.slice_mib                   ? fmt::format("{} MiB", *r.slice_mib)
+               : r.uuid.starts_with("MIG-") ? "MIG device"
+                                            : "whole",
+               fmt::localtime(since));
   }
   return 0;
 }
@@ -51,7 +54,8 @@ void add_leases_command(CLI::App& app, int& exit_code) {
   auto* cmd = app.add_subcommand("leases", "Show who holds which GPU (pid, user, job, memory, since)");
   auto json = std::make_shared<bool>(false);
   cmd->add_flag("--json", *json,
-                "Print [{index, uuid, pid, user, job, mem_mib (null: whole GPU), since (Unix seconds)}]");
+                "Print [{index, uuid (a MIG device's for --mig), pid, user, job, mem_mib (null: whole GPU or MIG device), "
+                "since (Unix seconds)}]");
   cmd->callback([&exit_code, json] { run_command(exit_code, [&] { return show_leases(*json); }); });
 }
 

@@ -30,6 +30,7 @@
 #include "cli/value_checks.h"
 #include "jobs/job_text.h"
 #include "machine/gpu_selection.h"
+#include "sched/allocation.h"
 #include "os/accounts.h"
 #include "os/clock.h"
 #include "os/environment.h"
@@ -108,13 +109,16 @@ void print_job_details(const Job& job, const std::string& id, const std::string&
     line("command", fmt::format("{}", fmt::join(words, " ")));
     line("cwd", job.spec.cwd);
   }
-  line("request", job.spec.gpus.slice_mib
+  line("request", job.spec.gpus.mig
+                      ? fmt::format("{} ({})", describe_mig_request(*job.spec.gpus.mig), request_text(job))
+                  : job.spec.gpus.slice_mib
                       ? fmt::format("{} GPU(s), {} MiB each (shared){}", job.spec.gpus.count, *job.spec.gpus.slice_mib,
                                     job.spec.gpus.sm_percent
                                         ? fmt::format(", {} % of the multiprocessors", *job.spec.gpus.sm_percent)
                                         : "")
                       : fmt::format("{} whole GPU(s)", job.spec.gpus.count));
   line("gpus", gpu_list_text(job.gpus));
+  if (job.spec.gpus.mig && !job.gpu_uuids.empty()) line("mig device", job.gpu_uuids.front());
   if (job.spec.priority != 0) line("priority", std::to_string(job.spec.priority));
   if (!job.spec.after.empty()) line("after", fmt::format("{}", fmt::join(job.spec.after, ",")));
   if (job.spec.retries > 0) line("retries", fmt::format("{} (attempts so far: {})", job.spec.retries, job.attempts));
@@ -149,6 +153,7 @@ struct SubmitOptions {
   unsigned count = 1;
   std::string memory;
   std::optional<unsigned> sm_percent;
+  std::string mig;
   std::string name;
   int priority = 0;
   std::string after;
@@ -180,13 +185,14 @@ Result<int> submit(const SubmitOptions& options) {
   spec.cwd = *cwd;
   spec.umask = current_umask();
   spec.gpus.count = options.count;
-  TRY(set_slice(spec.gpus, options.memory, options.sm_percent));
+  TRY(set_slice(spec.gpus, options.memory, options.sm_percent, options.mig));
   spec.priority = options.priority;
   spec.retries = options.retries;
   TRY_ASSIGN(auto time_limit, parse_time_limit(options.time_limit));
   if (time_limit) spec.time_limit_s = seconds_of(*time_limit);
   if (options.slurm.enabled) {
     if (spec.gpus.sm_percent) return fail("--sm is gpupoold's (CUDA MPS on this machine); with --slurm, leave it out");
+    if (spec.gpus.mig) return fail("--mig is gpupoold's (this machine's MIG devices); with --slurm, ask Slurm's gres for them");
     return submit_to_slurm(spec, options.after, options.hold, options.slurm);
   }
   if (!options.after.empty()) {
@@ -622,6 +628,7 @@ void add_queue_commands(CLI::App& app, int& exit_code, const std::vector<std::st
         ->type_name("SIZE")
         ->check(memory_size_value());
     add_compute_share_option(*cmd, options->sm_percent);
+    add_mig_option(*cmd, options->mig);
     cmd->add_option("--name", options->name, "The job's name (default: the command's)");
     cmd->add_option("--priority", options->priority, "Higher runs first; above 0 needs an administrator");
     // One string (not a list option), so `--after 3 -- cmd` cannot swallow the command.

@@ -320,7 +320,9 @@ void Daemon::Impl::apply_survey() {
     for (unsigned index : job.gpus) {
       if (index >= outside.size()) continue;
       GpuAvailability& a = outside[index];
-      if (job.spec.gpus.slice_mib) {
+      if (job.spec.gpus.mig) {
+        for (const std::string& uuid : job.gpu_uuids) std::erase(a.mig_taken, uuid);
+      } else if (job.spec.gpus.slice_mib) {
         a.shared_mib -= std::min(a.shared_mib, *job.spec.gpus.slice_mib);
       } else {
         a.exclusive_held = false;

@@ -34,6 +34,12 @@ void clear_attempt(Job& job) {
 
 }  // namespace
 
+LeasedDevices leased_devices(const Job& job) {
+  LeasedDevices leased{job.gpus, job.spec.gpus.slice_mib};
+  if (job.spec.gpus.mig && !job.gpu_uuids.empty()) leased.mig_uuid = job.gpu_uuids.front();
+  return leased;
+}
+
 JobRequest scheduler_request(const Job& job, bool mps_slices) {
   return JobRequest{job.id,         job.owner.user,
                     job.spec.gpus,  job.spec.priority,
@@ -73,7 +79,8 @@ Result<std::vector<JobId>> Dispatcher::adopt_running(std::vector<Job> jobs) {
     if (stored.spec.kind == JobKind::Interactive) {
       bool alive = stored.pid && stored.pid_start_ticks &&
                    host_.process_start_ticks(static_cast<uint32_t>(*stored.pid)) == stored.pid_start_ticks;
-      TRY(scheduler_.adopt(scheduler_request(stored, settings_.mps_slices), stored.gpus, stored.start_time.value_or(now)));
+      TRY(scheduler_.adopt(scheduler_request(stored, settings_.mps_slices), stored.gpus, stored.start_time.value_or(now),
+                           leased_devices(stored).mig_uuid));
       adopt(stored);
       if (alive) {
         runner_.watch(id, *stored.pid);
@@ -94,7 +101,8 @@ Result<std::vector<JobId>> Dispatcher::adopt_running(std::vector<Job> jobs) {
       waiting.push_back(id);
       continue;
     }
-    TRY(scheduler_.adopt(scheduler_request(stored, settings_.mps_slices), stored.gpus, stored.start_time.value_or(now)));
+    TRY(scheduler_.adopt(scheduler_request(stored, settings_.mps_slices), stored.gpus, stored.start_time.value_or(now),
+                           leased_devices(stored).mig_uuid));
     adopt(stored);
     if (record.progress == AttemptProgress::Running && record.supervisor_pid) {
       stored.pid = record.supervisor_pid;
@@ -306,7 +314,8 @@ void Dispatcher::start(const JobStart& decision) {
     supervisor = *reserved;
   }
   LeaseHolder holder{supervisor.value_or(job.pid.value_or(settings_.daemon_pid)), job.owner.user, lease_job_name(job.id), static_cast<int64_t>(unix_now())};
-  auto held = leases_.try_acquire(claims_for(machine_, decision.gpus, job.spec.gpus.slice_mib), holder);
+  LeasedDevices devices{decision.gpus, job.spec.gpus.slice_mib, decision.mig_uuid};
+  auto held = leases_.try_acquire(claims_for(machine_, devices), holder);
   if (!held || !*held) {
     if (supervisor) runner_.unreserve(job.id);
     // Someone outside the daemon took one of the GPUs since the last sample: look again soon.
@@ -328,7 +337,7 @@ void Dispatcher::start(const JobStart& decision) {
     }
     mps_environment = std::move(*mps);
   }
-  reserved_ = Reserved{std::move(**held), supervisor, std::move(mps_environment)};
+  reserved_ = Reserved{std::move(**held), supervisor, std::move(mps_environment), decision.mig_uuid};
   if (auto refused = feed(lifecycle::Granted{decision.id, decision.gpus})) {
     fmt::print(stderr, "gpupoold: job {}: {}\n", decision.id, *refused);
   }
@@ -347,6 +356,7 @@ void Dispatcher::start_attempt(const lifecycle::StartAttempt& start) {
   job.gpus = start.gpus;
   job.gpu_uuids.clear();
   for (unsigned index : start.gpus) job.gpu_uuids.push_back(machine_.gpus.at(index).uuid);
+  if (!reserved.mig_uuid.empty()) job.gpu_uuids = {reserved.mig_uuid};
   job.start_time = unix_now();
   job.end_time.reset();
   job.exit_code.reset();
@@ -372,7 +382,7 @@ void Dispatcher::start_batch(Job& job, HeldLeases held, pid_t supervisor,
   attempt.groups = job.owner.groups;
   attempt.argv = job.spec.argv;
   attempt.environment =
-      lease_environment(job.spec.environment, machine_, job.gpus, std::to_string(job.id), job.spec.gpus.slice_mib);
+      lease_environment(job.spec.environment, machine_, leased_devices(job), std::to_string(job.id));
   attempt.environment = with_overrides(attempt.environment, mps_environment);
   if (job.array) {
     // Slurm's SLURM_ARRAY_TASK_ID is left alone: inside a Slurm allocation it is the allocation's.
@@ -433,7 +443,7 @@ void Dispatcher::relock_running() {
     relocked_.erase(id);  // a second remake: those locks are in a deleted directory too
     LeaseHolder holder{job.pid.value_or(settings_.daemon_pid), job.owner.user, lease_job_name(id),
                        static_cast<int64_t>(job.start_time.value_or(unix_now()))};
-    auto held = leases_.try_acquire(claims_for(machine_, job.gpus, job.spec.gpus.slice_mib), holder);
+    auto held = leases_.try_acquire(claims_for(machine_, leased_devices(job)), holder);
     if (held && *held) {
       relocked_.emplace(id, std::move(**held));
     } else {

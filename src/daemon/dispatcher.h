@@ -167,6 +167,7 @@ class Dispatcher {
     HeldLeases held;
     std::optional<pid_t> supervisor;  // a batch job's, reserved from the runner
     std::vector<std::string> mps_environment;  // an MPS slice's client settings
+    std::string mig_uuid;                      // a --mig job's MIG device
   };
   std::optional<Reserved> reserved_;
   // Lost batch attempts: the job's process group, which the daemon limits and cancels itself.

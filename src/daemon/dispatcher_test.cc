@@ -193,7 +193,7 @@ class DispatcherTest : public ::testing::Test {
 
   // Whether GPU `index` is free to lease now (a lease taken and let go again).
   bool gpu_free(unsigned index) {
-    auto held = leases_->try_acquire(claims_for(machine_, {index}, std::nullopt), LeaseHolder{own_pid(), "test", "probe", 0});
+    auto held = leases_->try_acquire(claims_for(machine_, LeasedDevices{{index}}), LeaseHolder{own_pid(), "test", "probe", 0});
     EXPECT_TRUE(held.ok());
     return held.ok() && held->has_value();
   }
@@ -337,7 +337,7 @@ TEST_F(DispatcherTest, AnAttemptThatNeverRanRunsAgainUnderItsNumber) {
 }
 
 TEST_F(DispatcherTest, GpusTakenFromOutsideAreLookedAtAgainNotFailed) {
-  auto outsider = leases_->try_acquire(claims_for(machine_, {0, 1}, std::nullopt),
+  auto outsider = leases_->try_acquire(claims_for(machine_, LeasedDevices{{0, 1}}),
                                        LeaseHolder{own_pid(), "carol", "pid 99", 0});
   ASSERT_TRUE(outsider.ok() && outsider->has_value());
   JobId id = submit(1);

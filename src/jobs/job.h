@@ -81,6 +81,14 @@ struct ArrayTask {
   bool operator==(const ArrayTask&) const = default;
 };
 
+// --mig: one MIG device (docs/mig.md), of a profile ("1g.18gb"; empty: any), with at least
+// `min_memory_mib` of memory (--mem). CUDA enumerates one MIG device per process, so a job gets one.
+struct MigRequest {
+  std::string profile;
+  uint64_t min_memory_mib = 0;
+  friend bool operator==(const MigRequest&, const MigRequest&) = default;
+};
+
 // The GPUs a job asks for: what the scheduler, the leases and `gpupool run` choose by.
 struct GpuRequest {
   unsigned count = 1;
@@ -89,6 +97,8 @@ struct GpuRequest {
   std::vector<unsigned> excluded = {};
   // --sm: the share of each GPU's streaming multiprocessors, 1..100 (a slice's, under MPS).
   std::optional<unsigned> sm_percent = std::nullopt;
+  // A MIG device instead of GPUs or slices: `count` is 1 and `slice_mib` nullopt.
+  std::optional<MigRequest> mig = std::nullopt;
 };
 
 // What a submission asks for. The client fills it in; the daemon checks it.
@@ -137,7 +147,7 @@ struct Job {
   std::optional<double> start_time;   // of the latest attempt
   std::optional<double> end_time;
   std::vector<unsigned> gpus;         // nvidia-smi indices while running / when it ran
-  std::vector<std::string> gpu_uuids;
+  std::vector<std::string> gpu_uuids;  // what CUDA is given: the MIG device's UUID for a --mig job
   std::optional<int> exit_code;       // the shell's view: status, or 128 + signal
   std::optional<int> signal;          // the signal that ended it, if one did
   // The process the daemon watches while the job runs: the supervisor of a batch job, the

@@ -25,7 +25,7 @@ using sqlite::exec;
 using sqlite::prepare;
 using sqlite::Statement;
 
-constexpr int kSchemaVersion = 4;
+constexpr int kSchemaVersion = 5;
 
 struct Column {
   const char* name;
@@ -34,7 +34,7 @@ struct Column {
 
 // The columns of `jobs` after `id`, in the order bind_job binds and decode_job reads them.
 // Lists are JSON arrays, the state and kind their names. Changing this changes the schema.
-constexpr std::array<Column, 35> kJobColumns = {{
+constexpr std::array<Column, 37> kJobColumns = {{
     {"name", "TEXT NOT NULL"},
     {"argv", "TEXT NOT NULL"},
     {"environment", "TEXT NOT NULL"},
@@ -73,6 +73,9 @@ constexpr std::array<Column, 35> kJobColumns = {{
     {"submit_token", "TEXT"},
     // Schema 4: --sm, a slice's share of its GPU's multiprocessors; NULL: none asked for.
     {"sm_percent", "INTEGER"},
+    // Schema 5: --mig, a MIG device's profile ('' for any) and least memory; NULL: no MIG device.
+    {"mig_profile", "TEXT"},
+    {"mig_min_mib", "INTEGER"},
 }};
 
 // What schema 1 lacks, added in place: its rows are jobs of no array.
@@ -90,6 +93,11 @@ constexpr const char* kSchema2To3 =
 constexpr const char* kSchema3To4 =
     "ALTER TABLE jobs ADD COLUMN sm_percent INTEGER;"
     "UPDATE meta SET value = '4' WHERE name = 'schema_version';";
+
+constexpr const char* kSchema4To5 =
+    "ALTER TABLE jobs ADD COLUMN mig_profile TEXT;"
+    "ALTER TABLE jobs ADD COLUMN mig_min_mib INTEGER;"
+    "UPDATE meta SET value = '5' WHERE name = 'schema_version';";
 
 constexpr std::array<JobState, 3> kUnfinishedStates = {JobState::Queued, JobState::Held, JobState::Running};
 
@@ -270,6 +278,9 @@ Result<void> bind_job(Binder& row, const Job& job) {
   row.add(job.array ? std::optional(job.array->limit) : std::nullopt);
   row.add(job.submit_token);
   row.add(job.spec.gpus.sm_percent);
+  const std::optional<MigRequest>& mig = job.spec.gpus.mig;
+  row.add(mig ? std::optional(mig->profile) : std::nullopt);
+  row.add(mig ? std::optional(mig->min_memory_mib) : std::nullopt);
   return {};
 }
 
@@ -420,6 +431,9 @@ Result<Job> decode_job(sqlite3_stmt* statement) {
   if (array_id) job.array = ArrayTask{*array_id, array_index.value_or(0), array_limit.value_or(0)};
   TRY_ASSIGN(job.submit_token, row.optional_text());
   TRY_ASSIGN(job.spec.gpus.sm_percent, row.optional_integer<unsigned>());
+  TRY_ASSIGN(std::optional<std::string> mig_profile, row.optional_text());
+  TRY_ASSIGN(std::optional<uint64_t> mig_min_mib, row.optional_integer<uint64_t>());
+  if (mig_profile) job.spec.gpus.mig = MigRequest{*mig_profile, mig_min_mib.value_or(0)};
   return job;
 }
 
@@ -457,7 +471,11 @@ Result<void> create_or_check_schema(sqlite3* db) {
     TRY(exec(db, kSchema2To3, "adding submission tokens to the schema"));
     version = "3";
   }
-  if (version == "3") return exec(db, kSchema3To4, "adding compute shares to the schema");
+  if (version == "3") {
+    TRY(exec(db, kSchema3To4, "adding compute shares to the schema"));
+    version = "4";
+  }
+  if (version == "4") return exec(db, kSchema4To5, "adding MIG devices to the schema");
   if (version != std::to_string(kSchemaVersion)) {
     return fail("state database {} has schema {}; this gpupoold reads {}", database_name(db),
                 version.value_or("(none)"), kSchemaVersion);

@@ -13,6 +13,7 @@
 #include <fstream>
 #include <limits>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 namespace gpupool {
@@ -70,6 +71,7 @@ void expect_same_job(const Job& a, const Job& b) {
   EXPECT_EQ(a.spec.gpus.count, b.spec.gpus.count);
   EXPECT_EQ(a.spec.gpus.slice_mib, b.spec.gpus.slice_mib);
   EXPECT_EQ(a.spec.gpus.sm_percent, b.spec.gpus.sm_percent);
+  EXPECT_EQ(a.spec.gpus.mig, b.spec.gpus.mig);
   EXPECT_EQ(a.spec.priority, b.spec.priority);
   EXPECT_EQ(a.spec.after, b.spec.after);
   EXPECT_EQ(a.spec.retries, b.spec.retries);
@@ -424,10 +426,10 @@ TEST_F(JobStoreTest, UsesWriteAheadLogging) {
 TEST_F(JobStoreTest, RefusesAnotherSchemaVersion) {
   ASSERT_NO_FATAL_FAILURE(open_store());
   store_.reset();
-  raw_sql("UPDATE meta SET value = '5' WHERE name = 'schema_version'");
+  raw_sql("UPDATE meta SET value = '6' WHERE name = 'schema_version'");
   auto store = JobStore::open(path_);
   ASSERT_FALSE(store.ok());
-  EXPECT_EQ(store.error().message, "state database " + path_ + " has schema 5; this gpupoold reads 4");
+  EXPECT_EQ(store.error().message, "state database " + path_ + " has schema 6; this gpupoold reads 5");
 }
 
 TEST_F(JobStoreTest, StoresAnArrayInOneStepNamedAfterItsFirstTask) {
@@ -455,7 +457,8 @@ TEST_F(JobStoreTest, TakesUpASchema1DatabaseAsJobsOfNoArray) {
   Job before = job_of("ana", JobState::Queued);
   before.id = insert(before);
   store_.reset();
-  raw_sql("ALTER TABLE jobs DROP COLUMN sm_percent; DROP INDEX jobs_by_token; ALTER TABLE jobs DROP COLUMN submit_token;"
+  raw_sql("ALTER TABLE jobs DROP COLUMN mig_profile; ALTER TABLE jobs DROP COLUMN mig_min_mib;"
+          "ALTER TABLE jobs DROP COLUMN sm_percent; DROP INDEX jobs_by_token; ALTER TABLE jobs DROP COLUMN submit_token;"
           "ALTER TABLE jobs DROP COLUMN array_id; ALTER TABLE jobs DROP COLUMN array_index;"
           "ALTER TABLE jobs DROP COLUMN array_limit; UPDATE meta SET value = '1' WHERE name = 'schema_version'");
   ASSERT_NO_FATAL_FAILURE(open_store());
@@ -496,38 +499,52 @@ TEST_F(JobStoreTest, FindsASubmissionByItsUsersToken) {
   EXPECT_FALSE(*store_->find_submission(single.owner.uid, "c3"));
 }
 
-TEST_F(JobStoreTest, TakesUpASchema2DatabaseAsJobsWithoutTokens) {
-  ASSERT_NO_FATAL_FAILURE(open_store());
-  Job before = job_of("ana", JobState::Queued);
-  before.id = insert(before);
-  store_.reset();
-  raw_sql("ALTER TABLE jobs DROP COLUMN sm_percent; DROP INDEX jobs_by_token; ALTER TABLE jobs DROP COLUMN submit_token;"
-          "UPDATE meta SET value = '2' WHERE name = 'schema_version'");
-  ASSERT_NO_FATAL_FAILURE(open_store());
-  auto stored = store_->get(before.id);
-  ASSERT_TRUE(stored.ok() && *stored) << (stored.ok() ? "" : stored.error().message);
-  expect_same_job(**stored, before);
-  Job after = job_of("ana", JobState::Queued);
-  after.submit_token = "t";
-  insert(after);
-  EXPECT_TRUE(*store_->find_submission(after.owner.uid, "t"));
+// What each schema added, undone newest first: `downgrade_to(N)` makes a store of schema N.
+std::string downgrade_to(int version) {
+  std::string sql = "ALTER TABLE jobs DROP COLUMN mig_profile; ALTER TABLE jobs DROP COLUMN mig_min_mib;";
+  if (version <= 3) sql += "ALTER TABLE jobs DROP COLUMN sm_percent;";
+  if (version <= 2) sql += "DROP INDEX jobs_by_token; ALTER TABLE jobs DROP COLUMN submit_token;";
+  return sql + fmt::format("UPDATE meta SET value = '{}' WHERE name = 'schema_version'", version);
 }
 
-TEST_F(JobStoreTest, TakesUpASchema3DatabaseAsJobsWithoutComputeShares) {
+TEST_F(JobStoreTest, TakesUpAnOlderSchemaWithItsJobsAsTheyWere) {
+  for (int version : {2, 3, 4}) {
+    SCOPED_TRACE(version);
+    ASSERT_NO_FATAL_FAILURE(open_store());
+    Job before = job_of("ana", JobState::Queued);
+    before.id = insert(before);
+    store_.reset();
+    raw_sql(downgrade_to(version));
+    ASSERT_NO_FATAL_FAILURE(open_store());
+    auto stored = store_->get(before.id);
+    ASSERT_TRUE(stored.ok() && *stored) << (stored.ok() ? "" : stored.error().message);
+    expect_same_job(**stored, before);
+    store_.reset();
+  }
+}
+
+TEST_F(JobStoreTest, MigratedStoresKeepWhatTheNewerSchemasAdd) {
   ASSERT_NO_FATAL_FAILURE(open_store());
-  Job before = job_of("ana", JobState::Queued);
-  before.id = insert(before);
   store_.reset();
-  raw_sql("ALTER TABLE jobs DROP COLUMN sm_percent; UPDATE meta SET value = '3' WHERE name = 'schema_version'");
+  raw_sql(downgrade_to(2));
   ASSERT_NO_FATAL_FAILURE(open_store());
-  auto stored = store_->get(before.id);
-  ASSERT_TRUE(stored.ok() && *stored) << (stored.ok() ? "" : stored.error().message);
-  expect_same_job(**stored, before);
+  Job tokened = job_of("ana", JobState::Queued);
+  tokened.submit_token = "t";
+  insert(tokened);
+  EXPECT_TRUE(*store_->find_submission(tokened.owner.uid, "t"));
   Job shared = job_of("ana", JobState::Queued);
   shared.spec.gpus.slice_mib = 20480;
   shared.spec.gpus.sm_percent = 25;
   JobId id = insert(shared);
   EXPECT_EQ((*store_->get(id))->spec.gpus.sm_percent, std::optional<unsigned>(25));
+  for (MigRequest mig : {MigRequest{"1g.18gb", 0}, MigRequest{"", 20480}}) {
+    Job device = job_of("ana", JobState::Running);
+    device.spec.gpus.mig = mig;
+    device.gpus = {0};
+    device.gpu_uuids = {"MIG-4c8d0b8e-0000-5000-8000-000000000001"};
+    device.id = insert(device);
+    expect_same_job(**store_->get(device.id), device);
+  }
 }
 
 TEST_F(JobStoreTest, RefusesADatabaseThatIsNotOurs) {

@@ -37,6 +37,17 @@ std::string gpu_list_text(std::vector<unsigned> gpus) {
 }
 
 std::string request_text(const Job& job) {
+  if (const std::optional<MigRequest>& mig = job.spec.gpus.mig) {
+    // "mig:1g.18gb", "mig:20G" (any profile with that much), "mig:any".
+    std::string memory = mig->min_memory_mib == 0        ? ""
+                         : mig->min_memory_mib % 1024 == 0 ? fmt::format("{}G", mig->min_memory_mib / 1024)
+                                                           : fmt::format("{}M", mig->min_memory_mib);
+    std::string what = !mig->profile.empty() && !memory.empty() ? mig->profile + "/" + memory
+                       : !mig->profile.empty()                  ? mig->profile
+                       : !memory.empty()                        ? memory
+                                                                : "any";
+    return "mig:" + what;
+  }
   if (std::optional<uint64_t> mib = job.spec.gpus.slice_mib) {
     std::string share = job.spec.gpus.sm_percent ? fmt::format("/{}%", *job.spec.gpus.sm_percent) : "";
     return *mib % 1024 == 0 ? fmt::format("{}x{}G{}", job.spec.gpus.count, *mib / 1024, share)

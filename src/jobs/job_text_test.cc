@@ -30,6 +30,15 @@ TEST(JobText, TheRequestSaysWholeGpusOrSlicesAndTheirShare) {
   EXPECT_EQ(request_text(job), "1x1536M");
   job.spec.gpus.sm_percent = 25;
   EXPECT_EQ(request_text(job), "1x1536M/25%");
+  job.spec.gpus = GpuRequest{};
+  job.spec.gpus.mig = MigRequest{"1g.18gb", 0};
+  EXPECT_EQ(request_text(job), "mig:1g.18gb");
+  job.spec.gpus.mig = MigRequest{"", 40960};
+  EXPECT_EQ(request_text(job), "mig:40G");
+  job.spec.gpus.mig = MigRequest{"3g.71gb", 1500};
+  EXPECT_EQ(request_text(job), "mig:3g.71gb/1500M");
+  job.spec.gpus.mig = MigRequest{};
+  EXPECT_EQ(request_text(job), "mig:any");
 }
 
 TEST(JobText, AFinishedJobHasEnded) {

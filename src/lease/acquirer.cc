@@ -109,7 +109,9 @@ Result<Acquired> acquire_gpus(GpuBackend& backend, const LeaseDirectory& leases,
     if (reason != last_reason && options.on_wait) options.on_wait(reason);
     last_reason = reason;
   };
-  const LineRequestSize size{options.request.count, options.request.slice_mib.has_value()};
+  // A MIG device waits in line as a slice does: smaller than any whole GPU.
+  const LineRequestSize size{options.request.count,
+                             options.request.slice_mib.has_value() || options.request.mig.has_value()};
   const double pass_window_s = line_pass_window_s();
   for (;;) {
     // Without a ticket, everyone already in line is ahead.
@@ -120,9 +122,9 @@ Result<Acquired> acquire_gpus(GpuBackend& backend, const LeaseDirectory& leases,
       TRY_ASSIGN(std::vector<GpuAvailability> availability, survey_pool(machine, leases, host, busy_mib));
       TRY_ASSIGN(auto choice, choose_gpus(machine, availability, options.request));
       if (choice) {
-        TRY_ASSIGN(auto held, leases.try_acquire(claims_for(machine, *choice, options.request.slice_mib),
-                                                 options.holder));
-        if (held) return Acquired{std::move(*held), *choice, std::move(machine)};
+        LeasedDevices devices = devices_for(machine, availability, options.request, *choice);
+        TRY_ASSIGN(auto held, leases.try_acquire(claims_for(machine, devices), options.holder));
+        if (held) return Acquired{std::move(*held), std::move(devices.gpus), std::move(devices.mig_uuid), std::move(machine)};
         // Someone took a GPU between the survey and the lock: look again at once.
         continue;
       }

@@ -37,6 +37,7 @@ struct AcquireOptions {
 struct Acquired {
   HeldLeases leases;
   std::vector<unsigned> gpus;  // nvidia-smi indices, in placement order
+  std::string mig_uuid;        // a --mig request's MIG device, on its one GPU
   Machine machine;             // the snapshot the choice was made on
 };
 

@@ -1,5 +1,6 @@
 #include "lease/gpu_pool.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <set>
 
@@ -62,9 +63,18 @@ Result<std::vector<GpuAvailability>> survey_pool(const Machine& machine, const L
     TRY_ASSIGN(GpuHold hold, leases.hold(gpu.uuid, gpu.memory_total_mib.value_or(0)));
     a.exclusive_held = hold.exclusive;
     a.shared_mib = hold.shared_mib;
+    a.mig_mode = gpu.mig_enabled.value_or(false);
+    for (const MigDevice& device : gpu.mig_devices) {
+      // A MIG device's lease is its own lock file, held whole.
+      TRY_ASSIGN(GpuHold device_hold, leases.hold(device.uuid, 0));
+      if (device_hold.exclusive) a.mig_taken.push_back(device.uuid);
+    }
     for (const LeaseRecord& r : records) {
-      if (r.uuid != gpu.uuid) continue;
-      std::string slice = r.slice_mib ? fmt::format(", {} MiB", *r.slice_mib) : "";
+      auto device = std::ranges::find(gpu.mig_devices, r.uuid, &MigDevice::uuid);
+      if (r.uuid != gpu.uuid && device == gpu.mig_devices.end()) continue;
+      std::string slice = r.slice_mib                          ? fmt::format(", {} MiB", *r.slice_mib)
+                          : device != gpu.mig_devices.end() ? fmt::format(", MIG {}:{}", gpu.index, device->index)
+                                                            : "";
       who.push_back(fmt::format("{} ({}{})", r.holder.user, r.holder.job, slice));
     }
     const uint64_t leased_mib = hold.exclusive ? gpu.memory_total_mib.value_or(0) : hold.shared_mib;
@@ -99,12 +109,15 @@ Result<std::vector<GpuAvailability>> survey_pool(const Machine& machine, const L
   return out;
 }
 
-std::vector<LeaseClaim> claims_for(const Machine& machine, const std::vector<unsigned>& gpus,
-                                   const std::optional<uint64_t>& slice_mib) {
+std::vector<LeaseClaim> claims_for(const Machine& machine, const LeasedDevices& leased) {
   std::vector<LeaseClaim> claims;
-  for (unsigned index : gpus) {
+  for (unsigned index : leased.gpus) {
     const Gpu& gpu = machine.gpus.at(index);
-    claims.push_back({gpu.uuid, gpu.index, gpu.memory_total_mib.value_or(0), slice_mib});
+    if (!leased.mig_uuid.empty()) {
+      claims.push_back({leased.mig_uuid, gpu.index, 0, std::nullopt});
+    } else {
+      claims.push_back({gpu.uuid, gpu.index, gpu.memory_total_mib.value_or(0), leased.slice_mib});
+    }
   }
   return claims;
 }

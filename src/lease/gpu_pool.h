@@ -33,8 +33,8 @@ uint64_t unexplained_memory_mib(uint64_t used_mib, uint64_t listed_mib, uint64_t
 Result<std::vector<GpuAvailability>> survey_pool(const Machine& machine, const LeaseDirectory& leases,
                                                  const HostFiles& host, uint64_t busy_memory_mib);
 
-// The claims that lease `gpus` for a request (exclusive, or slices of `slice_mib`).
-std::vector<LeaseClaim> claims_for(const Machine& machine, const std::vector<unsigned>& gpus,
-                                   const std::optional<uint64_t>& slice_mib);
+// The claims that lease what a request takes: its GPUs (exclusive, or slices), or its MIG device
+// (its own lock file, taken whole).
+std::vector<LeaseClaim> claims_for(const Machine& machine, const LeasedDevices& leased);
 
 }  // namespace gpupool

@@ -1,5 +1,10 @@
 #include "lease/gpu_pool.h"
 
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+
 #include <gtest/gtest.h>
 
 namespace gpupool {
@@ -32,6 +37,53 @@ TEST(UnexplainedMemory, VisibleProcessesOfTheLeasesUseUpTheirRoom) {
 
 TEST(UnexplainedMemory, AnExclusiveLeaseExplainsTheWholeGpu) {
   EXPECT_EQ(unexplained_memory_mib(143771, 0, 0, 0, 143771), 0u);
+}
+
+// GPU 0 in MIG mode as two MIG devices, GPU 1 whole.
+Machine machine_with_mig_devices() {
+  Machine machine;
+  for (unsigned index : {0u, 1u}) {
+    Gpu gpu;
+    gpu.index = index;
+    gpu.uuid = "GPU-" + std::to_string(index);
+    gpu.memory_total_mib = 1000;
+    machine.gpus.push_back(gpu);
+  }
+  machine.gpus[0].mig_enabled = true;
+  machine.gpus[0].mig_devices = {MigDevice{0, "MIG-a", 1, 0, 4, 4, 500, 0, "4g.500mb"},
+                                 MigDevice{1, "MIG-b", 2, 0, 3, 3, 500, 0, "3g.500mb"}};
+  return machine;
+}
+
+TEST(SurveyPool, AMigDeviceIsLeasedOnItsOwnLockFile) {
+  char pattern[] = "/tmp/gpupool-pool-test-XXXXXX";
+  std::string root = mkdtemp(pattern);
+  {
+    auto leases = LeaseDirectory::open(root + "/run");
+    ASSERT_TRUE(leases.ok()) << leases.error().message;
+    Machine machine = machine_with_mig_devices();
+    std::vector<LeaseClaim> claims = claims_for(machine, LeasedDevices{{0}, std::nullopt, "MIG-b"});
+    ASSERT_EQ(claims.size(), 1u);
+    EXPECT_EQ(claims[0].uuid, "MIG-b");
+    EXPECT_FALSE(claims[0].slice_mib);
+    auto held = leases->try_acquire(claims, LeaseHolder{getpid(), "", "train", 100});
+    ASSERT_TRUE(held.ok() && *held);
+    // The same device again is refused by the kernel; its neighbour is free.
+    EXPECT_FALSE(*leases->try_acquire(claims, LeaseHolder{getpid(), "", "again", 100}));
+    auto pool = survey_pool(machine, *leases, HostFiles(root), 1024);
+    ASSERT_TRUE(pool.ok()) << pool.error().message;
+    EXPECT_TRUE((*pool)[0].mig_mode);
+    EXPECT_EQ((*pool)[0].mig_taken, std::vector<std::string>{"MIG-b"});
+    EXPECT_FALSE((*pool)[0].exclusive_held);
+    EXPECT_NE((*pool)[0].holders.find("(train, MIG 0:1)"), std::string::npos) << (*pool)[0].holders;
+    EXPECT_FALSE((*pool)[1].mig_mode);
+    EXPECT_TRUE((*pool)[1].mig_taken.empty());
+    (*held)->release();
+    pool = survey_pool(machine, *leases, HostFiles(root), 1024);
+    ASSERT_TRUE(pool.ok());
+    EXPECT_TRUE((*pool)[0].mig_taken.empty());
+  }
+  std::filesystem::remove_all(root);
 }
 
 }  // namespace

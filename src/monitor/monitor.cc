@@ -64,7 +64,7 @@ json usage_json(const Accounting::JobAccount* account, double now, const Account
 }  // namespace
 
 QueueEntry queue_entry(const Job& job) {
-  return QueueEntry{job.id,
+  QueueEntry entry{job.id,
                     display_name(job),
                     job.owner.user,
                     job.state,
@@ -78,6 +78,11 @@ QueueEntry queue_entry(const Job& job) {
                     job.start_time,
                     job.reason,
                     job.state == JobState::Held ? std::optional(WaitReason::Held) : job.wait_reason};
+  if (job.spec.gpus.mig) {
+    entry.mig_profile = job.spec.gpus.mig->profile;
+    if (!job.gpu_uuids.empty()) entry.mig_uuid = job.gpu_uuids.front();
+  }
+  return entry;
 }
 
 std::optional<JobUsage> Monitor::usage_of(JobId id) {
@@ -204,8 +209,16 @@ std::vector<RunningJob> Monitor::running_jobs(const QueueView& view) const {
   for (const QueueEntry& job : view.jobs) {
     if (job.state != JobState::Running || job.gpus.empty()) continue;
     std::optional<uint64_t> memory;
-    if (job.gpus.front() < machine_.gpus.size()) memory = machine_.gpus[job.gpus.front()].memory_total_mib;
-    running.push_back(RunningJob{job.id, job.user, job.name, job.gpus, gpu_share(job.slice_mib, memory), job.start_time});
+    std::optional<uint64_t> held_mib = job.slice_mib;
+    if (job.gpus.front() < machine_.gpus.size()) {
+      const Gpu& gpu = machine_.gpus[job.gpus.front()];
+      memory = gpu.memory_total_mib;
+      // A MIG device counts as its share of the GPU's memory, as a slice does.
+      for (const MigDevice& device : gpu.mig_devices) {
+        if (device.uuid == job.mig_uuid) held_mib = device.memory_mib;
+      }
+    }
+    running.push_back(RunningJob{job.id, job.user, job.name, job.gpus, gpu_share(held_mib, memory), job.start_time});
   }
   return running;
 }
@@ -468,6 +481,8 @@ std::string Monitor::jobs_json() {
                   {"gpu_count", job.gpu_count},
                   {"mem_mib", or_null(job.slice_mib)},
                   {"sm_percent", or_null(job.sm_percent)},
+                  {"mig_profile", or_null(job.mig_profile)},
+                  {"mig_device", job.mig_uuid.empty() ? json(nullptr) : json(job.mig_uuid)},
                   {"priority", job.priority},
                   {"gpus", job.gpus},
                   {"submit_time", job.submit_time},

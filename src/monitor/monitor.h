@@ -49,6 +49,8 @@ struct QueueEntry {
   std::optional<double> start_time;
   std::string reason;
   std::optional<WaitReason> wait_reason;  // queued or held
+  std::optional<std::string> mig_profile = std::nullopt;  // a --mig job's ("" for any profile)
+  std::string mig_uuid = {};                               // its MIG device while it runs
 };
 
 QueueEntry queue_entry(const Job& job);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cctype>
 #include <cmath>
 #include <functional>
 #include <limits>
@@ -66,6 +67,15 @@ Result<std::string> as_assignment(const json& value, const Field& field) {
   TRY_ASSIGN(std::string entry, as_text(value, field));
   if (entry.find('=') == std::string::npos) return fail("{} must have the form NAME=value", quoted(field));
   return entry;
+}
+
+// A MIG profile as nvidia-smi names one ("1g.18gb", "1c.3g.71gb"; "" for any): short, and only
+// the characters such names have, since it is shown to every user.
+Result<std::string> as_mig_profile(const json& value, const Field& field) {
+  TRY_ASSIGN(std::string profile, as_text(value, field));
+  bool plain = std::ranges::all_of(profile, [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '+'; });
+  if (profile.size() > 32 || !plain) return fail("{} must be a MIG profile such as 1g.18gb (or \"\" for any)", quoted(field));
+  return profile;
 }
 
 Result<bool> as_flag(const json& value, const Field& field) {
@@ -224,6 +234,10 @@ void add_spec_fields(const JobSpec& spec, json& object, bool withheld = false) {
   object["gpu_count"] = spec.gpus.count;
   object["mem_mib"] = or_null(spec.gpus.slice_mib);
   object["sm_percent"] = or_null(spec.gpus.sm_percent);
+  if (spec.gpus.mig) {  // only a --mig job's: the others' messages stay as they were
+    object["mig_profile"] = spec.gpus.mig->profile;
+    object["mig_min_mib"] = spec.gpus.mig->min_memory_mib;
+  }
   object["priority"] = spec.priority;
   object["after"] = spec.after;
   object["retries"] = spec.retries;
@@ -254,6 +268,16 @@ Result<JobSpec> spec_from_json(const json& object, JobKind default_kind, bool wi
   TRY_ASSIGN(spec.gpus.sm_percent, maybe(object, "sm_percent", whole<unsigned>(1, 100)));
   if (spec.gpus.sm_percent && !spec.gpus.slice_mib) {
     return fail("'sm_percent' needs 'mem_mib': a compute share is a share of a GPU that slices share");
+  }
+  TRY_ASSIGN(std::optional<std::string> mig_profile, maybe(object, "mig_profile", as_mig_profile));
+  TRY_ASSIGN(std::optional<uint64_t> mig_min_mib, maybe(object, "mig_min_mib", whole_from<uint64_t>(0)));
+  if (mig_profile) {
+    if (spec.gpus.slice_mib || spec.gpus.sm_percent || spec.gpus.count != 1) {
+      return fail("'mig_profile' asks for one MIG device: leave out 'mem_mib' and 'sm_percent', and 'gpu_count' 1");
+    }
+    spec.gpus.mig = MigRequest{*mig_profile, mig_min_mib.value_or(0)};
+  } else if (mig_min_mib) {
+    return fail("'mig_min_mib' needs 'mig_profile' (\"\" for any MIG device)");
   }
   TRY_ASSIGN(spec.priority, defaulted(object, "priority", 0, whole<int>(-kMaxPriority, kMaxPriority)));
   TRY_ASSIGN(spec.after, defaulted(object, "after", std::vector<JobId>(), list_of(job_number)));

@@ -128,6 +128,7 @@ void expect_same_spec(const JobSpec& actual, const JobSpec& expected) {
   EXPECT_EQ(actual.gpus.count, expected.gpus.count);
   EXPECT_EQ(actual.gpus.slice_mib, expected.gpus.slice_mib);
   EXPECT_EQ(actual.gpus.sm_percent, expected.gpus.sm_percent);
+  EXPECT_EQ(actual.gpus.mig, expected.gpus.mig);
   EXPECT_EQ(actual.priority, expected.priority);
   EXPECT_EQ(actual.after, expected.after);
   EXPECT_EQ(actual.retries, expected.retries);
@@ -200,6 +201,19 @@ TEST(ProtocolRequestTest, SubmitWithEveryField) {
             R"("mem_mib":20480,"name":"train","priority":-5,"retries":2,"sm_percent":25,"time_limit_s":7200.0,"umask":23},)"
             R"("op":"submit"})");
   expect_same_spec(through_the_wire(SubmitRequest{full_spec()}).spec, full_spec());
+}
+
+TEST(ProtocolRequestTest, SubmitForAMigDevice) {
+  JobSpec spec = full_spec();
+  spec.gpus = GpuRequest{};
+  spec.gpus.mig = MigRequest{"", 40960};
+  const std::string line = encode(Request(SubmitRequest{spec}));
+  EXPECT_NE(line.find(R"("mig_min_mib":40960,"mig_profile":"")"), std::string::npos) << line;
+  EXPECT_NE(line.find(R"("mem_mib":null)"), std::string::npos) << line;
+  EXPECT_EQ(through_the_wire(SubmitRequest{spec}).spec.gpus.mig, spec.gpus.mig);
+  auto profile = parsed_request<SubmitRequest>(R"({"op":"submit","job":{"command":["true"],"cwd":"/","mig_profile":"1c.3g.40gb"}})");
+  EXPECT_EQ(profile.spec.gpus.mig, (MigRequest{"1c.3g.40gb", 0}));
+  EXPECT_FALSE(through_the_wire(SubmitRequest{full_spec()}).spec.gpus.mig);
 }
 
 TEST(ProtocolRequestTest, MinimalSubmitTakesTheDefaults) {
@@ -413,6 +427,15 @@ TEST(ProtocolRequestTest, EveryValidationErrorNamesTheField) {
       {submit + R"("mem_mib":1024,"sm_percent":101}})", "'sm_percent' must be a whole number from 1 to 100"},
       {submit + R"("sm_percent":50}})",
        "'sm_percent' needs 'mem_mib': a compute share is a share of a GPU that slices share"},
+      {submit + R"("mig_profile":"1g.18gb","mem_mib":1024}})",
+       "'mig_profile' asks for one MIG device: leave out 'mem_mib' and 'sm_percent', and 'gpu_count' 1"},
+      {submit + R"("mig_profile":"1g.18gb","gpu_count":2}})",
+       "'mig_profile' asks for one MIG device: leave out 'mem_mib' and 'sm_percent', and 'gpu_count' 1"},
+      {submit + R"("mig_profile":"1g 18gb"}})", "'mig_profile' must be a MIG profile such as 1g.18gb (or \"\" for any)"},
+      {submit + R"("mig_profile":"\u001b[2J"}})", "'mig_profile' must be a MIG profile such as 1g.18gb (or \"\" for any)"},
+      {submit + R"("mig_profile":7}})", "'mig_profile' must be a string"},
+      {submit + R"("mig_min_mib":1024}})", "'mig_min_mib' needs 'mig_profile' (\"\" for any MIG device)"},
+      {submit + R"("mig_profile":"","mig_min_mib":-1}})", "'mig_min_mib' must be a whole number of at least 0"},
       {submit + R"("after":[1,0]}})", "'after[1]' must be a whole number of at least 1"},
       {submit + R"("after":5}})", "'after' must be a list"},
       {submit + R"("name":"a\u0000b"}})", "'name' must not contain a NUL character"},

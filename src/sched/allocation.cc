@@ -4,6 +4,8 @@
 #include <cctype>
 #include <cmath>
 #include <cstdlib>
+#include <map>
+#include <tuple>
 
 #include <fmt/format.h>
 
@@ -12,6 +14,14 @@
 #include "sched/placement.h"
 
 namespace gpupool {
+namespace {
+
+bool mig_device_held(const GpuAvailability& state, const std::string& uuid) {
+  return std::ranges::find(state.mig_taken, uuid) != state.mig_taken.end() ||
+         std::ranges::find(state.mig_external, uuid) != state.mig_external.end();
+}
+
+}  // namespace
 
 bool may_use(const GpuRequest& request, unsigned index) {
   if (!request.allowed.empty() &&
@@ -22,24 +32,108 @@ bool may_use(const GpuRequest& request, unsigned index) {
 }
 
 bool whole_gpu_free(const GpuAvailability& gpu) {
-  return gpu.usable && !gpu.exclusive_held && gpu.shared_mib == 0 && !gpu.external_busy;
+  return gpu.usable && !gpu.mig_mode && !gpu.exclusive_held && gpu.shared_mib == 0 && !gpu.external_busy;
 }
 
 uint64_t slice_room(const Gpu& gpu, const GpuAvailability& state) {
-  if (!state.usable || state.exclusive_held || !gpu.memory_total_mib) return 0;
+  if (!state.usable || state.mig_mode || state.exclusive_held || !gpu.memory_total_mib) return 0;
   uint64_t taken = state.shared_mib + state.external_mib;
   return taken >= *gpu.memory_total_mib ? 0 : *gpu.memory_total_mib - taken;
 }
+
+bool mig_device_matches(const MigDevice& device, const MigRequest& request) {
+  return (request.profile.empty() || device.profile == request.profile) && device.memory_mib >= request.min_memory_mib;
+}
+
+const MigDevice* free_mig_device(const Gpu& gpu, const GpuAvailability& state, const MigRequest& request) {
+  if (!state.usable) return nullptr;
+  const MigDevice* best = nullptr;
+  for (const MigDevice& device : gpu.mig_devices) {
+    if (!mig_device_matches(device, request) || mig_device_held(state, device.uuid)) continue;
+    auto key = [](const MigDevice& d) { return std::make_tuple(d.memory_mib, d.compute_slices, d.index); };
+    if (best == nullptr || key(device) < key(*best)) best = &device;
+  }
+  return best;
+}
+
+std::string describe_mig_request(const MigRequest& request) {
+  std::string what = request.profile.empty() ? "a MIG device" : fmt::format("a {} MIG device", request.profile);
+  if (request.min_memory_mib > 0) what += fmt::format(" of at least {} MiB", request.min_memory_mib);
+  return what;
+}
+
+namespace {
+
+// The MIG profiles of the GPUs a request may use, counted: "1g.10gb x7, 7g.80gb x1".
+std::string mig_profiles_allowed(const Machine& machine, const GpuRequest& request) {
+  std::map<std::string, unsigned> profiles;
+  for (const Gpu& gpu : machine.gpus) {
+    if (!may_use(request, gpu.index)) continue;
+    for (const MigDevice& device : gpu.mig_devices) ++profiles[device.profile];
+  }
+  std::vector<std::string> parts;
+  for (const auto& [profile, count] : profiles) parts.push_back(fmt::format("{} x{}", profile, count));
+  return parts.empty() ? "none" : fmt::format("{}", fmt::join(parts, ", "));
+}
+
+Result<std::optional<std::vector<unsigned>>> choose_mig_gpu(const Machine& machine,
+                                                            const std::vector<GpuAvailability>& availability,
+                                                            const GpuRequest& request) {
+  const MigRequest& mig = *request.mig;
+  // CUDA enumerates a single MIG device per process (NVIDIA's MIG user guide).
+  if (request.count != 1) return fail("a job gets one MIG device: CUDA runs a process on one MIG device only");
+  bool exists = false;
+  std::optional<std::tuple<uint64_t, unsigned, size_t, unsigned>> best_key;
+  unsigned best = 0;
+  for (const Gpu& gpu : machine.gpus) {
+    if (!may_use(request, gpu.index)) continue;
+    exists = exists || std::ranges::any_of(gpu.mig_devices, [&](auto& d) { return mig_device_matches(d, mig); });
+    const GpuAvailability& state = availability.at(gpu.index);
+    const MigDevice* device = free_mig_device(gpu, state, mig);
+    if (device == nullptr) continue;
+    // Best fit, as for slices: the smallest device, on the GPU with the fewest devices still
+    // free, so that GPUs with all their devices free stay whole for larger profiles.
+    size_t free_here = 0;
+    for (const MigDevice& other : gpu.mig_devices) {
+      if (!mig_device_held(state, other.uuid)) ++free_here;
+    }
+    auto key = std::make_tuple(device->memory_mib, device->compute_slices, free_here, gpu.index);
+    if (!best_key || key < *best_key) {
+      best_key = key;
+      best = gpu.index;
+    }
+  }
+  if (!exists) {
+    return fail("no allowed GPU has {} (MIG devices here: {})", describe_mig_request(mig),
+                mig_profiles_allowed(machine, request));
+  }
+  if (!best_key) return std::optional<std::vector<unsigned>>();
+  return std::optional<std::vector<unsigned>>(std::vector<unsigned>{best});
+}
+
+}  // namespace
 
 Result<std::optional<std::vector<unsigned>>> choose_gpus(const Machine& machine,
                                                          const std::vector<GpuAvailability>& availability,
                                                          const GpuRequest& request) {
   if (request.count == 0) return fail("a request needs at least one GPU");
+  if (request.mig) return choose_mig_gpu(machine, availability, request);
   std::vector<unsigned> eligible;
+  std::vector<unsigned> in_mig_mode;
   for (const Gpu& gpu : machine.gpus) {
     if (!may_use(request, gpu.index)) continue;
+    if (gpu.mig_enabled.value_or(false)) {
+      in_mig_mode.push_back(gpu.index);
+      continue;
+    }
     if (request.slice_mib && gpu.memory_total_mib && *gpu.memory_total_mib < *request.slice_mib) continue;
     eligible.push_back(gpu.index);
+  }
+  if (eligible.size() < request.count && !in_mig_mode.empty()) {
+    return fail("need {} GPU{}, but {} of the allowed GPUs {} in MIG mode (GPU {}), where CUDA runs only on "
+                "MIG devices: ask for one with --mig PROFILE",
+                request.count, request.count == 1 ? "" : "s", in_mig_mode.size(),
+                in_mig_mode.size() == 1 ? "is" : "are", fmt::join(in_mig_mode, ","));
   }
   if (eligible.size() < request.count) {
     if (request.slice_mib) {
@@ -75,6 +169,26 @@ Result<std::optional<std::vector<unsigned>>> choose_gpus(const Machine& machine,
 
 std::string describe_wait(const Machine& machine, const std::vector<GpuAvailability>& availability,
                           const GpuRequest& request) {
+  if (request.mig) {
+    // "waiting for a 1g.10gb MIG device: 7 of 7 taken (GPU 0: 7)".
+    size_t matching = 0, taken = 0;
+    std::vector<std::string> parts;
+    for (const Gpu& gpu : machine.gpus) {
+      if (!may_use(request, gpu.index)) continue;
+      const GpuAvailability& a = availability.at(gpu.index);
+      size_t here = 0, taken_here = 0;
+      for (const MigDevice& device : gpu.mig_devices) {
+        if (!mig_device_matches(device, *request.mig)) continue;
+        ++here;
+        if (mig_device_held(a, device.uuid) || !a.usable) ++taken_here;
+      }
+      matching += here;
+      taken += taken_here;
+      if (taken_here > 0) parts.push_back(fmt::format("GPU {}: {}", gpu.index, taken_here));
+    }
+    return fmt::format("waiting for {}: {} of {} taken ({})", describe_mig_request(*request.mig), taken, matching,
+                       fmt::join(parts, "; "));
+  }
   // GPUs held by the same holders are named together: "GPU 0,1,2: alice (big)".
   std::vector<std::pair<std::string, std::vector<unsigned>>> by_holder;
   size_t busy = 0;
@@ -122,22 +236,43 @@ Result<uint64_t> parse_memory_mib(const std::string& text) {
   return static_cast<uint64_t>(std::ceil(mib));
 }
 
-std::vector<std::string> gpu_environment(const Machine& machine, const std::vector<unsigned>& gpus,
-                                         const std::string& job, const std::optional<uint64_t>& slice_mib) {
+LeasedDevices devices_for(const Machine& machine, const std::vector<GpuAvailability>& availability,
+                          const GpuRequest& request, std::vector<unsigned> gpus) {
+  LeasedDevices leased{std::move(gpus), request.slice_mib};
+  if (request.mig && leased.gpus.size() == 1) {
+    unsigned gpu = leased.gpus.front();
+    if (const MigDevice* device = free_mig_device(machine.gpus.at(gpu), availability.at(gpu), *request.mig)) {
+      leased.mig_uuid = device->uuid;
+    }
+  }
+  return leased;
+}
+
+std::vector<std::string> gpu_environment(const Machine& machine, const LeasedDevices& leased, const std::string& job) {
   std::vector<std::string> uuids, indices;
-  for (unsigned index : gpus) {
+  for (unsigned index : leased.gpus) {
     uuids.push_back(machine.gpus.at(index).uuid);
     indices.push_back(std::to_string(index));
   }
+  // Full UUIDs: they name the same card under any CUDA_DEVICE_ORDER and inside containers. The
+  // driver takes a MIG device's UUID there too (R470 and later).
+  std::string visible = leased.mig_uuid.empty() ? fmt::format("{}", fmt::join(uuids, ",")) : leased.mig_uuid;
   std::vector<std::string> env = {
-      // Full UUIDs: they name the same card under any CUDA_DEVICE_ORDER and inside containers.
-      fmt::format("CUDA_VISIBLE_DEVICES={}", fmt::join(uuids, ",")),
+      fmt::format("CUDA_VISIBLE_DEVICES={}", visible),
       "CUDA_DEVICE_ORDER=PCI_BUS_ID",
       fmt::format("GPUPOOL_JOB={}", job),
       fmt::format("GPUPOOL_GPUS={}", fmt::join(indices, ",")),
       fmt::format("GPUPOOL_GPU_UUIDS={}", fmt::join(uuids, ",")),
   };
-  if (slice_mib) env.push_back(fmt::format("GPUPOOL_MEM_MIB={}", *slice_mib));
+  if (leased.slice_mib) env.push_back(fmt::format("GPUPOOL_MEM_MIB={}", *leased.slice_mib));
+  if (!leased.mig_uuid.empty()) {
+    env.push_back(fmt::format("GPUPOOL_MIG_UUID={}", leased.mig_uuid));
+    for (unsigned index : leased.gpus) {
+      for (const MigDevice& device : machine.gpus.at(index).mig_devices) {
+        if (device.uuid == leased.mig_uuid) env.push_back(fmt::format("GPUPOOL_MEM_MIB={}", device.memory_mib));
+      }
+    }
+  }
   return env;
 }
 
@@ -163,10 +298,9 @@ std::vector<std::string> slice_memory_limits(const Machine& machine, const std::
 }
 
 std::vector<std::string> lease_environment(const std::vector<std::string>& environment, const Machine& machine,
-                                           const std::vector<unsigned>& gpus, const std::string& job,
-                                           const std::optional<uint64_t>& slice_mib) {
-  return with_defaults(with_overrides(environment, gpu_environment(machine, gpus, job, slice_mib)),
-                       slice_memory_limits(machine, gpus, slice_mib));
+                                           const LeasedDevices& leased, const std::string& job) {
+  return with_defaults(with_overrides(environment, gpu_environment(machine, leased, job)),
+                       slice_memory_limits(machine, leased.gpus, leased.slice_mib));
 }
 
 }  // namespace gpupool

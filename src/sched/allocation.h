@@ -24,6 +24,11 @@ struct GpuAvailability {
   // The scheduler's MPS slices on it (JobRequest::mps) and whose they are: one user's at a time.
   unsigned mps_slices = 0;
   std::string mps_user = {};
+  // In MIG mode CUDA runs only on the GPU's MIG devices: it takes no whole-GPU job and no slice,
+  // and its MIG devices are leased one by one (docs/mig.md).
+  bool mig_mode = false;
+  std::vector<std::string> mig_taken = {};     // MIG devices held: their UUIDs
+  std::vector<std::string> mig_external = {};  // held outside the scheduler (leases without the daemon)
 };
 
 // Whether the request's allowed and excluded GPUs let it use GPU `index`.
@@ -35,8 +40,19 @@ bool whole_gpu_free(const GpuAvailability& gpu);
 // The MiB a new slice could take on it (outside use counts against it); 0 when it takes none.
 uint64_t slice_room(const Gpu& gpu, const GpuAvailability& state);
 
+// Whether a MIG device meets a --mig request: its profile (any when the request names none) and
+// at least the memory asked for.
+bool mig_device_matches(const MigDevice& device, const MigRequest& request);
+// The MIG device of `gpu` that a --mig request gets: the smallest free one that matches (least
+// memory, then fewest compute slices, then index), so larger ones stay for larger requests;
+// nullptr when none is free.
+const MigDevice* free_mig_device(const Gpu& gpu, const GpuAvailability& state, const MigRequest& request);
+// "1g.18gb", "a MIG device of at least 20480 MiB", "a 1g.18gb MIG device of at least ...": for messages.
+std::string describe_mig_request(const MigRequest& request);
+
 // The GPUs to take, in placement order; nullopt when the request must wait. An error when
-// it can never be met on this machine (more GPUs than allowed, a slice larger than any GPU).
+// it can never be met on this machine (more GPUs than allowed, a slice larger than any GPU, a
+// MIG device no allowed GPU has). A --mig request gets the one GPU whose free_mig_device it takes.
 Result<std::optional<std::vector<unsigned>>> choose_gpus(const Machine& machine,
                                                          const std::vector<GpuAvailability>& availability,
                                                          const GpuRequest& request);
@@ -45,11 +61,24 @@ Result<std::optional<std::vector<unsigned>>> choose_gpus(const Machine& machine,
 std::string describe_wait(const Machine& machine, const std::vector<GpuAvailability>& availability,
                           const GpuRequest& request);
 
-// The environment of a process that uses `gpus` of `machine` for job `job`: CUDA_VISIBLE_DEVICES
-// (full UUIDs in the order of `gpus`), CUDA_DEVICE_ORDER=PCI_BUS_ID, and GPUPOOL_JOB,
-// GPUPOOL_GPUS, GPUPOOL_GPU_UUIDS (and GPUPOOL_MEM_MIB for a slice), as "NAME=value".
-std::vector<std::string> gpu_environment(const Machine& machine, const std::vector<unsigned>& gpus,
-                                         const std::string& job, const std::optional<uint64_t>& slice_mib);
+// What a job is given: its GPUs (nvidia-smi indices) and, for a --mig job, the UUID of its MIG
+// device on the one GPU; for a slice, the MiB on each.
+struct LeasedDevices {
+  std::vector<unsigned> gpus;
+  std::optional<uint64_t> slice_mib = std::nullopt;
+  std::string mig_uuid = {};
+};
+
+// What a request takes on the `gpus` choose_gpus gave it: for a --mig request, the MIG device
+// free_mig_device picks there.
+LeasedDevices devices_for(const Machine& machine, const std::vector<GpuAvailability>& availability,
+                          const GpuRequest& request, std::vector<unsigned> gpus);
+
+// The environment of a process that uses `leased` of `machine` for job `job`: CUDA_VISIBLE_DEVICES
+// (full GPU UUIDs in the order of the GPUs, or the MIG device's UUID), CUDA_DEVICE_ORDER=PCI_BUS_ID,
+// and GPUPOOL_JOB, GPUPOOL_GPUS, GPUPOOL_GPU_UUIDS (and GPUPOOL_MEM_MIB for a slice, the MIG
+// device's memory for a MIG device; GPUPOOL_MIG_UUID), as "NAME=value".
+std::vector<std::string> gpu_environment(const Machine& machine, const LeasedDevices& leased, const std::string& job);
 
 // The frameworks' own memory limits for a slice of `slice_mib` on each of `gpus` (none for whole
 // GPUs): XLA_PYTHON_CLIENT_MEM_FRACTION (the slice's share of the smallest of the cards, rounded
@@ -62,8 +91,7 @@ std::vector<std::string> slice_memory_limits(const Machine& machine, const std::
 // slice_memory_limits under it (a limit the job sets itself wins). `gpupool run`, `launch` and
 // the daemon's batch jobs all start their programs with it.
 std::vector<std::string> lease_environment(const std::vector<std::string>& environment, const Machine& machine,
-                                           const std::vector<unsigned>& gpus, const std::string& job,
-                                           const std::optional<uint64_t>& slice_mib);
+                                           const LeasedDevices& leased, const std::string& job);
 
 // Parses a memory size: "20G", "20GiB", "512M", "1.5T", or a plain number of MiB.
 Result<uint64_t> parse_memory_mib(const std::string& text);

@@ -93,8 +93,8 @@ TEST(Allocation, ImpossibleRequestsAreErrorsNotWaits) {
 TEST(LeaseEnvironment, ASliceGetsTheFrameworksLimitsUnlessTheJobSetsThem) {
   Machine m = four_gpus();
   m.gpus[1].memory_total_mib = 800;  // the smaller card's share counts
-  auto env = lease_environment({"PATH=/bin", "TF_FORCE_GPU_ALLOW_GROWTH=false", "CUDA_VISIBLE_DEVICES=7"}, m, {0, 1},
-                               "12", 250);
+  auto env = lease_environment({"PATH=/bin", "TF_FORCE_GPU_ALLOW_GROWTH=false", "CUDA_VISIBLE_DEVICES=7"}, m,
+                               LeasedDevices{{0, 1}, 250}, "12");
   EXPECT_EQ(env, (std::vector<std::string>{"PATH=/bin", "TF_FORCE_GPU_ALLOW_GROWTH=false",
                                            "CUDA_VISIBLE_DEVICES=GPU-0,GPU-1", "CUDA_DEVICE_ORDER=PCI_BUS_ID",
                                            "GPUPOOL_JOB=12", "GPUPOOL_GPUS=0,1", "GPUPOOL_GPU_UUIDS=GPU-0,GPU-1",
@@ -106,7 +106,7 @@ TEST(LeaseEnvironment, ASliceGetsTheFrameworksLimitsUnlessTheJobSetsThem) {
 TEST(LeaseEnvironment, WholeGpusGetNoMemoryLimits) {
   Machine m = four_gpus();
   EXPECT_TRUE(slice_memory_limits(m, {0}, std::nullopt).empty());
-  EXPECT_EQ(lease_environment({"PATH=/bin"}, m, {2}, "j", std::nullopt),
+  EXPECT_EQ(lease_environment({"PATH=/bin"}, m, LeasedDevices{{2}}, "j"),
             (std::vector<std::string>{"PATH=/bin", "CUDA_VISIBLE_DEVICES=GPU-2", "CUDA_DEVICE_ORDER=PCI_BUS_ID",
                                       "GPUPOOL_JOB=j", "GPUPOOL_GPUS=2", "GPUPOOL_GPU_UUIDS=GPU-2"}));
 }
@@ -130,6 +130,123 @@ TEST(Allocation, ParsesMemorySizes) {
   EXPECT_FALSE(parse_memory_mib("").ok());
   EXPECT_FALSE(parse_memory_mib("-5G").ok());
   EXPECT_FALSE(parse_memory_mib("nan").ok());
+}
+
+
+// GPU 0 in MIG mode as 4g.71gb + 3g.71gb, GPU 1 as three 1g.18gb, GPUs 2 and 3 whole.
+Machine machine_in_mig_mode() {
+  Machine m = four_gpus();
+  auto device = [](unsigned index, std::string uuid, unsigned slices, unsigned compute, uint64_t mib,
+                   std::string profile) {
+    return MigDevice{index, std::move(uuid), index + 1, 0, slices, compute, mib, 0, std::move(profile)};
+  };
+  for (unsigned gpu : {0u, 1u}) m.gpus[gpu].mig_enabled = true;
+  m.gpus[0].mig_devices = {device(0, "MIG-a", 4, 4, 70656, "4g.71gb"), device(1, "MIG-b", 3, 3, 70656, "3g.71gb")};
+  m.gpus[1].mig_devices = {device(0, "MIG-c", 1, 1, 16384, "1g.18gb"), device(1, "MIG-d", 1, 1, 16384, "1g.18gb"),
+                           device(2, "MIG-e", 1, 1, 16384, "1g.18gb")};
+  return m;
+}
+
+std::vector<GpuAvailability> mig_availability(const Machine& m) {
+  std::vector<GpuAvailability> a(m.gpus.size());
+  for (const Gpu& gpu : m.gpus) a[gpu.index].mig_mode = gpu.mig_enabled.value_or(false);
+  return a;
+}
+
+GpuRequest mig_request(std::string profile, uint64_t min_mib = 0) {
+  GpuRequest r;
+  r.mig = MigRequest{std::move(profile), min_mib};
+  return r;
+}
+
+TEST(MigAllocation, WholeGpusAndSlicesKeepOffGpusInMigMode) {
+  Machine m = machine_in_mig_mode();
+  auto a = mig_availability(m);
+  EXPECT_EQ(chosen(m, a, {2, std::nullopt, {}, {}}), (std::vector<unsigned>{2, 3}));
+  EXPECT_EQ(chosen(m, a, {1, 100, {}, {}}), (std::vector<unsigned>{2}));
+  a[2].exclusive_held = a[3].exclusive_held = true;
+  EXPECT_EQ(choose_gpus(m, a, {1, std::nullopt, {}, {}}).value(), std::nullopt);
+  EXPECT_EQ(slice_room(m.gpus[0], a[0]), 0u);
+  EXPECT_FALSE(whole_gpu_free(a[0]));
+  auto named = choose_gpus(m, a, {1, std::nullopt, {0}, {}});
+  ASSERT_FALSE(named.ok());
+  EXPECT_EQ(named.error().message,
+            "need 1 GPU, but 1 of the allowed GPUs is in MIG mode (GPU 0), where CUDA runs only on MIG devices: "
+            "ask for one with --mig PROFILE");
+}
+
+TEST(MigAllocation, AProfileGetsTheSmallestFreeDeviceOfIt) {
+  Machine m = machine_in_mig_mode();
+  auto a = mig_availability(m);
+  GpuRequest r = mig_request("1g.18gb");
+  for (const char* expected : {"MIG-c", "MIG-d", "MIG-e"}) {
+    EXPECT_EQ(chosen(m, a, r), (std::vector<unsigned>{1}));
+    LeasedDevices leased = devices_for(m, a, r, {1});
+    EXPECT_EQ(leased.mig_uuid, expected);
+    a[1].mig_taken.push_back(leased.mig_uuid);
+  }
+  EXPECT_EQ(choose_gpus(m, a, r).value(), std::nullopt);
+  EXPECT_EQ(describe_wait(m, a, r), "waiting for a 1g.18gb MIG device: 3 of 3 taken (GPU 1: 3)");
+  // One held outside the scheduler is as taken as one of its own.
+  a[1].mig_taken = {"MIG-c", "MIG-d"};
+  a[1].mig_external = {"MIG-e"};
+  EXPECT_EQ(choose_gpus(m, a, r).value(), std::nullopt);
+  a[1].mig_external.clear();
+  EXPECT_EQ(devices_for(m, a, r, {1}).mig_uuid, "MIG-e");
+}
+
+TEST(MigAllocation, AnyProfileWithMemoryTakesTheSmallestThatHoldsIt) {
+  Machine m = machine_in_mig_mode();
+  auto a = mig_availability(m);
+  EXPECT_EQ(devices_for(m, a, mig_request("", 10000), chosen(m, a, mig_request("", 10000))).mig_uuid, "MIG-c");
+  // Two of 70656 MiB: the one with fewer compute slices goes first, the larger stays for larger requests.
+  EXPECT_EQ(devices_for(m, a, mig_request("", 20000), chosen(m, a, mig_request("", 20000))).mig_uuid, "MIG-b");
+  a[0].mig_taken = {"MIG-b"};
+  EXPECT_EQ(devices_for(m, a, mig_request("", 20000), {0}).mig_uuid, "MIG-a");
+  EXPECT_EQ(describe_mig_request(MigRequest{"", 20000}), "a MIG device of at least 20000 MiB");
+}
+
+TEST(MigAllocation, DevicesGoWhereFewestAreLeftFree) {
+  Machine m = machine_in_mig_mode();
+  m.gpus[2].mig_enabled = true;
+  m.gpus[2].mig_devices = m.gpus[1].mig_devices;
+  for (MigDevice& device : m.gpus[2].mig_devices) device.uuid += "2";
+  auto a = mig_availability(m);
+  a[2].mig_taken = {"MIG-c2"};
+  EXPECT_EQ(chosen(m, a, mig_request("1g.18gb")), (std::vector<unsigned>{2}));
+  a[1].mig_taken = {"MIG-c", "MIG-d"};
+  EXPECT_EQ(chosen(m, a, mig_request("1g.18gb")), (std::vector<unsigned>{1}));
+  // --gpus and --exclude apply to the GPUs the devices are on.
+  GpuRequest kept = mig_request("1g.18gb");
+  kept.excluded = {1};
+  EXPECT_EQ(chosen(m, a, kept), (std::vector<unsigned>{2}));
+}
+
+TEST(MigAllocation, WhatCannotBeMetIsAnError) {
+  Machine m = machine_in_mig_mode();
+  auto a = mig_availability(m);
+  auto unknown = choose_gpus(m, a, mig_request("2g.35gb"));
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_EQ(unknown.error().message,
+            "no allowed GPU has a 2g.35gb MIG device (MIG devices here: 1g.18gb x3, 3g.71gb x1, 4g.71gb x1)");
+  GpuRequest elsewhere = mig_request("1g.18gb");
+  elsewhere.allowed = {0, 2};
+  ASSERT_FALSE(choose_gpus(m, a, elsewhere).ok());
+  GpuRequest two = mig_request("1g.18gb");
+  two.count = 2;
+  ASSERT_FALSE(choose_gpus(m, a, two).ok());
+  EXPECT_EQ(choose_gpus(m, a, two).error().message,
+            "a job gets one MIG device: CUDA runs a process on one MIG device only");
+  auto too_large = choose_gpus(m, a, mig_request("1g.18gb", 20000));
+  ASSERT_FALSE(too_large.ok());
+}
+
+TEST(MigAllocation, AMigDeviceIsWhatCudaSees) {
+  Machine m = machine_in_mig_mode();
+  EXPECT_EQ(lease_environment({"PATH=/bin"}, m, LeasedDevices{{1}, std::nullopt, "MIG-d"}, "7"),
+            (std::vector<std::string>{"PATH=/bin", "CUDA_VISIBLE_DEVICES=MIG-d", "CUDA_DEVICE_ORDER=PCI_BUS_ID",
+                                      "GPUPOOL_JOB=7", "GPUPOOL_GPUS=1", "GPUPOOL_GPU_UUIDS=GPU-1",
+                                      "GPUPOOL_MIG_UUID=MIG-d", "GPUPOOL_MEM_MIB=16384"}));
 }
 
 }  // namespace

@@ -56,10 +56,22 @@ GpuRequest without_others_mps(const std::vector<GpuAvailability>& state, const J
   return request;
 }
 
-void take(std::vector<GpuAvailability>& state, const JobRequest& job,
-          const std::vector<unsigned>& gpus) {
+// Whether the job fits on one GPU in the state `on`, as one of its GPUs.
+bool fits_on(const Gpu& gpu, const GpuAvailability& on, const JobRequest& job) {
+  if (job.gpus.mig) return free_mig_device(gpu, on, *job.gpus.mig) != nullptr;
+  return job.gpus.slice_mib ? slice_room(gpu, on) >= *job.gpus.slice_mib : whole_gpu_free(on);
+}
+
+// Marks the job's GPUs taken in `state`. A --mig job takes `mig_uuid`, or when it is empty (a
+// plan) the MIG device it would be given.
+void take(std::vector<GpuAvailability>& state, const Machine& machine, const JobRequest& job,
+          const std::vector<unsigned>& gpus, const std::string& mig_uuid = {}) {
   for (unsigned gpu : gpus) {
-    if (job.gpus.slice_mib) {
+    if (job.gpus.mig) {
+      const MigDevice* device = free_mig_device(machine.gpus[gpu], state[gpu], *job.gpus.mig);
+      std::string uuid = !mig_uuid.empty() ? mig_uuid : device != nullptr ? device->uuid : "";
+      if (!uuid.empty()) state[gpu].mig_taken.push_back(uuid);
+    } else if (job.gpus.slice_mib) {
       state[gpu].shared_mib += *job.gpus.slice_mib;
       if (job.mps) {
         state[gpu].mps_user = job.user;
@@ -71,10 +83,12 @@ void take(std::vector<GpuAvailability>& state, const JobRequest& job,
   }
 }
 
-void give_back(std::vector<GpuAvailability>& state, const JobRequest& job,
-               const std::vector<unsigned>& gpus) {
+void give_back(std::vector<GpuAvailability>& state, const JobRequest& job, const std::vector<unsigned>& gpus,
+               const std::string& mig_uuid) {
   for (unsigned gpu : gpus) {
-    if (job.gpus.slice_mib) {
+    if (job.gpus.mig) {
+      std::erase(state[gpu].mig_taken, mig_uuid);
+    } else if (job.gpus.slice_mib) {
       state[gpu].shared_mib -= std::min(state[gpu].shared_mib, *job.gpus.slice_mib);
       if (job.mps && state[gpu].mps_slices > 0 && --state[gpu].mps_slices == 0) state[gpu].mps_user.clear();
     } else {
@@ -89,6 +103,7 @@ Scheduler::Scheduler(Machine machine, SchedulerConfig config)
     : machine_(std::move(machine)), config_(config), availability_(machine_.gpus.size()) {
   for (const Gpu& gpu : machine_.gpus) {
     availability_[gpu.index].usable = !gpu.fault.has_value();
+    availability_[gpu.index].mig_mode = gpu.mig_enabled.value_or(false);
     largest_gpu_mib_ = std::max(largest_gpu_mib_, gpu.memory_total_mib.value_or(0));
   }
 }
@@ -128,6 +143,16 @@ std::optional<double> Scheduler::quota_of(const std::string& user) const {
 }
 
 double Scheduler::weight_of(const JobRequest& request) const {
+  if (const std::optional<MigRequest>& mig = request.gpus.mig) {
+    // The smallest MIG device it may get, as a share of the largest GPU (a slice's measure).
+    std::optional<uint64_t> smallest_mib;
+    for (const Gpu& gpu : machine_.gpus) {
+      for (const MigDevice& device : gpu.mig_devices) {
+        if (mig_device_matches(device, *mig)) smallest_mib = std::min(smallest_mib.value_or(device.memory_mib), device.memory_mib);
+      }
+    }
+    return static_cast<double>(smallest_mib.value_or(0)) / static_cast<double>(std::max<uint64_t>(largest_gpu_mib_, 1));
+  }
   if (!request.gpus.slice_mib) return request.gpus.count;
   return request.gpus.count * static_cast<double>(*request.gpus.slice_mib) /
          static_cast<double>(largest_gpu_mib_);
@@ -176,7 +201,14 @@ Result<void> Scheduler::admissible(const JobRequest& request) const {
       }
     }
   }
-  if (restricted(request)) {
+  bool some_in_mig_mode = std::ranges::any_of(machine_.gpus, [](const Gpu& gpu) { return gpu.mig_enabled.value_or(false); });
+  if (request.gpus.mig || some_in_mig_mode) {
+    // Whether the GPUs it may use could meet it at all, whatever is taken now: a MIG device of
+    // its kind, or enough GPUs outside MIG mode.
+    std::vector<GpuAvailability> idle(machine_.gpus.size());
+    TRY(choose_gpus(machine_, idle, request.gpus));
+  }
+  if (restricted(request) && !request.gpus.mig) {
     std::vector<unsigned> usable;
     for (const Gpu& gpu : machine_.gpus) {
       bool large_enough = !request.gpus.slice_mib || gpu.memory_total_mib.value_or(0) >= *request.gpus.slice_mib;
@@ -240,7 +272,7 @@ Result<void> Scheduler::remove(JobId id) {
 }
 
 void Scheduler::release(std::unordered_map<JobId, RunningJob>::iterator job) {
-  give_back(availability_, job->second.request, job->second.gpus);
+  give_back(availability_, job->second.request, job->second.gpus, job->second.mig_uuid);
   UserState& user = users_[job->second.user];
   user.held = std::max(0.0, user.held - job->second.weight);
   if (const auto& task = job->second.request.array) {
@@ -271,7 +303,7 @@ Result<void> Scheduler::requeue(JobId id, double now) {
 }
 
 Result<void> Scheduler::adopt(const JobRequest& request, const std::vector<unsigned>& gpus,
-                              double start_s) {
+                              double start_s, const std::string& mig_uuid) {
   if (queued_.contains(request.id) || running_.contains(request.id)) {
     return fail("job {} is already submitted", request.id);
   }
@@ -287,6 +319,16 @@ Result<void> Scheduler::adopt(const JobRequest& request, const std::vector<unsig
       return fail("job {} lists GPU {} twice", request.id, gpu);
     }
     const GpuAvailability& on = availability_[gpu];
+    if (request.gpus.mig) {
+      const auto& devices = machine_.gpus[gpu].mig_devices;
+      if (std::ranges::none_of(devices, [&](const MigDevice& d) { return d.uuid == mig_uuid; })) {
+        return fail("job {} runs on MIG device {}, which GPU {} does not have", request.id, mig_uuid, gpu);
+      }
+      if (std::ranges::find(on.mig_taken, mig_uuid) != on.mig_taken.end()) {
+        return fail("job {} runs on MIG device {}, which another job holds", request.id, mig_uuid);
+      }
+      continue;
+    }
     if (on.exclusive_held || (!request.gpus.slice_mib && on.shared_mib > 0)) {
       return fail("job {} runs on GPU {}, which another job holds", request.id, gpu);
     }
@@ -296,7 +338,7 @@ Result<void> Scheduler::adopt(const JobRequest& request, const std::vector<unsig
                   *request.gpus.slice_mib, gpu, memory - std::min(memory, on.shared_mib));
     }
   }
-  take(availability_, request, gpus);
+  take(availability_, machine_, request, gpus, mig_uuid);
   account_usage(start_s);
   size_t user = user_index(request.user);
   double weight = weight_of(request);
@@ -307,7 +349,7 @@ Result<void> Scheduler::adopt(const JobRequest& request, const std::vector<unsig
   users_[user].held += weight;
   if (request.array) ++array_running_[request.array->array_id];
   QueuedJob as_queued{request, arrivals_++, start_s, user, weight};
-  running_.emplace(request.id, RunningJob{as_queued, start_s, gpus});
+  running_.emplace(request.id, RunningJob{as_queued, start_s, gpus, mig_uuid});
   return {};
 }
 
@@ -325,6 +367,7 @@ Result<void> Scheduler::set_outside_use(const std::vector<GpuAvailability>& outs
     state.external_mib = from.exclusive_held ? gpu.memory_total_mib.value_or(0)
                                              : from.shared_mib + from.external_mib;
     state.holders = from.holders;
+    state.mig_external = from.mig_taken;
   }
   return {};
 }
@@ -411,13 +454,19 @@ Result<void> Scheduler::import_fair_share(const FairShareUsage& saved, double no
   return {};
 }
 
-void Scheduler::start(const QueuedJob& job, std::vector<unsigned> gpus, double now) {
-  take(availability_, job.request, gpus);
+std::string Scheduler::start(const QueuedJob& job, std::vector<unsigned> gpus, double now) {
+  std::string mig_uuid;
+  if (job.request.gpus.mig && gpus.size() == 1) {
+    const MigDevice* device = free_mig_device(machine_.gpus[gpus[0]], availability_[gpus[0]], *job.request.gpus.mig);
+    if (device != nullptr) mig_uuid = device->uuid;
+  }
+  take(availability_, machine_, job.request, gpus, mig_uuid);
   users_[job.user].held += job.weight;
   queued_.erase(job.request.id);
   queued_limits_.erase(queued_limits_.find(limit_or_never(job.request)));
   if (job.request.array) ++array_running_[job.request.array->array_id];
-  running_.emplace(job.request.id, RunningJob{job, now, std::move(gpus)});
+  running_.emplace(job.request.id, RunningJob{job, now, std::move(gpus), mig_uuid});
+  return mig_uuid;
 }
 
 // One scheduling pass: walks the queue in policy order, merging the (priority, user) groups.
@@ -449,14 +498,14 @@ class Scheduler::Pass {
       if (!s_.held_back(job)) gpus = choose(job);
       if (gpus) {
         bool drained_for_it = holder_ == job.request.id && !tried_reservation_;
-        unsigned width = job.request.gpus.slice_mib ? 0 : job.request.gpus.count;
+        unsigned width = job.request.gpus.slice_mib || job.request.gpus.mig ? 0 : job.request.gpus.count;
         if (gpus->empty()) {
           unplaced_.push_back(started_.size());
           unplaced_gpus_ += job.request.gpus.count;
         }
-        s_.start(job, *gpus, now_);
+        std::string mig_uuid = s_.start(job, *gpus, now_);
         room_.reset();
-        started_.push_back(JobStart{job.request.id, std::move(*gpus)});
+        started_.push_back(JobStart{job.request.id, std::move(*gpus), std::move(mig_uuid)});
         cursor.job = s_.groups_[cursor.group].jobs.erase(cursor.job);
         if (drained_for_it && width > 1) hand_over(width);
       } else {
@@ -465,8 +514,11 @@ class Scheduler::Pass {
           ++*examined_behind;
         else
           examined_behind = 0;
-        // One reservation per pass, for the first job in order that only lacks GPUs.
-        if (s_.config_.policy == Policy::Gpupool && !tried_reservation_ && !s_.held_back(job)) {
+        // One reservation per pass, for the first job in order that only lacks GPUs. A MIG
+        // device is not reserved: a reservation keeps others off whole GPUs, and a job waiting
+        // for one MIG device would keep every job off its GPU's other devices.
+        if (s_.config_.policy == Policy::Gpupool && !tried_reservation_ && !s_.held_back(job) &&
+            !job.request.gpus.mig) {
           tried_reservation_ = true;
           if (holder_ != job.request.id) s_.chain_before_.reset();
           reserve(job);
@@ -483,7 +535,7 @@ class Scheduler::Pass {
       for (; !heads_.empty() && !tried_reservation_; heads_.pop_back()) {
         std::pop_heap(heads_.begin(), heads_.end(), later);
         const QueuedJob& job = heads_.back().cursor.job->second;
-        if (s_.held_back(job)) continue;
+        if (s_.held_back(job) || job.request.gpus.mig) continue;
         tried_reservation_ = true;
         s_.chain_before_.reset();
         reserve(job);
@@ -594,7 +646,7 @@ class Scheduler::Pass {
   // shortest time limit queued would not end before the reservation.
   bool anything_can_start() const {
     const Room& room = this->room();
-    if (room.shared_outside || room.whole_outside > unplaced_gpus_) return true;
+    if (room.shared_outside || room.mig_free || room.whole_outside > unplaced_gpus_) return true;
     const std::optional<Reservation>& reservation = reservation_;
     return room.inside && (!reservation || s_.queued_limits_.empty() ||
                            now_ + *s_.queued_limits_.begin() <= reservation->start_s);
@@ -608,6 +660,7 @@ class Scheduler::Pass {
     uint64_t slice_outside = 0;    // the most memory free on one GPU
     uint64_t slice_all = 0;
     bool shared_outside = false;   // a GPU that slices share has memory free
+    bool mig_free = false;         // a MIG device is free (MIG devices are never reserved)
     bool inside = false;           // a reserved GPU has room
   };
   const Room& room() const {
@@ -615,6 +668,7 @@ class Scheduler::Pass {
     Room& room = room_.emplace(Room{});
     for (const Gpu& gpu : s_.machine_.gpus) {
       const GpuAvailability& state = s_.availability_[gpu.index];
+      room.mig_free = room.mig_free || free_mig_device(gpu, state, MigRequest{}) != nullptr;
       bool whole = whole_gpu_free(state);
       uint64_t memory = slice_room(gpu, state);
       if (!whole && memory == 0) continue;
@@ -634,6 +688,7 @@ class Scheduler::Pass {
   // False when the job certainly does not fit (on the GPUs outside the reservation, or on all).
   bool may_fit(const JobRequest& job, bool outside_only) const {
     const Room& room = this->room();
+    if (job.gpus.mig) return true;  // MIG devices are not counted in the room: placement decides
     if (!job.gpus.slice_mib) {
       return (outside_only ? room.whole_outside : room.whole_all) >= job.gpus.count + unplaced_gpus_;
     }
@@ -644,15 +699,13 @@ class Scheduler::Pass {
   // GPUs promised to unplaced jobs.
   bool enough(const std::vector<GpuAvailability>& state, const JobRequest& job,
               const std::vector<bool>& excluded) const {
-    unsigned needed = job.gpus.count + (job.gpus.slice_mib ? 0 : unplaced_gpus_);
+    unsigned needed = job.gpus.count + (job.gpus.slice_mib || job.gpus.mig ? 0 : unplaced_gpus_);
     unsigned suitable = 0;
     for (const Gpu& gpu : s_.machine_.gpus) {
       if ((!excluded.empty() && excluded[gpu.index]) || !may_use(job.gpus, gpu.index)) continue;
       const GpuAvailability& on = state[gpu.index];
       if (mps_serves_another(on, job)) continue;
-      if (job.gpus.slice_mib ? slice_room(gpu, on) >= *job.gpus.slice_mib : whole_gpu_free(on)) {
-        if (++suitable == needed) return true;
-      }
+      if (fits_on(gpu, on, job) && ++suitable == needed) return true;
     }
     return false;
   }
@@ -662,7 +715,8 @@ class Scheduler::Pass {
   // a wide job then still finds a whole NVSwitch island free, which is both the better place
   // and far the cheaper search than among the leftovers of narrower jobs.
   bool defers_placement(const JobRequest& job) const {
-    return s_.config_.policy == Policy::Gpupool && !reservation_ && !job.gpus.slice_mib && !restricted(job);
+    return s_.config_.policy == Policy::Gpupool && !reservation_ && !job.gpus.slice_mib && !job.gpus.mig &&
+           !restricted(job);
   }
 
   void place_unplaced() {
@@ -675,7 +729,7 @@ class Scheduler::Pass {
       RunningJob& job = s_.running_.at(start.id);
       // The GPUs were counted when it started, so there is room.
       start.gpus = *place_in(s_.availability_, job.request, {});
-      take(s_.availability_, job.request, start.gpus);
+      take(s_.availability_, s_.machine_, job.request, start.gpus);
       job.gpus = start.gpus;
     }
     unplaced_.clear();
@@ -694,9 +748,7 @@ class Scheduler::Pass {
         if ((!excluded.empty() && excluded[gpu.index]) || !may_use(job.gpus, gpu.index)) continue;
         const GpuAvailability& on = state[gpu.index];
         if (mps_serves_another(on, job)) continue;
-        if (job.gpus.slice_mib ? slice_room(gpu, on) >= *job.gpus.slice_mib : whole_gpu_free(on)) {
-          gpus.push_back(gpu.index);
-        }
+        if (fits_on(gpu, on, job)) gpus.push_back(gpu.index);
         if (gpus.size() == job.gpus.count) break;
       }
       return gpus;
@@ -753,7 +805,7 @@ class Scheduler::Pass {
     });
     std::vector<GpuAvailability> future = s_.availability_;
     for (size_t i = 0; i < by_end.size(); ++i) {
-      give_back(future, by_end[i].second->request, by_end[i].second->gpus);
+      give_back(future, by_end[i].second->request, by_end[i].second->gpus, by_end[i].second->mig_uuid);
       if (i + 1 < by_end.size() && by_end[i + 1].first == by_end[i].first) continue;
       if (std::optional<std::vector<unsigned>> gpus = place_in(future, job.request, {})) {
         reserved_mask_.assign(s_.availability_.size(), false);
@@ -776,10 +828,10 @@ class Scheduler::Pass {
     for (double moment : moments) {
       std::vector<GpuAvailability> state = s_.availability_;
       for (auto end = ends.begin(); end != ends.end() && end->first <= moment; ++end) {
-        give_back(state, end->second->request, end->second->gpus);
+        give_back(state, end->second->request, end->second->gpus, end->second->mig_uuid);
       }
       for (const Planned& other : planned) {
-        if (other.start <= moment && moment < other.end) take(state, *other.request, other.gpus);
+        if (other.start <= moment && moment < other.end) take(state, s_.machine_, *other.request, other.gpus);
       }
       std::optional<std::vector<unsigned>> gpus = place_in(state, job, {});
       if (!gpus) continue;

@@ -71,6 +71,7 @@ struct SchedulerConfig {
 struct JobStart {
   JobId id = 0;
   std::vector<unsigned> gpus;  // nvidia-smi indices
+  std::string mig_uuid = {};   // a --mig job's MIG device, on its one GPU
 };
 
 // Where the first waiting job in order will run (gpupool policy): jobs that backfill must end
@@ -112,7 +113,9 @@ class Scheduler {
   // repeated, there are not `request.gpus` of them, or a GPU is already taken by the
   // scheduler's other jobs (a whole GPU held, or its memory full): two jobs on one GPU would
   // make the scheduler's view wrong. Outside use is not checked.
-  Result<void> adopt(const JobRequest& request, const std::vector<unsigned>& gpus, double start_s);
+  // A --mig job names its MIG device (`mig_uuid`), which must be one of its GPU's and not taken.
+  Result<void> adopt(const JobRequest& request, const std::vector<unsigned>& gpus, double start_s,
+                     const std::string& mig_uuid = {});
   // What stands on each GPU apart from the scheduler's own jobs (indexed like the machine's
   // GPUs): processes gpupool did not start, leases taken without the daemon. Replaces the
   // previous call's view; placement avoids those GPUs and memory, and reservations treat them
@@ -174,6 +177,7 @@ class Scheduler {
   struct RunningJob : QueuedJob {
     double start_s = 0;
     std::vector<unsigned> gpus;
+    std::string mig_uuid = {};
   };
   class Pass;
   friend class Pass;
@@ -189,7 +193,8 @@ class Scheduler {
   // Kept from starting whatever GPUs are free: over quota, or its array's limit reached.
   bool held_back(const QueuedJob& job) const;
   void enqueue(const QueuedJob& job);
-  void start(const QueuedJob& job, std::vector<unsigned> gpus, double now);
+  // Returns the MIG device a --mig job takes (empty for others).
+  std::string start(const QueuedJob& job, std::vector<unsigned> gpus, double now);
   void release(std::unordered_map<JobId, RunningJob>::iterator job);
 
   Machine machine_;

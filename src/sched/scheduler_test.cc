@@ -670,5 +670,93 @@ TEST(SchedulerTest, ImportedFairShareReplacesAndIsChecked) {
   EXPECT_EQ(s.fair_share_usage("light"), 5);
 }
 
+
+namespace mig_scheduling {
+
+// GPU 0 in MIG mode as seven 1g.10gb devices, GPU 1 whole.
+Machine seven_device_machine() {
+  Machine machine = make_machine(2);
+  machine.gpus[0].mig_enabled = true;
+  for (unsigned i = 0; i < 7; ++i) {
+    machine.gpus[0].mig_devices.push_back(
+        MigDevice{i, "MIG-" + std::to_string(i), i + 1, 0, 1, 1, 10240, 14, "1g.10gb"});
+  }
+  return machine;
+}
+
+JobRequest mig_job(JobId id, std::string user = "u") {
+  JobRequest request = job(id, 1, std::nullopt, std::move(user));
+  request.gpus.mig = MigRequest{"1g.10gb", 0};
+  return request;
+}
+
+TEST(SchedulerMigTest, EachJobGetsADeviceOfItsOwnAndTheNextWaitsForOne) {
+  for (Policy policy : {Policy::Fifo, Policy::Backfill, Policy::Gpupool}) {
+    SchedulerConfig config;
+    config.policy = policy;
+    auto scheduler = Scheduler::create(seven_device_machine(), config);
+    ASSERT_TRUE(scheduler.ok());
+    for (JobId id = 1; id <= 8; ++id) ASSERT_TRUE(scheduler->submit(mig_job(id), 0).ok());
+    ASSERT_TRUE(scheduler->submit(job(9, 1), 0).ok());
+    std::vector<JobStart> starts = scheduler->schedule(0);
+    std::set<std::string> devices;
+    for (const JobStart& start : starts) {
+      if (start.id == 9) {
+        EXPECT_EQ(start.gpus, std::vector<unsigned>{1}) << to_string(policy);
+        EXPECT_EQ(start.mig_uuid, "");
+        continue;
+      }
+      EXPECT_EQ(start.gpus, std::vector<unsigned>{0});
+      devices.insert(start.mig_uuid);
+    }
+    // FIFO stops at the eighth MIG job, before the whole-GPU job behind it.
+    EXPECT_EQ(starts.size(), policy == Policy::Fifo ? 7u : 8u) << to_string(policy);
+    EXPECT_EQ(devices.size(), 7u) << to_string(policy);
+    auto waiting = scheduler->waiting(8, 0);
+    ASSERT_TRUE(waiting);
+    EXPECT_EQ(waiting->detail, "waiting for a 1g.10gb MIG device: 7 of 7 taken (GPU 0: 7)");
+    JobId ended = starts[2].id;
+    std::string freed = starts[2].mig_uuid;
+    ASSERT_TRUE(scheduler->finish(ended, 10).ok());
+    std::vector<JobStart> next = scheduler->schedule(10);
+    ASSERT_FALSE(next.empty()) << to_string(policy) << " job " << ended;
+    EXPECT_EQ(next[0].id, 8u);
+    EXPECT_EQ(next[0].mig_uuid, freed) << to_string(policy);
+  }
+}
+
+TEST(SchedulerMigTest, WholeGpuJobsNeverWaitForAGpuInMigMode) {
+  auto scheduler = Scheduler::create(seven_device_machine(), SchedulerConfig{});
+  ASSERT_TRUE(scheduler.ok());
+  auto wide = scheduler->admissible(job(1, 2));
+  ASSERT_FALSE(wide.ok());
+  EXPECT_NE(wide.error().message.find("in MIG mode (GPU 0)"), std::string::npos) << wide.error().message;
+  JobRequest unknown = mig_job(2);
+  unknown.gpus.mig->profile = "3g.40gb";
+  ASSERT_FALSE(scheduler->admissible(unknown).ok());
+  EXPECT_TRUE(scheduler->admissible(mig_job(3)).ok());
+  // A device counts as its memory's share of the largest GPU, for quotas and fair share.
+  ASSERT_TRUE(scheduler->submit(mig_job(4, "ana"), 0).ok());
+  ASSERT_EQ(scheduler->schedule(0).size(), 1u);
+  EXPECT_DOUBLE_EQ(scheduler->held_gpus("ana"), 10240.0 / kGpuMib);
+}
+
+TEST(SchedulerMigTest, AdoptedAndOutsideDevicesAreNotGivenAgain) {
+  auto scheduler = Scheduler::create(seven_device_machine(), SchedulerConfig{});
+  ASSERT_TRUE(scheduler.ok());
+  ASSERT_TRUE(scheduler->adopt(mig_job(1), {0}, 0, "MIG-0").ok());
+  EXPECT_FALSE(scheduler->adopt(mig_job(2), {0}, 0, "MIG-0").ok());
+  EXPECT_FALSE(scheduler->adopt(mig_job(3), {0}, 0, "MIG-9").ok());
+  std::vector<GpuAvailability> outside(2);
+  outside[0].mig_taken = {"MIG-1", "MIG-2", "MIG-3", "MIG-4", "MIG-5"};
+  ASSERT_TRUE(scheduler->set_outside_use(outside).ok());
+  for (JobId id = 10; id < 13; ++id) ASSERT_TRUE(scheduler->submit(mig_job(id), 0).ok());
+  std::vector<JobStart> starts = scheduler->schedule(0);
+  ASSERT_EQ(starts.size(), 1u);
+  EXPECT_EQ(starts[0].mig_uuid, "MIG-6");
+}
+
+}  // namespace mig_scheduling
+
 }  // namespace
 }  // namespace gpupool
