@@ -92,7 +92,8 @@ class Lease:
         self.uuids = list(granted.get("uuids") or [])
         self.mem_mib = granted.get("mem_mib")
         self.environment = _environment(job_name or str(self.id), self.gpus, self.uuids, self.mem_mib)
-        # An MPS slice's client settings, from gpupoold: before CUDA starts, as for the GPUs.
+        # An MPS slice's client settings and a MIG device's variables, from gpupoold (or `gpupool
+        # acquire`): before CUDA starts, as for the GPUs.
         self.environment.update(entry.split("=", 1) for entry in granted.get("environment") or [] if "=" in entry)
         self._connection = connection
         self._descriptors = descriptors
@@ -166,9 +167,10 @@ class Lease:
         return f"<gpupool.Lease job {self.job} gpus {self.gpus} {state}>"
 
 
-def acquire(n=1, mem=None, timeout=None, name=None, on_wait=None, socket_path=None, time=None, sm=None):
+def acquire(n=1, mem=None, timeout=None, name=None, on_wait=None, socket_path=None, time=None, sm=None, mig=None):
     """Leases n GPUs (mem: a slice of each, e.g. "20G" or MiB; sm: with mem, at most this percentage
-    of each GPU's multiprocessors, held by CUDA MPS) from gpupoold for this process,
+    of each GPU's multiprocessors, held by CUDA MPS; mig: one MIG device of this profile instead,
+    e.g. "1g.18gb" or "any", with at least mem of memory when mem is given) from gpupoold for this process,
     waiting in the queue like `gpupool run` (timeout: give up after this many seconds; None waits
     as long as it takes), then sets CUDA_VISIBLE_DEVICES and the GPUPOOL_* variables exactly as
     `gpupool run` sets them for its program. on_wait(text) hears why the request waits. time: a
@@ -186,7 +188,14 @@ def acquire(n=1, mem=None, timeout=None, name=None, on_wait=None, socket_path=No
         raise Error(f"invalid time limit {time!r}: must be more than 0")
     if sm is not None and (isinstance(sm, bool) or not isinstance(sm, int) or not 1 <= sm <= 100):
         raise Error(f"invalid compute share {sm!r}: expected a whole percentage from 1 to 100")
-    if sm is not None and mem is None:
+    if mig is not None:
+        if not isinstance(mig, str) or not mig:
+            raise Error(f"invalid MIG profile {mig!r}: expected e.g. '1g.18gb' or 'any'")
+        if n != 1:
+            raise Error("mig gives one MIG device: CUDA runs a process on one MIG device only")
+        if sm is not None:
+            raise Error("sm is a share of a whole GPU's multiprocessors; a MIG device has its own")
+    elif sm is not None and mem is None:
         raise Error("sm needs mem: a compute share is a share of a GPU that slices share")
     _refuse_if_cuda_started()
     command = list(getattr(sys, "orig_argv", None) or [sys.executable, *sys.argv])
@@ -194,8 +203,11 @@ def acquire(n=1, mem=None, timeout=None, name=None, on_wait=None, socket_path=No
         cwd = os.getcwd()
     except OSError:
         cwd = "/"
-    job = {"kind": "interactive", "command": command, "cwd": cwd, "gpu_count": n, "mem_mib": memory_mib(mem),
-           "name": name or "", "time_limit_s": time_limit, "sm_percent": sm}
+    job = {"kind": "interactive", "command": command, "cwd": cwd, "gpu_count": n,
+           "mem_mib": memory_mib(mem) if mig is None else None, "name": name or "", "time_limit_s": time_limit,
+           "sm_percent": sm}
+    if mig is not None:
+        job.update(mig_profile="" if mig == "any" else mig, mig_min_mib=memory_mib(mem) or 0)
     try:
         connection = Connection(socket_path)
     except NoDaemon as no_daemon:
@@ -263,6 +275,10 @@ def _acquire_without_daemon(job, limit, on_wait, no_daemon):
         argv += ["--mem", f"{job['mem_mib']}M"]
     if job["sm_percent"] is not None:
         argv += ["--sm", str(job["sm_percent"])]
+    if "mig_profile" in job:
+        argv += ["--mig", job["mig_profile"] or "any"]
+        if job["mig_min_mib"]:
+            argv += ["--mem", f"{job['mig_min_mib']}M"]
     if job["name"]:
         argv += ["--name", job["name"]]
     if limit is not None:

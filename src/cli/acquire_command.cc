@@ -42,6 +42,8 @@ json granted_message(const LeasedGpus& leased) {
           {"gpus", leased.gpus},
           {"uuids", uuids},
           {"mem_mib", leased.slice_mib ? json(*leased.slice_mib) : json(nullptr)},
+          // As gpupoold's grant: what a --mig lease changes in the environment.
+          {"environment", mig_environment(leased.acquired.machine, LeasedDevices{leased.gpus, leased.slice_mib, leased.mig_uuid})},
           {"descriptors", leased.acquired.leases.descriptors().size()}};
 }
 

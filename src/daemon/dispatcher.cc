@@ -408,7 +408,7 @@ void Dispatcher::start_batch(Job& job, HeldLeases held, pid_t supervisor,
 }
 
 void Dispatcher::start_interactive(Job& job, HeldLeases held, const std::vector<std::string>& mps_environment) {
-  if (!hooks_.hand_to_client(job, held, mps_environment)) {
+  if (!hooks_.hand_to_client(job, held, with_overrides(mps_environment, mig_environment(machine_, leased_devices(job))))) {
     held.release();
     attempt_ended(job.id, {job.id, std::nullopt, std::nullopt, "its client disconnected", true});
     return;

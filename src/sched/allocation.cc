@@ -248,32 +248,37 @@ LeasedDevices devices_for(const Machine& machine, const std::vector<GpuAvailabil
   return leased;
 }
 
+std::vector<std::string> mig_environment(const Machine& machine, const LeasedDevices& leased) {
+  if (leased.mig_uuid.empty()) return {};
+  std::vector<std::string> env = {fmt::format("CUDA_VISIBLE_DEVICES={}", leased.mig_uuid)};
+  for (unsigned index : leased.gpus) {
+    const Gpu& gpu = machine.gpus.at(index);
+    env.push_back(fmt::format("GPUPOOL_GPU_UUIDS={}", gpu.uuid));
+    env.push_back(fmt::format("GPUPOOL_MIG_UUID={}", leased.mig_uuid));
+    for (const MigDevice& device : gpu.mig_devices) {
+      if (device.uuid == leased.mig_uuid) env.push_back(fmt::format("GPUPOOL_MEM_MIB={}", device.memory_mib));
+    }
+  }
+  return env;
+}
+
 std::vector<std::string> gpu_environment(const Machine& machine, const LeasedDevices& leased, const std::string& job) {
   std::vector<std::string> uuids, indices;
   for (unsigned index : leased.gpus) {
     uuids.push_back(machine.gpus.at(index).uuid);
     indices.push_back(std::to_string(index));
   }
-  // Full UUIDs: they name the same card under any CUDA_DEVICE_ORDER and inside containers. The
-  // driver takes a MIG device's UUID there too (R470 and later).
-  std::string visible = leased.mig_uuid.empty() ? fmt::format("{}", fmt::join(uuids, ",")) : leased.mig_uuid;
   std::vector<std::string> env = {
-      fmt::format("CUDA_VISIBLE_DEVICES={}", visible),
+      // Full UUIDs: they name the same card under any CUDA_DEVICE_ORDER and inside containers.
+      // The driver takes a MIG device's UUID there too (R470 and later): mig_environment.
+      fmt::format("CUDA_VISIBLE_DEVICES={}", fmt::join(uuids, ",")),
       "CUDA_DEVICE_ORDER=PCI_BUS_ID",
       fmt::format("GPUPOOL_JOB={}", job),
       fmt::format("GPUPOOL_GPUS={}", fmt::join(indices, ",")),
       fmt::format("GPUPOOL_GPU_UUIDS={}", fmt::join(uuids, ",")),
   };
   if (leased.slice_mib) env.push_back(fmt::format("GPUPOOL_MEM_MIB={}", *leased.slice_mib));
-  if (!leased.mig_uuid.empty()) {
-    env.push_back(fmt::format("GPUPOOL_MIG_UUID={}", leased.mig_uuid));
-    for (unsigned index : leased.gpus) {
-      for (const MigDevice& device : machine.gpus.at(index).mig_devices) {
-        if (device.uuid == leased.mig_uuid) env.push_back(fmt::format("GPUPOOL_MEM_MIB={}", device.memory_mib));
-      }
-    }
-  }
-  return env;
+  return with_overrides(env, mig_environment(machine, leased));
 }
 
 std::vector<std::string> slice_memory_limits(const Machine& machine, const std::vector<unsigned>& gpus,

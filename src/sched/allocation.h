@@ -74,6 +74,12 @@ struct LeasedDevices {
 LeasedDevices devices_for(const Machine& machine, const std::vector<GpuAvailability>& availability,
                           const GpuRequest& request, std::vector<unsigned> gpus);
 
+// What a --mig lease changes in gpu_environment's variables (none for others): CUDA_VISIBLE_DEVICES
+// and GPUPOOL_MIG_UUID the MIG device's UUID, GPUPOOL_GPU_UUIDS its GPU's, GPUPOOL_MEM_MIB its
+// memory. gpupoold adds them to an interactive lease's grant, so that every client, whatever it
+// makes of the grant's UUIDs, gives its program the same environment.
+std::vector<std::string> mig_environment(const Machine& machine, const LeasedDevices& leased);
+
 // The environment of a process that uses `leased` of `machine` for job `job`: CUDA_VISIBLE_DEVICES
 // (full GPU UUIDs in the order of the GPUs, or the MIG device's UUID), CUDA_DEVICE_ORDER=PCI_BUS_ID,
 // and GPUPOOL_JOB, GPUPOOL_GPUS, GPUPOOL_GPU_UUIDS (and GPUPOOL_MEM_MIB for a slice, the MIG

@@ -132,6 +132,50 @@ class StandaloneTest(unittest.TestCase):
                 self.assertEqual(proc.stderr.strip().splitlines(), [message])
 
 
+ACQUIRE = ("import json, os, sys, gpupool; lease = gpupool.acquire(mig=sys.argv[1], mem=sys.argv[2] or None); "
+           "print(json.dumps({k: v for k, v in os.environ.items() if k.startswith(('CUDA_', 'GPUPOOL_'))})); "
+           "lease.release()")
+
+
+def acquire_in_python(env, profile, mem=""):
+    """The environment a Python process has after gpupool.acquire(mig=profile, mem=mem)."""
+    env = dict(env, PYTHONPATH=os.path.abspath(os.path.join(SOURCE_DIR, "python")), GPUPOOL_CLI=GPUPOOL)
+    proc = subprocess.run([sys.executable, "-c", ACQUIRE, profile, mem], env=env, capture_output=True, text=True,
+                          timeout=60)
+    if proc.returncode != 0:
+        raise AssertionError(f"acquire exited {proc.returncode}: {proc.stderr}")
+    return json.loads(proc.stdout)
+
+
+class PythonAcquireTest(unittest.TestCase):
+    """gpupool.acquire(mig=...) sets what `gpupool run --mig` sets, with a daemon and without."""
+
+    def check(self, env, fixture):
+        got = acquire_in_python(env, "any", "40G")
+        gpu, device = mig_devices(fixture)[got["CUDA_VISIBLE_DEVICES"]]
+        self.assertEqual(device["profile"], "3g.71gb")
+        self.assertEqual(got["GPUPOOL_MIG_UUID"], device["uuid"])
+        self.assertEqual(got["GPUPOOL_MEM_MIB"], str(device["memory_mib"]))
+        self.assertEqual(got["GPUPOOL_GPU_UUIDS"], gpupool_json("list", "--json", sim=fixture)[gpu]["uuid"])
+
+    def test_through_the_daemon(self):
+        with Daemon(sim="hgx-h200-mig") as d:
+            self.check(d.env, "hgx-h200-mig")
+            self.assertEqual([j["mig_profile"] for j in d.all_jobs()], [""])
+
+    def test_without_a_daemon(self):
+        runtime = tempfile.mkdtemp(prefix="gpupool-mig-")
+        try:
+            self.check(clean_env(GPUPOOL_SIM="hgx-h200-mig", GPUPOOL_RUNTIME_DIR=runtime), "hgx-h200-mig")
+        finally:
+            shutil.rmtree(runtime, ignore_errors=True)
+
+    def test_bad_requests_raise_before_asking(self):
+        for kwargs in ({"mig": "1g.10gb", "n": 2}, {"mig": "1g.10gb", "sm": 20}, {"mig": ""}):
+            with self.subTest(**kwargs), self.assertRaises(gpupool.Error):
+                gpupool.acquire(socket_path="/nonexistent/gpupoold.sock", **kwargs)
+
+
 class QueueTest(unittest.TestCase):
     """--mig jobs in gpupoold's queue."""
 
