@@ -34,8 +34,10 @@ Result<void> tell(int channel, const json& message, const std::vector<int>& desc
 }
 
 json granted_message(const LeasedGpus& leased) {
+  // As gpupoold's grant: a MIG device's UUID for a --mig lease, else the GPUs'.
   json uuids = json::array();
   for (unsigned index : leased.gpus) uuids.push_back(leased.acquired.machine.gpus.at(index).uuid);
+  if (!leased.mig_uuid.empty()) uuids = json::array({leased.mig_uuid});
   return {{"event", "granted"},
           {"id", nullptr},
           {"job", leased.job},

@@ -23,7 +23,8 @@ void read_gpu_holders(DashboardInput& input) {
   if (auto directory = LeaseDirectory::open_default()) {
     if (auto records = directory->list()) {
       for (const LeaseRecord& r : *records) {
-        input.leases.push_back(CardLease{r.index, r.holder.job, r.holder.user, r.holder.pid, r.slice_mib});
+        std::string mig_uuid = r.uuid.starts_with("MIG-") ? r.uuid : "";
+        input.leases.push_back(CardLease{r.index, r.holder.job, r.holder.user, r.holder.pid, r.slice_mib, mig_uuid});
       }
     }
   }

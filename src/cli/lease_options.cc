@@ -56,7 +56,7 @@ void add_compute_share_option(CLI::App& cmd, std::optional<unsigned>& sm_percent
       ->check(whole_number(1, 100));
 }
 
-void add_mig_option(CLI::App& cmd, std::string& mig) {
+void add_mig_option(CLI::App& cmd, std::optional<std::string>& mig) {
   cmd.add_option("--mig", mig,
                  "One MIG device of this profile (e.g. 1g.18gb, as `gpupool list` shows them), or `any`; with --mem, "
                  "one with at least that much memory. Hard-isolated by the GPU; leased instead of whole GPUs")
@@ -64,11 +64,12 @@ void add_mig_option(CLI::App& cmd, std::string& mig) {
 }
 
 Result<void> set_slice(GpuRequest& request, const std::string& memory, const std::optional<unsigned>& sm_percent,
-                       const std::string& mig) {
-  if (!mig.empty()) {
+                       const std::optional<std::string>& mig) {
+  if (mig) {
+    if (mig->empty()) return fail("--mig needs a MIG profile, such as 1g.18gb (as `gpupool list` shows them), or any");
     if (request.count != 1) return fail("--mig gives one MIG device: CUDA runs a process on one MIG device only");
     if (sm_percent) return fail("--sm is a share of a whole GPU's multiprocessors; a MIG device has its own");
-    MigRequest device{mig == "any" ? "" : mig, 0};
+    MigRequest device{*mig == "any" ? "" : *mig, 0};
     if (!memory.empty()) {
       TRY_ASSIGN(device.min_memory_mib, parse_memory_mib(memory));
     }

@@ -17,7 +17,7 @@ struct LeaseRequestOptions {
   unsigned count = 1;
   std::string memory;    // --mem: a slice of each GPU's memory; empty: whole GPUs
   std::optional<unsigned> sm_percent;  // --sm: a slice's share of each GPU's multiprocessors
-  std::string mig;       // --mig: a MIG device of this profile ("1g.18gb", or "any") instead of GPUs
+  std::optional<std::string> mig;  // --mig: a MIG device of this profile ("1g.18gb", or "any") instead of GPUs
   std::string gpus;      // --gpus: only these
   std::string exclude;   // --exclude: never these
   std::optional<std::string> wait;  // --wait[=TIMEOUT]; default: wait as long as it takes
@@ -30,13 +30,13 @@ void add_lease_options(CLI::App& cmd, LeaseRequestOptions& options);
 
 // --sm PCT and --mig PROFILE, which `submit` shares with `run`, `launch` and `acquire`.
 void add_compute_share_option(CLI::App& cmd, std::optional<unsigned>& sm_percent);
-void add_mig_option(CLI::App& cmd, std::string& mig);
+void add_mig_option(CLI::App& cmd, std::optional<std::string>& mig);
 
 // What the request shares of its GPUs: --mem and --sm, the slice (nullopt: whole GPUs) and its
 // compute share; or --mig, a MIG device of that profile with at least --mem of memory. A share
 // without a slice, and --mig with more than one GPU or with --sm, are errors.
 Result<void> set_slice(GpuRequest& request, const std::string& memory, const std::optional<unsigned>& sm_percent,
-                       const std::string& mig);
+                       const std::optional<std::string>& mig);
 
 struct LeasedGpus {
   Acquired acquired;

@@ -153,7 +153,7 @@ struct SubmitOptions {
   unsigned count = 1;
   std::string memory;
   std::optional<unsigned> sm_percent;
-  std::string mig;
+  std::optional<std::string> mig;
   std::string name;
   int priority = 0;
   std::string after;

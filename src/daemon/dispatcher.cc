@@ -315,6 +315,12 @@ void Dispatcher::start(const JobStart& decision) {
   }
   LeaseHolder holder{supervisor.value_or(job.pid.value_or(settings_.daemon_pid)), job.owner.user, lease_job_name(job.id), static_cast<int64_t>(unix_now())};
   LeasedDevices devices{decision.gpus, job.spec.gpus.slice_mib, decision.mig_uuid};
+  if (job.spec.gpus.mig && devices.mig_uuid.empty()) {  // never claim a MIG job's GPU whole
+    if (supervisor) runner_.unreserve(job.id);
+    (void)scheduler_.requeue(job.id, unix_now());
+    fmt::print(stderr, "gpupoold: job {}: the scheduler chose no MIG device for it\n", job.id);
+    return;
+  }
   auto held = leases_.try_acquire(claims_for(machine_, devices), holder);
   if (!held || !*held) {
     if (supervisor) runner_.unreserve(job.id);

@@ -385,6 +385,9 @@ class NvmlBackend final : public GpuBackend {
         process.used_memory_mib = std::max(process.used_memory_mib.value_or(0),
                                            static_cast<uint64_t>(record.usedGpuMemory / kMiB));
       }
+      if constexpr (std::is_same_v<Record, nvmlProcessInfo_v2_t>) {
+        if (record.gpuInstanceId != kNoGpuInstance) process.gpu_instance_id = record.gpuInstanceId;
+      }
     }
   }
 
@@ -416,6 +419,8 @@ class NvmlBackend final : public GpuBackend {
     for (auto& [pid, client] : clients) by_pid.try_emplace(pid, std::move(client));
     for (auto& [pid, process] : by_pid) {
       if (known) process.mps_client = clients.contains(pid);
+      // Outside MIG mode the field says nothing (NVML leaves it 0xFFFFFFFF, or 0 on some drivers).
+      if (!gpu.mig_enabled.value_or(false)) process.gpu_instance_id.reset();
       if (auto identity = host_.process_identity(pid)) {
         process.user = identity->user;
         process.command = identity->command;

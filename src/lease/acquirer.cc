@@ -109,9 +109,8 @@ Result<Acquired> acquire_gpus(GpuBackend& backend, const LeaseDirectory& leases,
     if (reason != last_reason && options.on_wait) options.on_wait(reason);
     last_reason = reason;
   };
-  // A MIG device waits in line as a slice does: smaller than any whole GPU.
-  const LineRequestSize size{options.request.count,
-                             options.request.slice_mib.has_value() || options.request.mig.has_value()};
+  const LineRequestSize size{options.request.count, options.request.slice_mib.has_value(),
+                             options.request.mig.has_value()};
   const double pass_window_s = line_pass_window_s();
   for (;;) {
     // Without a ticket, everyone already in line is ahead.

@@ -77,7 +77,10 @@ Result<std::vector<GpuAvailability>> survey_pool(const Machine& machine, const L
                                                             : "";
       who.push_back(fmt::format("{} ({}{})", r.holder.user, r.holder.job, slice));
     }
-    const uint64_t leased_mib = hold.exclusive ? gpu.memory_total_mib.value_or(0) : hold.shared_mib;
+    uint64_t leased_mib = hold.exclusive ? gpu.memory_total_mib.value_or(0) : hold.shared_mib;
+    for (const MigDevice& device : gpu.mig_devices) {
+      if (std::ranges::find(a.mig_taken, device.uuid) != a.mig_taken.end()) leased_mib += device.memory_mib;
+    }
     uint64_t listed_mib = 0, gpupool_listed_mib = 0, unseen_listed_mib = 0;
     for (const GpuProcess& p : gpu.processes) {
       uint64_t memory = p.used_memory_mib.value_or(0);
@@ -95,6 +98,12 @@ Result<std::vector<GpuAvailability>> survey_pool(const Machine& machine, const L
       a.external_busy = true;
       a.external_mib += memory;
       who.push_back(describe_process(p));
+      // On a GPU in MIG mode, the MIG devices of its GPU instance are taken.
+      for (const MigDevice& device : gpu.mig_devices) {
+        if (p.gpu_instance_id == device.gpu_instance_id && std::ranges::find(a.mig_taken, device.uuid) == a.mig_taken.end()) {
+          a.mig_taken.push_back(device.uuid);
+        }
+      }
     }
     uint64_t unexplained = unexplained_memory_mib(gpu.memory_used_mib.value_or(0), listed_mib, gpupool_listed_mib,
                                                   unseen_listed_mib, leased_mib);

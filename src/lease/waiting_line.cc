@@ -31,11 +31,12 @@ bool LineRequestSize::operator<(const LineRequestSize& other) const {
 }
 
 std::string ticket_name(int64_t seconds, int64_t nanoseconds, int pid, LineRequestSize size) {
-  return fmt::format("{:010}{:09}.{}.{}{}", seconds, nanoseconds, pid, size.slice ? 's' : 'g', size.gpu_count);
+  char kind = size.mig ? 'm' : size.slice ? 's' : 'g';
+  return fmt::format("{:010}{:09}.{}.{}{}", seconds, nanoseconds, pid, kind, size.gpu_count);
 }
 
 std::optional<LinePlace> parse_ticket_name(std::string_view name) {
-  // ARRIVAL(19 digits).PID[.gCOUNT|.sCOUNT]
+  // ARRIVAL(19 digits).PID[.gCOUNT|.sCOUNT|.mCOUNT]
   size_t dot = name.find('.');
   if (dot != 19) return std::nullopt;
   auto seconds = number_of<int64_t>(name.substr(0, 10));
@@ -49,13 +50,18 @@ std::optional<LinePlace> parse_ticket_name(std::string_view name) {
   if (!number_of<int>(rest.substr(0, size_dot))) return std::nullopt;
   if (size_dot == std::string_view::npos) return place;  // an older version's ticket: size unknown
   std::string_view size = rest.substr(size_dot + 1);
-  if (size.size() < 2 || (size[0] != 'g' && size[0] != 's')) return place;
+  if (size.size() < 2 || (size[0] != 'g' && size[0] != 's' && size[0] != 'm')) return place;
   auto count = number_of<unsigned>(size.substr(1));
-  if (count && *count > 0) place.size = LineRequestSize{*count, size[0] == 's'};
+  if (count && *count > 0) place.size = LineRequestSize{*count, size[0] == 's', size[0] == 'm'};
   return place;
 }
 
-LineTurn line_turn(const std::vector<LinePlace>& ahead, LineRequestSize ours, double now, double pass_window_s) {
+LineTurn line_turn(const std::vector<LinePlace>& everyone_ahead, LineRequestSize ours, double now,
+                   double pass_window_s) {
+  std::vector<LinePlace> ahead;
+  for (const LinePlace& place : everyone_ahead) {
+    if (!place.size || place.size->mig == ours.mig) ahead.push_back(place);
+  }
   if (ahead.empty()) return {true, ""};
   const size_t n = ahead.size();
   std::string first = fmt::format("waiting in line: {} earlier request{} first", n, n == 1 ? " goes" : "s go");

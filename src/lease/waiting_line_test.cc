@@ -76,6 +76,25 @@ TEST(WaitingLineTurn, AfterTheWindowNobodyPassesTheFirst) {
   EXPECT_FALSE(line_turn({waiting(100, 8)}, {1, false}, 100, 0).may_try);  // a window of 0: strictly in order
 }
 
+TEST(WaitingLineTurn, MigDevicesAndGpusWaitInLinesOfTheirOwn) {
+  std::string name = ticket_name(1796500000, 5, 4242, {1, false, true});
+  EXPECT_EQ(name, "1796500000000000005.4242.m1");
+  auto place = parse_ticket_name(name);
+  ASSERT_TRUE(place && place->size);
+  EXPECT_TRUE(place->size->mig);
+  LinePlace device{"m", 100, LineRequestSize{1, false, true}};
+  // A waiting MIG request holds up no GPU request, long after the window, nor one the other way.
+  EXPECT_TRUE(line_turn({device}, {1, false}, 1000, 600).may_try);
+  EXPECT_TRUE(line_turn({device}, {1, true}, 1000, 600).may_try);
+  EXPECT_TRUE(line_turn({waiting(100, 8)}, {1, false, true}, 1000, 600).may_try);
+  // Within its own line, first come, first served.
+  EXPECT_FALSE(line_turn({device, waiting(50, 8)}, {1, false, true}, 101, 600).may_try);
+  EXPECT_EQ(line_turn({device, waiting(50, 8)}, {1, false, true}, 101, 600).why_not,
+            "waiting in line: 1 earlier request goes first");
+  LinePlace unknown{"x", 100, std::nullopt};
+  EXPECT_FALSE(line_turn({unknown}, {1, false, true}, 101, 600).may_try);
+}
+
 TEST(WaitingLineTurn, ATicketOfUnknownSizeIsNeverPassed) {
   LinePlace unknown{"x", 100, std::nullopt};
   EXPECT_FALSE(line_turn({unknown}, {1, true}, 101, 600).may_try);

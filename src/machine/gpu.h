@@ -33,6 +33,9 @@ struct GpuProcess {
   // Whether NVML lists it among the clients of an MPS server (nvidia-smi's "M+C"); nullopt where
   // NVML cannot say (a driver without the MPS process list).
   std::optional<bool> mps_client;
+  // On a GPU in MIG mode, the GPU instance it runs in (the MIG devices of that instance); nullopt
+  // elsewhere, or where NVML cannot say (a driver without the _v2 process records).
+  std::optional<unsigned> gpu_instance_id = std::nullopt;
 };
 
 // A MIG device: one compute instance of one GPU instance of a GPU in MIG mode, which CUDA sees

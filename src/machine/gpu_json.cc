@@ -39,7 +39,8 @@ nlohmann::json to_json(const GpuProcess& process) {
           {"used_memory_mib", optional_json(process.used_memory_mib)},
           {"user", optional_json(process.user)},
           {"command", optional_json(process.command)},
-          {"mps_client", optional_json(process.mps_client)}};
+          {"mps_client", optional_json(process.mps_client)},
+          {"gpu_instance_id", optional_json(process.gpu_instance_id)}};
 }
 
 nlohmann::json to_json(const MigDevice& mig) {

@@ -193,8 +193,11 @@ std::vector<ScreenLine> details_section(const DashboardInput& input, const Gpu& 
   }
   for (const CardLease& lease : input.leases) {
     if (lease.gpu != gpu.index) continue;
-    text.push_back(fmt::format("lease: {}, pid {}{}", lease_holder_text(lease.job, lease.user), lease.pid,
-                               lease.slice_mib ? fmt::format(", {} MiB slice", *lease.slice_mib) : ""));
+    std::string what = lease.slice_mib ? fmt::format(", {} MiB slice", *lease.slice_mib) : "";
+    for (const MigDevice& device : gpu.mig_devices) {
+      if (device.uuid == lease.mig_uuid) what = fmt::format(", MIG device {}:{} ({})", gpu.index, device.index, device.profile);
+    }
+    text.push_back(fmt::format("lease: {}, pid {}{}", lease_holder_text(lease.job, lease.user), lease.pid, what));
   }
   auto jobs = running_on(input, gpu.index);
   if (jobs.empty()) text.push_back("No gpupool job runs on this GPU.");

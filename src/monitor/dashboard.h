@@ -23,6 +23,7 @@ struct CardLease {
   std::string user;
   int64_t pid = 0;
   std::optional<uint64_t> slice_mib;
+  std::string mig_uuid = {};  // a MIG device's lease (the record names the device)
 };
 
 struct DashboardInput {

@@ -273,6 +273,12 @@ TEST(Dashboard, DetailsShowTheSelectedCardsJob) {
   text = all_text(render_dashboard(input, view, 80, 24));
   EXPECT_NE(text.find("pid 4242"), std::string::npos) << text;
   EXPECT_NE(text.find("No gpupool job runs on this GPU."), std::string::npos);
+  // A MIG device's lease names the device.
+  input.machine.gpus[3].mig_enabled = true;
+  input.machine.gpus[3].mig_devices = {MigDevice{1, "MIG-x", 2, 0, 3, 3, 40960, 42, "3g.40gb"}};
+  input.leases.push_back(CardLease{3, "run-55", "erin", 55, std::nullopt, "MIG-x"});
+  text = all_text(render_dashboard(input, view, 80, 24));
+  EXPECT_NE(text.find("lease: run-55 (erin), pid 55, MIG device 3:1 (3g.40gb)"), std::string::npos) << text;
   view = apply_key(input, view, DashboardKey::Help);
   EXPECT_TRUE(view.help);
   EXPECT_FALSE(view.details);

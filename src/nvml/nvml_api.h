@@ -138,6 +138,8 @@ struct nvmlDeviceAttributes_t {
 
 // NVML_VALUE_NOT_AVAILABLE (-1) as a process's used memory: NVML may not tell it.
 constexpr unsigned long long NVML_VALUE_NOT_AVAILABLE_ULL = ~0ULL;
+// A process record's gpuInstanceId / computeInstanceId outside a MIG instance (not a macro of nvml.h).
+constexpr unsigned int kNoGpuInstance = 0xFFFFFFFFu;
 
 // GPM (GPU performance monitoring, Hopper on): counters read into sample buffers; a metric is
 // computed from two samples taken more than 100 ms apart. Utilisations are percent (0-100),

@@ -16,9 +16,16 @@
 namespace gpupool {
 namespace {
 
-bool mig_device_held(const GpuAvailability& state, const std::string& uuid) {
-  return std::ranges::find(state.mig_taken, uuid) != state.mig_taken.end() ||
-         std::ranges::find(state.mig_external, uuid) != state.mig_external.end();
+// Whether `device` of `gpu` is taken: it, or another compute instance of its GPU instance, whose
+// memory it shares (a GPU instance's compute instances are not isolated from each other).
+bool mig_device_held(const Gpu& gpu, const GpuAvailability& state, const MigDevice& device) {
+  auto taken = [&](const std::string& uuid) {
+    return std::ranges::find(state.mig_taken, uuid) != state.mig_taken.end() ||
+           std::ranges::find(state.mig_external, uuid) != state.mig_external.end();
+  };
+  return std::ranges::any_of(gpu.mig_devices, [&](const MigDevice& other) {
+    return other.gpu_instance_id == device.gpu_instance_id && taken(other.uuid);
+  });
 }
 
 }  // namespace
@@ -49,7 +56,7 @@ const MigDevice* free_mig_device(const Gpu& gpu, const GpuAvailability& state, c
   if (!state.usable) return nullptr;
   const MigDevice* best = nullptr;
   for (const MigDevice& device : gpu.mig_devices) {
-    if (!mig_device_matches(device, request) || mig_device_held(state, device.uuid)) continue;
+    if (!mig_device_matches(device, request) || mig_device_held(gpu, state, device)) continue;
     auto key = [](const MigDevice& d) { return std::make_tuple(d.memory_mib, d.compute_slices, d.index); };
     if (best == nullptr || key(device) < key(*best)) best = &device;
   }
@@ -95,7 +102,7 @@ Result<std::optional<std::vector<unsigned>>> choose_mig_gpu(const Machine& machi
     // free, so that GPUs with all their devices free stay whole for larger profiles.
     size_t free_here = 0;
     for (const MigDevice& other : gpu.mig_devices) {
-      if (!mig_device_held(state, other.uuid)) ++free_here;
+      if (!mig_device_held(gpu, state, other)) ++free_here;
     }
     auto key = std::make_tuple(device->memory_mib, device->compute_slices, free_here, gpu.index);
     if (!best_key || key < *best_key) {
@@ -180,7 +187,7 @@ std::string describe_wait(const Machine& machine, const std::vector<GpuAvailabil
       for (const MigDevice& device : gpu.mig_devices) {
         if (!mig_device_matches(device, *request.mig)) continue;
         ++here;
-        if (mig_device_held(a, device.uuid) || !a.usable) ++taken_here;
+        if (mig_device_held(gpu, a, device) || !a.usable) ++taken_here;
       }
       matching += here;
       taken += taken_here;

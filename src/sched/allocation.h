@@ -45,7 +45,8 @@ uint64_t slice_room(const Gpu& gpu, const GpuAvailability& state);
 bool mig_device_matches(const MigDevice& device, const MigRequest& request);
 // The MIG device of `gpu` that a --mig request gets: the smallest free one that matches (least
 // memory, then fewest compute slices, then index), so larger ones stay for larger requests;
-// nullptr when none is free.
+// nullptr when none is free. A device is not free while another compute instance of its GPU
+// instance is taken: they share its memory.
 const MigDevice* free_mig_device(const Gpu& gpu, const GpuAvailability& state, const MigRequest& request);
 // "1g.18gb", "a MIG device of at least 20480 MiB", "a 1g.18gb MIG device of at least ...": for messages.
 std::string describe_mig_request(const MigRequest& request);

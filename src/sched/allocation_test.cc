@@ -241,12 +241,31 @@ TEST(MigAllocation, WhatCannotBeMetIsAnError) {
   ASSERT_FALSE(too_large.ok());
 }
 
+TEST(MigAllocation, ComputeInstancesOfOneGpuInstanceAreLeasedOneAtATime) {
+  Machine m = machine_in_mig_mode();
+  // GPU 0's GPU instance 1 as two compute instances, which share its memory.
+  m.gpus[0].mig_devices = {MigDevice{0, "MIG-x", 1, 0, 3, 1, 40960, 14, "1c.3g.40gb"},
+                           MigDevice{1, "MIG-y", 1, 1, 3, 2, 40960, 28, "2c.3g.40gb"},
+                           MigDevice{2, "MIG-z", 2, 0, 4, 4, 40960, 56, "4g.40gb"}};
+  auto a = mig_availability(m);
+  a[0].mig_taken = {"MIG-x"};
+  GpuRequest r = mig_request("", 30000);
+  EXPECT_EQ(devices_for(m, a, r, {0}).mig_uuid, "MIG-z");
+  a[0].mig_taken.push_back("MIG-z");
+  EXPECT_EQ(choose_gpus(m, a, r).value(), std::nullopt);
+  EXPECT_EQ(describe_wait(m, a, r), "waiting for a MIG device of at least 30000 MiB: 3 of 3 taken (GPU 0: 3)");
+}
+
 TEST(MigAllocation, AMigDeviceIsWhatCudaSees) {
   Machine m = machine_in_mig_mode();
   EXPECT_EQ(lease_environment({"PATH=/bin"}, m, LeasedDevices{{1}, std::nullopt, "MIG-d"}, "7"),
-            (std::vector<std::string>{"PATH=/bin", "CUDA_VISIBLE_DEVICES=MIG-d", "CUDA_DEVICE_ORDER=PCI_BUS_ID",
-                                      "GPUPOOL_JOB=7", "GPUPOOL_GPUS=1", "GPUPOOL_GPU_UUIDS=GPU-1",
+            (std::vector<std::string>{"PATH=/bin", "CUDA_DEVICE_ORDER=PCI_BUS_ID", "GPUPOOL_JOB=7", "GPUPOOL_GPUS=1",
+                                      "CUDA_VISIBLE_DEVICES=MIG-d", "GPUPOOL_GPU_UUIDS=GPU-1",
                                       "GPUPOOL_MIG_UUID=MIG-d", "GPUPOOL_MEM_MIB=16384"}));
+  EXPECT_EQ(mig_environment(m, LeasedDevices{{1}, std::nullopt, "MIG-d"}),
+            (std::vector<std::string>{"CUDA_VISIBLE_DEVICES=MIG-d", "GPUPOOL_GPU_UUIDS=GPU-1",
+                                      "GPUPOOL_MIG_UUID=MIG-d", "GPUPOOL_MEM_MIB=16384"}));
+  EXPECT_TRUE(mig_environment(m, LeasedDevices{{2}}).empty());
 }
 
 }  // namespace

@@ -144,14 +144,16 @@ std::optional<double> Scheduler::quota_of(const std::string& user) const {
 
 double Scheduler::weight_of(const JobRequest& request) const {
   if (const std::optional<MigRequest>& mig = request.gpus.mig) {
-    // The smallest MIG device it may get, as a share of the largest GPU (a slice's measure).
-    std::optional<uint64_t> smallest_mib;
+    // The largest MIG device it may get, as a share of the largest GPU (a slice's measure): a
+    // quota then holds whichever device it gets.
+    uint64_t largest_mib = 0;
     for (const Gpu& gpu : machine_.gpus) {
+      if (!may_use(request.gpus, gpu.index)) continue;
       for (const MigDevice& device : gpu.mig_devices) {
-        if (mig_device_matches(device, *mig)) smallest_mib = std::min(smallest_mib.value_or(device.memory_mib), device.memory_mib);
+        if (mig_device_matches(device, *mig)) largest_mib = std::max(largest_mib, device.memory_mib);
       }
     }
-    return static_cast<double>(smallest_mib.value_or(0)) / static_cast<double>(std::max<uint64_t>(largest_gpu_mib_, 1));
+    return static_cast<double>(largest_mib) / static_cast<double>(std::max<uint64_t>(largest_gpu_mib_, 1));
   }
   if (!request.gpus.slice_mib) return request.gpus.count;
   return request.gpus.count * static_cast<double>(*request.gpus.slice_mib) /
@@ -320,10 +322,8 @@ Result<void> Scheduler::adopt(const JobRequest& request, const std::vector<unsig
     }
     const GpuAvailability& on = availability_[gpu];
     if (request.gpus.mig) {
-      const auto& devices = machine_.gpus[gpu].mig_devices;
-      if (std::ranges::none_of(devices, [&](const MigDevice& d) { return d.uuid == mig_uuid; })) {
-        return fail("job {} runs on MIG device {}, which GPU {} does not have", request.id, mig_uuid, gpu);
-      }
+      // A device the GPU no longer has (MIG reconfigured while the daemon was down) is taken up
+      // all the same: the job still ends, and nothing else can be given that device.
       if (std::ranges::find(on.mig_taken, mig_uuid) != on.mig_taken.end()) {
         return fail("job {} runs on MIG device {}, which another job holds", request.id, mig_uuid);
       }
@@ -821,6 +821,7 @@ class Scheduler::Pass {
     double start = 0, end = 0;
     const JobRequest* request = nullptr;
     std::vector<unsigned> gpus;
+    std::string mig_uuid = {};  // a --mig job's device
   };
   std::optional<Planned> earliest(const JobRequest& job, const std::vector<std::pair<double, const RunningJob*>>& ends,
                                   const std::set<double>& moments, const std::vector<Planned>& planned) const {
@@ -831,17 +832,27 @@ class Scheduler::Pass {
         give_back(state, end->second->request, end->second->gpus, end->second->mig_uuid);
       }
       for (const Planned& other : planned) {
-        if (other.start <= moment && moment < other.end) take(state, s_.machine_, *other.request, other.gpus);
+        if (other.start <= moment && moment < other.end) {
+          take(state, s_.machine_, *other.request, other.gpus, other.mig_uuid);
+        }
       }
       std::optional<std::vector<unsigned>> gpus = place_in(state, job, {});
       if (!gpus) continue;
+      std::string mig_uuid;
+      if (job.gpus.mig) {
+        const MigDevice* device = free_mig_device(s_.machine_.gpus[gpus->front()], state[gpus->front()], *job.gpus.mig);
+        if (device != nullptr) mig_uuid = device->uuid;
+      }
+      // Two MIG jobs meet only on one device (GPUs in MIG mode run no other job).
       auto meets = [&](const Planned& later_one) {
-        return later_one.start > moment && later_one.start < moment + run_time &&
-               std::find_first_of(later_one.gpus.begin(), later_one.gpus.end(), gpus->begin(), gpus->end()) !=
-                   later_one.gpus.end();
+        bool same_place = job.gpus.mig || later_one.request->gpus.mig
+                              ? !mig_uuid.empty() && later_one.mig_uuid == mig_uuid
+                              : std::find_first_of(later_one.gpus.begin(), later_one.gpus.end(), gpus->begin(),
+                                                   gpus->end()) != later_one.gpus.end();
+        return later_one.start > moment && later_one.start < moment + run_time && same_place;
       };
       if (std::none_of(planned.begin(), planned.end(), meets)) {
-        return Planned{moment, moment + run_time, &job, std::move(*gpus)};
+        return Planned{moment, moment + run_time, &job, std::move(*gpus), std::move(mig_uuid)};
       }
     }
     return std::nullopt;

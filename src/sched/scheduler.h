@@ -113,7 +113,7 @@ class Scheduler {
   // repeated, there are not `request.gpus` of them, or a GPU is already taken by the
   // scheduler's other jobs (a whole GPU held, or its memory full): two jobs on one GPU would
   // make the scheduler's view wrong. Outside use is not checked.
-  // A --mig job names its MIG device (`mig_uuid`), which must be one of its GPU's and not taken.
+  // A --mig job names its MIG device (`mig_uuid`), which no other job may hold.
   Result<void> adopt(const JobRequest& request, const std::vector<unsigned>& gpus, double start_s,
                      const std::string& mig_uuid = {});
   // What stands on each GPU apart from the scheduler's own jobs (indexed like the machine's

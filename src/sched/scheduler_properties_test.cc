@@ -1,4 +1,5 @@
 // Properties of the scheduler under random operations and random traces (rapidcheck).
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <rapidcheck/gtest.h>
 
@@ -305,6 +306,76 @@ RC_GTEST_PROP(SchedulerProperties, NoOvercommitNoQuotaBreachEveryJobRuns, ()) {
     }
     for (const auto& [user, gpus] : held) RC_ASSERT(!s.quota || gpus <= *s.quota + 1e-9);
   }
+}
+
+// --mig jobs of random profiles beside whole-GPU jobs and slices, finished and requeued at
+// random, under every policy: a MIG device (or another compute instance of its GPU instance) is
+// never given to two running jobs, a MIG job runs on a device that matches its request, no other
+// job runs on a GPU in MIG mode, and once the running jobs end, every job has run.
+RC_GTEST_PROP(SchedulerProperties, MigDevicesAreNeverSharedAndEveryJobRuns, ()) {
+  Machine machine = make_machine(3);
+  auto device = [](unsigned index, unsigned instance, unsigned compute, unsigned slices, uint64_t mib,
+                   std::string profile) {
+    return MigDevice{index, fmt::format("MIG-{}-{}", instance, compute), instance, compute, slices, slices, mib, 0,
+                     std::move(profile)};
+  };
+  for (unsigned gpu : {0u, 1u}) machine.gpus[gpu].mig_enabled = true;
+  machine.gpus[0].mig_devices = {device(0, 1, 0, 3, 40000, "1c.3g.40gb"), device(1, 1, 1, 3, 40000, "2c.3g.40gb"),
+                                 device(2, 2, 0, 2, 20000, "2g.20gb"), device(3, 3, 0, 1, 10000, "1g.10gb")};
+  for (unsigned i = 0; i < 7; ++i) machine.gpus[1].mig_devices.push_back(device(i, 10 + i, 0, 1, 10000, "1g.10gb"));
+  SchedulerConfig config;
+  config.policy = *rc::gen::element(Policy::Fifo, Policy::Backfill, Policy::Gpupool);
+  auto created = Scheduler::create(machine, config);
+  RC_ASSERT(created.ok());
+  Scheduler& s = *created;
+  const std::vector<MigRequest> requests = {{"1g.10gb", 0}, {"2g.20gb", 0}, {"1c.3g.40gb", 0}, {"", 0}, {"", 15000}};
+  std::map<JobId, JobStart> running;
+  std::map<JobId, JobRequest> submitted;
+  auto check = [&](const std::vector<JobStart>& starts) {
+    for (const JobStart& start : starts) running[start.id] = start;
+    std::set<std::pair<unsigned, unsigned>> instances;  // (GPU, GPU instance) in use
+    for (const auto& [id, start] : running) {
+      const JobRequest& request = submitted.at(id);
+      RC_ASSERT(start.gpus.size() == 1u);
+      const Gpu& gpu = machine.gpus[start.gpus[0]];
+      if (!request.gpus.mig) {
+        RC_ASSERT(!gpu.mig_enabled.value_or(false));
+        continue;
+      }
+      auto it = std::ranges::find(gpu.mig_devices, start.mig_uuid, &MigDevice::uuid);
+      RC_ASSERT(it != gpu.mig_devices.end());
+      RC_ASSERT(mig_device_matches(*it, *request.gpus.mig));
+      RC_ASSERT(instances.insert({gpu.index, it->gpu_instance_id}).second);
+    }
+  };
+  JobId next = 1;
+  double now = 0;
+  size_t steps = *rc::gen::inRange<size_t>(1, 80);
+  for (size_t step = 0; step < steps; ++step, now += 1) {
+    int action = *rc::gen::inRange(0, 5);
+    if (action <= 1) {
+      JobRequest request = job(next, 1, 100);
+      if (action == 0) {
+        request.gpus.mig = *rc::gen::elementOf(requests);
+      } else if (*rc::gen::arbitrary<bool>()) {
+        request.gpus.slice_mib = 30000;
+      }
+      RC_ASSERT(s.submit(request, now).ok());
+      submitted[next++] = request;
+    } else if (action == 2 && !running.empty()) {
+      JobId id = random_entry(running)->first;
+      running.erase(id);
+      RC_ASSERT((*rc::gen::arbitrary<bool>() ? s.requeue(id, now) : s.finish(id, now)).ok());
+    } else {
+      check(s.schedule(now));
+    }
+  }
+  for (size_t round = 0; round < submitted.size() + 1 && s.queued() + s.running() > 0; ++round, now += 1) {
+    for (const auto& [id, start] : running) RC_ASSERT(s.finish(id, now).ok());
+    running.clear();
+    check(s.schedule(now));
+  }
+  RC_ASSERT(s.queued() == 0u);
 }
 
 }  // namespace

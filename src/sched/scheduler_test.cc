@@ -741,12 +741,46 @@ TEST(SchedulerMigTest, WholeGpuJobsNeverWaitForAGpuInMigMode) {
   EXPECT_DOUBLE_EQ(scheduler->held_gpus("ana"), 10240.0 / kGpuMib);
 }
 
+TEST(SchedulerMigTest, QueuedJobsAreExpectedOnDevicesOfTheirOwn) {
+  auto scheduler = Scheduler::create(seven_device_machine(), SchedulerConfig{});
+  ASSERT_TRUE(scheduler.ok());
+  for (JobId id = 1; id <= 9; ++id) {
+    JobRequest request = mig_job(id);
+    request.time_limit_s = 100;
+    ASSERT_TRUE(scheduler->submit(request, 0).ok());
+  }
+  ASSERT_EQ(scheduler->schedule(0).size(), 7u);
+  // Two devices free up at 100: both waiting jobs start then, on one GPU, not one after the other.
+  EXPECT_EQ(scheduler->expected_starts(0, 100), (std::map<JobId, double>{{8, 100}, {9, 100}}));
+}
+
+TEST(SchedulerMigTest, ARequestWeighsAsTheLargestDeviceItMayGet) {
+  Machine machine = seven_device_machine();
+  machine.gpus[1].mig_enabled = true;
+  machine.gpus[1].mig_devices = {MigDevice{0, "MIG-big", 1, 0, 3, 3, 40960, 42, "3g.40gb"}};
+  SchedulerConfig config;
+  config.quota_gpus = 0.25;
+  auto scheduler = Scheduler::create(machine, config);
+  ASSERT_TRUE(scheduler.ok());
+  JobRequest any = mig_job(1, "ana");
+  any.gpus.mig = MigRequest{};
+  // Any device may be the 40 GiB one, above the quota of a quarter of a GPU.
+  EXPECT_FALSE(scheduler->admissible(any).ok());
+  any.gpus.excluded = {1};
+  EXPECT_TRUE(scheduler->admissible(any).ok());
+  ASSERT_TRUE(scheduler->submit(any, 0).ok());
+  ASSERT_EQ(scheduler->schedule(0).size(), 1u);
+  EXPECT_DOUBLE_EQ(scheduler->held_gpus("ana"), 10240.0 / kGpuMib);
+}
+
 TEST(SchedulerMigTest, AdoptedAndOutsideDevicesAreNotGivenAgain) {
   auto scheduler = Scheduler::create(seven_device_machine(), SchedulerConfig{});
   ASSERT_TRUE(scheduler.ok());
   ASSERT_TRUE(scheduler->adopt(mig_job(1), {0}, 0, "MIG-0").ok());
   EXPECT_FALSE(scheduler->adopt(mig_job(2), {0}, 0, "MIG-0").ok());
-  EXPECT_FALSE(scheduler->adopt(mig_job(3), {0}, 0, "MIG-9").ok());
+  // A device MIG no longer has (reconfigured while the daemon was down): the job is taken up.
+  EXPECT_TRUE(scheduler->adopt(mig_job(3), {0}, 0, "MIG-9").ok());
+  EXPECT_TRUE(scheduler->finish(3, 1).ok());
   std::vector<GpuAvailability> outside(2);
   outside[0].mig_taken = {"MIG-1", "MIG-2", "MIG-3", "MIG-4", "MIG-5"};
   ASSERT_TRUE(scheduler->set_outside_use(outside).ok());

@@ -36,7 +36,6 @@ namespace gpupool::sim {
 namespace {
 
 constexpr unsigned long long kMiB = 1024ULL * 1024ULL;
-constexpr unsigned kNoInstance = 0xFFFFFFFFu;  // process records outside MIG instances
 constexpr unsigned kSimulatedNvSwitches =
     6;  // NVSwitch chips the made-up fabric spreads links over
 constexpr nvmlEccCounterType_t kAggregateEcc = 1;  // NVML_AGGREGATE_ECC
@@ -198,8 +197,8 @@ nvmlReturn_t running_processes(nvmlDevice_t device, unsigned* count, Record* inf
       record.usedGpuMemory = listed[i]->used_memory_mib ? *listed[i]->used_memory_mib * kMiB
                                                         : NVML_VALUE_NOT_AVAILABLE_ULL;
       if constexpr (std::is_same_v<Record, nvmlProcessInfo_v2_t>) {
-        record.gpuInstanceId = kNoInstance;
-        record.computeInstanceId = kNoInstance;
+        record.gpuInstanceId = listed[i]->gpu_instance_id.value_or(kNoGpuInstance);
+        record.computeInstanceId = listed[i]->gpu_instance_id ? 0 : kNoGpuInstance;
       }
       infos[i] = record;
     }

@@ -281,6 +281,7 @@ Result<FixtureProcess> parse_process(ObjectReader& reader) {
                                        ProcessKind::ComputeAndGraphics},
                                       reader.where("kind")));
   TRY_ASSIGN(process.mps_client, reader.optional<bool>("mps_client", false));
+  TRY_ASSIGN(process.gpu_instance_id, reader.optional_nullable<unsigned>("gpu_instance_id", std::nullopt));
   return process;
 }
 
@@ -472,6 +473,13 @@ Result<FixtureGpu> parse_gpu(ObjectReader& reader, unsigned index,
   TRY_ASSIGN(gpu.mig_devices,
              parse_array<FixtureMigDevice>(reader.find("mig_devices"), reader.where("mig_devices"), parse_mig_device));
   TRY(validate_mig_devices(gpu, reader.where("mig_devices")));
+  for (size_t i = 0; i < gpu.processes.size(); ++i) {
+    std::optional<unsigned> instance = gpu.processes[i].gpu_instance_id;
+    if (instance && std::ranges::none_of(gpu.mig_devices, [&](auto& d) { return d.gpu_instance_id == *instance; })) {
+      return fail("{}[{}].gpu_instance_id: {} is not a GPU instance of this GPU's MIG devices",
+                  reader.where("processes"), i, *instance);
+    }
+  }
   return gpu;
 }
 
@@ -765,7 +773,8 @@ Gpu gpu_from_fixture(const FixtureGpu& source, unsigned index, bool legacy) {
   }
   for (const FixtureProcess& process : source.processes) {
     gpu.processes.push_back(
-        GpuProcess{process.pid, process.kind, process.used_memory_mib, {}, {}, process.mps_client});
+        GpuProcess{process.pid, process.kind, process.used_memory_mib, {}, {}, process.mps_client,
+                   process.gpu_instance_id});
   }
   std::sort(gpu.processes.begin(), gpu.processes.end(),
             [](const GpuProcess& a, const GpuProcess& b) { return a.pid < b.pid; });

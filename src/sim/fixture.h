@@ -34,6 +34,8 @@ struct FixtureProcess {
   std::optional<uint64_t> used_memory_mib;  // nullopt: NVML cannot tell (NVML_VALUE_NOT_AVAILABLE)
   ProcessKind kind = ProcessKind::Compute;
   bool mps_client = false;  // also listed by nvmlDeviceGetMPSComputeRunningProcesses
+  // The GPU instance it runs in, on a GPU in MIG mode (one of its MIG devices' gpu_instance_id).
+  std::optional<unsigned> gpu_instance_id = std::nullopt;
 };
 
 // A MIG device of a GPU in MIG mode: one compute instance, as nvmlDeviceGetAttributes_v2 and the

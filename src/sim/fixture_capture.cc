@@ -181,7 +181,8 @@ FixtureGpu fixture_gpu(const Gpu& gpu) {
   }
   for (const GpuProcess& process : gpu.processes)
     out.processes.push_back(
-        FixtureProcess{process.pid, process.used_memory_mib, process.kind, process.mps_client.value_or(false)});
+        FixtureProcess{process.pid, process.used_memory_mib, process.kind, process.mps_client.value_or(false),
+                       process.gpu_instance_id});
   for (const MigDevice& mig : gpu.mig_devices) {
     out.mig_devices.push_back(FixtureMigDevice{mig.uuid, mig.gpu_instance_id, mig.compute_instance_id, mig.gpu_slices,
                                                mig.compute_slices, mig.memory_mib, mig.multiprocessors});
@@ -236,6 +237,7 @@ ordered_json gpu_json(const FixtureGpu& gpu) {
                                 {"used_memory_mib", nullable(process.used_memory_mib)},
                                 {"kind", to_string(process.kind)}});
     if (process.mps_client) out["processes"].back()["mps_client"] = true;
+    if (process.gpu_instance_id) out["processes"].back()["gpu_instance_id"] = *process.gpu_instance_id;
   }
   // Only GPUs in MIG mode have the key, as only they may.
   if (!gpu.mig_devices.empty()) out["mig_devices"] = ordered_json::array();

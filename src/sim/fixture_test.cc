@@ -438,6 +438,15 @@ TEST(FixtureParse, MigDeviceErrors) {
               g["mig_devices"].push_back(big);
             }),
             "fixture t.json: gpus[0].mig_devices: the GPU instances take 8 slices; a GPU has 7");
+  auto process_in = [](json instance) {
+    return [instance](json& g) {
+      g["processes"] = {{{"pid", 42}, {"used_memory_mib", 100}, {"kind", "compute"}, {"gpu_instance_id", instance}}};
+    };
+  };
+  EXPECT_EQ(mig_error(process_in(7)), "(parsed)");
+  EXPECT_EQ(mig_error(process_in(nullptr)), "(parsed)");
+  EXPECT_EQ(mig_error(process_in(3)),
+            "fixture t.json: gpus[0].processes[0].gpu_instance_id: 3 is not a GPU instance of this GPU's MIG devices");
   EXPECT_EQ(parse_error([](json& d) {
               for (json& gpu : d["gpus"]) {
                 gpu["mig_enabled"] = true;

@@ -60,6 +60,11 @@ class StandaloneTest(unittest.TestCase):
     def gp(self, *args, sim="dgx-a100-mig"):
         return subprocess.run([GPUPOOL, *args], env=self.env(sim), capture_output=True, text=True, timeout=60)
 
+    def hold(self, sim, mig, out, go):
+        """`gpupool run --mig MIG` in the background, writing its environment to `out`, until `go`."""
+        self.clients.append(subprocess.Popen([GPUPOOL, "run", "-q", "--mig", mig, "--", *env_then_wait(out, go)],
+                                             env=self.env(sim)))
+
     def leases(self, sim):
         return json.loads(self.gp("leases", "--json", sim=sim).stdout)
 
@@ -81,8 +86,7 @@ class StandaloneTest(unittest.TestCase):
         go = os.path.join(self.runtime, "go")
         outs = [os.path.join(self.runtime, f"env{i}") for i in range(3)]
         for out in outs:
-            self.clients.append(subprocess.Popen([GPUPOOL, "run", "-q", "--mig", "1g.10gb", "--", *env_then_wait(out, go)],
-                                                 env=self.env("dgx-a100-mig")))
+            self.hold(sim="dgx-a100-mig", mig="1g.10gb", out=out, go=go)
             read_json(out)  # one after the other: each sees the leases before it
         envs = [read_json(out) for out in outs]
         uuids = [env["CUDA_VISIBLE_DEVICES"] for env in envs]
@@ -115,6 +119,59 @@ class StandaloneTest(unittest.TestCase):
         _, device = mig_devices("a100-mig-mixed")[json.loads(proc.stdout)["CUDA_VISIBLE_DEVICES"]]
         self.assertEqual(device["profile"], "1c.3g.40gb")
 
+    def test_a_process_outside_gpupool_takes_its_instances_devices(self):
+        devices = {d["profile"]: d for _, d in mig_devices("hgx-h200-mig").values()}
+        overlay = os.path.join(self.runtime, "overlay.json")
+        busy = {"processes": [{"pid": os.getpid(), "used_memory_mib": 4096, "kind": "compute",
+                               "gpu_instance_id": devices["3g.71gb"]["gpu_instance_id"]}]}
+        with open(overlay + ".new", "w") as f:
+            json.dump({"gpus": {"0": busy}}, f)
+        os.rename(overlay + ".new", overlay)
+        env = dict(self.env("hgx-h200-mig"), GPUPOOL_SIM_STATE=overlay)
+        listed = json.loads(subprocess.run([GPUPOOL, "list", "--json"], env=env, capture_output=True, text=True,
+                                           check=True).stdout)
+        self.assertEqual(listed[0]["processes"][0]["gpu_instance_id"], devices["3g.71gb"]["gpu_instance_id"])
+        proc = subprocess.run([GPUPOOL, "run", "--mig", "any", "--mem", "40G", "--", sys.executable, "-c", PRINT_ENV],
+                              env=env, capture_output=True, text=True, timeout=60)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        self.assertEqual(json.loads(proc.stdout)["CUDA_VISIBLE_DEVICES"], devices["4g.71gb"]["uuid"])
+        proc = subprocess.run([GPUPOOL, "run", "--mig", "3g.71gb", "--wait=0", "--", "true"], env=env,
+                              capture_output=True, text=True, timeout=60)
+        self.assertEqual(proc.returncode, 1)
+        self.assertIn("waiting for a 3g.71gb MIG device: 1 of 1 taken (GPU 0: 1)", proc.stderr)
+
+    def test_a_waiting_mig_request_holds_up_no_gpu_request(self):
+        go = os.path.join(self.runtime, "go")
+        outs = [os.path.join(self.runtime, f"env{i}") for i in range(2)]
+        # hgx-h200-mig has one 3g.71gb device: the first takes it, then the second waits in line for it.
+        self.hold(sim="hgx-h200-mig", mig="3g.71gb", out=outs[0], go=go)
+        read_json(outs[0])
+        self.hold(sim="hgx-h200-mig", mig="3g.71gb", out=outs[1], go=go)
+        queue = os.path.join(self.runtime, "queue")
+        wait_until(lambda: any(name.endswith(".m1") for name in os.listdir(queue)), what="the MIG request's ticket")
+        # A whole GPU and a slice go at once, in front of it, whatever the pass window.
+        for args in (["-g", "1"], ["--mem", "10G"]):
+            proc = subprocess.run([GPUPOOL, "run", "--wait=0", *args, "--", "true"],
+                                  env=dict(self.env("hgx-h200-mig"), GPUPOOL_LINE_PASS="0"), capture_output=True,
+                                  text=True, timeout=60)
+            self.assertEqual(proc.returncode, 0, proc.stderr)
+        open(go, "w").close()
+        for client in self.clients:
+            self.assertEqual(client.wait(timeout=60), 0)
+        self.assertEqual(read_json(outs[1])["CUDA_VISIBLE_DEVICES"], read_json(outs[0])["CUDA_VISIBLE_DEVICES"])
+
+    def test_compute_instances_of_one_gpu_instance_go_one_at_a_time(self):
+        go = os.path.join(self.runtime, "go")
+        out = os.path.join(self.runtime, "env")
+        # a100-mig-mixed's GPU instance 1 is 1c.3g.40gb + 2c.3g.40gb, which share its memory.
+        self.hold(sim="a100-mig-mixed", mig="1c.3g.40gb", out=out, go=go)
+        read_json(out)
+        proc = self.gp("run", "--wait=0", "--mig", "2c.3g.40gb", "--", "true", sim="a100-mig-mixed")
+        self.assertEqual(proc.returncode, 1)
+        self.assertIn("waiting for a 2c.3g.40gb MIG device: 1 of 1 taken", proc.stderr)
+        open(go, "w").close()
+        self.assertEqual(self.clients[0].wait(timeout=60), 0)
+
     def test_bad_requests_are_one_line(self):
         cases = ((["--mig", "2g.35gb"], "hgx-h200-mig",
                   "gpupool: no allowed GPU has a 2g.35gb MIG device (MIG devices here: 3g.71gb x1, 4g.71gb x1)"),
@@ -124,7 +181,9 @@ class StandaloneTest(unittest.TestCase):
                  (["--mig", "1g.10gb", "--sm", "20"], "dgx-a100-mig",
                   "gpupool: --sm is a share of a whole GPU's multiprocessors; a MIG device has its own"),
                  (["--mig", "any", "--mem", "20G"], "dgx-a100-mig",
-                  "gpupool: no allowed GPU has a MIG device of at least 20480 MiB (MIG devices here: 1g.10gb x56)"))
+                  "gpupool: no allowed GPU has a MIG device of at least 20480 MiB (MIG devices here: 1g.10gb x56)"),
+                 (["--mig", ""], "dgx-a100-mig",
+                  "gpupool: --mig needs a MIG profile, such as 1g.18gb (as `gpupool list` shows them), or any"))
         for args, sim, message in cases:
             with self.subTest(args=args):
                 proc = self.gp("run", *args, "--", "true", sim=sim)
