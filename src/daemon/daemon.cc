@@ -67,6 +67,7 @@ Daemon::Impl::Impl(DaemonSettings settings, JobStore store, LeaseDirectory lease
                                                            job.spec.gpus.sm_percent);
                           },
                       .started_in = [this](double seconds) { monitor_->observe_dispatch(seconds); },
+                      .mps_fault_reason = [this](JobId id) { return mps_fault_reason(id); },
                   }) {}
 
 // ---------------------------------------------------------------------------------------------
@@ -295,6 +296,15 @@ void Daemon::Impl::stop_unneeded_mps_controls() {
   mps_.stop_unneeded(in_use);
 }
 
+std::optional<std::string> Daemon::Impl::mps_fault_reason(JobId id) {
+  for (auto& [job, why] : mps_fault_reasons(mps_.new_faults(), mps_clients_)) mps_fault_reasons_[job] = why;
+  auto reason = mps_fault_reasons_.find(id);
+  if (reason == mps_fault_reasons_.end()) return std::nullopt;
+  std::string why = std::move(reason->second);
+  mps_fault_reasons_.erase(reason);
+  return why;
+}
+
 void Daemon::Impl::watch_slices(const Machine& sample) {
   if (!watches_slices(settings_.config.slice_enforcement)) return;
   std::vector<WatchedSlice> slices;
@@ -302,7 +312,13 @@ void Daemon::Impl::watch_slices(const Machine& sample) {
     if (job.state != JobState::Running || !job.spec.gpus.slice_mib || !job.pid) continue;
     slices.push_back(WatchedSlice{id, static_cast<uint32_t>(*job.pid), job.gpus, *job.spec.gpus.slice_mib});
   }
-  auto worst = worst_use_per_job(slice_uses(sample, slices, [this](uint32_t pid) { return host_.parent_pid(pid); }));
+  std::vector<SliceUse> uses = slice_uses(sample, slices, [this](uint32_t pid) { return host_.parent_pid(pid); });
+  if (mps_slices_) {  // who a pid in an MPS server's log is, should a fault end it
+    for (const SliceUse& use : uses) {
+      for (uint32_t pid : use.pids) mps_clients_[pid] = use.job;
+    }
+  }
+  auto worst = worst_use_per_job(uses);
   monitor_->set_slice_uses(worst);
   dispatcher_.stop_outside_mps(worst);
   dispatcher_.stop_slice_overruns(worst, settings_.config.slice_overrun);

@@ -112,6 +112,9 @@ class Daemon::Impl {
   void watch_slices(const Machine& sample);
   // The MPS control daemons of GPUs where no MPS slice job runs any more, told to quit.
   void stop_unneeded_mps_controls();
+  // Why a failed MPS job ended, when a fault in its GPU's MPS server did it (a dispatcher hook):
+  // the servers' new faults are read first, and what they say of other jobs kept until they end.
+  std::optional<std::string> mps_fault_reason(JobId id);
   // The runtime directory, or the socket in it, deleted under the running daemon: made again.
   void keep_runtime_directory();
   // Hands the monitor the queue as it stands, at most a few times a second.
@@ -127,6 +130,8 @@ class Daemon::Impl {
   // Before the dispatcher, which is told of it: whether slices MPS can hold are MPS slices.
   bool mps_slices_ = mps_in_effect(settings_.config.slice_enforcement);
   MpsControls mps_{settings_.runtime_dir};
+  std::map<uint32_t, JobId> mps_clients_;             // pid → job: slice jobs' processes the watchdog saw
+  std::map<JobId, std::string> mps_fault_reasons_;   // read from a server's log, until the job ends
   asio::io_context io_;
   // After io_, so they go before it: they hold its handlers and timers.
   Sessions sessions_{io_};

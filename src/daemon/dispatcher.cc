@@ -476,6 +476,14 @@ void Dispatcher::attempt_ended(JobId id, lifecycle::AttemptExited ended) {
   job.signal = ended.signal;
   job.end_time = unix_now();
   job.pid.reset();
+  // A failed MPS client: a fatal fault in its GPU's server ends every client there (sched/mps.h).
+  bool failed = ended.signal || ended.exit_code.value_or(1) != 0;
+  if (failed && !ended.cancelled && settings_.mps_slices && runs_under_mps(job.spec.gpus) && hooks_.mps_fault_reason) {
+    if (std::optional<std::string> why = hooks_.mps_fault_reason(id)) {
+      ended.reason = ended.signal ? fmt::format("{} (killed by signal {})", *why, *ended.signal)
+                                  : fmt::format("{} (exit code {})", *why, ended.exit_code.value_or(-1));
+    }
+  }
   feed(ended);
 }
 

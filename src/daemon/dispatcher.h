@@ -63,6 +63,9 @@ struct DispatcherHooks {
   std::function<Result<std::vector<std::string>>(const Job& job, unsigned gpu)> mps_environment;
   // Starting one job took this long (seconds).
   std::function<void(double seconds)> started_in;
+  // Why a failed MPS job ended, when a fatal fault in its GPU's MPS server ended it ("ended by a
+  // fault in job 12 on the same GPU"); nullopt otherwise.
+  std::function<std::optional<std::string>(JobId id)> mps_fault_reason = {};
 };
 
 class Dispatcher {

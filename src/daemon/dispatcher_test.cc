@@ -156,8 +156,13 @@ class DispatcherTest : public ::testing::Test {
     hooks.look_again_soon = [this] { ++looks_again; };
     hooks.queue_changed = [] {};
     hooks.started_in = [](double) {};
-    dispatcher_.emplace(DispatcherSettings{dir_ + "/state", 0.5, own_pid(), OutputLimits{}}, *store_, *leases_, machine_,
-                        *scheduler_, runner_, host_, hooks);
+    hooks.mps_environment = [](const Job&, unsigned) { return Result<std::vector<std::string>>(std::vector<std::string>{}); };
+    hooks.mps_fault_reason = [this](JobId id) -> std::optional<std::string> {
+      auto reason = mps_faults.find(id);
+      return reason == mps_faults.end() ? std::nullopt : std::optional(reason->second);
+    };
+    dispatcher_.emplace(DispatcherSettings{dir_ + "/state", 0.5, own_pid(), OutputLimits{}, mps_slices}, *store_,
+                        *leases_, machine_, *scheduler_, runner_, host_, hooks);
   }
 
   // The daemon restarted: a new scheduler and dispatcher over the same store and leases.
@@ -168,8 +173,10 @@ class DispatcherTest : public ::testing::Test {
     make_dispatcher();
   }
 
-  JobId submit(unsigned gpus, unsigned retries = 0, std::vector<JobId> after = {}) {
+  JobId submit(unsigned gpus, unsigned retries = 0, std::vector<JobId> after = {},
+               std::optional<uint64_t> slice_mib = std::nullopt) {
     Job job;
+    job.spec.gpus.slice_mib = slice_mib;
     job.owner = JobOwner{1000, 1000, {}, "alice"};
     job.spec.argv = {"train.py"};
     job.spec.cwd = "/";
@@ -212,6 +219,8 @@ class DispatcherTest : public ::testing::Test {
   HostFiles host_;
   std::optional<Dispatcher> dispatcher_;
   bool client_waits = true;
+  bool mps_slices = false;                   // the daemon holds slices with MPS
+  std::map<JobId, std::string> mps_faults;   // what the MPS servers' logs say ended a job
   std::vector<JobId> handed_to_client;
   std::vector<Job> finished;
   int looks_again = 0;
@@ -296,6 +305,27 @@ TEST_F(DispatcherTest, AFailedAttemptRunsAgainUnderTheNextNumber) {
   EXPECT_EQ(failed.state, JobState::Failed);
   EXPECT_EQ(failed.attempts, 2u);
   EXPECT_EQ(failed.exit_code, 3);
+}
+
+TEST_F(DispatcherTest, AnMpsJobEndedByAFaultInAnotherSaysSoAndRunsAgain) {
+  mps_slices = true;
+  make_dispatcher();
+  JobId culprit = submit(1, /*retries=*/0, {}, 20480);
+  JobId neighbour = submit(1, /*retries=*/1, {}, 20480);
+  JobId unrelated = submit(1, /*retries=*/0, {}, 20480);
+  mps_faults[culprit] = "a fatal GPU fault in its process 487 ended every MPS client on its GPU";
+  mps_faults[neighbour] = fmt::format("ended by a fault in job {} on the same GPU", culprit);
+  ended(culprit, 4);
+  EXPECT_EQ(stored(culprit).state, JobState::Failed);
+  EXPECT_EQ(stored(culprit).reason, "a fatal GPU fault in its process 487 ended every MPS client on its GPU (exit code 4)");
+  dispatcher_->feed(lifecycle::Drain{});  // so that the retry waits, and its reason can be read
+  ended(neighbour, 3);
+  EXPECT_EQ(stored(neighbour).state, JobState::Queued);
+  EXPECT_EQ(stored(neighbour).reason,
+            fmt::format("retry 1 of 1 after: ended by a fault in job {} on the same GPU (exit code 3)", culprit));
+  // Its own failure, or one that succeeds, says nothing of faults.
+  ended(unrelated, 2);
+  EXPECT_EQ(stored(unrelated).reason, "exit code 2");
 }
 
 TEST_F(DispatcherTest, ACancelStopsTheAttemptAndWinsOverHowItEnds) {

@@ -1,5 +1,8 @@
 #include "daemon/mps_controls.h"
 
+#include <fcntl.h>
+
+#include <algorithm>
 #include <chrono>
 #include <thread>
 
@@ -105,7 +108,10 @@ void MpsControls::adopt(const std::vector<std::string>& gpu_uuids) {
   }
   for (const std::string& gpu : gpu_uuids) {
     MpsDirectories directories = mps_directories(runtime_dir_, gpu);
-    if (link_status(directories.pipe) && control_answers(directories)) running_.emplace(gpu, 0);
+    if (link_status(directories.pipe) && control_answers(directories)) {
+      running_.emplace(gpu, 0);
+      skip_logged(gpu);
+    }
   }
 }
 
@@ -154,6 +160,7 @@ Result<void> MpsControls::start(const std::string& gpu_uuid) {
   }
   if (control_answers(directories)) {  // left by an earlier daemon and not adopted: the same GPU's
     running_.emplace(gpu_uuid, 0);
+    skip_logged(gpu_uuid);
     return {};
   }
   ProgramOptions options;
@@ -172,6 +179,7 @@ Result<void> MpsControls::start(const std::string& gpu_uuid) {
     std::this_thread::sleep_for(kAskEvery);
   }
   running_.emplace(gpu_uuid, 0);
+  skip_logged(gpu_uuid);
   return {};
 }
 
@@ -190,6 +198,49 @@ void MpsControls::stop_unneeded(const std::set<std::string>& in_use) {
     }
     running_.erase(gpu);
   }
+}
+
+namespace {
+
+constexpr size_t kMaxLogRead = 1 << 20;
+
+std::string server_log(const MpsDirectories& directories) { return directories.log + "/server.log"; }
+
+}  // namespace
+
+void MpsControls::skip_logged(const std::string& gpu_uuid) {
+  std::string path = server_log(mps_directories(runtime_dir_, gpu_uuid));
+  auto identity = file_identity(path);
+  auto status = link_status(path);
+  log_read_[gpu_uuid] = identity && status ? LogPosition{*identity, status->size} : LogPosition{};
+}
+
+std::vector<MpsFault> MpsControls::new_faults() {
+  std::vector<MpsFault> faults;
+  for (const auto& [gpu, limit] : running_) {
+    std::string path = server_log(mps_directories(runtime_dir_, gpu));
+    // The log directory is ours (own_directory); the control daemon writes the file.
+    auto fd = open_file(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY);
+    if (!fd) continue;
+    auto status = file_status(fd->get());
+    auto identity = file_identity(path);
+    if (!status || !identity || status->type != FileType::regular) continue;
+    LogPosition& position = log_read_[gpu];
+    if (!(position.file == *identity) || status->size < position.offset) position = LogPosition{*identity, 0};
+    size_t bytes = static_cast<size_t>(std::min<uint64_t>(status->size - position.offset, kMaxLogRead));
+    if (bytes == 0) continue;
+    auto text = read_at(fd->get(), bytes, static_cast<off_t>(position.offset));
+    if (!text) continue;
+    size_t whole = text->rfind('\n');
+    if (whole == std::string::npos) {
+      if (bytes == kMaxLogRead) position.offset += bytes;  // a line longer than that is no fault's
+      continue;
+    }
+    position.offset += whole + 1;
+    std::vector<MpsFault> found = parse_mps_faults(std::string_view(*text).substr(0, whole + 1));
+    faults.insert(faults.end(), found.begin(), found.end());
+  }
+  return faults;
 }
 
 }  // namespace gpupool

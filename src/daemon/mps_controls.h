@@ -12,6 +12,8 @@
 #include <vector>
 
 #include "base/result.h"
+#include "os/files.h"
+#include "sched/mps.h"
 #include "sched/slice_watch.h"
 
 namespace gpupool {
@@ -34,13 +36,27 @@ class MpsControls {
                                                       std::optional<unsigned> sm_percent);
   // Tells the control daemons of the GPUs not in `in_use` to quit.
   void stop_unneeded(const std::set<std::string>& in_use);
+  // The fatal faults the servers of the running control daemons logged since the last call (or
+  // since the control was started or taken up): each server.log read on from where the last read
+  // stopped, to its last whole line, at most 1 MiB a call. A log that shrank or was replaced is
+  // read from its start.
+  std::vector<MpsFault> new_faults();
 
  private:
+  // From where a server.log is read next: its file, and the offset in it.
+  struct LogPosition {
+    FileIdentity file;
+    uint64_t offset = 0;
+  };
+  // What the control daemon of `gpu_uuid` has logged so far is not read: its faults were before.
+  void skip_logged(const std::string& gpu_uuid);
+
   Result<void> start(const std::string& gpu_uuid);
   Result<void> cap(const std::string& gpu_uuid, uint64_t slice_mib);
 
   std::string runtime_dir_;
   std::map<std::string, uint64_t> running_;  // GPU UUID → the server limit set on its control, MiB (0: none)
+  std::map<std::string, LogPosition> log_read_;  // GPU UUID → where its server.log is read next
 };
 
 }  // namespace gpupool

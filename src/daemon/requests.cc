@@ -442,6 +442,8 @@ bool Daemon::Impl::hand_to_client(const Job& job, const HeldLeases& held, const 
 
 void Daemon::Impl::job_finished(const Job& job) {
   monitor_->job_ended(job.id, job.end_time.value_or(unix_now()));
+  std::erase_if(mps_clients_, [&](const auto& client) { return client.second == job.id; });
+  mps_fault_reasons_.erase(job.id);
   if (auto session = lease_sessions_.find(job.id); session != lease_sessions_.end()) {
     // A `gpupool run` still waiting: tell it, and let it go.
     SessionPtr client = session->second;

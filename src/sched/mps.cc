@@ -69,6 +69,89 @@ Result<std::vector<uint32_t>> parse_mps_pids(const std::string& text) {
   return pids;
 }
 
+namespace {
+
+// The message of a server.log line: what follows the "[DATE TIME Server PID] " prefix.
+std::string_view log_message(std::string_view line) {
+  size_t end = line.starts_with('[') ? line.find("] ") : std::string_view::npos;
+  return end == std::string_view::npos ? line : line.substr(end + 2);
+}
+
+std::optional<uint32_t> whole_pid(std::string_view text) {
+  uint32_t pid = 0;
+  auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), pid);
+  if (error != std::errc{} || end != text.data() + text.size() || pid == 0) return std::nullopt;
+  return pid;
+}
+
+// "Client {PID: 487, Context: 1} encountered a fatal GPU error." -> 487.
+std::optional<uint32_t> fatal_client(std::string_view message) {
+  constexpr std::string_view kPrefix = "Client {PID: ";
+  if (!message.starts_with(kPrefix) || message.find("} encountered a fatal GPU error") == std::string_view::npos) {
+    return std::nullopt;
+  }
+  std::string_view rest = message.substr(kPrefix.size());
+  return whole_pid(rest.substr(0, rest.find(',')));
+}
+
+}  // namespace
+
+std::vector<MpsFault> parse_mps_faults(std::string_view log) {
+  std::vector<MpsFault> faults;
+  std::optional<MpsFault> open;  // the fault being read
+  bool in_list = false;          // reading its sticky-error list
+  auto end_fault = [&] {
+    if (open) faults.push_back(std::move(*open));
+    open.reset();
+    in_list = false;
+  };
+  for (const std::string& line : split(log, '\n')) {
+    std::string_view message = log_message(line);
+    while (!message.empty() && (message.back() == '\r' || message.back() == ' ')) message.remove_suffix(1);
+    if (in_list) {
+      if (std::optional<uint32_t> pid = whole_pid(message)) {
+        open->torn_down_pids.push_back(*pid);
+        continue;
+      }
+      end_fault();
+    }
+    if (std::optional<uint32_t> culprit = fatal_client(message)) {
+      end_fault();
+      open = MpsFault{culprit, {}};
+    } else if (message.starts_with("Server is handling a fatal GPU error")) {
+      if (!open) open = MpsFault{};  // after the culprit's line, the same fault
+    } else if (open && message.starts_with("The following client process")) {
+      in_list = true;
+    }
+  }
+  end_fault();
+  return faults;
+}
+
+std::map<JobId, std::string> mps_fault_reasons(const std::vector<MpsFault>& faults,
+                                               const std::map<uint32_t, JobId>& job_of_client) {
+  std::map<JobId, std::string> reasons;
+  auto job_of = [&](uint32_t pid) -> std::optional<JobId> {
+    auto it = job_of_client.find(pid);
+    return it == job_of_client.end() ? std::nullopt : std::optional(it->second);
+  };
+  for (const MpsFault& fault : faults) {
+    std::optional<JobId> culprit = fault.culprit_pid ? job_of(*fault.culprit_pid) : std::nullopt;
+    std::string others = culprit             ? fmt::format("ended by a fault in job {} on the same GPU", *culprit)
+                         : fault.culprit_pid ? fmt::format("ended by a fault in process {}, of no gpupool job, "
+                                                           "on the same GPU", *fault.culprit_pid)
+                                             : std::string("ended by a fatal GPU fault on its GPU's MPS server");
+    for (uint32_t pid : fault.torn_down_pids) {
+      std::optional<JobId> job = job_of(pid);
+      if (!job) continue;
+      reasons[*job] = job == culprit ? fmt::format("a fatal GPU fault in its process {} ended every MPS client on "
+                                                   "its GPU", *fault.culprit_pid)
+                                     : others;
+    }
+  }
+  return reasons;
+}
+
 std::vector<std::string> unneeded_mps_controls(const std::set<std::string>& running_gpu_uuids,
                                                const std::set<std::string>& gpu_uuids_in_use) {
   std::vector<std::string> unneeded;

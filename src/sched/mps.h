@@ -13,6 +13,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "base/result.h"
@@ -57,6 +58,29 @@ std::vector<std::string> mps_client_environment(const MpsDirectories& directorie
 
 // get_server_list's and get_client_list's answers: one PID a line, nothing when there is none.
 Result<std::vector<uint32_t>> parse_mps_pids(const std::string& text);
+
+// A fatal GPU fault an MPS server handled, as its server.log tells it (docs/leases.md, MPS): the
+// client process that caused it, when the log names one, and every client process the server
+// tore down with it (the culprit's too), whose CUDA calls all fail from then on.
+struct MpsFault {
+  std::optional<uint32_t> culprit_pid;
+  std::vector<uint32_t> torn_down_pids;
+  friend bool operator==(const MpsFault&, const MpsFault&) = default;
+};
+
+// The faults in `log`: whole lines of a server.log, in order (a reader passes what was appended
+// since it last read, up to the last newline). Lines are "[DATE TIME Server PID] MESSAGE"; the
+// messages read are "Client {PID: 487, Context: 1} encountered a fatal GPU error.", "Server is
+// handling a fatal GPU error." and "The following client process have a sticky error set:"
+// followed by one pid a line. Anything else is skipped.
+std::vector<MpsFault> parse_mps_faults(std::string_view log);
+
+// Why each job that faults ended gives for its attempt's end, the jobs named by their MPS clients'
+// pids (`job_of_client`, as the watchdog's samples saw them): the culprit's job "a fatal GPU fault
+// in its process 487 ended every MPS client on its GPU"; the others "ended by a fault in job 12 on
+// the same GPU" (or of a process of no job, or of a client the log does not name).
+std::map<JobId, std::string> mps_fault_reasons(const std::vector<MpsFault>& faults,
+                                               const std::map<uint32_t, JobId>& job_of_client);
 
 // The GPUs whose control daemons can stop: running ones that no MPS slice job runs on.
 std::vector<std::string> unneeded_mps_controls(const std::set<std::string>& running_gpu_uuids,

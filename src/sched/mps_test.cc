@@ -1,5 +1,8 @@
 #include "sched/mps.h"
 
+#include <fstream>
+#include <sstream>
+
 #include <gtest/gtest.h>
 
 namespace gpupool {
@@ -86,6 +89,54 @@ TEST(Mps, AnMpsJobWithAProcessOutsideMpsIsStoppedOnce) {
 TEST(Mps, TheOneUserRuleIsSaidInWords) {
   EXPECT_EQ(mps_one_user_text(2, "alice"),
             "GPU 2's MPS server serves alice's slices: MPS serves one user at a time on a GPU");
+}
+
+// A server.log of a real fault: on an H100 machine (driver 580.159.04), two clients running
+// matrix products (pids 485, 486) and one writing through a bad pointer (487), under one server
+// (scripts/device/probe-mps-fault.py).
+TEST(MpsFaults, TheServerLogNamesTheCulpritAndEveryClientTornDown) {
+  std::ifstream file(GPUPOOL_TEST_DATA_DIR "/mps/server-fatal-fault-h100-driver-580.log");
+  ASSERT_TRUE(file) << "the recorded server.log";
+  std::stringstream log;
+  log << file.rdbuf();
+  EXPECT_EQ(parse_mps_faults(log.str()), (std::vector<MpsFault>{{487u, {487u, 486u, 485u}}}));
+}
+
+TEST(MpsFaults, LinesAreReadAsTheyComeAndOddOnesSkipped) {
+  EXPECT_TRUE(parse_mps_faults("").empty());
+  EXPECT_TRUE(parse_mps_faults("[2026-12-06 09:28:32.049 Server   489] Client {PID: 485, Context ID: 0} connected\n").empty());
+  // Without the culprit's line (an older server), and two faults one after the other.
+  std::string two =
+      "[t Server 9] Server is handling a fatal GPU error.\n"
+      "[t Server 9] The following client process have a sticky error set:\n"
+      "[t Server 9] 12\n[t Server 9] 13\n"
+      "[t Server 9] Client {PID: 12, Context ID: 1} exiting.\n"
+      "[t Server 9] Client {PID: 14, Context: 1} encountered a fatal GPU error.\n"
+      "[t Server 9] Server is handling a fatal GPU error.\n"
+      "[t Server 9] The following client process have a sticky error set:\r\n"
+      "[t Server 9] 14\r\n";
+  EXPECT_EQ(parse_mps_faults(two), (std::vector<MpsFault>{{std::nullopt, {12u, 13u}}, {14u, {14u}}}));
+  // A pid list that is not one: "0", a name, a number too large.
+  EXPECT_EQ(parse_mps_faults("[t Server 9] Client {PID: x1, Context: 1} encountered a fatal GPU error.\n"),
+            std::vector<MpsFault>{});
+  EXPECT_EQ(parse_mps_faults("[t Server 9] Server is handling a fatal GPU error.\n"
+                             "[t Server 9] The following client process have a sticky error set:\n"
+                             "[t Server 9] 0\n[t Server 9] 99999999999\n"),
+            (std::vector<MpsFault>{{std::nullopt, {}}}));
+}
+
+TEST(MpsFaults, TheCulpritsJobIsToldApartFromTheOthers) {
+  std::map<uint32_t, JobId> clients = {{485, 11}, {486, 12}, {487, 13}, {490, 13}};
+  EXPECT_EQ(mps_fault_reasons({MpsFault{487u, {487u, 486u, 485u, 999u}}}, clients),
+            (std::map<JobId, std::string>{
+                {11, "ended by a fault in job 13 on the same GPU"},
+                {12, "ended by a fault in job 13 on the same GPU"},
+                {13, "a fatal GPU fault in its process 487 ended every MPS client on its GPU"}}));
+  EXPECT_EQ(mps_fault_reasons({MpsFault{999u, {999u, 485u}}}, clients),
+            (std::map<JobId, std::string>{{11, "ended by a fault in process 999, of no gpupool job, on the same GPU"}}));
+  EXPECT_EQ(mps_fault_reasons({MpsFault{std::nullopt, {486u}}}, clients),
+            (std::map<JobId, std::string>{{12, "ended by a fatal GPU fault on its GPU's MPS server"}}));
+  EXPECT_TRUE(mps_fault_reasons({}, clients).empty());
 }
 
 }  // namespace

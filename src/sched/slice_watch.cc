@@ -52,6 +52,7 @@ std::vector<SliceUse> slice_uses(const Machine& sample, const std::vector<Watche
       auto use = use_of.find({*slice, gpu.index});
       if (use == use_of.end()) continue;  // a GPU its slice does not cover: not the watchdog's
       uses[use->second].used_mib += process.used_memory_mib.value_or(0);
+      uses[use->second].pids.push_back(process.pid);
       // Only a process NVML says is no client: where it cannot say, nobody is stopped for it.
       if (process.mps_client == false && process.kind != ProcessKind::Graphics) {
         uses[use->second].outside_mps_pid = process.pid;

@@ -50,6 +50,7 @@ struct SliceUse {
   // One of the slice's processes there that NVML does not list as an MPS client (0: none):
   // for an MPS slice, a process that runs outside MPS, where the slice's limit does not hold.
   uint32_t outside_mps_pid = 0;
+  std::vector<uint32_t> pids = {};  // the slice's processes NVML lists there
 
   bool overrun() const { return used_mib > slice_mib; }
   bool operator==(const SliceUse&) const = default;

@@ -44,7 +44,8 @@ TEST(SliceUses, ProcessesCountForTheNearestHolderOnItsSliceGpus) {
                             {process(201, 12000), process(101, 9999)});
   std::vector<SliceUse> uses = slice_uses(sample, slices, parent_of);
   // Job 7's grandchild on GPU 0 counts; its child on GPU 1, outside its slice, does not.
-  EXPECT_EQ(uses, (std::vector<SliceUse>{{7, 0, 31949, 20480, 0}, {8, 0, 4096, 10240, 0}, {8, 1, 12000, 10240, 0}}));
+  EXPECT_EQ(uses, (std::vector<SliceUse>{
+                      {7, 0, 31949, 20480, 0, {102}}, {8, 0, 4096, 10240, 0, {201}}, {8, 1, 12000, 10240, 0, {201}}}));
   EXPECT_TRUE(uses[0].overrun());
   EXPECT_FALSE(uses[1].overrun());
 }
@@ -52,7 +53,7 @@ TEST(SliceUses, ProcessesCountForTheNearestHolderOnItsSliceGpus) {
 TEST(SliceUses, ASliceWithNothingListedUsesNothingAndUnknownFiguresCountZero) {
   std::vector<WatchedSlice> slices = {{7, 100, {1}, 20480}};
   EXPECT_EQ(slice_uses(two_gpus({}, {process(100, std::nullopt)}), slices, parent_of),
-            (std::vector<SliceUse>{{7, 1, 0, 20480, 0}}));
+            (std::vector<SliceUse>{{7, 1, 0, 20480, 0, {100}}}));
 }
 
 TEST(SliceUses, OnlyAComputeProcessNvmlSaysIsNoMpsClientIsOutsideMps) {

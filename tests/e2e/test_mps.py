@@ -112,6 +112,14 @@ class MpsTest(unittest.TestCase):
     def daemon(self, config=MPS_CONFIG, path=None, **kwargs):
         return Daemon(config=config, env={"PATH": path or path_with(FAKE_BIN)}, **kwargs)
 
+    def overlay(self):
+        """An empty live overlay of the simulated machine (docs/fixtures.md), removed after the test."""
+        scratch = tempfile.mkdtemp(prefix="gpupool-mps-")
+        self.addCleanup(shutil.rmtree, scratch, ignore_errors=True)
+        overlay = os.path.join(scratch, "overlay.json")
+        write_overlay(overlay, {})
+        return overlay
+
     def test_slices_of_a_gpu_share_its_control_daemon_which_quits_when_none_runs(self):
         with self.daemon() as d:
             first = enqueue(d, env_job(d, "first", "go-first"), mem_mib=SLICE_MIB, name="first")
@@ -359,10 +367,7 @@ class MpsTest(unittest.TestCase):
             self.assertEqual(mps_variables(read_env(d.path("two.env"))), {})
 
     def test_a_slice_process_outside_mps_ends_its_job(self):
-        scratch = tempfile.mkdtemp(prefix="gpupool-mps-")
-        self.addCleanup(shutil.rmtree, scratch, ignore_errors=True)
-        overlay = os.path.join(scratch, "overlay.json")
-        write_overlay(overlay, {})
+        overlay = self.overlay()
         with Daemon(config=MPS_CONFIG, env={"PATH": path_with(FAKE_BIN), "GPUPOOL_SIM_STATE": overlay}) as d:
             jobs = {name: enqueue(d, ["sh", "-c", f"echo $$ > {d.path(name)}.pid; exec sleep 600"], mem_mib=SLICE_MIB,
                                   name=name) for name in ("client", "outside")}
@@ -387,6 +392,43 @@ class MpsTest(unittest.TestCase):
             d.request({"op": "cancel", "ids": [jobs["client"]]})
             d.finish(jobs["client"])
             Control(d, shown["client"]["gpu_uuids"][0]).wait_until_quit()
+
+    def test_a_fatal_fault_in_one_client_is_named_in_its_neighbours_ends(self):
+        overlay = self.overlay()
+        with Daemon(config=MPS_CONFIG, env={"PATH": path_with(FAKE_BIN), "GPUPOOL_SIM_STATE": overlay}) as d:
+            # Each writes its pid, waits for `go`, then fails as a client of a faulted server does;
+            # the neighbour that may retry succeeds on its second attempt.
+            def client(name, code):
+                return ["sh", "-c", f"[ -e {d.path(name)}.once ] && exit 0; touch {d.path(name)}.once; "
+                                    f"echo $$ > {d.path(name)}.pid; {until_exists(d.path('go'))}; exit {code}"]
+            jobs = {"culprit": enqueue(d, client("culprit", 4), mem_mib=SLICE_MIB, name="culprit"),
+                    "neighbour": enqueue(d, client("neighbour", 3), mem_mib=SLICE_MIB, name="neighbour"),
+                    "retried": enqueue(d, client("retried", 3), mem_mib=SLICE_MIB, name="retried", retries=1)}
+            shown = {name: d.wait_state(job, "running") for name, job in jobs.items()}
+            pids = {name: int(wait_until(lambda n=name: read_if_there(d.path(f"{n}.pid")), what=f"{name}'s pid"))
+                    for name in jobs}
+            gpu = shown["culprit"]["gpus"][0]
+            self.assertEqual({s["gpus"][0] for s in shown.values()}, {gpu}, "slices pack onto one GPU")
+            write_overlay(overlay, {gpu: {"processes": [
+                {"pid": pid, "used_memory_mib": 1000, "kind": "compute", "mps_client": True} for pid in pids.values()]}})
+            d.wait_for_samples(3)  # the watchdog has seen whose the clients are
+            control = Control(d, shown["culprit"]["gpu_uuids"][0])
+            # What the server writes on an MMU fault (as recorded on an H100 machine, driver 580).
+            lines = [f"Client {{PID: {pids['culprit']}, Context: 1}} encountered a fatal GPU error.",
+                     "Server is handling a fatal GPU error.",
+                     "The following client process have a sticky error set:",
+                     *[str(pid) for pid in pids.values()],
+                     f"Client {{PID: {pids['culprit']}, Context ID: 1}} exiting. Number of active client contexts is 2."]
+            with open(os.path.join(control.log, "server.log"), "a") as log:
+                log.writelines(f"[2026-12-06 09:28:35.130 Server   489] {line}\n" for line in lines)
+            d.touch("go")
+            ended = {name: job for name, job in zip(jobs, d.finish(*jobs.values()))}
+            self.assertEqual((ended["culprit"]["state"], ended["culprit"]["reason"]),
+                             ("failed", f"a fatal GPU fault in its process {pids['culprit']} ended every MPS client "
+                                        "on its GPU (exit code 4)"))
+            self.assertEqual((ended["neighbour"]["state"], ended["neighbour"]["reason"]),
+                             ("failed", f"ended by a fault in job {jobs['culprit']} on the same GPU (exit code 3)"))
+            self.assertEqual((ended["retried"]["state"], ended["retried"]["attempts"]), ("done", 2))
 
     def test_a_compute_share_that_nothing_would_hold_is_refused_in_one_line(self):
         with self.daemon() as d:

@@ -13,12 +13,13 @@ With `slice_enforcement = "mps"`:
      control daemon (started once), a slice submitted after the restart joins that server, both
      finish, and the control daemon quits once none runs.
 """
+import importlib.util
 import os
 import re
 import subprocess
 import time
 
-from verify_steps import PLAIN
+from verify_steps import HERE, PLAIN
 
 # Allocates GiB (argv[1]) in steps of 1 GiB; says how far it got and how it failed.
 ALLOCATE = ("import sys, torch\nheld = []\n"
@@ -188,3 +189,39 @@ def step_mps(s):
                 + f"; MPS clients together after the restart: {smi.count('M+C')}")
         s.check("MPS: the adopted control daemon quits once no slice runs", wait_for(lambda: control_gone(d, uuid), 30),
                 control_log(d, uuid)[-400:])
+
+
+def faulting_client():
+    """The probe's client that writes through a bad pointer (scripts/device/probe-mps-fault.py)."""
+    spec = importlib.util.spec_from_file_location("probe_mps_fault", os.path.join(HERE, "probe-mps-fault.py"))
+    probe = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(probe)
+    return probe.FAULTING
+
+
+def step_mps_fault(s):
+    config = "[daemon]\nsample_interval_s = 1.0\nkill_grace_s = 2\nslice_enforcement = \"mps\"\n"
+    with s.daemon(config) as d:
+        go = d.path("go")
+        neighbour = d.submit("--mem", "4G", "--name", "neighbour", "--", *PLAIN, "python3", "-c", NEIGHBOUR, go)
+        started(s, d, neighbour, "the neighbour")
+        # It faults 8 s on: the watchdog's samples have seen both clients by then.
+        culprit = d.submit("--mem", "4G", "--name", "culprit", "--", *PLAIN, "python3", "-c", faulting_client(), "8")
+        ended = {culprit: d.finish(culprit, timeout=120)[0]}
+        s.check("MPS fault: the neighbour ends with the culprit", wait_for(lambda: d.job_state(neighbour) != "running", 30),
+                d.job_state(neighbour))
+        open(go, "w").close()  # where it did not, it ends now
+        ended[neighbour] = d.finish(neighbour, timeout=120)[0]
+        for job in (culprit, neighbour):
+            print(d.gp("logs", str(job)).stdout, d.gp("logs", "--stderr", str(job)).stdout[-2000:], flush=True)
+        log = os.path.join(d.runtime_dir, "mps")
+        print(subprocess.run(["sh", "-c", f"tail -n 40 {log}/*/log/server.log"], capture_output=True, text=True).stdout)
+        s.check("MPS fault: the culprit's end names its fault", ended[culprit]["reason"].startswith(
+            "a fatal GPU fault in its process"), f"{ended[culprit]['state']}: {ended[culprit]['reason']}")
+        s.check("MPS fault: the neighbour's end names the culprit's job",
+                ended[neighbour]["reason"].startswith(f"ended by a fault in job {culprit} on the same GPU"),
+                f"{ended[neighbour]['state']}: {ended[neighbour]['reason']}")
+        after = d.submit("--mem", "4G", "--name", "after", "--", *PLAIN, "python3", "-c", ALLOCATE, "1")
+        done = d.finish(after, timeout=120)[0]
+        s.check("MPS fault: the server takes new clients after it", (done["state"], done["exit_code"]) == ("done", 0),
+                f"{done['state']} exit {done['exit_code']}: {done['reason']}")
