@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <charconv>
 
 namespace gpupool {
 
@@ -15,6 +16,14 @@ std::string lowercase(std::string_view text) {
 bool all_digits(std::string_view text) {
   return !text.empty() &&
          std::all_of(text.begin(), text.end(), [](unsigned char c) { return std::isdigit(c) != 0; });
+}
+
+std::optional<uint64_t> parse_decimal(std::string_view text) {
+  uint64_t value = 0;
+  if (!all_digits(text)) return std::nullopt;
+  auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (error != std::errc() || end != text.data() + text.size()) return std::nullopt;
+  return value;
 }
 
 size_t edit_distance(std::string_view a, std::string_view b) {

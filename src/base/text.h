@@ -1,7 +1,9 @@
 // Small text helpers shared by the parsers of user input.
 #pragma once
 
+#include <cstdint>
 #include <deque>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -11,6 +13,8 @@ namespace gpupool {
 std::string lowercase(std::string_view text);
 // True for a non-empty run of decimal digits.
 bool all_digits(std::string_view text);
+// A non-empty run of decimal digits as a number; nullopt for anything else or past 64 bits.
+std::optional<uint64_t> parse_decimal(std::string_view text);
 
 // Levenshtein distance: the insertions, deletions and substitutions that turn one into the other
 // (for "did you mean" hints).

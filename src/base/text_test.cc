@@ -11,6 +11,12 @@ TEST(Text, AllDigits) {
   EXPECT_TRUE(all_digits("012"));
   EXPECT_FALSE(all_digits(""));
   EXPECT_FALSE(all_digits("1a"));
+  EXPECT_EQ(parse_decimal("0"), 0u);
+  EXPECT_EQ(parse_decimal("18446744073709551615"), UINT64_MAX);
+  EXPECT_EQ(parse_decimal("18446744073709551616"), std::nullopt);
+  EXPECT_EQ(parse_decimal("-1"), std::nullopt);
+  EXPECT_EQ(parse_decimal(" 1"), std::nullopt);
+  EXPECT_EQ(parse_decimal(""), std::nullopt);
   EXPECT_FALSE(all_digits("-1"));
 }
 

@@ -107,8 +107,8 @@ void announce(const LeasedGpus& leased) {
   for (unsigned index : leased.gpus) names.push_back(fmt::format("{}", index));
   std::string share = leased.slice_mib ? fmt::format(" ({} MiB each, shared)", *leased.slice_mib) : "";
   for (unsigned index : leased.gpus) {
-    for (const MigDevice& device : leased.acquired.machine.gpus.at(index).mig_devices) {
-      if (device.uuid == leased.mig_uuid) share = fmt::format(" (MIG device {}:{}, {})", index, device.index, device.profile);
+    if (const MigDevice* device = mig_device_with_uuid(leased.acquired.machine.gpus.at(index), leased.mig_uuid)) {
+      share = fmt::format(" (MIG device {}:{}, {})", index, device->index, device->profile);
     }
   }
   fmt::print(stderr, "gpupool: {}{} has GPU{} {}{}\n", leased.daemon ? "job " : "", leased.job, leased.gpus.size() == 1 ? "" : "s",

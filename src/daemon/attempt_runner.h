@@ -13,6 +13,7 @@
 #include "daemon/attempt_record.h"
 #include "daemon/supervisor.h"
 #include "jobs/job.h"
+#include "sched/allocation.h"
 
 namespace gpupool {
 
@@ -26,9 +27,9 @@ class AttemptRunner {
   // What reserve() made ready is not needed after all (the GPUs were taken meanwhile, or the
   // lifecycle did not start the attempt).
   virtual void unreserve(JobId id) = 0;
-  // Hands the reserved runner the attempt on `gpus` and the leases' descriptors, and watches it.
+  // Hands the reserved runner the attempt on `devices` and the leases' descriptors, and watches it.
   // An error: no attempt began, no record of it is left, and nothing is watched.
-  virtual Result<void> start(const SupervisedAttempt& attempt, const std::vector<unsigned>& gpus,
+  virtual Result<void> start(const SupervisedAttempt& attempt, const LeasedDevices& devices,
                              const std::vector<int>& lease_descriptors) = 0;
   // Asks a running attempt to end (SIGTERM, the grace period, SIGKILL): a batch job's supervisor
   // does so; an interactive job's client passes SIGTERM on to its program.

@@ -387,8 +387,8 @@ void Dispatcher::start_batch(Job& job, HeldLeases held, pid_t supervisor,
   attempt.gid = job.owner.gid;
   attempt.groups = job.owner.groups;
   attempt.argv = job.spec.argv;
-  attempt.environment =
-      lease_environment(job.spec.environment, machine_, leased_devices(job), std::to_string(job.id));
+  const LeasedDevices devices = leased_devices(job);
+  attempt.environment = lease_environment(job.spec.environment, machine_, devices, std::to_string(job.id));
   attempt.environment = with_overrides(attempt.environment, mps_environment);
   if (job.array) {
     // Slurm's SLURM_ARRAY_TASK_ID is left alone: inside a Slurm allocation it is the allocation's.
@@ -405,7 +405,7 @@ void Dispatcher::start_batch(Job& job, HeldLeases held, pid_t supervisor,
   attempt.time_limit_s = job.spec.time_limit_s;
   attempt.kill_grace_s = settings_.kill_grace_s;
   attempt.record_path = record_path(job);
-  if (auto started = runner_.start(attempt, job.gpus, held.descriptors()); !started) {
+  if (auto started = runner_.start(attempt, devices, held.descriptors()); !started) {
     held.release();
     attempt_ended(job.id, {job.id, std::nullopt, std::nullopt, "could not start: " + started.error().message, false});
     return;

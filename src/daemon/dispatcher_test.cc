@@ -34,12 +34,12 @@ class FakeRunner final : public AttemptRunner {
     reserved.erase(id);
     unreserved.push_back(id);
   }
-  Result<void> start(const SupervisedAttempt& attempt, const std::vector<unsigned>& gpus,
+  Result<void> start(const SupervisedAttempt& attempt, const LeasedDevices& devices,
                      const std::vector<int>& lease_descriptors) override {
     if (reserved.erase(attempt.id) == 0) return fail("job {} was not reserved a supervisor", attempt.id);
     if (refuse_start) return fail("the supervisor went away");
     started.push_back(attempt);
-    started_gpus.push_back(gpus);
+    started_gpus.push_back(devices.gpus);
     for (int fd : lease_descriptors) {
       auto copy = duplicate(fd);
       if (!copy) return copy.error();

@@ -27,14 +27,25 @@ Result<std::optional<DeviceIsolation>> set_up_device_isolation(DeviceIsolationMo
     fmt::print(stderr, "gpupoold: device isolation off (device_isolation = \"off\")\n");
     return std::optional<DeviceIsolation>();
   }
+  // Read where `gpupool doctor --root` reads the host (GPUPOOL_HOST_ROOT), so that a simulated
+  // MIG machine can have capability nodes too.
+  auto capabilities = read_mig_capabilities(host_files_from_environment());
+  if (!capabilities) {
+    if (mode == DeviceIsolationMode::On) {
+      return fail("device_isolation = \"on\", but jobs cannot be kept from other MIG devices: {}",
+                  capabilities.error().message);
+    }
+    fmt::print(stderr, "gpupoold: MIG devices' capability nodes not isolated: {}\n", capabilities.error().message);
+  }
+  std::optional<MigCapabilities> mig_capabilities = capabilities ? *capabilities : std::nullopt;
   auto found = [&]() -> Result<DeviceIsolation> {
-    // Every GPU's minor number, to probe with and to prove that each job's rules can be written.
-    TRY_ASSIGN(std::vector<unsigned> every_gpu, denied_minors(machine, {}));
+    // Every GPU's and MIG device's node, to probe with and to prove that each job's rules can be written.
+    TRY_ASSIGN(std::vector<DeviceNumber> every_device, denied_devices(machine, {}, "", mig_capabilities));
     std::error_code ignored;
     std::filesystem::path canonical = std::filesystem::canonical(state_dir, ignored);
     return find_device_isolation(HostFiles(), files,
                                  isolation_group_name(canonical.empty() ? state_dir : canonical.string()),
-                                 every_gpu);
+                                 every_device);
   }();
   if (!found) {
     if (mode == DeviceIsolationMode::On) {
@@ -48,6 +59,12 @@ Result<std::optional<DeviceIsolation>> set_up_device_isolation(DeviceIsolationMo
              found->mechanism == IsolationMechanism::CgroupV1 ? "cgroup v1 devices controller"
                                                               : "cgroup v2 eBPF device filter",
              found->base);
+  bool has_mig_devices = std::ranges::any_of(machine.gpus, [](const Gpu& gpu) { return !gpu.mig_devices.empty(); });
+  if (mig_capabilities && has_mig_devices) {
+    fmt::print(stderr, "gpupoold: device isolation: each MIG job opens only its own MIG device's capability nodes (nvidia-caps, major {})\n",
+               mig_capabilities->major);
+  }
+  found->mig_capabilities = std::move(mig_capabilities);
   return std::optional<DeviceIsolation>(std::move(*found));
 }
 

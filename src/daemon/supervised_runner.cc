@@ -31,7 +31,7 @@ void SupervisedRunner::unreserve(JobId id) {
   reserved_.erase(it);
 }
 
-Result<void> SupervisedRunner::start(const SupervisedAttempt& attempt, const std::vector<unsigned>& gpus,
+Result<void> SupervisedRunner::start(const SupervisedAttempt& attempt, const LeasedDevices& devices,
                                      const std::vector<int>& lease_descriptors) {
   auto reserved = reserved_.extract(attempt.id);
   if (reserved.empty()) return fail("no supervisor was made ready for job {}", attempt.id);
@@ -39,10 +39,11 @@ Result<void> SupervisedRunner::start(const SupervisedAttempt& attempt, const std
   StandbySupervisor supervisor = std::move(reserved.mapped());
   SupervisedAttempt isolated = attempt;
   if (const auto& isolation = groups_.isolation()) {
-    TRY_ASSIGN(auto minors, denied_minors(machine_, gpus));  // every GPU's minor number was there at start
+    // Every GPU's minor number was there at start.
+    TRY_ASSIGN(auto denied, denied_devices(machine_, devices.gpus, devices.mig_uuid, isolation->mig_capabilities));
     isolated.isolation = AttemptIsolation{isolation->mechanism,
                                           isolation->base + "/" + attempt_group_name(attempt.id, attempt.attempt),
-                                          std::move(minors), isolation_mode_ == DeviceIsolationMode::On};
+                                          std::move(denied), isolation_mode_ == DeviceIsolationMode::On};
   }
   TRY(supervisor.hand(isolated, lease_descriptors));
   processes_.watch(attempt.id, supervisor.pid());

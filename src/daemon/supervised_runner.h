@@ -23,7 +23,7 @@ class SupervisedRunner final : public AttemptRunner {
 
   Result<pid_t> reserve(JobId id) override;
   void unreserve(JobId id) override;
-  Result<void> start(const SupervisedAttempt& attempt, const std::vector<unsigned>& gpus,
+  Result<void> start(const SupervisedAttempt& attempt, const LeasedDevices& devices,
                      const std::vector<int>& lease_descriptors) override;
   Result<void> stop(JobKind kind, pid_t pid) override;
   Result<void> signal(pid_t pid, int signal_number, bool whole_group) override;

@@ -53,13 +53,26 @@ constexpr uint64_t kRecordRoom = 16 * 1024;
 // the supervisor's exec, so a cancel sent as soon as its pid is known is never lost.
 constexpr std::initializer_list<int> kSupervisorSignals = {SIGTERM, SIGCHLD};
 
+// Device numbers as [major, minor] pairs.
+json denied_pairs(const std::vector<DeviceNumber>& denied) {
+  json pairs = json::array();
+  for (const DeviceNumber& device : denied) pairs.push_back({device.major, device.minor});
+  return pairs;
+}
+
+std::vector<DeviceNumber> denied_devices_from(const json& pairs) {
+  std::vector<DeviceNumber> denied;
+  for (const json& pair : pairs) denied.push_back({pair.at(0).get<unsigned>(), pair.at(1).get<unsigned>()});
+  return denied;
+}
+
 std::string attempt_text(const SupervisedAttempt& a) {
   json time_limit = a.time_limit_s ? json(*a.time_limit_s) : json(nullptr);
   json isolation = nullptr;
   if (a.isolation) {
     isolation = {{"mechanism", to_string(a.isolation->mechanism)},
                  {"group", a.isolation->group},
-                 {"denied_minors", a.isolation->denied_minors},
+                 {"denied", denied_pairs(a.isolation->denied)},
                  {"required", a.isolation->required}};
   }
   return json{{"id", a.id},
@@ -106,7 +119,7 @@ Result<SupervisedAttempt> parse_attempt(const std::string& text) {
       auto mechanism = parse_isolation_mechanism(isolation.at("mechanism").get<std::string>());
       if (!mechanism) return fail("the attempt names an unknown isolation mechanism");
       a.isolation = AttemptIsolation{*mechanism, isolation.at("group").get<std::string>(),
-                                     isolation.at("denied_minors").get<std::vector<unsigned>>(),
+                                     denied_devices_from(isolation.at("denied")),
                                      isolation.at("required").get<bool>()};
     }
     if (a.argv.empty()) return fail("the attempt has no command");
@@ -332,7 +345,7 @@ class AttemptSupervisor {
   Result<void> prepare_own_group(int stderr_fd) {
     const AttemptIsolation& isolation = *attempt_.isolation;
     auto files = system_cgroup_files();
-    auto ready = create_attempt_group(*files, isolation.mechanism, isolation.group, isolation.denied_minors);
+    auto ready = create_attempt_group(*files, isolation.mechanism, isolation.group, isolation.denied);
     if (ready && isolation.mechanism == IsolationMechanism::CgroupV2) {
       auto group = open_file(isolation.group, O_RDONLY | O_DIRECTORY);
       if (group) {

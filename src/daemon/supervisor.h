@@ -57,7 +57,7 @@ namespace gpupool {
 struct AttemptIsolation {
   IsolationMechanism mechanism = IsolationMechanism::CgroupV1;
   std::string group;                    // this attempt's cgroup directory
-  std::vector<unsigned> denied_minors;  // /dev/nvidiaN of the GPUs it does not lease
+  std::vector<DeviceNumber> denied;     // other GPUs' /dev/nvidiaN, other MIG devices' nodes
   bool required = false;                // device_isolation = "on": no start without it
 };
 

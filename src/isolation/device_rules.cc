@@ -124,47 +124,119 @@ std::optional<std::string> cgroup_directory(const CgroupMount& mount, std::strin
   return directory;
 }
 
-Result<std::vector<unsigned>> denied_minors(const Machine& machine, const std::vector<unsigned>& leased) {
-  std::vector<unsigned> minors;
-  for (const Gpu& gpu : machine.gpus) {
-    if (!gpu.minor_number) return fail("GPU {} has no minor number, so its device node is unknown", gpu.index);
-    if (std::find(leased.begin(), leased.end(), gpu.index) == leased.end()) minors.push_back(*gpu.minor_number);
+std::optional<unsigned> character_device_major(std::string_view proc_devices, std::string_view driver) {
+  bool in_character_section = false;
+  for (const std::string& line : split(proc_devices, '\n')) {
+    if (line == "Character devices:") {
+      in_character_section = true;
+    } else if (line == "Block devices:") {
+      in_character_section = false;
+    } else if (in_character_section) {
+      std::vector<std::string> fields = words(line);
+      if (fields.size() == 2 && fields[1] == driver) {
+        if (auto major = parse_decimal(fields[0])) return static_cast<unsigned>(*major);
+      }
+    }
   }
-  std::sort(minors.begin(), minors.end());
-  minors.erase(std::unique(minors.begin(), minors.end()), minors.end());
+  return std::nullopt;
+}
+
+Result<std::map<std::string, unsigned>> parse_mig_minors(std::string_view text) {
+  std::map<std::string, unsigned> minors;
+  for (const std::string& line : split(text, '\n')) {
+    std::vector<std::string> fields = words(line);
+    if (fields.empty()) continue;
+    auto minor = fields.size() == 2 ? parse_decimal(fields[1]) : std::nullopt;
+    if (!minor || *minor > 0xfffff) return fail("mig-minors: not \"NAME MINOR\": \"{}\"", line);
+    minors.emplace(fields[0], static_cast<unsigned>(*minor));
+  }
   return minors;
 }
 
-std::vector<std::string> device_deny_rules(const std::vector<unsigned>& minors) {
+Result<std::vector<DeviceNumber>> denied_devices(const Machine& machine, const std::vector<unsigned>& gpus,
+                                                 std::string_view mig_uuid,
+                                                 const std::optional<MigCapabilities>& capabilities) {
+  std::vector<DeviceNumber> denied;
+  std::vector<std::string> own_capabilities;
+  bool own_mig_device_found = mig_uuid.empty();
+  for (const Gpu& gpu : machine.gpus) {
+    if (!gpu.minor_number) return fail("GPU {} has no minor number, so its device node is unknown", gpu.index);
+    if (std::find(gpus.begin(), gpus.end(), gpu.index) == gpus.end()) denied.push_back({kNvidiaMajor, *gpu.minor_number});
+    if (const MigDevice* own = mig_device_with_uuid(gpu, mig_uuid)) {
+      own_mig_device_found = true;
+      std::string instance = fmt::format("gpu{}/gi{}", *gpu.minor_number, own->gpu_instance_id);
+      own_capabilities = {instance + "/access", fmt::format("{}/ci{}/access", instance, own->compute_instance_id)};
+    }
+  }
+  if (!own_mig_device_found) return fail("MIG device {} is not on this machine", mig_uuid);
+  bool has_mig_devices = std::any_of(machine.gpus.begin(), machine.gpus.end(),
+                                     [](const Gpu& gpu) { return !gpu.mig_devices.empty(); });
+  if (capabilities && has_mig_devices) {
+    // Every instance on the machine as discovered, rather than every minor the driver could hand
+    // out (thousands): instances made later are nobody's lease until gpupoold starts again.
+    std::vector<std::string> names = {"config", "monitor"};
+    for (const Gpu& gpu : machine.gpus) {
+      for (const MigDevice& device : gpu.mig_devices) {
+        std::string instance = fmt::format("gpu{}/gi{}", *gpu.minor_number, device.gpu_instance_id);
+        names.push_back(instance + "/access");
+        names.push_back(fmt::format("{}/ci{}/access", instance, device.compute_instance_id));
+      }
+    }
+    for (const std::string& name : names) {
+      auto minor = capabilities->minors.find(name);
+      if (minor == capabilities->minors.end()) continue;
+      if (std::find(own_capabilities.begin(), own_capabilities.end(), name) != own_capabilities.end()) continue;
+      denied.push_back({capabilities->major, minor->second});
+    }
+  }
+  std::sort(denied.begin(), denied.end());
+  denied.erase(std::unique(denied.begin(), denied.end()), denied.end());
+  return denied;
+}
+
+std::vector<std::string> device_deny_rules(const std::vector<DeviceNumber>& denied) {
   std::vector<std::string> rules;
-  for (unsigned minor : minors) rules.push_back(fmt::format("c {}:{} rwm", kNvidiaMajor, minor));
+  for (const DeviceNumber& device : denied) rules.push_back(fmt::format("c {}:{} rwm", device.major, device.minor));
   return rules;
 }
 
-std::vector<bpf_insn> device_filter_program(const std::vector<unsigned>& minors) {
-  // The verifier refuses unreachable instructions: without a minor to deny, allow everything.
-  if (minors.empty()) return {move_imm(BPF_REG_0, 1), exit_insn()};
-  const auto count = static_cast<int16_t>(minors.size());
-  std::vector<bpf_insn> program;
+std::vector<bpf_insn> device_filter_program(const std::vector<DeviceNumber>& denied) {
+  // The verifier refuses unreachable instructions: without a device to deny, allow everything.
+  if (denied.empty()) return {move_imm(BPF_REG_0, 1), exit_insn()};
+  std::map<unsigned, std::vector<unsigned>> minors_by_major;
+  for (const DeviceNumber& device : denied) minors_by_major[device.major].push_back(device.minor);
   // r1 is the context, struct bpf_cgroup_dev_ctx {u32 access_type, major, minor}; access_type is
-  // (access << 16) | device type. Instructions 0-5 test the type and major, 6 .. 5+count compare
-  // the minor; `allow` is at 6+count, `deny` at 8+count. A jump counts from the next instruction.
-  const int16_t to_allow_from_type = static_cast<int16_t>(3 + count);   // from instruction 2
-  const int16_t to_allow_from_major = static_cast<int16_t>(1 + count);  // from instruction 4
+  // (access << 16) | device type. After the type test, r3 holds the major and r2 the minor; each
+  // major's block is "if r3 != MAJOR skip the block", then "if r2 == MINOR goto deny" per minor.
+  // Jumps are written with their targets as indices first and made relative at the end.
+  std::vector<bpf_insn> program;
+  std::vector<std::pair<size_t, int>> jumps;  // (instruction, target index; -1 allow, -2 deny)
+  constexpr int kAllow = -1, kDeny = -2;
   program.push_back(load_u32(BPF_REG_2, BPF_REG_1, offsetof(bpf_cgroup_dev_ctx, access_type)));
   program.push_back(and_imm32(BPF_REG_2, 0xffff));
-  program.push_back(jump_imm(BPF_JNE, BPF_REG_2, BPF_DEVCG_DEV_CHAR, to_allow_from_type));
-  program.push_back(load_u32(BPF_REG_2, BPF_REG_1, offsetof(bpf_cgroup_dev_ctx, major)));
-  program.push_back(jump_imm(BPF_JNE, BPF_REG_2, static_cast<int32_t>(kNvidiaMajor), to_allow_from_major));
+  jumps.emplace_back(program.size(), kAllow);
+  program.push_back(jump_imm(BPF_JNE, BPF_REG_2, BPF_DEVCG_DEV_CHAR, 0));
+  program.push_back(load_u32(BPF_REG_3, BPF_REG_1, offsetof(bpf_cgroup_dev_ctx, major)));
   program.push_back(load_u32(BPF_REG_2, BPF_REG_1, offsetof(bpf_cgroup_dev_ctx, minor)));
-  for (int16_t i = 0; i < count; ++i) {
-    program.push_back(jump_imm(BPF_JEQ, BPF_REG_2, static_cast<int32_t>(minors[static_cast<size_t>(i)]),
-                               static_cast<int16_t>(count + 1 - i)));
+  for (const auto& [major, minors] : minors_by_major) {
+    size_t next_block = program.size() + 1 + minors.size();
+    jumps.emplace_back(program.size(), static_cast<int>(next_block));
+    program.push_back(jump_imm(BPF_JNE, BPF_REG_3, static_cast<int32_t>(major), 0));
+    for (unsigned minor : minors) {
+      jumps.emplace_back(program.size(), kDeny);
+      program.push_back(jump_imm(BPF_JEQ, BPF_REG_2, static_cast<int32_t>(minor), 0));
+    }
   }
-  program.push_back(move_imm(BPF_REG_0, 1));  // allow
+  const size_t allow = program.size();
+  program.push_back(move_imm(BPF_REG_0, 1));
   program.push_back(exit_insn());
-  program.push_back(move_imm(BPF_REG_0, 0));  // deny
+  const size_t deny = program.size();
+  program.push_back(move_imm(BPF_REG_0, 0));
   program.push_back(exit_insn());
+  for (auto [at, target] : jumps) {
+    size_t to = target == kAllow ? allow : target == kDeny ? deny : static_cast<size_t>(target);
+    program[at].off = static_cast<int16_t>(static_cast<int64_t>(to) - static_cast<int64_t>(at) - 1);
+  }
   return program;
 }
 

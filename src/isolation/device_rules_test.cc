@@ -7,6 +7,8 @@
 #include <cstring>
 #include <map>
 
+#include <fmt/format.h>
+
 namespace gpupool {
 namespace {
 
@@ -88,21 +90,116 @@ Machine machine_with_minors(std::vector<std::optional<unsigned>> minors) {
   return machine;
 }
 
+// The GPU devices 195:N for minor numbers N.
+std::vector<DeviceNumber> gpu_nodes(std::vector<unsigned> minors) {
+  std::vector<DeviceNumber> nodes;
+  for (unsigned minor : minors) nodes.push_back({kNvidiaMajor, minor});
+  return nodes;
+}
+
 TEST(DeviceCgroupRules, DeniesEveryGpuButTheLeasedOnes) {
   Machine eight = machine_with_minors({0, 1, 2, 3, 4, 5, 6, 7});
-  EXPECT_EQ(*denied_minors(eight, {3}), (std::vector<unsigned>{0, 1, 2, 4, 5, 6, 7}));
-  EXPECT_EQ(*denied_minors(eight, {0, 1, 2, 3, 4, 5, 6, 7}), std::vector<unsigned>{});
-  EXPECT_EQ(*denied_minors(eight, {}), (std::vector<unsigned>{0, 1, 2, 3, 4, 5, 6, 7}));
+  EXPECT_EQ(*denied_devices(eight, {3}, "", std::nullopt), gpu_nodes({0, 1, 2, 4, 5, 6, 7}));
+  EXPECT_EQ(*denied_devices(eight, {0, 1, 2, 3, 4, 5, 6, 7}, "", std::nullopt), gpu_nodes({}));
+  EXPECT_EQ(*denied_devices(eight, {}, "", std::nullopt), gpu_nodes({0, 1, 2, 3, 4, 5, 6, 7}));
   // Minor numbers need not follow the indices (they follow the driver's probe order).
   Machine shuffled = machine_with_minors({5, 2, 7});
-  EXPECT_EQ(*denied_minors(shuffled, {1}), (std::vector<unsigned>{5, 7}));
-  auto unknown = denied_minors(machine_with_minors({0, std::nullopt}), {0});
+  EXPECT_EQ(*denied_devices(shuffled, {1}, "", std::nullopt), gpu_nodes({5, 7}));
+  auto unknown = denied_devices(machine_with_minors({0, std::nullopt}), {0}, "", std::nullopt);
   ASSERT_FALSE(unknown);
   EXPECT_EQ(unknown.error().message, "GPU 1 has no minor number, so its device node is unknown");
 }
 
+// The start of a real /proc/devices, with the caps driver's major that an H100 machine gave.
+constexpr const char* kProcDevices =
+    "Character devices:\n  1 mem\n  4 /dev/vc/0\n195 nvidia-frontend\n234 nvidia-uvm\n"
+    "237 nvidia-caps\n254 gpiochip\n\nBlock devices:\n  7 loop\n238 nvidia-caps\n";
+
+TEST(MigCapabilityNodes, MajorFromProcDevices) {
+  EXPECT_EQ(character_device_major(kProcDevices, "nvidia-caps"), 237u);  // not the block device's
+  EXPECT_EQ(character_device_major(kProcDevices, "nvidia-uvm"), 234u);
+  EXPECT_EQ(character_device_major(kProcDevices, "loop"), std::nullopt);
+  EXPECT_EQ(character_device_major("Character devices:\nx nvidia-caps\n", "nvidia-caps"), std::nullopt);
+  EXPECT_EQ(character_device_major("", "nvidia-caps"), std::nullopt);
+}
+
+TEST(MigCapabilityNodes, MinorsFile) {
+  auto minors = parse_mig_minors("config 1\nmonitor 2\ngpu0/gi0/access 3\ngpu0/gi0/ci0/access 4\n\n");
+  ASSERT_TRUE(minors) << minors.error().message;
+  EXPECT_EQ(*minors, (std::map<std::string, unsigned>{
+                         {"config", 1}, {"monitor", 2}, {"gpu0/gi0/access", 3}, {"gpu0/gi0/ci0/access", 4}}));
+  for (const char* bad : {"config\n", "config one\n", "config 1 2\n", "config -1\n", "config 99999999999\n"}) {
+    auto refused = parse_mig_minors(bad);
+    ASSERT_FALSE(refused) << bad;
+    EXPECT_NE(refused.error().message.find("mig-minors: not \"NAME MINOR\""), std::string::npos);
+  }
+}
+
+// Two GPUs (minor numbers 4 and 6): the first in MIG mode with GI 1 holding compute instances 0
+// and 1, and GI 2 one; the second a whole GPU. The minors are what the driver's numbering gives:
+// 3 + gpu * 135 + gi * 9 for a GPU instance's access, its compute instance ci's one more than ci.
+Machine mig_machine() {
+  Machine machine = machine_with_minors({4, 6});
+  machine.gpus[0].mig_devices = {MigDevice{.index = 0, .uuid = "MIG-a", .gpu_instance_id = 1, .compute_instance_id = 0},
+                                 MigDevice{.index = 1, .uuid = "MIG-b", .gpu_instance_id = 1, .compute_instance_id = 1},
+                                 MigDevice{.index = 2, .uuid = "MIG-c", .gpu_instance_id = 2, .compute_instance_id = 0}};
+  return machine;
+}
+
+MigCapabilities mig_capabilities() {
+  MigCapabilities capabilities{237, {{"config", 1}, {"monitor", 2}}};
+  for (unsigned gpu : {4u, 6u}) {
+    for (unsigned gi = 0; gi < 15; ++gi) {
+      unsigned base = 3 + gpu * 135 + gi * 9;
+      capabilities.minors[fmt::format("gpu{}/gi{}/access", gpu, gi)] = base;
+      for (unsigned ci = 0; ci < 8; ++ci) capabilities.minors[fmt::format("gpu{}/gi{}/ci{}/access", gpu, gi, ci)] = base + 1 + ci;
+    }
+  }
+  return capabilities;
+}
+
+std::vector<DeviceNumber> caps(std::vector<unsigned> minors) {
+  std::vector<DeviceNumber> nodes;
+  for (unsigned minor : minors) nodes.push_back({237, minor});
+  return nodes;
+}
+
+std::vector<DeviceNumber> joined(std::vector<DeviceNumber> a, const std::vector<DeviceNumber>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  std::sort(a.begin(), a.end());
+  return a;
+}
+
+TEST(MigCapabilityNodes, AJobOpensItsOwnInstancesAndNoOther) {
+  Machine machine = mig_machine();
+  MigCapabilities capabilities = mig_capabilities();
+  // gpu4's GI 1: 552 (access), 553 and 554 (its CIs 0 and 1); GI 2: 561, and 562 (its CI 0).
+  auto on_a = denied_devices(machine, {0}, "MIG-a", capabilities);
+  ASSERT_TRUE(on_a) << on_a.error().message;
+  EXPECT_EQ(*on_a, joined(gpu_nodes({6}), caps({1, 2, 554, 561, 562})));
+  // Another compute instance of the same GPU instance: the GI's node is needed by both.
+  EXPECT_EQ(*denied_devices(machine, {0}, "MIG-b", capabilities), joined(gpu_nodes({6}), caps({1, 2, 553, 561, 562})));
+  EXPECT_EQ(*denied_devices(machine, {0}, "MIG-c", capabilities),
+            joined(gpu_nodes({6}), caps({1, 2, 552, 553, 554})));
+  // A whole GPU's job opens no MIG device at all.
+  EXPECT_EQ(*denied_devices(machine, {1}, "", capabilities),
+            joined(gpu_nodes({4}), caps({1, 2, 552, 553, 554, 561, 562})));
+  // A machine without MIG devices keeps its capability nodes open, as without MIG at all.
+  EXPECT_EQ(*denied_devices(machine_with_minors({4, 6}), {1}, "", capabilities), gpu_nodes({4}));
+  // Without capability nodes (an older driver, MIG never set up), only GPUs are denied.
+  EXPECT_EQ(*denied_devices(machine, {0}, "MIG-a", std::nullopt), gpu_nodes({6}));
+  // A name the driver's file does not list is left out rather than guessed.
+  MigCapabilities without_config = capabilities;
+  without_config.minors.erase("config");
+  EXPECT_EQ(*denied_devices(machine, {0}, "MIG-a", without_config), joined(gpu_nodes({6}), caps({2, 554, 561, 562})));
+  auto gone = denied_devices(machine, {0}, "MIG-z", capabilities);
+  ASSERT_FALSE(gone);
+  EXPECT_EQ(gone.error().message, "MIG device MIG-z is not on this machine");
+}
+
 TEST(DeviceCgroupRules, V1DenyLines) {
-  EXPECT_EQ(device_deny_rules({0, 6}), (std::vector<std::string>{"c 195:0 rwm", "c 195:6 rwm"}));
+  EXPECT_EQ(device_deny_rules({{195, 0}, {195, 6}, {237, 12}}),
+            (std::vector<std::string>{"c 195:0 rwm", "c 195:6 rwm", "c 237:12 rwm"}));
   EXPECT_TRUE(device_deny_rules({}).empty());
 }
 
@@ -164,7 +261,7 @@ void expect_all_reachable(const std::vector<bpf_insn>& program) {
 }
 
 TEST(DeviceCgroupProgram, DeniesExactlyTheListedNvidiaMinors) {
-  auto program = device_filter_program({1, 3, 7});
+  auto program = device_filter_program(gpu_nodes({1, 3, 7}));
   expect_all_reachable(program);
   for (unsigned minor = 0; minor < 10; ++minor) {
     bool denied = minor == 1 || minor == 3 || minor == 7;
@@ -179,19 +276,35 @@ TEST(DeviceCgroupProgram, DeniesExactlyTheListedNvidiaMinors) {
   EXPECT_EQ(run_filter(program, access(BPF_DEVCG_DEV_CHAR, 1, 3)), 1);      // /dev/null
 }
 
+TEST(DeviceCgroupProgram, KeepsEachMajorsMinorsApart) {
+  auto program = device_filter_program({{195, 1}, {237, 2}, {237, 554}});
+  expect_all_reachable(program);
+  EXPECT_EQ(run_filter(program, access(BPF_DEVCG_DEV_CHAR, 195, 1)), 0);
+  EXPECT_EQ(run_filter(program, access(BPF_DEVCG_DEV_CHAR, 237, 2)), 0);
+  EXPECT_EQ(run_filter(program, access(BPF_DEVCG_DEV_CHAR, 237, 554)), 0);
+  EXPECT_EQ(run_filter(program, access(BPF_DEVCG_DEV_CHAR, 195, 2)), 1);
+  EXPECT_EQ(run_filter(program, access(BPF_DEVCG_DEV_CHAR, 237, 1)), 1);
+  EXPECT_EQ(run_filter(program, access(BPF_DEVCG_DEV_CHAR, 237, 553)), 1);
+  EXPECT_EQ(run_filter(program, access(BPF_DEVCG_DEV_BLOCK, 237, 2)), 1);
+}
+
 TEST(DeviceCgroupProgram, EmptySetAllowsEverything) {
   auto program = device_filter_program({});
   expect_all_reachable(program);
   EXPECT_EQ(run_filter(program, access(BPF_DEVCG_DEV_CHAR, 195, 0)), 1);
 }
 
-RC_GTEST_PROP(DeviceCgroupProgram, AgreesWithTheSet, (std::vector<uint8_t> raw, uint8_t minor, bool block)) {
-  std::vector<unsigned> minors(raw.begin(), raw.end());
-  std::sort(minors.begin(), minors.end());
-  minors.erase(std::unique(minors.begin(), minors.end()), minors.end());
-  auto program = device_filter_program(minors);
-  bool listed = std::find(minors.begin(), minors.end(), minor) != minors.end();
-  auto answer = run_filter(program, access(block ? BPF_DEVCG_DEV_BLOCK : BPF_DEVCG_DEV_CHAR, 195, minor));
+RC_GTEST_PROP(DeviceCgroupProgram, AgreesWithTheSet,
+              (std::vector<std::pair<bool, uint8_t>> raw, bool caps_major, uint8_t minor, bool block)) {
+  // Two majors, so the blocks of each major and the jumps between them are exercised.
+  std::vector<DeviceNumber> denied;
+  for (auto [second_major, m] : raw) denied.push_back({second_major ? 237u : 195u, m});
+  std::sort(denied.begin(), denied.end());
+  denied.erase(std::unique(denied.begin(), denied.end()), denied.end());
+  auto program = device_filter_program(denied);
+  DeviceNumber asked{caps_major ? 237u : 195u, minor};
+  bool listed = std::find(denied.begin(), denied.end(), asked) != denied.end();
+  auto answer = run_filter(program, access(block ? BPF_DEVCG_DEV_BLOCK : BPF_DEVCG_DEV_CHAR, asked.major, asked.minor));
   RC_ASSERT(answer.has_value());
   RC_ASSERT(*answer == (listed && !block ? 0 : 1));
 }

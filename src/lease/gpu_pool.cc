@@ -70,11 +70,11 @@ Result<std::vector<GpuAvailability>> survey_pool(const Machine& machine, const L
       if (device_hold.exclusive) a.mig_taken.push_back(device.uuid);
     }
     for (const LeaseRecord& r : records) {
-      auto device = std::ranges::find(gpu.mig_devices, r.uuid, &MigDevice::uuid);
-      if (r.uuid != gpu.uuid && device == gpu.mig_devices.end()) continue;
-      std::string slice = r.slice_mib                          ? fmt::format(", {} MiB", *r.slice_mib)
-                          : device != gpu.mig_devices.end() ? fmt::format(", MIG {}:{}", gpu.index, device->index)
-                                                            : "";
+      const MigDevice* device = mig_device_with_uuid(gpu, r.uuid);
+      if (r.uuid != gpu.uuid && device == nullptr) continue;
+      std::string slice = r.slice_mib          ? fmt::format(", {} MiB", *r.slice_mib)
+                          : device != nullptr ? fmt::format(", MIG {}:{}", gpu.index, device->index)
+                                              : "";
       who.push_back(fmt::format("{} ({}{})", r.holder.user, r.holder.job, slice));
     }
     uint64_t leased_mib = hold.exclusive ? gpu.memory_total_mib.value_or(0) : hold.shared_mib;

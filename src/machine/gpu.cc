@@ -14,6 +14,14 @@ const char* to_string(ComputeMode mode) {
   return "unknown";
 }
 
+const MigDevice* mig_device_with_uuid(const Gpu& gpu, std::string_view uuid) {
+  if (uuid.empty()) return nullptr;
+  for (const MigDevice& device : gpu.mig_devices) {
+    if (device.uuid == uuid) return &device;
+  }
+  return nullptr;
+}
+
 const char* to_string(ProcessKind kind) {
   switch (kind) {
     case ProcessKind::Compute: return "compute";

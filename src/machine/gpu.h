@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "machine/gpu_readings.h"
@@ -42,14 +43,14 @@ struct GpuProcess {
 // as a device of its own (docs/mig.md).
 struct MigDevice {
   unsigned index = 0;  // NVML's MIG device index under its GPU
-  std::string uuid;    // "MIG-...", as nvidia-smi -L prints it
+  std::string uuid = {};  // "MIG-...", as nvidia-smi -L prints it
   unsigned gpu_instance_id = 0;
   unsigned compute_instance_id = 0;
   unsigned gpu_slices = 0;      // the GPU instance's compute slices: the "3g" of "3g.71gb"
   unsigned compute_slices = 0;  // the compute instance's; fewer than gpu_slices: "1c.3g.71gb"
   uint64_t memory_mib = 0;      // the GPU instance's memory
   unsigned multiprocessors = 0;
-  std::string profile;  // as nvidia-smi names it: "1g.18gb" (machine/mig_profile.h)
+  std::string profile = {};  // as nvidia-smi names it: "1g.18gb" (machine/mig_profile.h)
   friend bool operator==(const MigDevice&, const MigDevice&) = default;
 };
 
@@ -91,6 +92,9 @@ struct Machine {
   // links[i][j] between gpus[i] and gpus[j]; the diagonal is unused.
   std::vector<std::vector<Link>> links;
 };
+
+// The MIG device of `gpu` with that UUID; nullptr when it has none (an empty UUID included).
+const MigDevice* mig_device_with_uuid(const Gpu& gpu, std::string_view uuid);
 
 const char* to_string(ComputeMode mode);
 const char* to_string(ProcessKind kind);

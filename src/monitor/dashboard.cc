@@ -194,8 +194,8 @@ std::vector<ScreenLine> details_section(const DashboardInput& input, const Gpu& 
   for (const CardLease& lease : input.leases) {
     if (lease.gpu != gpu.index) continue;
     std::string what = lease.slice_mib ? fmt::format(", {} MiB slice", *lease.slice_mib) : "";
-    for (const MigDevice& device : gpu.mig_devices) {
-      if (device.uuid == lease.mig_uuid) what = fmt::format(", MIG device {}:{} ({})", gpu.index, device.index, device.profile);
+    if (const MigDevice* device = mig_device_with_uuid(gpu, lease.mig_uuid)) {
+      what = fmt::format(", MIG device {}:{} ({})", gpu.index, device->index, device->profile);
     }
     text.push_back(fmt::format("lease: {}, pid {}{}", lease_holder_text(lease.job, lease.user), lease.pid, what));
   }

@@ -214,9 +214,7 @@ std::vector<RunningJob> Monitor::running_jobs(const QueueView& view) const {
       const Gpu& gpu = machine_.gpus[job.gpus.front()];
       memory = gpu.memory_total_mib;
       // A MIG device counts as its share of the GPU's memory, as a slice does.
-      for (const MigDevice& device : gpu.mig_devices) {
-        if (device.uuid == job.mig_uuid) held_mib = device.memory_mib;
-      }
+      if (const MigDevice* device = mig_device_with_uuid(gpu, job.mig_uuid)) held_mib = device->memory_mib;
     }
     running.push_back(RunningJob{job.id, job.user, job.name, job.gpus, gpu_share(held_mib, memory), job.start_time});
   }

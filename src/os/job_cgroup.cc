@@ -99,11 +99,11 @@ Result<std::string> own_directory(const std::optional<CgroupMount>& mount, const
 }
 
 // Makes base and a probe cgroup in it with the rules, goes in and out, and removes it again.
-Result<void> probe(CgroupFiles& files, const DeviceIsolation& isolation, const std::vector<unsigned>& minors) {
+Result<void> probe(CgroupFiles& files, const DeviceIsolation& isolation, const std::vector<DeviceNumber>& denied) {
   TRY(files.make_directory(isolation.base));
   std::string group = isolation.base + "/" + kProbeGroup;
   auto tried = [&]() -> Result<void> {
-    TRY(create_attempt_group(files, isolation.mechanism, group, minors));
+    TRY(create_attempt_group(files, isolation.mechanism, group, denied));
     TRY(join_group(files, group));
     return join_group(files, isolation.home);
   }();
@@ -128,7 +128,7 @@ std::optional<IsolationMechanism> parse_isolation_mechanism(std::string_view tex
 std::unique_ptr<CgroupFiles> system_cgroup_files() { return std::make_unique<SystemCgroupFiles>(); }
 
 Result<DeviceIsolation> find_device_isolation(const HostFiles& host, CgroupFiles& files, std::string_view group_name,
-                                              const std::vector<unsigned>& probe_minors) {
+                                              const std::vector<DeviceNumber>& probe_denied) {
   auto mountinfo = host.read("/proc/self/mountinfo");
   auto own = host.read("/proc/self/cgroup");
   if (!mountinfo || !own) return fail("cannot read /proc/self/mountinfo and /proc/self/cgroup");
@@ -146,7 +146,7 @@ Result<DeviceIsolation> find_device_isolation(const HostFiles& host, CgroupFiles
       continue;
     }
     DeviceIsolation isolation{mechanism, *home, *home + "/" + std::string(group_name)};
-    if (auto works = probe(files, isolation, probe_minors); !works) {
+    if (auto works = probe(files, isolation, probe_denied); !works) {
       why_not.push_back(fmt::format("{}: {}", to_string(mechanism), works.error().message));
       continue;
     }
@@ -157,16 +157,26 @@ Result<DeviceIsolation> find_device_isolation(const HostFiles& host, CgroupFiles
   return fail("{}", reasons);
 }
 
+Result<std::optional<MigCapabilities>> read_mig_capabilities(const HostFiles& host) {
+  auto minors_text = host.read("/proc/driver/nvidia-caps/mig-minors");
+  if (!minors_text) return std::optional<MigCapabilities>();
+  auto devices = host.read("/proc/devices");
+  auto major = devices ? character_device_major(*devices, "nvidia-caps") : std::nullopt;
+  if (!major) return fail("/proc/driver/nvidia-caps/mig-minors is there, but /proc/devices has no nvidia-caps driver");
+  TRY_ASSIGN(auto minors, parse_mig_minors(*minors_text));
+  return std::optional<MigCapabilities>(MigCapabilities{*major, std::move(minors)});
+}
+
 Result<void> create_attempt_group(CgroupFiles& files, IsolationMechanism mechanism, const std::string& group,
-                                  const std::vector<unsigned>& minors) {
+                                  const std::vector<DeviceNumber>& denied) {
   // A fresh one: a group of the same name left by an attempt that never started (the daemon
   // starts it again under the same number) has the rules of other GPUs, and rules only add up.
   TRY_ASSIGN(bool gone, files.remove_directory(group));
   if (!gone) return fail("{} is still in use", group);
   TRY(files.make_directory(group));
   auto ruled = [&]() -> Result<void> {
-    if (mechanism == IsolationMechanism::CgroupV2) return files.attach_device_filter(group, device_filter_program(minors));
-    for (const std::string& rule : device_deny_rules(minors)) TRY(files.write(group + "/devices.deny", rule));
+    if (mechanism == IsolationMechanism::CgroupV2) return files.attach_device_filter(group, device_filter_program(denied));
+    for (const std::string& rule : device_deny_rules(denied)) TRY(files.write(group + "/devices.deny", rule));
     return {};
   }();
   if (!ruled) (void)files.remove_directory(group);  // a cgroup without its rules must not be joined

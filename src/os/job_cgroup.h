@@ -50,19 +50,26 @@ struct DeviceIsolation {
   IsolationMechanism mechanism = IsolationMechanism::CgroupV1;
   std::string home;  // the daemon's own cgroup directory: a supervisor goes back there at the end
   std::string base;  // HOME/gpupoold.HASH (isolation_group_name): the jobs' cgroups
+  // The MIG devices' capability nodes, kept to each job's own; nullopt where the driver has none.
+  std::optional<MigCapabilities> mig_capabilities = std::nullopt;
 };
+
+// The MIG capability nodes, from /proc/devices and /proc/driver/nvidia-caps/mig-minors (read
+// through `host`); nullopt where the driver makes none (no MIG support, or an older driver).
+// An error when they are there but cannot be understood.
+Result<std::optional<MigCapabilities>> read_mig_capabilities(const HostFiles& host);
 
 // Finds a mechanism from /proc/self/mountinfo and /proc/self/cgroup (read through `host`): the
 // devices controller of cgroup v1 when it is mounted, else cgroup v2. Proves it works by making
-// a cgroup "probe" in `base` with `probe_minors` denied, moving this process in and back out,
+// a cgroup "probe" in `base` with `probe_denied` denied, moving this process in and back out,
 // and removing it. The error says why neither works.
 Result<DeviceIsolation> find_device_isolation(const HostFiles& host, CgroupFiles& files, std::string_view group_name,
-                                              const std::vector<unsigned>& probe_minors);
+                                              const std::vector<DeviceNumber>& probe_denied);
 
 // Makes one attempt's cgroup at `group` (a directory in DeviceIsolation::base) with access to
-// 195:N denied for each of `minors`, replacing an empty one of that name. Nothing joins it yet.
+// each of `denied` denied, replacing an empty one of that name. Nothing joins it yet.
 Result<void> create_attempt_group(CgroupFiles& files, IsolationMechanism mechanism, const std::string& group,
-                                  const std::vector<unsigned>& minors);
+                                  const std::vector<DeviceNumber>& denied);
 
 // Moves the calling process (all its threads) into the cgroup at `directory`.
 Result<void> join_group(CgroupFiles& files, const std::string& directory);

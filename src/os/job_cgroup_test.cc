@@ -82,7 +82,7 @@ constexpr const char* kHybridCgroups = "5:devices:/system.slice/gpupoold.service
 TEST(DeviceIsolationFind, PrefersCgroupV1AndProbesIt) {
   FakeProc proc(kHybridMounts, kHybridCgroups);
   FakeCgroupFiles files;
-  auto found = find_device_isolation(proc.host(), files, "gpupoold.0000abcd", {0, 1});
+  auto found = find_device_isolation(proc.host(), files, "gpupoold.0000abcd", {{195, 0}, {195, 1}});
   ASSERT_TRUE(found) << found.error().message;
   const std::string home = "/sys/fs/cgroup/devices/system.slice/gpupoold.service";
   EXPECT_EQ(found->mechanism, IsolationMechanism::CgroupV1);
@@ -101,49 +101,72 @@ TEST(DeviceIsolationFind, FallsBackToCgroupV2WithAFilterProgram) {
   FakeProc proc(kHybridMounts, kHybridCgroups);
   FakeCgroupFiles files;
   files.refuse.insert("/sys/fs/cgroup/devices/system.slice/gpupoold.service/g");
-  auto found = find_device_isolation(proc.host(), files, "g", {4});
+  auto found = find_device_isolation(proc.host(), files, "g", {{195, 4}});
   ASSERT_TRUE(found) << found.error().message;
   EXPECT_EQ(found->mechanism, IsolationMechanism::CgroupV2);
   EXPECT_EQ(found->base, "/sys/fs/cgroup/unified/system.slice/gpupoold.service/g");
-  EXPECT_EQ(files.attached.at(found->base + "/probe"), device_filter_program({4}).size());
+  EXPECT_EQ(files.attached.at(found->base + "/probe"), device_filter_program({{195, 4}}).size());
 }
 
 TEST(DeviceIsolationFind, SaysWhyNothingWorks) {
   FakeProc proc("40 30 0:37 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n", "0::/a\n");
   FakeCgroupFiles files;
   files.refuse.insert("/sys/fs/cgroup/a/g/probe#bpf");
-  auto found = find_device_isolation(proc.host(), files, "g", {0});
+  auto found = find_device_isolation(proc.host(), files, "g", {{195, 0}});
   ASSERT_FALSE(found);
   EXPECT_EQ(found.error().message,
             "no cgroup v1 devices controller is mounted; cgroup v2: cannot load the device filter (bpf): "
             "Operation not permitted");
   EXPECT_EQ(files.removed, std::vector<std::string>{"/sys/fs/cgroup/a/g/probe"});  // nothing left behind
   FakeProc outside("35 30 0:32 /docker/x /sys/fs/cgroup/devices rw - cgroup cgroup rw,devices\n", "5:devices:/other\n");
-  auto not_ours = find_device_isolation(outside.host(), files, "g", {0});
+  auto not_ours = find_device_isolation(outside.host(), files, "g", {{195, 0}});
   ASSERT_FALSE(not_ours);
   EXPECT_EQ(not_ours.error().message,
             "the daemon's cgroup /other is outside the cgroup v1 devices controller mounted at "
             "/sys/fs/cgroup/devices; no cgroup v2 hierarchy is mounted");
   FakeCgroupFiles unread;
-  EXPECT_FALSE(find_device_isolation(HostFiles("/nonexistent-root"), unread, "g", {0}));
+  EXPECT_FALSE(find_device_isolation(HostFiles("/nonexistent-root"), unread, "g", {{195, 0}}));
 }
 
 TEST(DeviceIsolationGroups, AnAttemptsGroupWithoutItsRulesIsRemoved) {
   FakeCgroupFiles files;
-  ASSERT_TRUE(create_attempt_group(files, IsolationMechanism::CgroupV1, "/cg/base/job-1.1", {2}));
+  ASSERT_TRUE(create_attempt_group(files, IsolationMechanism::CgroupV1, "/cg/base/job-1.1", {{195, 2}}));
   EXPECT_EQ(files.writes.back(), (std::pair<std::string, std::string>{"/cg/base/job-1.1/devices.deny", "c 195:2 rwm"}));
   // One left with other rules (an attempt that never started) is replaced; one in use is refused.
   files.writes.clear();
-  ASSERT_TRUE(create_attempt_group(files, IsolationMechanism::CgroupV1, "/cg/base/job-1.1", {3}));
+  ASSERT_TRUE(create_attempt_group(files, IsolationMechanism::CgroupV1, "/cg/base/job-1.1", {{195, 3}}));
   EXPECT_EQ(files.removed, std::vector<std::string>{"/cg/base/job-1.1"});
   EXPECT_EQ(files.writes, (std::vector<std::pair<std::string, std::string>>{{"/cg/base/job-1.1/devices.deny", "c 195:3 rwm"}}));
   files.busy.insert("/cg/base/job-1.1");
-  auto in_use = create_attempt_group(files, IsolationMechanism::CgroupV1, "/cg/base/job-1.1", {3});
+  auto in_use = create_attempt_group(files, IsolationMechanism::CgroupV1, "/cg/base/job-1.1", {{195, 3}});
   ASSERT_FALSE(in_use);
   EXPECT_EQ(in_use.error().message, "/cg/base/job-1.1 is still in use");
   files.refuse.insert("/cg/base/job-2.1/devices.deny");
-  EXPECT_FALSE(create_attempt_group(files, IsolationMechanism::CgroupV1, "/cg/base/job-2.1", {2}));
+  EXPECT_FALSE(create_attempt_group(files, IsolationMechanism::CgroupV1, "/cg/base/job-2.1", {{195, 2}}));
   EXPECT_EQ(files.directories, std::set<std::string>{"/cg/base/job-1.1"});
+}
+
+TEST(DeviceIsolationMig, CapabilityNodesFromTheDriversFiles) {
+  FakeProc proc("", "");
+  const std::string root = proc.host().root();
+  // No mig-minors: a driver without MIG capability nodes.
+  auto none = read_mig_capabilities(proc.host());
+  ASSERT_TRUE(none) << none.error().message;
+  EXPECT_EQ(*none, std::nullopt);
+  std::filesystem::create_directories(root + "/proc/driver/nvidia-caps");
+  std::ofstream(root + "/proc/driver/nvidia-caps/mig-minors") << "config 1\nmonitor 2\ngpu0/gi1/access 12\n";
+  auto no_major = read_mig_capabilities(proc.host());
+  ASSERT_FALSE(no_major);
+  EXPECT_EQ(no_major.error().message,
+            "/proc/driver/nvidia-caps/mig-minors is there, but /proc/devices has no nvidia-caps driver");
+  std::ofstream(root + "/proc/devices") << "Character devices:\n195 nvidia-frontend\n237 nvidia-caps\n";
+  auto found = read_mig_capabilities(proc.host());
+  ASSERT_TRUE(found) << found.error().message;
+  ASSERT_TRUE(found->has_value());
+  EXPECT_EQ((*found)->major, 237u);
+  EXPECT_EQ((*found)->minors.at("gpu0/gi1/access"), 12u);
+  std::ofstream(root + "/proc/driver/nvidia-caps/mig-minors") << "config\n";
+  EXPECT_FALSE(read_mig_capabilities(proc.host()));
 }
 
 TEST(DeviceIsolationGroups, StaleGroupsGoExceptRunningAndBusyOnes) {
@@ -184,10 +207,10 @@ std::optional<DeviceNodes> device_node_directory() {
   return std::nullopt;
 }
 
-// errno of opening 195:minor from inside `group` (0: it opened).
-int open_errno_inside(CgroupFiles& files, const std::string& group, const std::string& nodes, unsigned minor) {
-  std::string node = fmt::format("{}/nvidia{}", nodes, minor);
-  mknod(node.c_str(), S_IFCHR | 0600, makedev(kNvidiaMajor, minor));
+// errno of opening the device from inside `group` (0: it opened).
+int open_errno_inside(CgroupFiles& files, const std::string& group, const std::string& nodes, DeviceNumber device) {
+  std::string node = fmt::format("{}/node-{}-{}", nodes, device.major, device.minor);
+  mknod(node.c_str(), S_IFCHR | 0600, makedev(device.major, device.minor));
   pid_t child = fork();
   if (child == 0) {
     if (!join_group(files, group)) _exit(255);
@@ -212,16 +235,22 @@ void expect_kernel_denies(IsolationMechanism mechanism) {
   auto nodes = device_node_directory();
   if (!nodes) GTEST_SKIP() << "no directory where device nodes can be opened";
   std::string group = fmt::format("{}/gpupool-unit-test-{}", *home, getpid());
-  // Minors above any real GPU's, so a GPU of this machine is never touched.
-  auto created = create_attempt_group(*files, mechanism, group, {201, 203});
+  // Minors above any real GPU's, so a GPU of this machine is never touched; and a second major as
+  // MIG capability nodes have (240, for local use, whatever answers it here).
+  auto created = create_attempt_group(*files, mechanism, group, {{kNvidiaMajor, 201}, {kNvidiaMajor, 203}, {240, 7}});
   if (!created) {
     std::filesystem::remove_all(nodes->directory);
     GTEST_SKIP() << created.error().message;  // e.g. a container without the right to
   }
-  EXPECT_EQ(open_errno_inside(*files, group, nodes->directory, 203), EPERM);
-  EXPECT_EQ(open_errno_inside(*files, group, nodes->directory, 201), EPERM);
-  EXPECT_EQ(open_errno_inside(*files, group, nodes->directory, 202), nodes->allowed_errno);
-  EXPECT_EQ(open_errno_inside(*files, home.value(), nodes->directory, 203), nodes->allowed_errno);  // outside
+  EXPECT_EQ(open_errno_inside(*files, group, nodes->directory, {kNvidiaMajor, 203}), EPERM);
+  EXPECT_EQ(open_errno_inside(*files, group, nodes->directory, {kNvidiaMajor, 201}), EPERM);
+  EXPECT_EQ(open_errno_inside(*files, group, nodes->directory, {kNvidiaMajor, 202}), nodes->allowed_errno);
+  EXPECT_EQ(open_errno_inside(*files, home.value(), nodes->directory, {kNvidiaMajor, 203}), nodes->allowed_errno);  // outside
+  EXPECT_EQ(open_errno_inside(*files, group, nodes->directory, {240, 7}), EPERM);
+  int other_minor_outside = open_errno_inside(*files, home.value(), nodes->directory, {240, 8});
+  EXPECT_NE(other_minor_outside, EPERM);
+  EXPECT_EQ(open_errno_inside(*files, group, nodes->directory, {240, 8}), other_minor_outside);
+  EXPECT_EQ(open_errno_inside(*files, group, nodes->directory, {kNvidiaMajor, 7}), nodes->allowed_errno);
   auto removed = files->remove_directory(group);
   ASSERT_TRUE(removed);
   EXPECT_TRUE(*removed);

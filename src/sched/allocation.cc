@@ -262,8 +262,8 @@ std::vector<std::string> mig_environment(const Machine& machine, const LeasedDev
     const Gpu& gpu = machine.gpus.at(index);
     env.push_back(fmt::format("GPUPOOL_GPU_UUIDS={}", gpu.uuid));
     env.push_back(fmt::format("GPUPOOL_MIG_UUID={}", leased.mig_uuid));
-    for (const MigDevice& device : gpu.mig_devices) {
-      if (device.uuid == leased.mig_uuid) env.push_back(fmt::format("GPUPOOL_MEM_MIB={}", device.memory_mib));
+    if (const MigDevice* device = mig_device_with_uuid(gpu, leased.mig_uuid)) {
+      env.push_back(fmt::format("GPUPOOL_MEM_MIB={}", device->memory_mib));
     }
   }
   return env;

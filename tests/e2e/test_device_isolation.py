@@ -47,6 +47,25 @@ print(json.dumps({"open": result, "cgroups": cgroups}))
 """
 
 
+# The MIG capability nodes of hgx-h200-mig's devices, and the driver's own two.
+CAPS_MAJOR = 240  # for local use: nothing answers it here, so an allowed open fails with ENXIO
+MIG_CAPS = {"config": 1, "monitor": 2, "gpu0/gi1/access": 12, "gpu0/gi1/ci0/access": 13,
+            "gpu0/gi2/access": 21, "gpu0/gi2/ci0/access": 22}
+
+# Opens the capability nodes named in argv[2] ({name: minor}); prints {"name": errno or 0} and
+# the job's GPUPOOL_MIG_UUID.
+OPEN_CAPS = r"""
+import json, os, sys
+result = {}
+for name, minor in json.loads(sys.argv[2]).items():
+    try:
+        os.close(os.open(os.path.join(sys.argv[1], f"nvidia-cap{minor}"), os.O_RDONLY))
+        result[name] = 0
+    except OSError as e:
+        result[name] = e.errno
+print(json.dumps({"open": result, "mig": os.environ.get("GPUPOOL_MIG_UUID")}))
+"""
+
 ALLOWED = (0, errno.ENXIO, errno.ENODEV)  # what opening a node gives where the cgroup allows it
 
 
@@ -196,6 +215,61 @@ class DeviceIsolationTest(unittest.TestCase):
             with open(release, "w"):
                 pass
             wait_until(lambda: not os.path.exists(group), timeout=12, what="the emptied cgroup's removal")
+
+    def mig_host_root(self):
+        """A host root (GPUPOOL_HOST_ROOT) whose driver has MIG capability nodes, numbered as the
+        driver numbers them, with CAPS_MAJOR for nvidia-caps; and those nodes in self.nodes."""
+        root = tempfile.mkdtemp(prefix="gpupool-host-root-")
+        self.addCleanup(shutil.rmtree, root, ignore_errors=True)
+        os.makedirs(os.path.join(root, "proc/driver/nvidia-caps"))
+        with open(os.path.join(root, "proc/devices"), "w") as f:
+            f.write(f"Character devices:\n  1 mem\n195 nvidia-frontend\n{CAPS_MAJOR} nvidia-caps\n\n"
+                    "Block devices:\n  7 loop\n")
+        lines = ["config 1", "monitor 2"]
+        for gpu in range(GPUS):
+            for gi in range(15):
+                base = 3 + gpu * 135 + gi * 9
+                lines.append(f"gpu{gpu}/gi{gi}/access {base}")
+                lines += [f"gpu{gpu}/gi{gi}/ci{ci}/access {base + 1 + ci}" for ci in range(8)]
+        with open(os.path.join(root, "proc/driver/nvidia-caps/mig-minors"), "w") as f:
+            f.write("\n".join(lines) + "\n")
+        for minor in MIG_CAPS.values():
+            os.mknod(os.path.join(self.nodes, f"nvidia-cap{minor}"), stat.S_IFCHR | 0o666,
+                     os.makedev(CAPS_MAJOR, minor))
+        return root
+
+    def caps_job(self, daemon, *options):
+        """Submits a job that opens every MIG capability node of MIG_CAPS; returns (the job as shown,
+        {name: "allowed" or "denied"}, its GPUPOOL_MIG_UUID)."""
+        job = daemon.submit(*options, "--", "python3", "-c", OPEN_CAPS, self.nodes, json.dumps(MIG_CAPS))
+        [shown] = daemon.finish(job)
+        self.assertEqual(shown["state"], "done", shown)
+        with open(os.path.join(daemon.state_dir, "logs", f"{job}.out")) as f:
+            seen = json.loads(f.read())
+        return shown, verdicts(seen["open"]), seen["mig"]
+
+    def test_a_mig_job_opens_its_own_mig_device_and_no_other(self):
+        # hgx-h200-mig: GPU 0 (minor 0) as GPU instances 1 and 2, each with compute instance 0.
+        with Daemon(sim="hgx-h200-mig", env={"GPUPOOL_HOST_ROOT": self.mig_host_root()}) as daemon:
+            self.isolating(daemon)
+            self.assertIn(f"each MIG job opens only its own MIG device's capability nodes (nvidia-caps, major {CAPS_MAJOR})",
+                          daemon.log_text())
+            owners = {}
+            for profile in ("4g.71gb", "3g.71gb"):
+                _, opened, mig = self.caps_job(daemon, "--mig", profile)
+                owners[mig] = opened
+                own = {name for name, verdict in opened.items() if verdict == "allowed"}
+                # Its GPU instance's node and its compute instance's: gi1 or gi2 alone.
+                self.assertIn(own, ({"gpu0/gi1/access", "gpu0/gi1/ci0/access"},
+                                    {"gpu0/gi2/access", "gpu0/gi2/ci0/access"}), opened)
+            self.assertEqual(len(owners), 2, "the two profiles are two devices")
+            allowed = [frozenset(n for n, v in o.items() if v == "allowed") for o in owners.values()]
+            self.assertNotEqual(allowed[0], allowed[1])
+            # A whole GPU's job opens no MIG device, nor the driver's config and monitor nodes.
+            shown, opened, mig = self.caps_job(daemon, "-g", "1")
+            self.assertNotEqual(shown["gpus"], [0])
+            self.assertEqual(mig, None)
+            self.assertEqual(set(opened.values()), {"denied"}, opened)
 
     def test_off_leaves_every_gpu_open(self):
         with Daemon(config='device_isolation = "off"\n') as daemon:
