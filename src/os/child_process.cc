@@ -130,7 +130,7 @@ int exit_code_from_status(int status) {
   return 1;
 }
 
-ChildEnd wait_forwarding_signals(pid_t child, std::optional<RunTimeLimit> time_limit) {
+ChildEnd wait_forwarding_signals(pid_t child, std::optional<RunTimeLimit> time_limit, std::optional<ChildWatch> watch) {
   using Clock = std::chrono::steady_clock;
   // Signals are taken synchronously (sigtimedwait), so none can slip between checks.
   sigset_t wanted, previous;
@@ -142,6 +142,13 @@ ChildEnd wait_forwarding_signals(pid_t child, std::optional<RunTimeLimit> time_l
   std::optional<Clock::time_point> next_step;
   int next_signal = SIGTERM;
   if (time_limit) next_step = Clock::now() + time_limit->limit;
+  std::optional<Clock::time_point> next_check;
+  if (watch && watch->stop) next_check = Clock::now() + watch->period;
+  auto terminate = [&](Clock::time_point now, std::chrono::milliseconds grace) {
+    kill(child, SIGTERM);
+    next_signal = SIGKILL;
+    next_step = now + grace;
+  };
   ChildEnd end;
   int status = 0;
   for (;;) {
@@ -153,17 +160,33 @@ ChildEnd wait_forwarding_signals(pid_t child, std::optional<RunTimeLimit> time_l
     }
     siginfo_t info{};
     int signal = 0;
-    if (next_step) {
-      auto left = std::max(Clock::duration::zero(), *next_step - Clock::now());
+    std::optional<Clock::time_point> wake = next_step;
+    if (next_check && (!wake || *next_check < *wake)) wake = next_check;
+    if (wake) {
+      auto left = std::max(Clock::duration::zero(), *wake - Clock::now());
       auto seconds = std::chrono::duration_cast<std::chrono::seconds>(left);
       timespec timeout{static_cast<time_t>(seconds.count()),
                        static_cast<long>(std::chrono::duration_cast<std::chrono::nanoseconds>(left - seconds).count())};
       signal = sigtimedwait(&wanted, &info, &timeout);
       if (signal < 0 && errno == EAGAIN) {
-        kill(child, next_signal);
-        end.timed_out = true;
-        next_step = next_signal == SIGTERM ? std::optional(Clock::now() + time_limit->grace) : std::nullopt;
-        next_signal = SIGKILL;
+        auto now = Clock::now();
+        if (next_step && now >= *next_step) {
+          if (next_signal == SIGTERM) {
+            end.timed_out = true;
+            terminate(now, time_limit->grace);
+          } else {
+            kill(child, SIGKILL);
+            next_step.reset();
+          }
+        }
+        if (next_check && now >= *next_check) {
+          next_check = now + watch->period;
+          if (watch->stop()) {
+            next_check.reset();
+            end.stopped = true;
+            if (next_signal == SIGTERM) terminate(now, watch->grace);
+          }
+        }
         continue;
       }
     } else {

@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <initializer_list>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -56,15 +57,25 @@ struct RunTimeLimit {
   std::chrono::milliseconds grace{10000};
 };
 
+// A check made every `period` while the child runs: when `stop` answers true, the child is ended
+// as at a time limit (SIGTERM, SIGKILL `grace` later), and the check is not made again.
+struct ChildWatch {
+  std::chrono::milliseconds period{1000};
+  std::chrono::milliseconds grace{10000};
+  std::function<bool()> stop;
+};
+
 struct ChildEnd {
   int exit_code = 0;       // shell-style: the status, or 128 + the signal
   bool timed_out = false;  // it was told to end at its time limit
+  bool stopped = false;    // it was told to end because the watch said so
 };
 
 // Waits for `child`, passing on SIGTERM, SIGHUP, SIGUSR1/2 and SIGINT/SIGQUIT sent to us by
 // another process (those from the terminal already reach the child, which shares our
-// foreground process group), and ending it at `time_limit`.
-ChildEnd wait_forwarding_signals(pid_t child, std::optional<RunTimeLimit> time_limit = std::nullopt);
+// foreground process group), and ending it at `time_limit` or when `watch` says so.
+ChildEnd wait_forwarding_signals(pid_t child, std::optional<RunTimeLimit> time_limit = std::nullopt,
+                                 std::optional<ChildWatch> watch = std::nullopt);
 
 // This process's environment with `overrides` ("NAME=value") replacing or adding entries.
 std::vector<std::string> environment_with(const std::vector<std::string>& overrides);

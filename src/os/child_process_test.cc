@@ -59,6 +59,30 @@ TEST(ChildProcess, AChildPastItsTimeLimitGetsSigtermThenSigkill) {
   EXPECT_EQ(end.exit_code, 3);
 }
 
+TEST(ChildProcess, AWatchThatSaysStopEndsTheChildOnce) {
+  using namespace std::chrono_literals;
+  ChildSpec spec;
+  spec.argv = {"/bin/sh", "-c", "trap '' TERM; sleep 30"};
+  spec.environment = environment_with({});
+  auto child = spawn_child(spec);
+  ASSERT_TRUE(child.ok()) << child.error().message;
+  int checks = 0;
+  // Stops at the third check; never asked again after that, while the grace runs out.
+  ChildEnd end = wait_forwarding_signals(*child, RunTimeLimit{30s, 1s}, ChildWatch{10ms, 100ms, [&] { return ++checks == 3; }});
+  EXPECT_TRUE(end.stopped);
+  EXPECT_FALSE(end.timed_out);
+  EXPECT_EQ(end.exit_code, 128 + SIGKILL);  // it ignored SIGTERM
+  EXPECT_EQ(checks, 3);
+
+  // A child that ends by itself is never stopped, however often it is checked.
+  spec.argv = {"/bin/sh", "-c", "exit 4"};
+  child = spawn_child(spec);
+  ASSERT_TRUE(child.ok()) << child.error().message;
+  end = wait_forwarding_signals(*child, std::nullopt, ChildWatch{1ms, 1s, [] { return false; }});
+  EXPECT_FALSE(end.stopped);
+  EXPECT_EQ(end.exit_code, 4);
+}
+
 TEST(ChildProcess, SpawnsAHelperReadingItsStdinWithSignalsBlocked) {
   auto input = make_pipe();
   ASSERT_TRUE(input.ok()) << input.error().message;

@@ -6,7 +6,9 @@ import shutil
 import tempfile
 import unittest
 
-from harness import Daemon, main, until_exists, wait_until
+import subprocess
+
+from harness import GPUPOOL, Daemon, clean_env, main, until_exists, wait_until
 from test_monitoring import get, get_json, parse_metrics, series, write_overlay
 
 SLICE_MIB = 20480
@@ -127,6 +129,63 @@ class SliceWatchTest(unittest.TestCase):
             self.assertEqual((batch_env["XLA_PYTHON_CLIENT_MEM_FRACTION"], batch_env["TF_FORCE_GPU_ALLOW_GROWTH"]),
                              ("0.5", "true"))
             self.assertEqual([k for k in LIMITS if k in _env_file(d.path("whole.env"))], [])
+
+
+class StandaloneRunWatchTest(unittest.TestCase):
+    """`gpupool run --mem` without gpupoold watches its own slice."""
+
+    def setUp(self):
+        self.scratch = tempfile.mkdtemp(prefix="gpupool-run-watch-")
+        self.addCleanup(shutil.rmtree, self.scratch, ignore_errors=True)
+        self.overlay = os.path.join(self.scratch, "overlay.json")
+        write_overlay(self.overlay, {})
+
+    def path(self, name):
+        return os.path.join(self.scratch, name)
+
+    def start(self, *options):
+        """gpupool run --mem 20G OPTIONS, its program writing its pid and GPU and waiting for "go";
+        returns (the process, its stderr file's path, the program's pid, its GPU)."""
+        env = clean_env(GPUPOOL_SIM="hgx-h200", GPUPOOL_SIM_STATE=self.overlay,
+                        GPUPOOL_RUNTIME_DIR=self.path("run"))
+        stderr_path = self.path("stderr")
+        with open(stderr_path, "w") as stderr:
+            proc = subprocess.Popen([GPUPOOL, "run", "--mem", "20G", *options, "--", "sh", "-c",
+                                     f"echo $$ $GPUPOOL_GPUS > {self.path('program')}; {until_exists(self.path('go'))}"],
+                                    env=env, stdout=subprocess.DEVNULL, stderr=stderr)
+        self.addCleanup(lambda: proc.poll() is None and proc.kill())
+        pid, gpu = wait_until(lambda: _read(self.path("program")), what="the program's pid").split()
+        return proc, stderr_path, int(pid), int(gpu)
+
+    def use_memory(self, gpu, pid, mib):
+        write_overlay(self.overlay, {gpu: {"processes": [{"pid": pid, "used_memory_mib": mib, "kind": "compute"}],
+                                           "memory_used_mib": mib}})
+
+    def test_warns_once_and_the_program_runs_on(self):
+        proc, stderr, pid, gpu = self.start()
+        self.use_memory(gpu, pid, OVER_MIB)
+        warning = f"is over its slice of GPU {gpu}: {REASON}"
+        wait_until(lambda: warning in _read(stderr), what="the warning")
+        self.assertIsNone(proc.poll())
+        open(self.path("go"), "w").close()
+        self.assertEqual(proc.wait(timeout=30), 0)
+        text = _read(stderr)
+        self.assertEqual(text.count(warning), 1, text)
+        self.assertIn(f"was over its slice at its peak: {REASON}", text)
+
+    def test_stop_ends_the_program_past_its_slice(self):
+        proc, stderr, pid, gpu = self.start("--slice-overrun", "stop")
+        self.use_memory(gpu, pid, OVER_MIB)
+        self.assertEqual(proc.wait(timeout=30), 143)  # SIGTERM: sh ends at once
+        self.assertIn(f"was stopped: {REASON}", _read(stderr))
+
+    def test_a_bad_policy_is_one_line(self):
+        proc = subprocess.run([GPUPOOL, "run", "--mem", "20G", "--slice-overrun", "kill", "--", "true"],
+                              env=clean_env(GPUPOOL_SIM="hgx-h200", GPUPOOL_RUNTIME_DIR=self.path("run")),
+                              capture_output=True, text=True)
+        self.assertNotEqual(proc.returncode, 0)
+        self.assertEqual(len(proc.stderr.strip().splitlines()), 1, proc.stderr)
+        self.assertIn("--slice-overrun", proc.stderr)
 
 
 def _read(path):
