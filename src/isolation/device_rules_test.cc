@@ -91,7 +91,7 @@ Machine machine_with_minors(std::vector<std::optional<unsigned>> minors) {
 }
 
 // The GPU devices 195:N for minor numbers N.
-std::vector<DeviceNumber> gpu_nodes(std::vector<unsigned> minors) {
+std::vector<DeviceNumber> gpu_device_nodes(std::vector<unsigned> minors) {
   std::vector<DeviceNumber> nodes;
   for (unsigned minor : minors) nodes.push_back({kNvidiaMajor, minor});
   return nodes;
@@ -99,26 +99,26 @@ std::vector<DeviceNumber> gpu_nodes(std::vector<unsigned> minors) {
 
 TEST(DeviceCgroupRules, DeniesEveryGpuButTheLeasedOnes) {
   Machine eight = machine_with_minors({0, 1, 2, 3, 4, 5, 6, 7});
-  EXPECT_EQ(*denied_devices(eight, {3}, "", std::nullopt), gpu_nodes({0, 1, 2, 4, 5, 6, 7}));
-  EXPECT_EQ(*denied_devices(eight, {0, 1, 2, 3, 4, 5, 6, 7}, "", std::nullopt), gpu_nodes({}));
-  EXPECT_EQ(*denied_devices(eight, {}, "", std::nullopt), gpu_nodes({0, 1, 2, 3, 4, 5, 6, 7}));
+  EXPECT_EQ(*denied_devices(eight, {3}, "", std::nullopt), gpu_device_nodes({0, 1, 2, 4, 5, 6, 7}));
+  EXPECT_EQ(*denied_devices(eight, {0, 1, 2, 3, 4, 5, 6, 7}, "", std::nullopt), gpu_device_nodes({}));
+  EXPECT_EQ(*denied_devices(eight, {}, "", std::nullopt), gpu_device_nodes({0, 1, 2, 3, 4, 5, 6, 7}));
   // Minor numbers need not follow the indices (they follow the driver's probe order).
   Machine shuffled = machine_with_minors({5, 2, 7});
-  EXPECT_EQ(*denied_devices(shuffled, {1}, "", std::nullopt), gpu_nodes({5, 7}));
+  EXPECT_EQ(*denied_devices(shuffled, {1}, "", std::nullopt), gpu_device_nodes({5, 7}));
   auto unknown = denied_devices(machine_with_minors({0, std::nullopt}), {0}, "", std::nullopt);
   ASSERT_FALSE(unknown);
   EXPECT_EQ(unknown.error().message, "GPU 1 has no minor number, so its device node is unknown");
 }
 
 // The start of a real /proc/devices, with the caps driver's major that an H100 machine gave.
-constexpr const char* kProcDevices =
+constexpr const char* kProcDevicesWithCaps =
     "Character devices:\n  1 mem\n  4 /dev/vc/0\n195 nvidia-frontend\n234 nvidia-uvm\n"
     "237 nvidia-caps\n254 gpiochip\n\nBlock devices:\n  7 loop\n238 nvidia-caps\n";
 
 TEST(MigCapabilityNodes, MajorFromProcDevices) {
-  EXPECT_EQ(character_device_major(kProcDevices, "nvidia-caps"), 237u);  // not the block device's
-  EXPECT_EQ(character_device_major(kProcDevices, "nvidia-uvm"), 234u);
-  EXPECT_EQ(character_device_major(kProcDevices, "loop"), std::nullopt);
+  EXPECT_EQ(character_device_major(kProcDevicesWithCaps, "nvidia-caps"), 237u);  // not the block device's
+  EXPECT_EQ(character_device_major(kProcDevicesWithCaps, "nvidia-uvm"), 234u);
+  EXPECT_EQ(character_device_major(kProcDevicesWithCaps, "loop"), std::nullopt);
   EXPECT_EQ(character_device_major("Character devices:\nx nvidia-caps\n", "nvidia-caps"), std::nullopt);
   EXPECT_EQ(character_device_major("", "nvidia-caps"), std::nullopt);
 }
@@ -138,7 +138,7 @@ TEST(MigCapabilityNodes, MinorsFile) {
 // Two GPUs (minor numbers 4 and 6): the first in MIG mode with GI 1 holding compute instances 0
 // and 1, and GI 2 one; the second a whole GPU. The minors are what the driver's numbering gives:
 // 3 + gpu * 135 + gi * 9 for a GPU instance's access, its compute instance ci's one more than ci.
-Machine mig_machine() {
+Machine isolation_mig_machine() {
   Machine machine = machine_with_minors({4, 6});
   machine.gpus[0].mig_devices = {MigDevice{.index = 0, .uuid = "MIG-a", .gpu_instance_id = 1, .compute_instance_id = 0},
                                  MigDevice{.index = 1, .uuid = "MIG-b", .gpu_instance_id = 1, .compute_instance_id = 1},
@@ -146,7 +146,7 @@ Machine mig_machine() {
   return machine;
 }
 
-MigCapabilities mig_capabilities() {
+MigCapabilities driver_mig_capabilities() {
   MigCapabilities capabilities{237, {{"config", 1}, {"monitor", 2}}};
   for (unsigned gpu : {4u, 6u}) {
     for (unsigned gi = 0; gi < 15; ++gi) {
@@ -158,40 +158,40 @@ MigCapabilities mig_capabilities() {
   return capabilities;
 }
 
-std::vector<DeviceNumber> caps(std::vector<unsigned> minors) {
+std::vector<DeviceNumber> caps_nodes(std::vector<unsigned> minors) {
   std::vector<DeviceNumber> nodes;
   for (unsigned minor : minors) nodes.push_back({237, minor});
   return nodes;
 }
 
-std::vector<DeviceNumber> joined(std::vector<DeviceNumber> a, const std::vector<DeviceNumber>& b) {
+std::vector<DeviceNumber> sorted_union(std::vector<DeviceNumber> a, const std::vector<DeviceNumber>& b) {
   a.insert(a.end(), b.begin(), b.end());
   std::sort(a.begin(), a.end());
   return a;
 }
 
 TEST(MigCapabilityNodes, AJobOpensItsOwnInstancesAndNoOther) {
-  Machine machine = mig_machine();
-  MigCapabilities capabilities = mig_capabilities();
+  Machine machine = isolation_mig_machine();
+  MigCapabilities capabilities = driver_mig_capabilities();
   // gpu4's GI 1: 552 (access), 553 and 554 (its CIs 0 and 1); GI 2: 561, and 562 (its CI 0).
   auto on_a = denied_devices(machine, {0}, "MIG-a", capabilities);
   ASSERT_TRUE(on_a) << on_a.error().message;
-  EXPECT_EQ(*on_a, joined(gpu_nodes({6}), caps({1, 2, 554, 561, 562})));
+  EXPECT_EQ(*on_a, sorted_union(gpu_device_nodes({6}), caps_nodes({1, 2, 554, 561, 562})));
   // Another compute instance of the same GPU instance: the GI's node is needed by both.
-  EXPECT_EQ(*denied_devices(machine, {0}, "MIG-b", capabilities), joined(gpu_nodes({6}), caps({1, 2, 553, 561, 562})));
+  EXPECT_EQ(*denied_devices(machine, {0}, "MIG-b", capabilities), sorted_union(gpu_device_nodes({6}), caps_nodes({1, 2, 553, 561, 562})));
   EXPECT_EQ(*denied_devices(machine, {0}, "MIG-c", capabilities),
-            joined(gpu_nodes({6}), caps({1, 2, 552, 553, 554})));
+            sorted_union(gpu_device_nodes({6}), caps_nodes({1, 2, 552, 553, 554})));
   // A whole GPU's job opens no MIG device at all.
   EXPECT_EQ(*denied_devices(machine, {1}, "", capabilities),
-            joined(gpu_nodes({4}), caps({1, 2, 552, 553, 554, 561, 562})));
+            sorted_union(gpu_device_nodes({4}), caps_nodes({1, 2, 552, 553, 554, 561, 562})));
   // A machine without MIG devices keeps its capability nodes open, as without MIG at all.
-  EXPECT_EQ(*denied_devices(machine_with_minors({4, 6}), {1}, "", capabilities), gpu_nodes({4}));
+  EXPECT_EQ(*denied_devices(machine_with_minors({4, 6}), {1}, "", capabilities), gpu_device_nodes({4}));
   // Without capability nodes (an older driver, MIG never set up), only GPUs are denied.
-  EXPECT_EQ(*denied_devices(machine, {0}, "MIG-a", std::nullopt), gpu_nodes({6}));
+  EXPECT_EQ(*denied_devices(machine, {0}, "MIG-a", std::nullopt), gpu_device_nodes({6}));
   // A name the driver's file does not list is left out rather than guessed.
   MigCapabilities without_config = capabilities;
   without_config.minors.erase("config");
-  EXPECT_EQ(*denied_devices(machine, {0}, "MIG-a", without_config), joined(gpu_nodes({6}), caps({2, 554, 561, 562})));
+  EXPECT_EQ(*denied_devices(machine, {0}, "MIG-a", without_config), sorted_union(gpu_device_nodes({6}), caps_nodes({2, 554, 561, 562})));
   auto gone = denied_devices(machine, {0}, "MIG-z", capabilities);
   ASSERT_FALSE(gone);
   EXPECT_EQ(gone.error().message, "MIG device MIG-z is not on this machine");
@@ -261,7 +261,7 @@ void expect_all_reachable(const std::vector<bpf_insn>& program) {
 }
 
 TEST(DeviceCgroupProgram, DeniesExactlyTheListedNvidiaMinors) {
-  auto program = device_filter_program(gpu_nodes({1, 3, 7}));
+  auto program = device_filter_program(gpu_device_nodes({1, 3, 7}));
   expect_all_reachable(program);
   for (unsigned minor = 0; minor < 10; ++minor) {
     bool denied = minor == 1 || minor == 3 || minor == 7;

@@ -6,8 +6,13 @@ With `slice_enforcement = "watch"` and `slice_overrun = "stop"` (sample_interval
      after the allocation -> the job's end time in the daemon);
   2. a neighbour torch job in a 4 GiB slice on the same GPU, using 1 GiB, runs on and finishes;
   3. a slice job sees the frameworks' limits (CUPY_GPU_MEMORY_LIMIT, XLA_PYTHON_CLIENT_MEM_FRACTION).
+Without a daemon, `gpupool run --mem 4G --slice-overrun stop` of the same torch program that
+allocates 8 GiB is stopped within 2 s of its allocation, and says so.
 """
+import os
 import re
+import tempfile
+import time
 
 from verify_steps import PLAIN
 
@@ -62,3 +67,25 @@ def step_slices(s):
         d.finish(env_job)
         log = d.gp("logs", str(env_job)).stdout
         s.check("a slice job sees the frameworks' limits", f"limits {4 << 30} 0." in log, log.strip())
+
+    # Without a daemon: gpupool run watches its own slice (the default runtime directory has none).
+    scratch = tempfile.mkdtemp(prefix="run-watch-", dir=s.args.root)
+    stamp, go = os.path.join(scratch, "allocated.t"), os.path.join(scratch, "go")
+    proc = s.cli("run", "--mem", "4G", "--slice-overrun", "stop", "--", *PLAIN, "python3", "-c", ALLOCATE, "8", stamp,
+                 go, timeout=120)
+    ended = time.time()
+    try:
+        with open(stamp) as f:
+            allocated = float(f.read())
+    except (OSError, ValueError):
+        allocated = None
+    said = re.search(r"was stopped: used \d+(\.\d)? GiB of its 4 GiB slice", proc.stderr)
+    s.check("gpupool run without a daemon: stopped past its slice, with the reason",
+            proc.returncode == 143 and bool(said), f"exit {proc.returncode}: {proc.stderr.strip()!r}")
+    if allocated is None:
+        s.check("gpupool run without a daemon: stopped within 2 s of the overrun", False,
+                "the program never said it had allocated")
+    else:
+        took = ended - allocated
+        s.check("gpupool run without a daemon: stopped within 2 s of the overrun", took <= 2.0,
+                f"{took:.2f} s from the 8 GiB allocation to gpupool run's exit (samples every 1 s)")
