@@ -43,6 +43,7 @@ class NvmlBackend final : public GpuBackend {
       : lib_(std::move(lib)), host_(std::move(host)), simulated_(std::move(simulated)) {}
   ~NvmlBackend() override {
     for (GpmBuffers& buffers : gpm_) free_gpm_buffers(buffers);
+    for (auto& [instance, buffers] : gpm_mig_) free_gpm_buffers(buffers);
   }
   NvmlBackend(const NvmlBackend&) = delete;
   NvmlBackend& operator=(const NvmlBackend&) = delete;
@@ -330,14 +331,29 @@ class NvmlBackend final : public GpuBackend {
   void read_activity(nvmlDevice_t handle, unsigned index, Gpu& gpu) {
     const NvmlEntryPoints& api = lib_->api();
     if (gpm_.size() <= index) gpm_.resize(index + 1);
-    GpmBuffers& buffers = gpm_[index];
+    sample_gpm(handle, gpm_[index], [&](nvmlGpmSample_t sample) { return api.gpm_sample_get(handle, sample); }, gpu);
+    if (api.gpm_mig_sample_get == nullptr) return;
+    // One sample per GPU instance, shared by its compute instances (its MIG devices).
+    for (MigDevice& device : gpu.mig_devices) {
+      unsigned instance = device.gpu_instance_id;
+      sample_gpm(handle, gpm_mig_[{index, instance}],
+                 [&](nvmlGpmSample_t sample) { return api.gpm_mig_sample_get(handle, instance, sample); },
+                 device.activity);
+    }
+  }
+
+  // Samples into `buffers` with `get` and sets `target`'s GPM readings to the activity since the
+  // previous sample (the previous result again for a sample that comes too soon).
+  template <typename Target, typename Get>
+  void sample_gpm(nvmlDevice_t handle, GpmBuffers& buffers, const Get& get, Target& target) {
+    const NvmlEntryPoints& api = lib_->api();
     if (!prepare_gpm(handle, buffers)) return;
     auto now = std::chrono::steady_clock::now();
     if (buffers.earlier_time && now - *buffers.earlier_time < kGpmMinimumGap) {
-      copy_gpm_readings(buffers.last, gpu);
+      copy_gpm_readings(buffers.last, target);
       return;
     }
-    if (api.gpm_sample_get(handle, buffers.later) != NVML_SUCCESS) {
+    if (get(buffers.later) != NVML_SUCCESS) {
       buffers.earlier_time.reset();  // the next snapshot starts afresh
       return;
     }
@@ -348,7 +364,7 @@ class NvmlBackend final : public GpuBackend {
     }
     std::swap(buffers.earlier, buffers.later);
     buffers.earlier_time = now;
-    copy_gpm_readings(buffers.last, gpu);
+    copy_gpm_readings(buffers.last, target);
   }
 
   // Fetches one process list, growing the buffer while processes keep appearing.
@@ -504,6 +520,7 @@ class NvmlBackend final : public GpuBackend {
   HostFiles host_;
   std::string simulated_;
   std::vector<GpmBuffers> gpm_;  // by GPU index
+  std::map<std::pair<unsigned, unsigned>, GpmBuffers> gpm_mig_;  // by GPU index and GPU instance id
 };
 
 }  // namespace

@@ -98,6 +98,7 @@ Result<std::unique_ptr<NvmlLibrary>> NvmlLibrary::open(const std::vector<std::st
     lib->bind(a.gpm_sample_alloc, {"nvmlGpmSampleAlloc"});
     lib->bind(a.gpm_sample_free, {"nvmlGpmSampleFree"});
     lib->bind(a.gpm_sample_get, {"nvmlGpmSampleGet"});
+    lib->bind(a.gpm_mig_sample_get, {"nvmlGpmMigSampleGet"});
     lib->bind(a.gpm_metrics_get, {"nvmlGpmMetricsGet"});
 
     nvmlReturn_t rc = a.init();

@@ -67,6 +67,8 @@ struct NvmlEntryPoints {
   nvml::GpmSampleFreeFn gpm_sample_free = nullptr;
   nvml::GpmSampleGetFn gpm_sample_get = nullptr;
   nvml::GpmMetricsGetFn gpm_metrics_get = nullptr;
+  // Per GPU instance of a GPU in MIG mode; optional beside the five.
+  nvml::GpmMigSampleGetFn gpm_mig_sample_get = nullptr;
 };
 
 class NvmlLibrary {

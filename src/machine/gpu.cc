@@ -14,6 +14,14 @@ const char* to_string(ComputeMode mode) {
   return "unknown";
 }
 
+std::optional<double> mig_activity_reading(const MigActivity& activity, std::string_view key) {
+#define GPUPOOL_MIG_ACTIVITY_READING(field) \
+  if (key == #field) return activity.field;
+  GPUPOOL_MIG_ACTIVITY(GPUPOOL_MIG_ACTIVITY_READING)
+#undef GPUPOOL_MIG_ACTIVITY_READING
+  return std::nullopt;
+}
+
 const MigDevice* mig_device_with_uuid(const Gpu& gpu, std::string_view uuid) {
   if (uuid.empty()) return nullptr;
   for (const MigDevice& device : gpu.mig_devices) {

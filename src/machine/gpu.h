@@ -41,6 +41,24 @@ struct GpuProcess {
 
 // A MIG device: one compute instance of one GPU instance of a GPU in MIG mode, which CUDA sees
 // as a device of its own (docs/mig.md).
+// The profiling activity NVML's GPM gives for one GPU instance, named and measured as the GPU's
+// own readings of the same names (machine/gpu_readings.h): ratios 0-1 and bytes per second.
+#define GPUPOOL_MIG_ACTIVITY(A)                                                                     \
+  A(gr_engine_active) A(sm_active) A(sm_occupancy) A(tensor_active) A(dram_active) A(fp64_active) \
+  A(fp32_active) A(fp16_active) A(pcie_tx_bytes_per_s) A(pcie_rx_bytes_per_s) A(nvlink_tx_bytes_per_s) \
+  A(nvlink_rx_bytes_per_s)
+
+struct MigActivity {
+#define GPUPOOL_MIG_ACTIVITY_FIELD(field) std::optional<double> field = std::nullopt;
+  GPUPOOL_MIG_ACTIVITY(GPUPOOL_MIG_ACTIVITY_FIELD)
+#undef GPUPOOL_MIG_ACTIVITY_FIELD
+  friend bool operator==(const MigActivity&, const MigActivity&) = default;
+};
+
+// The reading of `activity` named `key` (a GPU reading's key, "sm_active"); nullopt when it has
+// none or `key` is not an activity.
+std::optional<double> mig_activity_reading(const MigActivity& activity, std::string_view key);
+
 struct MigDevice {
   unsigned index = 0;  // NVML's MIG device index under its GPU
   std::string uuid = {};  // "MIG-...", as nvidia-smi -L prints it
@@ -51,6 +69,9 @@ struct MigDevice {
   uint64_t memory_mib = 0;      // the GPU instance's memory
   unsigned multiprocessors = 0;
   std::string profile = {};  // as nvidia-smi names it: "1g.18gb" (machine/mig_profile.h)
+  // Its GPU instance's, between two samples of the daemon's monitor (GPM, Hopper on); empty
+  // elsewhere, as for the GPU's.
+  MigActivity activity = {};
   friend bool operator==(const MigDevice&, const MigDevice&) = default;
 };
 

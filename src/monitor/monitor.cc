@@ -174,9 +174,11 @@ void Monitor::take_sample() {
   }
   std::vector<GpuSample> tick;
   std::vector<std::optional<unsigned>> utilization;
+  std::vector<std::vector<MigDevice>> mig_devices;
   for (const Gpu& gpu : machine->gpus) {
     tick.push_back(sample_of(gpu, now));
     utilization.push_back(gpu.utilization_gpu);
+    mig_devices.push_back(gpu.mig_devices);
   }
   {
     std::lock_guard lock(mutex_);
@@ -185,6 +187,7 @@ void Monitor::take_sample() {
     double seconds = last_sample_time_ ? std::clamp(now - *last_sample_time_, 0.0, 2 * settings_.sample_interval_s)
                                        : settings_.sample_interval_s;
     history_.add(tick);
+    mig_devices_ = std::move(mig_devices);
     accounting_.record(now, seconds, running_, utilization);
     last_sample_time_ = now;
     sample_duration_s_ = took;
@@ -398,6 +401,7 @@ std::string Monitor::metrics_text() {
     gpu.leased = pool_[i].exclusive_held;
     gpu.leased_mib = pool_[i].shared_mib;
     gpu.outside_busy = pool_[i].external_busy;
+    if (i < mig_devices_.size()) gpu.mig_devices = mig_devices_[i];
     view.gpus.push_back(std::move(gpu));
   }
   for (const RunningJob& job : running_) {

@@ -146,6 +146,7 @@ class Monitor {
   std::vector<GpuAvailability> pool_;
   std::map<JobId, SliceUse> slice_uses_;
   SampleHistory history_;
+  std::vector<std::vector<MigDevice>> mig_devices_;  // per GPU, as last sampled (their activity)
   Accounting accounting_;
   Histogram dispatch_latency_;
   Histogram queue_wait_;

@@ -7,6 +7,8 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "machine/mig_profile.h"
+
 namespace gpupool {
 namespace {
 
@@ -23,14 +25,16 @@ std::string number(double value) {
   return fmt::format("{}", value);
 }
 
-// dcgm-exporter's labels: gpu, UUID, pci_bus_id, device, modelName, Hostname; then the job
-// and user holding the GPU through gpupool, when one does.
+// dcgm-exporter's labels of a GPU: gpu, UUID, pci_bus_id, device, modelName, Hostname.
+std::string identity_labels(const Gpu& gpu, const std::string& hostname) {
+  return fmt::format(R"(gpu="{}",UUID="{}",pci_bus_id="{}",device="nvidia{}",modelName="{}",Hostname="{}")",
+                     gpu.index, escape_label_value(gpu.uuid), escape_label_value(gpu.pci_bus_id),
+                     gpu.minor_number.value_or(gpu.index), escape_label_value(gpu.name), escape_label_value(hostname));
+}
+
+// The identity labels, then the job and user holding the GPU through gpupool, when one does.
 std::string gpu_labels(const MetricsGpu& entry, const std::string& hostname) {
-  const Gpu& gpu = *entry.gpu;
-  std::string labels = fmt::format(
-      R"(gpu="{}",UUID="{}",pci_bus_id="{}",device="nvidia{}",modelName="{}",Hostname="{}")", gpu.index,
-      escape_label_value(gpu.uuid), escape_label_value(gpu.pci_bus_id), gpu.minor_number.value_or(gpu.index),
-      escape_label_value(gpu.name), escape_label_value(hostname));
+  std::string labels = identity_labels(*entry.gpu, hostname);
   if (entry.holders.empty()) return labels;
   // Slices of one GPU may belong to several jobs: their numbers and users, comma-separated.
   std::vector<JobId> jobs;
@@ -50,6 +54,27 @@ std::vector<std::optional<double>> reading_values(const GpuSample& sample) {
     values.push_back(value ? std::optional<double>(static_cast<double>(*value)) : std::nullopt);
   });
   return values;
+}
+
+// A GPU instance's series of one activity reading: the GPU's identity labels and, as
+// dcgm-exporter labels a MIG GPU's profiling metrics, GPU_I_PROFILE and GPU_I_ID. One series per
+// GPU instance, however many compute instances (MIG devices) it holds.
+void put_gpu_instance_series(Buffer& out, const ReadingInfo& reading, const MetricsGpu& entry,
+                             const std::string& hostname, bool& any) {
+  std::vector<unsigned> done;
+  for (const MigDevice& device : entry.mig_devices) {
+    if (std::find(done.begin(), done.end(), device.gpu_instance_id) != done.end()) continue;
+    done.push_back(device.gpu_instance_id);
+    std::optional<double> value = mig_activity_reading(device.activity, reading.key);
+    if (!value) continue;
+    if (!any) header(out, reading.metric, "gauge", reading.help);
+    any = true;
+    std::string profile = mig_profile_name(device.gpu_slices, device.gpu_slices, device.memory_mib,
+                                           entry.gpu->memory_total_mib.value_or(0));
+    fmt::format_to(std::back_inserter(out), "{}{{{},GPU_I_PROFILE=\"{}\",GPU_I_ID=\"{}\"}} {}\n", reading.metric,
+                   identity_labels(*entry.gpu, hostname), escape_label_value(profile), device.gpu_instance_id,
+                   number(*value));
+  }
 }
 
 std::vector<ReadingInfo> sampled_readings() {
@@ -132,6 +157,7 @@ std::string render_metrics(const MetricsView& view) {
       any = true;
       fmt::format_to(put, "{}{{{}}} {}\n", readings[r].metric, labels[i], number(*values[i][r]));
     }
+    for (const MetricsGpu& gpu : view.gpus) put_gpu_instance_series(out, readings[r], gpu, view.hostname, any);
   }
 
   header(out, "gpupool_jobs", "gauge", "Jobs in gpupoold's queue, by state.");

@@ -47,6 +47,8 @@ struct MetricsGpu {
   bool leased = false;         // an exclusive lease holds it (a job's, or one taken without the daemon)
   uint64_t leased_mib = 0;     // memory held by slices
   bool outside_busy = false;   // processes gpupool did not start use it
+  // Its MIG devices as last sampled, with their GPU instances' activity.
+  std::vector<MigDevice> mig_devices = {};
 };
 
 struct MetricsJob {

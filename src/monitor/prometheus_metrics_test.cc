@@ -54,6 +54,35 @@ TEST(PrometheusMetrics, ProfilingActivityOnlyForTheGpusThatReportIt) {
   EXPECT_EQ(text.find("DCGM_FI_PROF_DRAM_ACTIVE"), std::string::npos) << "no GPU reports it: no HELP either";
 }
 
+TEST(PrometheusMetrics, EachGpuInstanceOfAMigGpuHasItsOwnSeries) {
+  Gpu gpu = identity(0, "GPU-0", "00000000:18:00.0");
+  gpu.memory_total_mib = 143771;
+  // GPU instance 1 as two compute instances (one series), instance 2 without GPM readings.
+  MigDevice first{.index = 0, .uuid = "MIG-a", .gpu_instance_id = 1, .compute_instance_id = 0, .gpu_slices = 4,
+                  .compute_slices = 2, .memory_mib = 70656};
+  first.activity.tensor_active = 0.5;
+  MigDevice second = first;
+  second.index = 1;
+  second.uuid = "MIG-b";
+  second.compute_instance_id = 1;
+  MigDevice unmeasured{.index = 2, .uuid = "MIG-c", .gpu_instance_id = 2, .gpu_slices = 3, .compute_slices = 3,
+                       .memory_mib = 70656};
+  MetricsView view;
+  view.hostname = "node1";
+  view.gpus.push_back(MetricsGpu{&gpu, full_sample(), {GpuHolder{3, "ana"}}, false, 0, false, {first, second, unmeasured}});
+  const std::string text = render_metrics(view);
+  const std::string labels = R"(gpu="0",UUID="GPU-0",pci_bus_id="00000000:18:00.0",device="nvidia0",)"
+                             R"(modelName="NVIDIA H200",Hostname="node1")";
+  // The header once, though only a GPU instance reports it; the instance's GPU profile, not the
+  // compute instance's ("1c.4g..."); no job labels, which belong to the whole GPU's series.
+  EXPECT_NE(text.find("# TYPE DCGM_FI_PROF_PIPE_TENSOR_ACTIVE gauge\nDCGM_FI_PROF_PIPE_TENSOR_ACTIVE{" + labels +
+                      R"(,GPU_I_PROFILE="4g.71gb",GPU_I_ID="1"} 0.5)" + "\n# HELP"),
+            std::string::npos)
+      << text;
+  EXPECT_EQ(text.find("GPU_I_ID=\"2\""), std::string::npos) << text;
+  EXPECT_EQ(text.find("DCGM_FI_PROF_SM_ACTIVE"), std::string::npos) << "no GPU or instance reports it";
+}
+
 TEST(PrometheusMetrics, RendersASmallMachineExactly) {
   Gpu gpu0 = identity(0, "GPU-0", "00000000:18:00.0");
   Gpu gpu1 = identity(1, "GPU-1", "00000000:2A:00.0", 3);  // device= follows the minor number

@@ -241,6 +241,8 @@ using GpmQueryDeviceSupportFn = nvmlReturn_t (*)(nvmlDevice_t, nvmlGpmSupport_t*
 using GpmSampleAllocFn = nvmlReturn_t (*)(nvmlGpmSample_t*);
 using GpmSampleFreeFn = nvmlReturn_t (*)(nvmlGpmSample_t);
 using GpmSampleGetFn = nvmlReturn_t (*)(nvmlDevice_t, nvmlGpmSample_t);
+// One GPU instance of a GPU in MIG mode, by its GPU instance id; `device` is the GPU's handle.
+using GpmMigSampleGetFn = nvmlReturn_t (*)(nvmlDevice_t, unsigned int, nvmlGpmSample_t);
 using GpmMetricsGetFn = nvmlReturn_t (*)(nvmlGpmMetricsGet_t*);
 
 }  // namespace gpupool::nvml

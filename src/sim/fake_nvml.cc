@@ -26,10 +26,12 @@
 
 #define GPUPOOL_NVML_EXPORT extern "C" __attribute__((visibility("default")))
 
-// A GPM sample buffer: the GPU it sampled and that GPU's activity readings at the time.
+// A GPM sample buffer: the GPU (and GPU instance) it sampled and the activity readings at the time.
 struct nvmlGpmSample_st {
   std::optional<unsigned> index;  // empty until sampled
+  std::optional<unsigned> gpu_instance;  // a MIG sample's
   gpupool::sim::FixtureGpu gpu;
+  gpupool::MigActivity instance;  // a MIG sample's, idle (0) where the fixture gives none
 };
 
 namespace gpupool::sim {
@@ -686,11 +688,13 @@ bool gpm_supported(const FixtureGpu& gpu) {
   return any;
 }
 
-std::optional<double> gpm_value(const FixtureGpu& gpu, unsigned metric) {
+// Of a GPU (FixtureGpu) or a GPU instance (MigActivity).
+template <typename Readings>
+std::optional<double> gpm_value(const Readings& readings, unsigned metric) {
 #define GPUPOOL_GPM_VALUE(id, field, unit)                                                 \
   if (metric == static_cast<unsigned>(id)) {                                              \
-    if (!gpu.field) return std::nullopt;                                                  \
-    return gpm_from_reading(*gpu.field, GpmUnit::unit);                                   \
+    if (!readings.field) return std::nullopt;                                             \
+    return gpm_from_reading(*readings.field, GpmUnit::unit);                              \
   }
   GPUPOOL_GPM_METRICS(GPUPOOL_GPM_VALUE)
 #undef GPUPOOL_GPM_VALUE
@@ -734,7 +738,26 @@ GPUPOOL_NVML_EXPORT nvmlReturn_t nvmlGpmSampleGet(nvmlDevice_t device, nvmlGpmSa
     if (sample == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
     if (!gpupool::sim::gpm_supported(query.gpu)) return NVML_ERROR_NOT_SUPPORTED;
     sample->index = query.index;
+    sample->gpu_instance.reset();
     sample->gpu = query.gpu;
+    return NVML_SUCCESS;
+  });
+}
+
+GPUPOOL_NVML_EXPORT nvmlReturn_t nvmlGpmMigSampleGet(nvmlDevice_t device, unsigned int gpu_instance,
+                                                     nvmlGpmSample_t sample) {
+  return simulator().device(device, Needs::Health, [&](const Query& query) {
+    if (sample == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+    if (!gpupool::sim::gpm_supported(query.gpu)) return NVML_ERROR_NOT_SUPPORTED;
+    auto instance = std::ranges::find(query.gpu.mig_devices, gpu_instance, &gpupool::sim::FixtureMigDevice::gpu_instance_id);
+    if (instance == query.gpu.mig_devices.end()) return NVML_ERROR_NOT_FOUND;
+    sample->index = query.index;
+    sample->gpu_instance = gpu_instance;
+    sample->instance = instance->activity;
+#define GPUPOOL_IDLE_BY_DEFAULT(id, field, unit) \
+  if (!sample->instance.field) sample->instance.field = 0;
+    GPUPOOL_GPM_METRICS(GPUPOOL_IDLE_BY_DEFAULT)
+#undef GPUPOOL_IDLE_BY_DEFAULT
     return NVML_SUCCESS;
   });
 }
@@ -746,12 +769,13 @@ GPUPOOL_NVML_EXPORT nvmlReturn_t nvmlGpmMetricsGet(nvmlGpmMetricsGet_t* request)
     const nvmlGpmSample_st* earlier = request->sample1;
     const nvmlGpmSample_st* later = request->sample2;
     if (earlier == nullptr || later == nullptr || !earlier->index || earlier->index != later->index ||
-        request->numMetrics > kGpmMetricsAsked) {
+        earlier->gpu_instance != later->gpu_instance || request->numMetrics > kGpmMetricsAsked) {
       return NVML_ERROR_INVALID_ARGUMENT;
     }
     for (unsigned i = 0; i < request->numMetrics; ++i) {
       nvmlGpmMetric_t& metric = request->metrics[i];
-      std::optional<double> value = gpupool::sim::gpm_value(later->gpu, metric.metricId);
+      std::optional<double> value = later->gpu_instance ? gpupool::sim::gpm_value(later->instance, metric.metricId)
+                                                        : gpupool::sim::gpm_value(later->gpu, metric.metricId);
       metric.nvmlReturn = value ? NVML_SUCCESS : NVML_ERROR_NOT_SUPPORTED;
       metric.value = value.value_or(0);
     }

@@ -470,6 +470,41 @@ TEST_F(FixtureNvml, GpmOnHopperOnlyFromTwoSamplesInNvmlUnits) {
   std::filesystem::remove(overlay);
 }
 
+TEST_F(FixtureNvml, GpmPerGpuInstanceOfAMigGpu) {
+  use(kFixtureDir + "/hgx-h200-mig.json");  // GPU 0: GPU instances 1 and 2
+  SimulatedNvml nvml("current");
+  ASSERT_EQ(nvml.init(), NVML_SUCCESS);
+  auto alloc = nvml.get<nvml::GpmSampleAllocFn>("nvmlGpmSampleAlloc");
+  auto release = nvml.get<nvml::GpmSampleFreeFn>("nvmlGpmSampleFree");
+  auto whole = nvml.get<nvml::GpmSampleGetFn>("nvmlGpmSampleGet");
+  auto instance = nvml.get<nvml::GpmMigSampleGetFn>("nvmlGpmMigSampleGet");
+  auto metrics = nvml.get<nvml::GpmMetricsGetFn>("nvmlGpmMetricsGet");
+  nvmlGpmSample_t earlier = nullptr, later = nullptr;
+  ASSERT_EQ(alloc(&earlier), NVML_SUCCESS);
+  ASSERT_EQ(alloc(&later), NVML_SUCCESS);
+  nvmlGpmMetricsGet_t request{};
+  request.version = NVML_GPM_METRICS_GET_VERSION;
+  request.numMetrics = 1;
+  request.sample1 = earlier;
+  request.sample2 = later;
+  request.metrics[0].metricId = NVML_GPM_METRIC_SM_UTIL;
+  ASSERT_EQ(instance(nvml.device(0), 2, earlier), NVML_SUCCESS);
+  ASSERT_EQ(instance(nvml.device(0), 2, later), NVML_SUCCESS);
+  ASSERT_EQ(metrics(&request), NVML_SUCCESS);
+  EXPECT_EQ(request.metrics[0].nvmlReturn, NVML_SUCCESS);
+  EXPECT_DOUBLE_EQ(request.metrics[0].value, 0);  // idle where the fixture says nothing
+  // Two samples of different instances, or of an instance and the whole GPU, measure nothing.
+  ASSERT_EQ(instance(nvml.device(0), 1, later), NVML_SUCCESS);
+  EXPECT_EQ(metrics(&request), NVML_ERROR_INVALID_ARGUMENT);
+  ASSERT_EQ(whole(nvml.device(0), later), NVML_SUCCESS);
+  EXPECT_EQ(metrics(&request), NVML_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(instance(nvml.device(0), 5, later), NVML_ERROR_NOT_FOUND);  // no such GPU instance
+  EXPECT_EQ(instance(nvml.device(1), 1, later), NVML_ERROR_NOT_FOUND);  // GPU 1 is not in MIG mode
+  EXPECT_EQ(release(earlier), NVML_SUCCESS);
+  EXPECT_EQ(release(later), NVML_SUCCESS);
+  EXPECT_EQ(nvml.shutdown(), NVML_SUCCESS);
+}
+
 TEST_F(FixtureNvml, TheBackendMeasuresActivityFromItsSecondSnapshot) {
   std::string overlay = ::testing::TempDir() + "gpupool-backend-gpm-overlay.json";
   write_overlay(overlay, R"({"gpus": {"0": {"sm_active": 0.5, "pcie_rx_bytes_per_s": 1048576}}})");

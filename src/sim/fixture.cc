@@ -285,6 +285,29 @@ Result<FixtureProcess> parse_process(ObjectReader& reader) {
   return process;
 }
 
+// The profiling activity (GPM) of a GPU or a MIG device's GPU instance (any `target` with the
+// readings' members), each absent as `absent` says.
+template <typename Target>
+Result<void> parse_activity(ObjectReader& reader, Target& target, std::optional<double> absent) {
+  Result<void> result;
+  auto parse = [&](const char* key, std::optional<double>& value, bool ratio) {
+    if (!result) return;
+    auto parsed = reader.optional_nullable<double>(key, absent);
+    if (!parsed) {
+      result = fail("{}", parsed.error().message);
+      return;
+    }
+    value = *parsed;
+    if (value && (*value < 0 || (ratio && *value > 1))) {
+      result = fail("{}: {} is not {}", reader.where(key), *value, ratio ? "a ratio from 0 to 1" : "a rate (>= 0)");
+    }
+  };
+#define GPUPOOL_PARSE_ACTIVITY(id, field, unit) parse(#field, target.field, GpmUnit::unit == GpmUnit::Percent);
+  GPUPOOL_GPM_METRICS(GPUPOOL_PARSE_ACTIVITY)
+#undef GPUPOOL_PARSE_ACTIVITY
+  return result;
+}
+
 Result<FixtureMigDevice> parse_mig_device(ObjectReader& reader) {
   FixtureMigDevice device;
   TRY_ASSIGN(device.uuid, reader.required<std::string>("uuid"));
@@ -294,6 +317,7 @@ Result<FixtureMigDevice> parse_mig_device(ObjectReader& reader) {
   TRY_ASSIGN(device.compute_slices, reader.optional<unsigned>("compute_slices", device.gpu_slices));
   TRY_ASSIGN(device.memory_mib, reader.required<uint64_t>("memory_mib"));
   TRY_ASSIGN(device.multiprocessors, reader.required<unsigned>("multiprocessors"));
+  TRY(parse_activity(reader, device.activity, std::nullopt));
   if (device.gpu_slices == 0 || device.gpu_slices > kMaxMigDevices) {
     return fail("{}: {} is not between 1 and {}", reader.where("gpu_slices"), device.gpu_slices, kMaxMigDevices);
   }
@@ -346,29 +370,6 @@ Result<void> parse_readings(ObjectReader& reader, FixtureGpu& gpu) {
   for_each_fixture_reading(gpu, [&](const ReadingInfo& reading, auto& value) {
     if (result) result = parse_reading(reader, reading, value);
   });
-  return result;
-}
-
-// The profiling activity (GPM): Hopper and later GPUs report it (idle by default), older ones
-// do not (null).
-Result<void> parse_activity(ObjectReader& reader, FixtureGpu& gpu) {
-  const bool has_gpm = gpu.compute_capability && gpu.compute_capability->major >= 9;
-  Result<void> result;
-  auto parse = [&](const char* key, std::optional<double>& value, bool ratio) {
-    if (!result) return;
-    auto parsed = reader.optional_nullable<double>(key, has_gpm ? std::optional<double>(0) : std::nullopt);
-    if (!parsed) {
-      result = fail("{}", parsed.error().message);
-      return;
-    }
-    value = *parsed;
-    if (value && (*value < 0 || (ratio && *value > 1))) {
-      result = fail("{}: {} is not {}", reader.where(key), *value, ratio ? "a ratio from 0 to 1" : "a rate (>= 0)");
-    }
-  };
-#define GPUPOOL_PARSE_ACTIVITY(id, field, unit) parse(#field, gpu.field, GpmUnit::unit == GpmUnit::Percent);
-  GPUPOOL_GPM_METRICS(GPUPOOL_PARSE_ACTIVITY)
-#undef GPUPOOL_PARSE_ACTIVITY
   return result;
 }
 
@@ -444,7 +445,9 @@ Result<FixtureGpu> parse_gpu(ObjectReader& reader, unsigned index,
     if (value && *value > 100) return fail("{}: {} is not a percentage", reader.where(key), *value);
   }
   TRY_ASSIGN(gpu.cuda_cores, reader.required_nullable<unsigned>("cuda_cores"));
-  TRY(parse_activity(reader, gpu));
+  // Hopper and later GPUs report it (idle by default), older ones do not (null).
+  const bool has_gpm = gpu.compute_capability && gpu.compute_capability->major >= 9;
+  TRY(parse_activity(reader, gpu, has_gpm ? std::optional<double>(0) : std::nullopt));
 
   TRY_ASSIGN(const json* pcie_value, reader.find_required("pcie"));
   TRY_ASSIGN(ObjectReader pcie_reader, ObjectReader::open(*pcie_value, reader.where("pcie")));
@@ -784,7 +787,8 @@ Gpu gpu_from_fixture(const FixtureGpu& source, unsigned index, bool legacy) {
       gpu.mig_devices.push_back(MigDevice{
           static_cast<unsigned>(i), mig.uuid, mig.gpu_instance_id, mig.compute_instance_id, mig.gpu_slices,
           mig.compute_slices, mig.memory_mib, mig.multiprocessors,
-          mig_profile_name(mig.gpu_slices, mig.compute_slices, mig.memory_mib, source.memory_total_mib.value_or(0))});
+          mig_profile_name(mig.gpu_slices, mig.compute_slices, mig.memory_mib, source.memory_total_mib.value_or(0)),
+          {}});
     }
   }
   return gpu;

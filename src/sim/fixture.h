@@ -48,6 +48,8 @@ struct FixtureMigDevice {
   unsigned compute_slices = 0;  // the fixture's default: gpu_slices
   uint64_t memory_mib = 0;
   unsigned multiprocessors = 0;
+  // Its GPU instance's GPM activity (machine/gpu.h); absent: idle where the GPU has GPM.
+  MigActivity activity = {};
 };
 
 // A reading's member of FixtureGpu: a plain value where the fixture never gives null.

@@ -413,6 +413,9 @@ TEST(FixtureParse, MigDeviceErrors) {
   EXPECT_EQ(mig_error([](json& g) { g["mig_devices"][0]["uuid"] = "GPU-00000000-0000-0000-0000-0000000000aa"; }),
             "fixture t.json: gpus[0].mig_devices[0].uuid: 'GPU-00000000-0000-0000-0000-0000000000aa' is not of the "
             "form MIG-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx (lowercase hex)");
+  EXPECT_EQ(mig_error([](json& g) { g["mig_devices"][0]["sm_active"] = 1.5; }),
+            "fixture t.json: gpus[0].mig_devices[0].sm_active: 1.5 is not a ratio from 0 to 1");
+  EXPECT_EQ(mig_error([](json& g) { g["mig_devices"][0]["tensor_active"] = 0.25; }), "(parsed)");
   EXPECT_EQ(mig_error([](json& g) { g["mig_devices"][0]["gpu_slices"] = 8; }),
             "fixture t.json: gpus[0].mig_devices[0].gpu_slices: 8 is not between 1 and 7");
   EXPECT_EQ(mig_error([](json& g) { g["mig_devices"][0]["compute_slices"] = 2; }),

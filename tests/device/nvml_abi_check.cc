@@ -267,6 +267,7 @@ SAME_SIGNATURE(GpmQueryDeviceSupportFn, nvmlGpmQueryDeviceSupport);
 SAME_SIGNATURE(GpmSampleAllocFn, nvmlGpmSampleAlloc);
 SAME_SIGNATURE(GpmSampleFreeFn, nvmlGpmSampleFree);
 SAME_SIGNATURE(GpmSampleGetFn, nvmlGpmSampleGet);
+SAME_SIGNATURE(GpmMigSampleGetFn, nvmlGpmMigSampleGet);
 SAME_SIGNATURE(GpmMetricsGetFn, nvmlGpmMetricsGet);
 
 int main() {

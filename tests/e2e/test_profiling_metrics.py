@@ -111,9 +111,38 @@ class ProfilingMetricsTest(unittest.TestCase):
             watch.stdout.close()
             watch.stderr.close()
 
+    def test_each_gpu_instance_of_a_mig_gpu_has_its_own_series(self):
+        # hgx-h200-mig's GPU 0: GPU instance 1 (4g.71gb) busy, instance 2 (3g.71gb) left idle.
+        with open(os.path.join(os.environ.get("GPUPOOL_SOURCE_DIR", "."), "fixtures", "hgx-h200-mig.json")) as f:
+            devices = json.load(f)["gpus"][0]["mig_devices"]
+        devices[0] = dict(devices[0], sm_active=0.7, tensor_active=0.55)
+        write_overlay(self.overlay, {0: {"mig_devices": devices}})
+        with self.daemon(sim="hgx-h200-mig") as d:
+            address = d.http_address()
+
+            def measured():
+                text = get(address, "/metrics")[2]
+                return series(parse_metrics(text), "DCGM_FI_PROF_SM_ACTIVE", GPU_I_ID=2) and text
+            samples = parse_metrics(wait_until(measured, what="the GPU instances' activity between two samples"))
+            by_instance = {labels["GPU_I_ID"]: (labels["GPU_I_PROFILE"], round(value, 9))
+                           for labels, value in series(samples, "DCGM_FI_PROF_SM_ACTIVE", gpu=0) if "GPU_I_ID" in labels}
+            self.assertEqual(by_instance, {"1": ("4g.71gb", 0.7), "2": ("3g.71gb", 0)})
+            [(labels, tensor)] = series(samples, "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", GPU_I_ID=1)
+            self.assertAlmostEqual(tensor, 0.55, delta=1e-9)
+            self.assertEqual(set(labels), {"gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname",
+                                           "GPU_I_PROFILE", "GPU_I_ID"})
+            self.assertEqual(labels["gpu"], "0")
+            # The GPUs not in MIG mode have no GPU instance series.
+            self.assertEqual([l for l, _ in series(samples, "DCGM_FI_PROF_SM_ACTIVE") if "GPU_I_ID" in l and l["gpu"] != "0"], [])
+
     def test_gpus_without_profiling_counters_have_no_series(self):
         write_overlay(self.overlay, {0: {"utilization_gpu": 100}})  # busy, as far as utilisation tells
-        with self.daemon(sim="dgx-a100") as d:  # Ampere: compute capability 8.0
+        for sim in ("dgx-a100", "dgx-a100-mig"):  # Ampere: compute capability 8.0
+            with self.subTest(sim=sim):
+                self.expect_no_profiling_series(sim)
+
+    def expect_no_profiling_series(self, sim):
+        with self.daemon(sim=sim) as d:
             address = d.http_address()
             # Three samples taken, so any activity there was would have been measured.
             wait_until(lambda: len(get_json(address, "/api/history?seconds=60")["gpus"][0]["time"]) >= 3,
