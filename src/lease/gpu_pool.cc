@@ -98,6 +98,7 @@ Result<std::vector<GpuAvailability>> survey_pool(const Machine& machine, const L
       a.external_busy = true;
       a.external_mib += memory;
       who.push_back(describe_process(p));
+      if (p.mps_client.value_or(false) && p.user) a.mps_client_user = *p.user;
       // On a GPU in MIG mode, the MIG devices of its GPU instance are taken.
       for (const MigDevice& device : gpu.mig_devices) {
         if (p.gpu_instance_id == device.gpu_instance_id && std::ranges::find(a.mig_taken, device.uuid) == a.mig_taken.end()) {

@@ -86,5 +86,33 @@ TEST(SurveyPool, AMigDeviceIsLeasedOnItsOwnLockFile) {
   std::filesystem::remove_all(root);
 }
 
+TEST(SurveyPool, MpsClientsOutsideGpupoolsJobsNameTheirUser) {
+  char pattern[] = "/tmp/gpupool-pool-test-XXXXXX";
+  std::string root = mkdtemp(pattern);
+  {
+    auto leases = LeaseDirectory::open(root + "/run");
+    ASSERT_TRUE(leases.ok()) << leases.error().message;
+    Machine machine;
+    for (unsigned index : {0u, 1u}) {
+      Gpu gpu;
+      gpu.index = index;
+      gpu.uuid = "GPU-" + std::to_string(index);
+      gpu.memory_total_mib = 81920;
+      GpuProcess process;
+      process.pid = 4242 + index;
+      process.used_memory_mib = 500;
+      process.user = index == 0 ? "bob" : "carol";
+      process.mps_client = index == 0;
+      gpu.processes = {process};
+      machine.gpus.push_back(gpu);
+    }
+    auto pool = survey_pool(machine, *leases, HostFiles(root), 1024);
+    ASSERT_TRUE(pool.ok()) << pool.error().message;
+    EXPECT_EQ((*pool)[0].mps_client_user, "bob");
+    EXPECT_EQ((*pool)[1].mps_client_user, "");  // not an MPS client
+  }
+  std::filesystem::remove_all(root);
+}
+
 }  // namespace
 }  // namespace gpupool

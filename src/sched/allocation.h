@@ -24,6 +24,10 @@ struct GpuAvailability {
   // The scheduler's MPS slices on it (JobRequest::mps) and whose they are: one user's at a time.
   unsigned mps_slices = 0;
   std::string mps_user = {};
+  // A user whose MPS clients run on it outside gpupool's running jobs (processes that outlived
+  // their job, or ones started without gpupool): the GPU's MPS server serves that user until
+  // they end, so another user's MPS slice would wait there unseen.
+  std::string mps_client_user = {};
   // In MIG mode CUDA runs only on the GPU's MIG devices: it takes no whole-GPU job and no slice,
   // and its MIG devices are leased one by one (docs/mig.md).
   bool mig_mode = false;

@@ -178,4 +178,10 @@ std::string mps_one_user_text(unsigned gpu, const std::string& user) {
   return fmt::format("GPU {}'s MPS server serves {}'s slices: MPS serves one user at a time on a GPU", gpu, user);
 }
 
+std::string mps_other_clients_text(unsigned gpu, const std::string& user) {
+  return fmt::format("GPU {}'s MPS server serves {}'s processes outside gpupool's jobs: MPS serves one user at a "
+                     "time on a GPU",
+                     gpu, user);
+}
+
 }  // namespace gpupool

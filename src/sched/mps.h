@@ -99,5 +99,8 @@ std::string outside_mps_text(uint32_t pid, unsigned gpu);
 
 // "GPU 2's MPS server serves alice's slices: MPS serves one user at a time on a GPU".
 std::string mps_one_user_text(unsigned gpu, const std::string& user);
+// The same where no slice of gpupool's runs there but MPS clients of `user` do (ones that
+// outlived their job): "GPU 2's MPS server serves alice's processes outside gpupool's jobs: ...".
+std::string mps_other_clients_text(unsigned gpu, const std::string& user);
 
 }  // namespace gpupool

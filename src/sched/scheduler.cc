@@ -44,7 +44,9 @@ double limit_or_never(const JobRequest& job) {
 
 // Under MPS a GPU's server serves one user's slices at a time.
 bool mps_serves_another(const GpuAvailability& on, const JobRequest& job) {
-  return job.mps && on.mps_slices > 0 && on.mps_user != job.user;
+  if (!job.mps) return false;
+  if (on.mps_slices > 0) return on.mps_user != job.user;
+  return !on.mps_client_user.empty() && on.mps_client_user != job.user;
 }
 
 // The job's request with the GPUs it may not use for now left out.
@@ -368,6 +370,7 @@ Result<void> Scheduler::set_outside_use(const std::vector<GpuAvailability>& outs
                                              : from.shared_mib + from.external_mib;
     state.holders = from.holders;
     state.mig_external = from.mig_taken;
+    state.mps_client_user = from.mps_client_user;
   }
   return {};
 }
@@ -393,7 +396,9 @@ std::optional<Scheduler::Waiting> Scheduler::waiting(JobId id, double now) const
     auto beside_others = choose_gpus(machine_, availability_, job.request.gpus);
     if (beside_others && *beside_others && !(*beside_others)->empty()) {
       unsigned gpu = (*beside_others)->front();  // an MPS job asks for one GPU
-      return Waiting{WaitReason::Resources, mps_one_user_text(gpu, availability_[gpu].mps_user)};
+      const GpuAvailability& on = availability_[gpu];
+      return Waiting{WaitReason::Resources, on.mps_slices > 0 ? mps_one_user_text(gpu, on.mps_user)
+                                                              : mps_other_clients_text(gpu, on.mps_client_user)};
     }
     fits = std::move(beside_others);
   }

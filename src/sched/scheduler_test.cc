@@ -521,6 +521,25 @@ TEST(Scheduler, AJobKeptFromAnMpsGpuSaysWhy) {
   EXPECT_EQ(s.waiting(4, 1)->detail, mps_one_user_text(alices, "alice"));
 }
 
+TEST(Scheduler, MpsClientsThatOutlivedTheirJobKeepTheServersUser) {
+  // Bob's MPS clients linger on the one GPU after his job ended: alice's MPS slice waits and says
+  // why, bob's own goes beside his clients, and once they have ended alice's goes too.
+  Scheduler s = make_scheduler(1, Policy::Gpupool);
+  std::vector<GpuAvailability> outside(1);
+  outside[0].mps_client_user = "bob";
+  ASSERT_TRUE(s.set_outside_use(outside).ok());
+  ASSERT_TRUE(s.submit(mps_slice(1, "alice", 20000), 0).ok());
+  EXPECT_EQ(ids(s.schedule(0)), std::vector<JobId>{});
+  ASSERT_TRUE(s.waiting(1, 0));
+  EXPECT_EQ(s.waiting(1, 0)->detail, mps_other_clients_text(0, "bob"));
+  ASSERT_TRUE(s.submit(mps_slice(2, "bob", 20000), 1).ok());
+  EXPECT_EQ(ids(s.schedule(1)), std::vector<JobId>{2});
+  ASSERT_TRUE(s.finish(2, 2).ok());
+  outside[0].mps_client_user.clear();
+  ASSERT_TRUE(s.set_outside_use(outside).ok());
+  EXPECT_EQ(ids(s.schedule(3)), std::vector<JobId>{1});
+}
+
 TEST(Scheduler, AnotherUsersMpsSliceGoesToAnotherGpu) {
   Scheduler s = make_scheduler(2, Policy::Gpupool);
   ASSERT_TRUE(s.submit(mps_slice(1, "alice", 20000), 0).ok());

@@ -11,6 +11,7 @@ import re
 import shutil
 import signal
 import stat
+import subprocess
 import tempfile
 import unittest
 
@@ -507,6 +508,40 @@ class MpsUsersTest(ThrowawayUsers, unittest.TestCase):
             d.touch("go-bob")
             self.assertEqual(d.finish(bobs)[0]["state"], "done")
             control.wait_until_quit()
+
+    def test_mps_clients_that_outlived_their_job_keep_the_server_for_their_user(self):
+        # A process of alice's, listed by NVML as an MPS client of the one GPU but in no job of
+        # gpupool's (say, left behind by her job): bob's MPS slice waits until it has gone.
+        scratch = tempfile.mkdtemp(prefix="gpupool-mps-")
+        self.addCleanup(shutil.rmtree, scratch, ignore_errors=True)
+        overlay = os.path.join(scratch, "overlay.json")
+        write_overlay(overlay, {})
+        lingering = subprocess.Popen(["setpriv", f"--reuid={pwd.getpwnam(self.alice).pw_uid}",
+                                      f"--regid={pwd.getpwnam(self.alice).pw_gid}", "--clear-groups", "--",
+                                      "sleep", "600"])
+        self.addCleanup(lambda: lingering.poll() is None and lingering.kill())
+        write_overlay(overlay, {0: {"processes": [{"pid": lingering.pid, "used_memory_mib": 500, "kind": "compute",
+                                                   "mps_client": True}]}})
+        with Daemon(sim="h200-1", config=MPS_CONFIG, mode=0o755,
+                    env={"PATH": path_with(FAKE_BIN), "GPUPOOL_SIM_STATE": overlay}) as d:
+            home = d.path(self.bob)
+            os.mkdir(home, 0o700)
+            os.chown(home, pwd.getpwnam(self.bob).pw_uid, -1)
+            bobs = enqueue(d, env_job(d, "bobs", "go-bob", directory=home), uid=pwd.getpwnam(self.bob).pw_uid,
+                           cwd=home, mem_mib=SLICE_MIB, name="bobs")
+
+            def waiting_for_mps():
+                shown = d.show(bobs)
+                return shown if shown["state"] == "queued" and "MPS" in shown["reason"] else None
+            shown = wait_until(waiting_for_mps, what="bob's slice waiting for the GPU's MPS server")
+            self.assertIn(f"serves {self.alice}'s processes outside gpupool's jobs", shown["reason"])
+
+            lingering.kill()
+            lingering.wait()
+            write_overlay(overlay, {})
+            d.wait_state(bobs, "running")
+            d.touch("go-bob")
+            self.assertEqual(d.finish(bobs)[0]["state"], "done")
 
 
 if __name__ == "__main__":
