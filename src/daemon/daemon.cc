@@ -97,7 +97,9 @@ Result<void> Daemon::Impl::recover() {
     mark_drained_gpus(drain_, unsurveyed);
     TRY(scheduler_.set_outside_use(unsurveyed));
   }
-  if (mps_slices_) {  // before a job's attempt could start another control daemon
+  {
+    // Before a job's attempt could start another control daemon. Also where this daemon holds
+    // slices without MPS: one started under an earlier setting is still ours to quit.
     std::vector<std::string> uuids;
     for (const Gpu& gpu : machine_.gpus) uuids.push_back(gpu.uuid);
     mps_.adopt(uuids);
@@ -286,10 +288,11 @@ void Daemon::Impl::on_sample(const Machine& machine) {
 }
 
 void Daemon::Impl::stop_unneeded_mps_controls() {
-  if (!mps_slices_) return;
   std::set<std::string> in_use;
   for (const auto& [id, job] : dispatcher_.active()) {
-    if (job.state == JobState::Running && runs_under_mps(job.spec.gpus)) {
+    // Without MPS now, no job counts: a control left by an earlier setting quits once its servers
+    // have no client left, which the jobs it served are until they end.
+    if (mps_slices_ && job.state == JobState::Running && runs_under_mps(job.spec.gpus)) {
       in_use.insert(job.gpu_uuids.begin(), job.gpu_uuids.end());
     }
   }

@@ -15,8 +15,8 @@ import subprocess
 import tempfile
 import unittest
 
-from harness import (CAN_ADD_USERS, Daemon, ThrowawayUsers, main, process_gone, read_if_there, until_exists,
-                     wait_until)
+from harness import (CAN_ADD_USERS, DAEMON_CONFIG, Daemon, ThrowawayUsers, main, process_gone, read_if_there,
+                     until_exists, wait_until)
 from test_monitoring import write_overlay
 
 FAKE_BIN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fake-bin")
@@ -211,6 +211,32 @@ class MpsTest(unittest.TestCase):
             self.assertEqual(d.finish(job)[0]["state"], "done")
             control.wait_until_quit()
             self.assertEqual(control.started(), [pid])
+
+    def test_a_restart_without_mps_quits_the_control_daemon_once_its_clients_end(self):
+        with self.daemon() as d:
+            job = enqueue(d, env_job(d, "job", "go"), mem_mib=SLICE_MIB, name="job")
+            gpu = d.wait_state(job, "running")["gpu_uuids"][0]
+            control = Control(d, gpu)
+            read_env(d.path("job.env"))
+            [pid] = control.started()
+            # The stand-in's server 4242 has the job's shell as its client, as a real one would.
+            with open(os.path.join(control.log, "fake-servers"), "w") as f:
+                f.write("4242\n")
+            clients = os.path.join(control.log, "fake-clients-4242")
+            with open(clients, "w") as f:
+                f.write(f"{d.show(job)['pid']}\n")
+            d.kill()
+            with open(d.config, "w") as f:
+                f.write(DAEMON_CONFIG + 'slice_enforcement = "watch"\n')
+            d.start()
+            self.assertEqual(d.job_state(job), "running", "adopted")
+            d.wait_for_samples(3)
+            self.assertFalse(process_gone(pid), "its client still runs")
+            self.assertEqual(control.told("quit"), 0)
+            os.remove(clients)
+            d.touch("go")
+            self.assertEqual(d.finish(job)[0]["state"], "done")
+            control.wait_until_quit()
 
     def test_auto_without_the_control_program_leaves_slices_to_the_watchdog(self):
         path = path_without_control_program()
