@@ -37,6 +37,9 @@ class SliceWatchdog {
   SliceWatchdog(std::unique_ptr<GpuBackend> backend, WatchedSlice slice, std::string job, SliceOverrunPolicy policy)
       : backend_(std::move(backend)), slice_(std::move(slice)), job_(std::move(job)), policy_(policy) {}
 
+  // The program whose processes are the slice's, once it has started.
+  void watch(pid_t program) { slice_.holder_pid = static_cast<uint32_t>(program); }
+
   // One sample; true: end the program.
   bool stop_now() {
     auto sample = backend_->discover(DiscoveryScope{.links = false, .processes = true});
@@ -77,11 +80,10 @@ class SliceWatchdog {
 
 // The watchdog of a slice leased without gpupoold (nullopt for whole GPUs, MIG devices and
 // gpupoold's leases, which the daemon watches under its own policy).
-Result<std::optional<SliceWatchdog>> slice_watchdog(const LeasedGpus& leased, pid_t program,
-                                                     const std::string& policy) {
+Result<std::optional<SliceWatchdog>> slice_watchdog(const LeasedGpus& leased, const std::string& policy) {
   if (!leased.slice_mib || leased.daemon) return std::optional<SliceWatchdog>();
   TRY_ASSIGN(auto backend, open_pool_backend());
-  WatchedSlice slice{0, static_cast<uint32_t>(program), leased.gpus, *leased.slice_mib};
+  WatchedSlice slice{0, 0, leased.gpus, *leased.slice_mib};
   return std::optional<SliceWatchdog>(std::in_place, std::move(backend), std::move(slice), leased.job,
                                       policy == "stop" ? SliceOverrunPolicy::Stop : SliceOverrunPolicy::Warn);
 }
@@ -92,15 +94,19 @@ Result<int> run_job(const RunOptions& options) {
   ChildSpec spec;
   spec.argv = options.command;
   spec.environment = job_environment(leased, leased.gpus);
+  // Ready before the program starts: once it runs, nothing may fail before we wait for it.
+  TRY_ASSIGN(auto watchdog, slice_watchdog(leased, options.slice_overrun));
   TRY(start_unless_cancelled(leased));
   TRY(leased.acquired.leases.make_inheritable());
   TRY_ASSIGN(pid_t child, spawn_child(spec));
   leased.acquired.leases.set_holder_pid(child);
   std::optional<RunTimeLimit> limit;
   if (time_limit) limit = RunTimeLimit{*time_limit, kKillGrace};
-  TRY_ASSIGN(auto watchdog, slice_watchdog(leased, child, options.slice_overrun));
   std::optional<ChildWatch> watch;
-  if (watchdog) watch = ChildWatch{kSliceWatchPeriod, kKillGrace, [&watchdog] { return watchdog->stop_now(); }};
+  if (watchdog) {
+    watchdog->watch(child);
+    watch = ChildWatch{kSliceWatchPeriod, kKillGrace, [&watchdog] { return watchdog->stop_now(); }};
+  }
   ChildEnd end = wait_forwarding_signals(child, limit, std::move(watch));
   leased.acquired.leases.release();
   report_finished(leased, end.exit_code, end.timed_out);

@@ -290,9 +290,9 @@ void Daemon::Impl::on_sample(const Machine& machine) {
 void Daemon::Impl::stop_unneeded_mps_controls() {
   std::set<std::string> in_use;
   for (const auto& [id, job] : dispatcher_.active()) {
-    // Without MPS now, no job counts: a control left by an earlier setting quits once its servers
-    // have no client left, which the jobs it served are until they end.
-    if (mps_slices_ && job.state == JobState::Running && runs_under_mps(job.spec.gpus)) {
+    // Whatever the setting now: a slice started under an earlier one may be a client of its
+    // GPU's control daemon, which then stays until it ends (and its servers have no client).
+    if (job.state == JobState::Running && runs_under_mps(job.spec.gpus)) {
       in_use.insert(job.gpu_uuids.begin(), job.gpu_uuids.end());
     }
   }

@@ -64,6 +64,10 @@ Result<std::optional<DeviceIsolation>> set_up_device_isolation(DeviceIsolationMo
     fmt::print(stderr, "gpupoold: device isolation: each MIG job opens only its own MIG device's capability nodes (nvidia-caps, major {})\n",
                mig_capabilities->major);
   }
+  if (!mig_capabilities && has_mig_devices) {
+    fmt::print(stderr, "gpupoold: device isolation: MIG devices not kept apart: the driver has no "
+                       "/proc/driver/nvidia-caps/mig-minors\n");
+  }
   found->mig_capabilities = std::move(mig_capabilities);
   return std::optional<DeviceIsolation>(std::move(*found));
 }

@@ -144,10 +144,12 @@ ChildEnd wait_forwarding_signals(pid_t child, std::optional<RunTimeLimit> time_l
   if (time_limit) next_step = Clock::now() + time_limit->limit;
   std::optional<Clock::time_point> next_check;
   if (watch && watch->stop) next_check = Clock::now() + watch->period;
+  // Once the child is told to end, the watch has nothing more to decide.
   auto terminate = [&](Clock::time_point now, std::chrono::milliseconds grace) {
     kill(child, SIGTERM);
     next_signal = SIGKILL;
     next_step = now + grace;
+    next_check.reset();
   };
   ChildEnd end;
   int status = 0;
@@ -182,9 +184,8 @@ ChildEnd wait_forwarding_signals(pid_t child, std::optional<RunTimeLimit> time_l
         if (next_check && now >= *next_check) {
           next_check = now + watch->period;
           if (watch->stop()) {
-            next_check.reset();
             end.stopped = true;
-            if (next_signal == SIGTERM) terminate(now, watch->grace);
+            terminate(now, watch->grace);
           }
         }
         continue;

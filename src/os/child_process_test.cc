@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <filesystem>
 #include <fstream>
 #include <string>
 
@@ -73,6 +74,23 @@ TEST(ChildProcess, AWatchThatSaysStopEndsTheChildOnce) {
   EXPECT_FALSE(end.timed_out);
   EXPECT_EQ(end.exit_code, 128 + SIGKILL);  // it ignored SIGTERM
   EXPECT_EQ(checks, 3);
+
+  // Past its time limit the watch is asked no more: the child is ending anyway. The child notes
+  // the SIGTERM in a file; a watch asked after it would see the file.
+  std::string termed = ::testing::TempDir() + "gpupool-child-termed-" + std::to_string(getpid());
+  std::filesystem::remove(termed);
+  spec.argv = {"/bin/sh", "-c", "trap 'touch " + termed + "' TERM; while :; do sleep 0.05; done"};
+  child = spawn_child(spec);
+  ASSERT_TRUE(child.ok()) << child.error().message;
+  bool asked_after_sigterm = false;
+  end = wait_forwarding_signals(*child, RunTimeLimit{50ms, 500ms}, ChildWatch{10ms, 1s, [&] {
+                                  asked_after_sigterm |= std::filesystem::exists(termed);
+                                  return false;
+                                }});
+  EXPECT_TRUE(end.timed_out);
+  EXPECT_FALSE(end.stopped);
+  EXPECT_FALSE(asked_after_sigterm);
+  std::filesystem::remove(termed);
 
   // A child that ends by itself is never stopped, however often it is checked.
   spec.argv = {"/bin/sh", "-c", "exit 4"};

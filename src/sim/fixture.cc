@@ -401,6 +401,10 @@ Result<void> validate_mig_devices(const FixtureGpu& gpu, const std::string& wher
         return fail("{}: GPU instance {} compute instance {} is also {}[{}]", path, device.gpu_instance_id,
                     device.compute_instance_id, where, j);
       }
+      // GPM measures the GPU instance: its compute instances cannot tell two stories.
+      if (earlier.gpu_instance_id == device.gpu_instance_id && !(earlier.activity == device.activity)) {
+        return fail("{}: GPU instance {} has another activity in {}[{}]", path, device.gpu_instance_id, where, j);
+      }
     }
     auto [slices, inserted] = gpu_instance_slices.try_emplace(device.gpu_instance_id, device.gpu_slices);
     if (!inserted && slices->second != device.gpu_slices) {

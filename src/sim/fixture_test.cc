@@ -416,6 +416,13 @@ TEST(FixtureParse, MigDeviceErrors) {
   EXPECT_EQ(mig_error([](json& g) { g["mig_devices"][0]["sm_active"] = 1.5; }),
             "fixture t.json: gpus[0].mig_devices[0].sm_active: 1.5 is not a ratio from 0 to 1");
   EXPECT_EQ(mig_error([](json& g) { g["mig_devices"][0]["tensor_active"] = 0.25; }), "(parsed)");
+  EXPECT_EQ(mig_error([](json& g) {
+              json second = g["mig_devices"][0];
+              second["compute_instance_id"] = 1;
+              second["sm_active"] = 0.5;
+              g["mig_devices"].push_back(second);
+            }),
+            "fixture t.json: gpus[0].mig_devices[1]: GPU instance 7 has another activity in gpus[0].mig_devices[0]");
   EXPECT_EQ(mig_error([](json& g) { g["mig_devices"][0]["gpu_slices"] = 8; }),
             "fixture t.json: gpus[0].mig_devices[0].gpu_slices: 8 is not between 1 and 7");
   EXPECT_EQ(mig_error([](json& g) { g["mig_devices"][0]["compute_slices"] = 2; }),
