@@ -63,17 +63,24 @@ TEST(ChildProcess, AChildPastItsTimeLimitGetsSigtermThenSigkill) {
 TEST(ChildProcess, AWatchThatSaysStopEndsTheChildOnce) {
   using namespace std::chrono_literals;
   ChildSpec spec;
-  spec.argv = {"/bin/sh", "-c", "trap '' TERM; sleep 30"};
+  // It says when it ignores SIGTERM: before that a SIGTERM would end it at once.
+  std::string ready = ::testing::TempDir() + "gpupool-child-ready-" + std::to_string(getpid());
+  std::filesystem::remove(ready);
+  spec.argv = {"/bin/sh", "-c", "trap '' TERM; touch " + ready + "; sleep 30"};
   spec.environment = environment_with({});
   auto child = spawn_child(spec);
   ASSERT_TRUE(child.ok()) << child.error().message;
-  int checks = 0;
-  // Stops at the third check; never asked again after that, while the grace runs out.
-  ChildEnd end = wait_forwarding_signals(*child, RunTimeLimit{30s, 1s}, ChildWatch{10ms, 100ms, [&] { return ++checks == 3; }});
+  int checks_when_ready = 0;
+  // Stops at the third check once it is ready; never asked again after that, while the grace runs out.
+  ChildEnd end = wait_forwarding_signals(*child, RunTimeLimit{30s, 1s}, ChildWatch{10ms, 100ms, [&] {
+                                           if (std::filesystem::exists(ready)) ++checks_when_ready;
+                                           return checks_when_ready == 3;
+                                         }});
   EXPECT_TRUE(end.stopped);
   EXPECT_FALSE(end.timed_out);
   EXPECT_EQ(end.exit_code, 128 + SIGKILL);  // it ignored SIGTERM
-  EXPECT_EQ(checks, 3);
+  EXPECT_EQ(checks_when_ready, 3);
+  std::filesystem::remove(ready);
 
   // Past its time limit the watch is asked no more: the child is ending anyway. The child notes
   // the SIGTERM in a file; a watch asked after it would see the file.
