@@ -131,7 +131,9 @@ class DeviceIsolationTest(unittest.TestCase):
         return shown, seen
 
     def test_a_job_opens_its_gpu_and_no_other(self):
-        with Daemon() as daemon:
+        # The watchdog, not MPS, holds the slice below: a machine with MPS installed would
+        # otherwise start a real control daemon for a simulated GPU.
+        with Daemon(config='slice_enforcement = "watch"\n') as daemon:
             mechanism, base = self.isolating(daemon)
             shown, seen = self.probe_job(daemon)
             [own] = shown["gpus"]
