@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <thread>
 
 #include <gtest/gtest.h>
 
@@ -42,10 +43,17 @@ TEST(ChildProcess, TellsAnExitWithoutReapingThenReaps) {
 TEST(ChildProcess, AChildPastItsTimeLimitGetsSigtermThenSigkill) {
   using namespace std::chrono_literals;
   ChildSpec spec;
-  spec.argv = {"/bin/sh", "-c", "trap '' TERM; sleep 30"};
+  // It says when it ignores SIGTERM, and the clock starts then: under load a SIGTERM before the
+  // trap would end it at once.
+  std::string ready = ::testing::TempDir() + "gpupool-child-limit-ready-" + std::to_string(getpid());
+  std::filesystem::remove(ready);
+  spec.argv = {"/bin/sh", "-c", "trap '' TERM; touch " + ready + "; sleep 30"};
   spec.environment = environment_with({});
   auto child = spawn_child(spec);
   ASSERT_TRUE(child.ok()) << child.error().message;
+  for (int i = 0; i < 6000 && !std::filesystem::exists(ready); ++i) std::this_thread::sleep_for(10ms);
+  ASSERT_TRUE(std::filesystem::exists(ready));
+  std::filesystem::remove(ready);
   auto started = std::chrono::steady_clock::now();
   ChildEnd end = wait_forwarding_signals(*child, RunTimeLimit{300ms, 200ms});
   EXPECT_TRUE(end.timed_out);
