@@ -394,27 +394,35 @@ Result<void> take_back_runtime_directory(const std::string& path) {
 
 // Checked at every sample. The directory first, then the jobs' locks in it, then the socket, in one
 // turn of the loop: no client is served, and nothing leased by the daemon, in between. What
-// cannot be made again stops the daemon, loudly; its jobs run on.
+// cannot be made again stops the daemon, loudly; its jobs run on. A deletion still under way
+// (`rm -rf` removes the socket before the directory) can take the directory away between the two
+// steps: then the directory is made again first, a few times at most.
 void Daemon::Impl::keep_runtime_directory() {
-  if (!leases_.in_place()) {
-    fmt::print(stderr, "gpupoold: the lease directory {} was deleted or replaced: making it again and locking the "
-               "running jobs' GPUs in it\n", leases_.path());
-    auto remade = take_back_runtime_directory(leases_.path());
-    if (remade) remade = leases_.remake();
-    if (!remade) {
-      fatal_ = fmt::format("cannot make the lease directory {} again: {}", leases_.path(), remade.error().message);
-      io_.stop();
+  constexpr int kRounds = 3;
+  for (int round = 1; round <= kRounds; ++round) {
+    if (!leases_.in_place()) {
+      fmt::print(stderr, "gpupoold: the lease directory {} was deleted or replaced: making it again and locking "
+                 "the running jobs' GPUs in it\n", leases_.path());
+      auto remade = take_back_runtime_directory(leases_.path());
+      if (remade) remade = leases_.remake();
+      if (!remade) {
+        fatal_ = fmt::format("cannot make the lease directory {} again: {}", leases_.path(), remade.error().message);
+        io_.stop();
+        return;
+      }
+      dispatcher_.relock_running();
+    }
+    if (sessions_.socket_in_place()) return;
+    auto bound = sessions_.listen_again();
+    if (bound) {
+      fmt::print(stderr, "gpupoold: listening again on {}\n", sessions_.socket_path());
       return;
     }
-    dispatcher_.relock_running();
-  }
-  if (!sessions_.socket_in_place()) {
-    if (auto bound = sessions_.listen_again(); !bound) {
+    if (leases_.in_place() || round == kRounds) {
       fatal_ = fmt::format("cannot listen again on {}: {}", sessions_.socket_path(), bound.error().message);
       io_.stop();
       return;
     }
-    fmt::print(stderr, "gpupoold: listening again on {}\n", sessions_.socket_path());
   }
 }
 
