@@ -3,6 +3,7 @@
 // a fixture (GPUPOOL_SIM), so the same code path runs everywhere.
 #pragma once
 
+#include <chrono>
 #include <memory>
 #include <string>
 #include <vector>
@@ -24,6 +25,16 @@ struct DiscoveryScope {
   bool activity = false;
 };
 
+// Critical XID events as the driver reports them, waited for on the caller's thread.
+class XidWatch {
+ public:
+  virtual ~XidWatch() = default;
+  // The events that came within `timeout`; none when it passed without one.
+  virtual Result<std::vector<XidEvent>> wait(std::chrono::milliseconds timeout) = 0;
+  // How many GPUs it watches (a driver may refuse events for some).
+  virtual size_t gpus_watched() const = 0;
+};
+
 class GpuBackend {
  public:
   virtual ~GpuBackend() = default;
@@ -33,6 +44,9 @@ class GpuBackend {
   virtual std::string description() const = 0;
   // The name the fixture of a simulated machine gives itself; "" for real GPUs.
   virtual std::string simulated_machine() const = 0;
+  // A watch of every GPU's critical XID events; an error where the driver has no events or
+  // watches none of the GPUs. Usable from another thread than discover's.
+  virtual Result<std::unique_ptr<XidWatch>> watch_xid_events() = 0;
 };
 
 // Where to load NVML from. The backend is told; it never decides between real and simulated

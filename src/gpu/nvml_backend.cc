@@ -37,6 +37,37 @@ std::string bounded_string(const char* buffer, size_t size) {
   return std::string(buffer, length);
 }
 
+// One NVML event set with every GPU that accepts critical XID events registered. It borrows the
+// library, which the backend keeps loaded for the life of the process.
+class NvmlXidWatch final : public XidWatch {
+ public:
+  NvmlXidWatch(const NvmlLibrary& lib, nvmlEventSet_t set, std::map<nvmlDevice_t, std::string> uuids)
+      : lib_(lib), set_(set), uuids_(std::move(uuids)) {}
+  ~NvmlXidWatch() override { lib_.api().event_set_free(set_); }
+  NvmlXidWatch(const NvmlXidWatch&) = delete;
+  NvmlXidWatch& operator=(const NvmlXidWatch&) = delete;
+
+  Result<std::vector<XidEvent>> wait(std::chrono::milliseconds timeout) override {
+    std::vector<XidEvent> events;
+    auto wait_ms = static_cast<unsigned>(timeout.count());
+    while (true) {  // the first event within the timeout, then whatever else is already there
+      nvmlEventData_t data{};
+      nvmlReturn_t rc = lib_.api().event_set_wait(set_, &data, events.empty() ? wait_ms : 0);
+      if (rc == NVML_ERROR_TIMEOUT) return events;
+      if (rc != NVML_SUCCESS) return fail("NVML could not wait for XID events: {}", lib_.describe(rc));
+      auto uuid = uuids_.find(data.device);
+      if ((data.eventType & nvmlEventTypeXidCriticalError) == 0 || uuid == uuids_.end()) continue;
+      events.push_back(XidEvent{uuid->second, data.eventData});
+    }
+  }
+  size_t gpus_watched() const override { return uuids_.size(); }
+
+ private:
+  const NvmlLibrary& lib_;
+  nvmlEventSet_t set_;
+  std::map<nvmlDevice_t, std::string> uuids_;  // the registered GPUs
+};
+
 class NvmlBackend final : public GpuBackend {
  public:
   NvmlBackend(std::unique_ptr<NvmlLibrary> lib, HostFiles host, std::string simulated)
@@ -54,6 +85,41 @@ class NvmlBackend final : public GpuBackend {
   }
 
   std::string simulated_machine() const override { return simulated_; }
+
+  Result<std::unique_ptr<XidWatch>> watch_xid_events() override {
+    const NvmlEntryPoints& api = lib_->api();
+    if (api.event_set_create == nullptr || api.event_set_free == nullptr || api.device_register_events == nullptr ||
+        api.event_set_wait == nullptr) {
+      return fail("this driver's NVML has no events");
+    }
+    nvmlEventSet_t set = nullptr;
+    if (nvmlReturn_t rc = api.event_set_create(&set); rc != NVML_SUCCESS) {
+      return fail("NVML could not make an event set: {}", lib_->describe(rc));
+    }
+    std::map<nvmlDevice_t, std::string> uuids;
+    std::string refused;
+    unsigned count = 0;
+    if (api.device_get_count(&count) != NVML_SUCCESS) count = 0;
+    for (unsigned index = 0; index < count; ++index) {
+      nvmlDevice_t handle = nullptr;
+      char uuid[NVML_DEVICE_UUID_V2_BUFFER_SIZE] = {};
+      if (api.device_get_handle_by_index(index, &handle) != NVML_SUCCESS ||
+          api.device_get_uuid(handle, uuid, sizeof uuid) != NVML_SUCCESS) {
+        continue;
+      }
+      nvmlReturn_t rc = api.device_register_events(handle, nvmlEventTypeXidCriticalError, set);
+      if (rc == NVML_SUCCESS) {
+        uuids[handle] = bounded_string(uuid, sizeof uuid);
+      } else if (refused.empty()) {
+        refused = lib_->describe(rc);
+      }
+    }
+    if (uuids.empty()) {
+      api.event_set_free(set);
+      return fail("NVML watches no GPU's XID events{}", refused.empty() ? "" : ": " + refused);
+    }
+    return std::unique_ptr<XidWatch>(std::make_unique<NvmlXidWatch>(*lib_, set, std::move(uuids)));
+  }
 
   Result<Machine> discover(DiscoveryScope scope) override {
     const NvmlEntryPoints& api = lib_->api();
@@ -167,7 +233,17 @@ class NvmlBackend final : public GpuBackend {
     if (call_ok(api.device_get_total_ecc_errors, handle, NVML_MEMORY_ERROR_TYPE_UNCORRECTED, NVML_VOLATILE_ECC, &errors)) {
       gpu.ecc_uncorrected_volatile = errors;
     }
+    if (call_ok(api.device_get_total_ecc_errors, handle, NVML_MEMORY_ERROR_TYPE_CORRECTED, NVML_AGGREGATE_ECC, &errors)) {
+      gpu.ecc_corrected_aggregate = errors;
+    }
+    if (call_ok(api.device_get_total_ecc_errors, handle, NVML_MEMORY_ERROR_TYPE_UNCORRECTED, NVML_AGGREGATE_ECC, &errors)) {
+      gpu.ecc_uncorrected_aggregate = errors;
+    }
     read_memory_repairs(handle, gpu);
+    unsigned long long reasons = 0;
+    if (call_ok(api.device_get_clocks_event_reasons, handle, &reasons)) gpu.clocks_event_reasons = reasons;
+    unsigned replays = 0;
+    if (call_ok(api.device_get_pcie_replay_counter, handle, &replays)) gpu.pcie_replay_count = replays;
     int major = 0, minor = 0;
     if (call_ok(api.device_get_cuda_compute_capability, handle, &major, &minor)) {
       gpu.compute_capability = ComputeCapability{major, minor};

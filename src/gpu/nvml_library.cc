@@ -76,6 +76,13 @@ Result<std::unique_ptr<NvmlLibrary>> NvmlLibrary::open(const std::vector<std::st
     lib->bind(a.device_get_retired_pages, {"nvmlDeviceGetRetiredPages"});
     lib->bind(a.device_get_retired_pages_pending_status, {"nvmlDeviceGetRetiredPagesPendingStatus"});
     lib->bind(a.device_get_remapped_rows, {"nvmlDeviceGetRemappedRows"});
+    lib->bind(a.device_get_clocks_event_reasons,
+              {"nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClocksThrottleReasons"});
+    lib->bind(a.device_get_pcie_replay_counter, {"nvmlDeviceGetPcieReplayCounter"});
+    lib->bind(a.event_set_create, {"nvmlEventSetCreate"});
+    lib->bind(a.event_set_free, {"nvmlEventSetFree"});
+    lib->bind(a.device_register_events, {"nvmlDeviceRegisterEvents"});
+    lib->bind(a.event_set_wait, {"nvmlEventSetWait_v2", "nvmlEventSetWait"});
     lib->bind(a.device_get_memory_affinity, {"nvmlDeviceGetMemoryAffinity"});
     lib->bind(a.device_get_cpu_affinity, {"nvmlDeviceGetCpuAffinity"});
     lib->bind(a.device_get_cuda_compute_capability, {"nvmlDeviceGetCudaComputeCapability"});

@@ -46,6 +46,15 @@ struct NvmlEntryPoints {
   nvml::DeviceGetRetiredPagesFn device_get_retired_pages = nullptr;
   nvml::DeviceGetEnableStateFn device_get_retired_pages_pending_status = nullptr;
   nvml::DeviceGetRemappedRowsFn device_get_remapped_rows = nullptr;
+  // Health beyond memory: why the clocks are held down (a bitmask of nvmlClocksEventReasons),
+  // PCIe link replays.
+  nvml::DeviceGetUint64Fn device_get_clocks_event_reasons = nullptr;
+  nvml::DeviceGetUintFn device_get_pcie_replay_counter = nullptr;
+  // Critical XID events; all four or none are used.
+  nvml::EventSetCreateFn event_set_create = nullptr;
+  nvml::EventSetFreeFn event_set_free = nullptr;
+  nvml::DeviceRegisterEventsFn device_register_events = nullptr;
+  nvml::EventSetWaitFn event_set_wait = nullptr;
   nvml::DeviceGetMemoryAffinityFn device_get_memory_affinity = nullptr;
   nvml::DeviceGetCpuAffinityFn device_get_cpu_affinity = nullptr;
   nvml::DeviceGetCudaComputeCapabilityFn device_get_cuda_compute_capability = nullptr;

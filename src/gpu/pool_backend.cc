@@ -1,4 +1,5 @@
 // restrict_to_slurm_allocation: the machine, or inside a Slurm allocation the allocation's part of it.
+#include <algorithm>
 #include <map>
 #include <string>
 
@@ -8,6 +9,23 @@
 
 namespace gpupool {
 namespace {
+
+// The allocation's GPUs' events only.
+class AllocationXidWatch : public XidWatch {
+ public:
+  AllocationXidWatch(std::unique_ptr<XidWatch> whole, std::vector<std::string> uuids)
+      : whole_(std::move(whole)), uuids_(std::move(uuids)) {}
+  Result<std::vector<XidEvent>> wait(std::chrono::milliseconds timeout) override {
+    TRY_ASSIGN(std::vector<XidEvent> events, whole_->wait(timeout));
+    std::erase_if(events, [&](const XidEvent& event) { return std::ranges::find(uuids_, event.gpu_uuid) == uuids_.end(); });
+    return events;
+  }
+  size_t gpus_watched() const override { return std::min(whole_->gpus_watched(), uuids_.size()); }
+
+ private:
+  std::unique_ptr<XidWatch> whole_;
+  std::vector<std::string> uuids_;
+};
 
 // Every snapshot cut down to the allocation's GPUs, so that every index the daemon, the
 // scheduler and the leases use means the same GPU.
@@ -26,6 +44,10 @@ class AllocationBackend : public GpuBackend {
                        count == 1 ? "" : "s", allocation_.source);
   }
   std::string simulated_machine() const override { return machine_->simulated_machine(); }
+  Result<std::unique_ptr<XidWatch>> watch_xid_events() override {
+    TRY_ASSIGN(std::unique_ptr<XidWatch> whole, machine_->watch_xid_events());
+    return std::unique_ptr<XidWatch>(std::make_unique<AllocationXidWatch>(std::move(whole), allocation_.uuids));
+  }
 
  private:
   std::unique_ptr<GpuBackend> machine_;

@@ -114,6 +114,14 @@ struct Machine {
   std::vector<std::vector<Link>> links;
 };
 
+// A critical XID event the driver reported for a GPU (its UUID: the one number that means the
+// same GPU in every view of the machine).
+struct XidEvent {
+  std::string gpu_uuid;
+  uint64_t xid = 0;
+  bool operator==(const XidEvent&) const = default;
+};
+
 // The MIG device of `gpu` with that UUID; nullptr when it has none (an empty UUID included).
 const MigDevice* mig_device_with_uuid(const Gpu& gpu, std::string_view uuid);
 

@@ -70,16 +70,32 @@
   R(bool, persistence_mode, Required, InJson, NotSampled, "", "")                                 \
   R(ComputeMode, compute_mode, Required, InJson, NotSampled, "", "")                              \
   R(bool, mig_enabled, Required, InJson, NotSampled, "", "")                                      \
-  R(uint64_t, ecc_corrected_volatile, Zero, InJson, NotSampled, "", "")                           \
-  R(uint64_t, ecc_uncorrected_volatile, Zero, InJson, NotSampled, "", "")                         \
+  /* Health, for /metrics (dcgm-exporter's names) and doctor; the quarantine reads them too.   \
+     ECC counts: volatile since the driver loaded, aggregate over the GPU's life. */              \
+  R(uint64_t, ecc_corrected_volatile, Zero, InJson, SampledForMetrics, "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", \
+    "Total number of single-bit volatile ECC errors.")                                           \
+  R(uint64_t, ecc_uncorrected_volatile, Zero, InJson, SampledForMetrics, "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", \
+    "Total number of double-bit volatile ECC errors.")                                           \
+  R(uint64_t, ecc_corrected_aggregate, Zero, NotInJson, SampledForMetrics, "DCGM_FI_DEV_ECC_SBE_AGG_TOTAL", \
+    "Total number of single-bit persistent ECC errors.")                                         \
+  R(uint64_t, ecc_uncorrected_aggregate, Zero, NotInJson, SampledForMetrics, "DCGM_FI_DEV_ECC_DBE_AGG_TOTAL", \
+    "Total number of double-bit persistent ECC errors.")                                         \
   /* Memory repairs: pages retired after ECC errors (before Ampere), rows remapped (Ampere on). \
      A pending repair takes effect at the next GPU reset or driver load; a failed remap needs  \
      service. */                                                                                  \
   R(unsigned, retired_pages, Null, NotInJson, NotSampled, "", "")                                 \
   R(bool, retired_pages_pending, ZeroNotNull, NotInJson, NotSampled, "", "")                      \
   R(unsigned, remapped_rows, Null, NotInJson, NotSampled, "", "")                                 \
-  R(bool, row_remapping_pending, ZeroNotNull, NotInJson, NotSampled, "", "")                      \
-  R(bool, row_remapping_failed, ZeroNotNull, NotInJson, NotSampled, "", "")                       \
+  R(bool, row_remapping_pending, ZeroNotNull, NotInJson, SampledForMetrics, "DCGM_FI_DEV_ROW_REMAP_PENDING", \
+    "Whether remapping of rows is pending (the GPU needs a reset).")                              \
+  R(bool, row_remapping_failed, ZeroNotNull, NotInJson, SampledForMetrics, "DCGM_FI_DEV_ROW_REMAP_FAILURE", \
+    "Whether remapping of rows has failed.")                                                      \
+  /* Why the clocks are held below their maximum: a bitmask of NVML's clocks event reasons     \
+     (0x1 idle, 0x4 power cap, 0x8 hardware slowdown, 0x20 thermal, ...). */                    \
+  R(uint64_t, clocks_event_reasons, Zero, NotInJson, SampledForMetrics, "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", \
+    "Current clock throttle reasons.")                                                            \
+  R(unsigned, pcie_replay_count, Zero, NotInJson, SampledForMetrics, "DCGM_FI_DEV_PCIE_REPLAY_COUNTER", \
+    "Total number of PCIe retries.")                                                              \
   R(int, numa_node, ByHand, InJson, NotSampled, "", "")                                           \
   /* A CPU list, as in /sys: "0-15,32-47". */                                                     \
   R(std::string, cpu_affinity, ByHand, InJson, NotSampled, "", "")                                \

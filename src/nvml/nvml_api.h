@@ -31,6 +31,7 @@ constexpr nvmlReturn_t NVML_ERROR_NO_PERMISSION = 4;
 constexpr nvmlReturn_t NVML_ERROR_NOT_FOUND = 6;
 constexpr nvmlReturn_t NVML_ERROR_INSUFFICIENT_SIZE = 7;
 constexpr nvmlReturn_t NVML_ERROR_DRIVER_NOT_LOADED = 9;
+constexpr nvmlReturn_t NVML_ERROR_TIMEOUT = 10;
 constexpr nvmlReturn_t NVML_ERROR_FUNCTION_NOT_FOUND = 13;
 constexpr nvmlReturn_t NVML_ERROR_GPU_IS_LOST = 15;
 constexpr nvmlReturn_t NVML_ERROR_ARGUMENT_VERSION_MISMATCH = 25;
@@ -73,6 +74,7 @@ constexpr nvmlMemoryErrorType_t NVML_MEMORY_ERROR_TYPE_UNCORRECTED = 1;
 constexpr nvmlPageRetirementCause_t NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS = 0;
 constexpr nvmlPageRetirementCause_t NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR = 1;
 constexpr nvmlEccCounterType_t NVML_VOLATILE_ECC = 0;
+constexpr nvmlEccCounterType_t NVML_AGGREGATE_ECC = 1;
 
 constexpr nvmlIntNvLinkDeviceType_t NVML_NVLINK_DEVICE_TYPE_GPU = 0x00;
 constexpr nvmlIntNvLinkDeviceType_t NVML_NVLINK_DEVICE_TYPE_IBMNPU = 0x01;
@@ -191,6 +193,19 @@ struct nvmlGpmSupport_t {
   unsigned int isSupportedDevice;
 };
 
+// Events (nvmlDeviceRegisterEvents): an event set collects what the registered GPUs report and
+// nvmlEventSetWait_v2 waits for the next. A critical XID event's `eventData` is the XID.
+using nvmlEventSet_t = struct nvmlEventSet_st*;
+constexpr unsigned long long nvmlEventTypeXidCriticalError = 0x0000000000000008ULL;
+
+struct nvmlEventData_t {
+  nvmlDevice_t device;
+  unsigned long long eventType;
+  unsigned long long eventData;
+  unsigned int gpuInstanceId;
+  unsigned int computeInstanceId;
+};
+
 }  // extern "C"
 
 namespace gpupool::nvml {
@@ -244,5 +259,10 @@ using GpmSampleGetFn = nvmlReturn_t (*)(nvmlDevice_t, nvmlGpmSample_t);
 // One GPU instance of a GPU in MIG mode, by its GPU instance id; `device` is the GPU's handle.
 using GpmMigSampleGetFn = nvmlReturn_t (*)(nvmlDevice_t, unsigned int, nvmlGpmSample_t);
 using GpmMetricsGetFn = nvmlReturn_t (*)(nvmlGpmMetricsGet_t*);
+using DeviceGetUint64Fn = nvmlReturn_t (*)(nvmlDevice_t, unsigned long long*);
+using EventSetCreateFn = nvmlReturn_t (*)(nvmlEventSet_t*);
+using EventSetFreeFn = nvmlReturn_t (*)(nvmlEventSet_t);
+using DeviceRegisterEventsFn = nvmlReturn_t (*)(nvmlDevice_t, unsigned long long, nvmlEventSet_t);
+using EventSetWaitFn = nvmlReturn_t (*)(nvmlEventSet_t, nvmlEventData_t*, unsigned int);  // timeout in ms
 
 }  // namespace gpupool::nvml

@@ -6,6 +6,9 @@
 // fallbacks run too. docs/fixtures.md describes both.
 
 #include <algorithm>
+#include <chrono>
+#include <map>
+#include <thread>
 #include <charconv>
 #include <climits>
 #include <cmath>
@@ -40,7 +43,6 @@ namespace {
 constexpr unsigned long long kMiB = 1024ULL * 1024ULL;
 constexpr unsigned kSimulatedNvSwitches =
     6;  // NVSwitch chips the made-up fabric spreads links over
-constexpr nvmlEccCounterType_t kAggregateEcc = 1;  // NVML_AGGREGATE_ECC
 
 nvmlReturn_t copy_string(std::string_view value, char* buffer, unsigned length) {
   if (buffer == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
@@ -413,16 +415,13 @@ GPUPOOL_NVML_EXPORT nvmlReturn_t nvmlDeviceGetTotalEccErrors(nvmlDevice_t device
                                                              nvmlEccCounterType_t counter_type,
                                                              unsigned long long* count) {
   return simulator().device(device, Needs::Health, [&](const Query& query) {
-    if (counter_type != NVML_VOLATILE_ECC && counter_type != gpupool::sim::kAggregateEcc) {
-      return NVML_ERROR_INVALID_ARGUMENT;
-    }
-    if (counter_type == gpupool::sim::kAggregateEcc)
-      return NVML_ERROR_NOT_SUPPORTED;  // fixtures keep volatile only
+    if (counter_type != NVML_VOLATILE_ECC && counter_type != NVML_AGGREGATE_ECC) return NVML_ERROR_INVALID_ARGUMENT;
+    bool aggregate = counter_type == NVML_AGGREGATE_ECC;
     switch (error_type) {
       case NVML_MEMORY_ERROR_TYPE_CORRECTED:
-        return report(query.gpu.ecc_corrected_volatile, count);
+        return report(aggregate ? query.gpu.ecc_corrected_aggregate : query.gpu.ecc_corrected_volatile, count);
       case NVML_MEMORY_ERROR_TYPE_UNCORRECTED:
-        return report(query.gpu.ecc_uncorrected_volatile, count);
+        return report(aggregate ? query.gpu.ecc_uncorrected_aggregate : query.gpu.ecc_uncorrected_volatile, count);
       default:
         return NVML_ERROR_INVALID_ARGUMENT;
     }
@@ -674,6 +673,79 @@ GPUPOOL_NVML_EXPORT nvmlReturn_t nvmlDeviceGetRemappedRows(nvmlDevice_t device, 
     return NVML_SUCCESS;
   });
 }
+
+GPUPOOL_NVML_EXPORT nvmlReturn_t nvmlDeviceGetCurrentClocksThrottleReasons(nvmlDevice_t device,
+                                                                          unsigned long long* reasons) {
+  return simulator().device(device, Needs::Health,
+                            [&](const Query& query) { return report(query.gpu.clocks_event_reasons, reasons); });
+}
+
+GPUPOOL_NVML_EXPORT nvmlReturn_t nvmlDeviceGetPcieReplayCounter(nvmlDevice_t device, unsigned int* count) {
+  return simulator().device(device, Needs::Health,
+                            [&](const Query& query) { return report(query.gpu.pcie_replay_count, count); });
+}
+
+// Events: an event set delivers the critical XIDs a registered GPU's fixture lists (`xid_events`)
+// beyond those it listed when the GPU was registered; an overlay that appends one raises it.
+struct nvmlEventSet_st {
+  std::map<unsigned, size_t> delivered;  // GPU index -> how many of its XIDs the set has seen
+};
+
+GPUPOOL_NVML_EXPORT nvmlReturn_t nvmlEventSetCreate(nvmlEventSet_t* set) {
+  if (set == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  *set = new nvmlEventSet_st();
+  return NVML_SUCCESS;
+}
+
+GPUPOOL_NVML_EXPORT nvmlReturn_t nvmlEventSetFree(nvmlEventSet_t set) {
+  delete set;
+  return NVML_SUCCESS;
+}
+
+GPUPOOL_NVML_EXPORT nvmlReturn_t nvmlDeviceRegisterEvents(nvmlDevice_t device, unsigned long long types,
+                                                          nvmlEventSet_t set) {
+  return simulator().device(device, Needs::Health, [&](const Query& query) {
+    if (set == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+    if ((types & ~nvmlEventTypeXidCriticalError) != 0) return NVML_ERROR_NOT_SUPPORTED;
+    set->delivered[query.index] = query.gpu.xid_events.size();
+    return NVML_SUCCESS;
+  });
+}
+
+// An old driver's name for nvmlEventSetWait_v2, which a current one has too.
+GPUPOOL_NVML_EXPORT nvmlReturn_t nvmlEventSetWait(nvmlEventSet_t set, nvmlEventData_t* data, unsigned int timeout_ms) {
+  if (set == nullptr || data == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  // Polls the fixture (and its overlay) without holding the simulator while it sleeps.
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  while (true) {
+    for (auto& [index, delivered] : set->delivered) {
+      nvmlDevice_t device = nullptr;
+      if (simulator().handle_by_index(index, &device) != NVML_SUCCESS) continue;
+      nvmlReturn_t found = simulator().device(device, Needs::Identity, [&](const Query& query) {
+        if (delivered >= query.gpu.xid_events.size()) return NVML_ERROR_NOT_FOUND;
+        *data = nvmlEventData_t{device, nvmlEventTypeXidCriticalError, query.gpu.xid_events[delivered], kNoGpuInstance,
+                                kNoGpuInstance};
+        ++delivered;
+        return NVML_SUCCESS;
+      });
+      if (found == NVML_SUCCESS) return NVML_SUCCESS;
+    }
+    auto now = std::chrono::steady_clock::now();
+    if (now >= deadline) return NVML_ERROR_TIMEOUT;
+    std::this_thread::sleep_for(std::min<std::chrono::steady_clock::duration>(deadline - now, std::chrono::milliseconds(20)));
+  }
+}
+
+#if !GPUPOOL_FAKE_NVML_LEGACY  // a current driver's names
+GPUPOOL_NVML_EXPORT nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t* data, unsigned int timeout_ms) {
+  return nvmlEventSetWait(set, data, timeout_ms);
+}
+
+GPUPOOL_NVML_EXPORT nvmlReturn_t nvmlDeviceGetCurrentClocksEventReasons(nvmlDevice_t device,
+                                                                      unsigned long long* reasons) {
+  return nvmlDeviceGetCurrentClocksThrottleReasons(device, reasons);
+}
+#endif
 
 // GPM: a GPU supports it when its fixture gives any activity reading (Hopper and later do by
 // default). A metric between two samples is the later sample's reading, in NVML's unit.

@@ -480,6 +480,13 @@ Result<FixtureGpu> parse_gpu(ObjectReader& reader, unsigned index,
   TRY_ASSIGN(gpu.mig_devices,
              parse_array<FixtureMigDevice>(reader.find("mig_devices"), reader.where("mig_devices"), parse_mig_device));
   TRY(validate_mig_devices(gpu, reader.where("mig_devices")));
+  if (const json* xids = reader.find("xid_events")) {
+    if (!xids->is_array()) return fail("{}: expected an array of XIDs", reader.where("xid_events"));
+    for (size_t i = 0; i < xids->size(); ++i) {
+      TRY_ASSIGN(unsigned xid, convert<unsigned>((*xids)[i], fmt::format("{}[{}]", reader.where("xid_events"), i)));
+      gpu.xid_events.push_back(xid);
+    }
+  }
   for (size_t i = 0; i < gpu.processes.size(); ++i) {
     std::optional<unsigned> instance = gpu.processes[i].gpu_instance_id;
     if (instance && std::ranges::none_of(gpu.mig_devices, [&](auto& d) { return d.gpu_instance_id == *instance; })) {

@@ -79,6 +79,9 @@ struct FixtureGpu {
   unsigned nvswitch_links = 0;  // links into the NVSwitch fabric
   std::vector<FixtureProcess> processes;
   std::vector<FixtureMigDevice> mig_devices;  // only where mig_enabled is true
+  // The critical XIDs the driver reported since it loaded, oldest first; an overlay that appends
+  // one raises an XID event.
+  std::vector<unsigned long long> xid_events;
 };
 
 // Calls visit(info, value) for each reading of `gpu` (any FixtureGpu) that a fixture gives, in

@@ -28,6 +28,7 @@ constexpr unsigned gpm_metrics_get_version = ours::NVML_GPM_METRICS_GET_VERSION;
 constexpr unsigned gpm_support_version = ours::NVML_GPM_SUPPORT_VERSION;
 constexpr unsigned mig_disable = ours::NVML_DEVICE_MIG_DISABLE;
 constexpr unsigned mig_enable = ours::NVML_DEVICE_MIG_ENABLE;
+constexpr unsigned long long xid_critical_error = ours::nvmlEventTypeXidCriticalError;
 }  // namespace captured
 
 #define NVML_NO_UNVERSIONED_FUNC_DEFS
@@ -48,6 +49,7 @@ static_assert(captured::gpm_metrics_get_version == NVML_GPM_METRICS_GET_VERSION)
 static_assert(captured::gpm_support_version == NVML_GPM_SUPPORT_VERSION);
 static_assert(captured::mig_disable == NVML_DEVICE_MIG_DISABLE);
 static_assert(captured::mig_enable == NVML_DEVICE_MIG_ENABLE);
+static_assert(captured::xid_critical_error == nvmlEventTypeXidCriticalError);
 
 #define SAME_VALUE(name) static_assert(static_cast<long long>(ours::name) == static_cast<long long>(::name), #name)
 SAME_VALUE(NVML_SUCCESS);
@@ -58,6 +60,7 @@ SAME_VALUE(NVML_ERROR_NO_PERMISSION);
 SAME_VALUE(NVML_ERROR_NOT_FOUND);
 SAME_VALUE(NVML_ERROR_INSUFFICIENT_SIZE);
 SAME_VALUE(NVML_ERROR_DRIVER_NOT_LOADED);
+SAME_VALUE(NVML_ERROR_TIMEOUT);
 SAME_VALUE(NVML_ERROR_FUNCTION_NOT_FOUND);
 SAME_VALUE(NVML_ERROR_GPU_IS_LOST);
 SAME_VALUE(NVML_ERROR_ARGUMENT_VERSION_MISMATCH);
@@ -82,6 +85,7 @@ SAME_VALUE(NVML_MEMORY_ERROR_TYPE_UNCORRECTED);
 SAME_VALUE(NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS);
 SAME_VALUE(NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR);
 SAME_VALUE(NVML_VOLATILE_ECC);
+SAME_VALUE(NVML_AGGREGATE_ECC);
 SAME_VALUE(NVML_NVLINK_DEVICE_TYPE_GPU);
 SAME_VALUE(NVML_NVLINK_DEVICE_TYPE_IBMNPU);
 SAME_VALUE(NVML_NVLINK_DEVICE_TYPE_SWITCH);
@@ -163,6 +167,12 @@ static_assert(sizeof(ours::nvmlGpmMetricsGet_t::metrics[0]) == sizeof(::nvmlGpmM
 SAME_LAYOUT(nvmlGpmSupport_t);
 SAME_FIELD(nvmlGpmSupport_t, version);
 SAME_FIELD(nvmlGpmSupport_t, isSupportedDevice);
+SAME_LAYOUT(nvmlEventData_t);
+SAME_FIELD(nvmlEventData_t, device);
+SAME_FIELD(nvmlEventData_t, eventType);
+SAME_FIELD(nvmlEventData_t, eventData);
+SAME_FIELD(nvmlEventData_t, gpuInstanceId);
+SAME_FIELD(nvmlEventData_t, computeInstanceId);
 SAME_LAYOUT(nvmlDeviceAttributes_t);
 SAME_FIELD(nvmlDeviceAttributes_t, multiprocessorCount);
 SAME_FIELD(nvmlDeviceAttributes_t, sharedCopyEngineCount);
@@ -205,6 +215,8 @@ MAP(nvmlGpmSample_st, ours::nvmlGpmSample_st);
 MAP(nvmlGpmSupport_t, ours::nvmlGpmSupport_t);
 MAP(nvmlGpmMetricsGet_t, ours::nvmlGpmMetricsGet_t);
 MAP(nvmlDeviceAttributes_t, ours::nvmlDeviceAttributes_t);
+MAP(nvmlEventSet_st, ours::nvmlEventSet_st);
+MAP(nvmlEventData_t, ours::nvmlEventData_t);
 
 namespace fn = ours::gpupool::nvml;
 #define SAME_SIGNATURE(mine, real) static_assert(std::is_same_v<fn::mine, to_ours<decltype(&::real)>::type>, #real)
@@ -269,6 +281,14 @@ SAME_SIGNATURE(GpmSampleFreeFn, nvmlGpmSampleFree);
 SAME_SIGNATURE(GpmSampleGetFn, nvmlGpmSampleGet);
 SAME_SIGNATURE(GpmMigSampleGetFn, nvmlGpmMigSampleGet);
 SAME_SIGNATURE(GpmMetricsGetFn, nvmlGpmMetricsGet);
+SAME_SIGNATURE(DeviceGetUint64Fn, nvmlDeviceGetCurrentClocksEventReasons);
+SAME_SIGNATURE(DeviceGetUint64Fn, nvmlDeviceGetCurrentClocksThrottleReasons);
+SAME_SIGNATURE(DeviceGetUintFn, nvmlDeviceGetPcieReplayCounter);
+SAME_SIGNATURE(EventSetCreateFn, nvmlEventSetCreate);
+SAME_SIGNATURE(EventSetFreeFn, nvmlEventSetFree);
+SAME_SIGNATURE(DeviceRegisterEventsFn, nvmlDeviceRegisterEvents);
+SAME_SIGNATURE(EventSetWaitFn, nvmlEventSetWait_v2);
+SAME_SIGNATURE(EventSetWaitFn, nvmlEventSetWait);
 
 int main() {
   std::puts("nvml ABI check: every constant, struct layout and signature we declare matches nvml.h");

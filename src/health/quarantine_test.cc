@@ -1,0 +1,162 @@
+#include "health/quarantine.h"
+
+#include <gtest/gtest.h>
+
+namespace gpupool {
+namespace {
+
+constexpr double kWindow = 1800;
+const QuarantinePolicy kPolicy{true, kWindow};
+
+Machine two_healthy_gpus() {
+  Machine machine;
+  for (unsigned index : {0u, 1u}) {
+    Gpu gpu;
+    gpu.index = index;
+    gpu.uuid = fmt::format("GPU-{}", index);
+    gpu.ecc_uncorrected_volatile = 0;
+    gpu.row_remapping_pending = false;
+    gpu.row_remapping_failed = false;
+    machine.gpus.push_back(gpu);
+  }
+  return machine;
+}
+
+TEST(XidMeaningTest, HardwareXidsQuarantineAndProgramOnesDoNot) {
+  ASSERT_NE(xid_meaning(79), nullptr);
+  EXPECT_TRUE(xid_meaning(79)->hardware);
+  EXPECT_TRUE(xid_meaning(48)->hardware);
+  EXPECT_FALSE(xid_meaning(13)->hardware);
+  EXPECT_FALSE(xid_meaning(31)->hardware);
+  EXPECT_EQ(xid_meaning(9999), nullptr);
+  EXPECT_EQ(describe_xid(79), "XID 79 (the GPU fell off the bus)");
+  EXPECT_EQ(describe_xid(9999), "XID 9999");
+}
+
+TEST(ReadingFaultsTest, AHealthyGpuHasNone) { EXPECT_TRUE(reading_faults(two_healthy_gpus().gpus[0]).empty()); }
+
+TEST(ReadingFaultsTest, NamesEachFault) {
+  Gpu gpu = two_healthy_gpus().gpus[0];
+  gpu.ecc_uncorrected_volatile = 2;
+  gpu.row_remapping_pending = true;
+  gpu.row_remapping_failed = true;
+  gpu.fault = "GPU is lost";
+  EXPECT_EQ(reading_faults(gpu),
+            (std::vector<std::string>{"NVML cannot read it (GPU is lost)",
+                                      "2 uncorrectable ECC errors since the driver loaded", "a row remap failed",
+                                      "a row remap is pending (a reset applies it)"}));
+}
+
+TEST(QuarantineTest, AHardwareXidTakesItsGpuOutUntilTheWindowIsClean) {
+  QuarantineState state;
+  Machine machine = two_healthy_gpus();
+  auto changes = observe_health(state, machine, {{"GPU-1", 79}}, 1000, kPolicy);
+  ASSERT_EQ(changes.size(), 1u);
+  EXPECT_TRUE(changes[0].quarantined);
+  EXPECT_EQ(changes[0].index, 1u);
+  EXPECT_EQ(changes[0].why, "XID 79 (the GPU fell off the bus)");
+  EXPECT_TRUE(state.gpus.contains("GPU-1"));
+  EXPECT_FALSE(state.gpus.contains("GPU-0"));
+
+  EXPECT_TRUE(observe_health(state, machine, {}, 1000 + kWindow - 1, kPolicy).empty());
+  changes = observe_health(state, machine, {}, 1000 + kWindow, kPolicy);
+  ASSERT_EQ(changes.size(), 1u);
+  EXPECT_FALSE(changes[0].quarantined);
+  EXPECT_EQ(changes[0].why, "no fault for 30 min");
+  EXPECT_TRUE(state.gpus.empty());
+}
+
+TEST(QuarantineTest, AProgramsXidOrAnotherGpusLeavesItIn) {
+  QuarantineState state;
+  EXPECT_TRUE(observe_health(state, two_healthy_gpus(), {{"GPU-1", 13}, {"GPU-1", 31}, {"GPU-9", 79}}, 1, kPolicy)
+                  .empty());
+  EXPECT_TRUE(state.gpus.empty());
+}
+
+TEST(QuarantineTest, ALastingFaultKeepsTheWindowFromStarting) {
+  QuarantineState state;
+  Machine machine = two_healthy_gpus();
+  machine.gpus[0].row_remapping_pending = true;
+  ASSERT_EQ(observe_health(state, machine, {}, 0, kPolicy).size(), 1u);
+  EXPECT_TRUE(observe_health(state, machine, {}, 2 * kWindow, kPolicy).empty());
+  EXPECT_TRUE(state.gpus.contains("GPU-0"));
+  machine.gpus[0].row_remapping_pending = false;  // a reset applied it
+  EXPECT_TRUE(observe_health(state, machine, {}, 2 * kWindow + 1, kPolicy).empty());
+  EXPECT_EQ(observe_health(state, machine, {}, 3 * kWindow, kPolicy).size(), 1u);
+  EXPECT_TRUE(state.gpus.empty());
+}
+
+TEST(QuarantineTest, ARepeatedXidRestartsTheWindow) {
+  QuarantineState state;
+  Machine machine = two_healthy_gpus();
+  observe_health(state, machine, {{"GPU-0", 48}}, 0, kPolicy);
+  EXPECT_TRUE(observe_health(state, machine, {{"GPU-0", 48}}, kWindow - 10, kPolicy).empty());
+  EXPECT_TRUE(observe_health(state, machine, {}, kWindow, kPolicy).empty());
+  EXPECT_EQ(observe_health(state, machine, {}, 2 * kWindow - 10, kPolicy).size(), 1u);
+}
+
+TEST(QuarantineTest, AnAdministratorsReleaseAcceptsTheFaultsSeenNowButNotNewOnes) {
+  QuarantineState state;
+  Machine machine = two_healthy_gpus();
+  machine.gpus[0].ecc_uncorrected_volatile = 1;
+  observe_health(state, machine, {}, 0, kPolicy);
+  EXPECT_TRUE(release_from_quarantine(state, machine.gpus[0]));
+  EXPECT_TRUE(observe_health(state, machine, {}, 1, kPolicy).empty()) << "the accepted fault quarantines no more";
+  machine.gpus[0].ecc_uncorrected_volatile = 2;  // a new error
+  auto changes = observe_health(state, machine, {}, 2, kPolicy);
+  ASSERT_EQ(changes.size(), 1u);
+  EXPECT_EQ(changes[0].why, "2 uncorrectable ECC errors since the driver loaded");
+  EXPECT_FALSE(release_from_quarantine(state, machine.gpus[1]));
+}
+
+TEST(QuarantineTest, AnAcceptedFaultThatGoesAndComesBackQuarantinesAgain) {
+  QuarantineState state;
+  Machine machine = two_healthy_gpus();
+  machine.gpus[1].row_remapping_pending = true;
+  observe_health(state, machine, {}, 0, kPolicy);
+  release_from_quarantine(state, machine.gpus[1]);
+  machine.gpus[1].row_remapping_pending = false;
+  observe_health(state, machine, {}, 1, kPolicy);
+  EXPECT_TRUE(state.accepted.empty());
+  machine.gpus[1].row_remapping_pending = true;
+  EXPECT_EQ(observe_health(state, machine, {}, 2, kPolicy).size(), 1u);
+}
+
+TEST(QuarantineTest, TurnedOffItReleasesEveryGpuAndTakesNone) {
+  QuarantineState state;
+  Machine machine = two_healthy_gpus();
+  observe_health(state, machine, {{"GPU-0", 79}}, 0, kPolicy);
+  auto changes = observe_health(state, machine, {{"GPU-1", 79}}, 1, QuarantinePolicy{false, kWindow});
+  ASSERT_EQ(changes.size(), 1u);
+  EXPECT_FALSE(changes[0].quarantined);
+  EXPECT_TRUE(state.gpus.empty());
+}
+
+TEST(QuarantineTest, KeepsItsGpusFromTheSchedulerAndSaysWhy) {
+  QuarantineState state;
+  observe_health(state, two_healthy_gpus(), {{"GPU-1", 79}}, 0, kPolicy);
+  std::vector<GpuAvailability> gpus(2);
+  gpus[1].holders = "alice (train)";
+  mark_quarantined_gpus(state, gpus);
+  EXPECT_TRUE(gpus[0].usable);
+  EXPECT_FALSE(gpus[1].usable);
+  EXPECT_EQ(gpus[1].holders, "alice (train); quarantined: XID 79 (the GPU fell off the bus)");
+}
+
+TEST(QuarantineTest, StoredAndReadBackWhole) {
+  QuarantineState state;
+  Machine machine = two_healthy_gpus();
+  machine.gpus[0].row_remapping_pending = true;
+  observe_health(state, machine, {{"GPU-1", 95}}, 12.5, kPolicy);
+  release_from_quarantine(state, machine.gpus[0]);
+  auto back = parse_quarantine_state(encode(state));
+  ASSERT_TRUE(back) << back.error().message;
+  EXPECT_EQ(*back, state);
+  EXPECT_FALSE(parse_quarantine_state("[]"));
+  auto damaged = parse_quarantine_state(R"({"gpus": {"GPU-1": {"index": "one"}}})");
+  ASSERT_FALSE(damaged);
+  EXPECT_NE(damaged.error().message.find("the stored quarantine is damaged"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace gpupool
