@@ -53,6 +53,12 @@ std::vector<std::string> daemon_notices(const protocol::StatusResponse& status, 
                                   gpu.index, who_when_why(gpu.by, gpu.at > 0 ? std::optional(gpu.at) : std::nullopt, gpu.reason),
                                   gpu.index));
   }
+  for (const protocol::DrainedGpu& gpu : status.quarantined_gpus) {
+    notices.push_back(fmt::format("GPU {} is quarantined{}. Its jobs run on; none starts on it until it has been "
+                                  "clean for a while, or `gpupool resume --gpu {}`.",
+                                  gpu.index, who_when_why("", gpu.at > 0 ? std::optional(gpu.at) : std::nullopt, gpu.reason),
+                                  gpu.index));
+  }
   if (const auto& space = status.state_space) {
       if (space->free_bytes < space->reserve_bytes) {
       notices.push_back(fmt::format(

@@ -223,6 +223,18 @@ const Key kMonitorKeys[] = {
        TRY_ASSIGN(config.idle_flag_after_s, duration_of(node, key));
        return {};
      }},
+    {"quarantine",
+     [](const toml::node& node, std::string_view key, DaemonConfig& config) -> Result<void> {
+       auto text = node.value<std::string_view>();
+       if (!node.is_string() || (*text != "on" && *text != "off")) return fail("{} must be \"on\" or \"off\"", quote(key));
+       config.quarantine.enabled = *text == "on";
+       return {};
+     }},
+    {"quarantine_clean_window",
+     [](const toml::node& node, std::string_view key, DaemonConfig& config) -> Result<void> {
+       TRY_ASSIGN(config.quarantine.clean_window_s, duration_of(node, key));
+       return {};
+     }},
 };
 
 const Key kSchedulerKeys[] = {

@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "base/result.h"
+#include "health/quarantine.h"
 #include "jobs/private_data.h"
 #include "sched/slice_watch.h"
 #include "sched/scheduler.h"
@@ -63,6 +64,8 @@ struct DaemonConfig {
   size_t http_max_connections_per_address = 8;
   double history_s = 3600;          // how far back the samples go (charts, /api/history)
   double idle_flag_after_s = 1800;  // a job at about 0 % utilisation this long is flagged idle
+  // [monitor] quarantine, quarantine_clean_window: GPUs whose health fails get no new jobs.
+  QuarantinePolicy quarantine;
 };
 
 inline constexpr const char* kDefaultConfigPath = "/etc/gpupool/gpupool.toml";

@@ -205,6 +205,7 @@ TEST(ConfigTest, ValuesOutOfRangeOrOfTheWrongTypeNameTheKeyAndLine) {
        "gpupool.toml:2: 'slice_enforcement' must be \"auto\", \"mps\", \"watch\" or \"off\""},
       {"[daemon]\nslice_overrun = \"kill\"\n", "gpupool.toml:2: 'slice_overrun' must be \"warn\" or \"stop\""},
       {"[daemon]\nslice_overrun = 1\n", "gpupool.toml:2: 'slice_overrun' must be \"warn\" or \"stop\""},
+      {"[monitor]\nquarantine = true\n", "gpupool.toml:2: 'quarantine' must be \"on\" or \"off\""},
       {"[daemon]\ndevice_isolation = true\n",
        "gpupool.toml:2: 'device_isolation' must be \"auto\", \"on\" or \"off\""},
       {"[daemon]\ndevice_isolation = \"On\"\n",
@@ -308,6 +309,8 @@ TEST(ConfigTest, TheShippedExample) {
   DaemonConfig every_key = parsed(uncommented);
   EXPECT_EQ(every_key.admin_group, "gpuadmin");
   EXPECT_EQ(every_key.sample_interval_s, 1.0);
+  EXPECT_TRUE(every_key.quarantine.enabled);
+  EXPECT_EQ(every_key.quarantine.clean_window_s, 1800);
   EXPECT_EQ(every_key.kill_grace_s, 10.0);
   EXPECT_EQ(every_key.default_time_limit_s, 86400.0);
   EXPECT_EQ(every_key.max_time_limit_s, 7 * 86400.0);

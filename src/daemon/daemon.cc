@@ -92,9 +92,16 @@ Result<void> Daemon::Impl::recover() {
     TRY(recover_drain_of_an_older_daemon());
   }
   if (drain_.queue) dispatcher_.feed(lifecycle::Drain{});
-  if (!drain_.gpus.empty()) {  // kept from jobs before the first sample, which may come after a dispatch
+  TRY_ASSIGN(auto quarantined, store_.setting("quarantine"));
+  if (quarantined) {
+    auto state = parse_quarantine_state(*quarantined);
+    if (!state) return fail("the job store's quarantine setting: {}", state.error().message);
+    quarantine_ = std::move(*state);
+  }
+  if (!drain_.gpus.empty() || !quarantine_.gpus.empty()) {
+    // Kept from jobs before the first sample, which may come after a dispatch.
     std::vector<GpuAvailability> unsurveyed(machine_.gpus.size());
-    mark_drained_gpus(drain_, unsurveyed);
+    mark_out_of_service(unsurveyed);
     TRY(scheduler_.set_outside_use(unsurveyed));
   }
   {
@@ -122,6 +129,7 @@ Result<void> Daemon::Impl::run() {
         dispatcher_.dispatch();
       },
       [this](const SessionPtr& session) { on_disconnect(session); });
+  show_quarantine();
   monitor_->start();
   supervisors_.fill();
   dispatcher_.dispatch();
@@ -193,9 +201,12 @@ Result<void> Daemon::Impl::open_monitor(UsageStore usage) {
   MonitorSettings settings{settings_.config.sample_interval_s, settings_.config.history_s,
                            settings_.config.idle_flag_after_s, host_name(), settings_.state_dir,
                            settings_.config.state_reserve_bytes, settings_.config.private_data};
-  monitor_ = std::make_unique<Monitor>(settings, machine_, *backend_, std::move(usage), [this](Machine machine) {
-    asio::post(io_, [this, machine = std::move(machine)] { on_sample(machine); });
-  });
+  monitor_ = std::make_unique<Monitor>(settings, machine_, *backend_, std::move(usage),
+                                       [this](Machine machine, std::vector<XidEvent> xids) {
+                                         asio::post(io_, [this, machine = std::move(machine), xids = std::move(xids)] {
+                                           on_sample(machine, xids);
+                                         });
+                                       });
   if (settings_.config.http) {
     // Monitoring is not worth refusing jobs over: without its address the daemon serves on.
     HttpLimits limits;
@@ -273,9 +284,10 @@ Result<void> Daemon::Impl::recover_drain_of_an_older_daemon() {
 }
 
 // A reading from the monitor's thread, posted to the loop.
-void Daemon::Impl::on_sample(const Machine& machine) {
+void Daemon::Impl::on_sample(const Machine& machine, const std::vector<XidEvent>& xids) {
   keep_runtime_directory();
   if (fatal_) return;
+  observe_health(machine, xids);
   auto survey = survey_pool(machine, leases_, host_, busy_memory_threshold_mib());
   if (!survey) {
     fmt::print(stderr, "gpupoold: cannot read the leases: {}\n", survey.error().message);
@@ -285,6 +297,45 @@ void Daemon::Impl::on_sample(const Machine& machine) {
   watch_slices(machine);
   stop_unneeded_mps_controls();
   apply_survey();
+}
+
+void Daemon::Impl::observe_health(const Machine& machine, const std::vector<XidEvent>& xids) {
+  last_reading_ = machine;
+  auto changes = gpupool::observe_health(quarantine_, machine, xids, unix_now(), settings_.config.quarantine);
+  for (const QuarantineChange& change : changes) {
+    if (change.quarantined) {
+      size_t running = std::ranges::count_if(dispatcher_.active(), [&](const auto& entry) {
+        const Job& job = entry.second;
+        return job.state == JobState::Running && std::ranges::find(job.gpus, change.index) != job.gpus.end();
+      });
+      fmt::print(stderr, "gpupoold: GPU {} quarantined: {}. No new job starts on it; {} running there go on\n",
+                 change.index, change.why, running);
+    } else {
+      fmt::print(stderr, "gpupoold: GPU {} is back from quarantine: {}\n", change.index, change.why);
+    }
+  }
+  // A repeated XID moves the clean window: kept too, so a restart does not shorten it.
+  if (!changes.empty() || !xids.empty()) store_quarantine();
+}
+
+void Daemon::Impl::store_quarantine() {
+  if (auto stored = store_.set_setting("quarantine", encode(quarantine_)); !stored) {
+    fmt::print(stderr, "gpupoold: cannot store the quarantine: {}\n", stored.error().message);
+  }
+  show_quarantine();
+}
+
+void Daemon::Impl::show_quarantine() {
+  std::vector<bool> quarantined(machine_.gpus.size(), false);
+  for (const auto& [uuid, note] : quarantine_.gpus) {
+    if (note.index < quarantined.size()) quarantined[note.index] = true;
+  }
+  monitor_->set_quarantined(std::move(quarantined));
+}
+
+void Daemon::Impl::mark_out_of_service(std::vector<GpuAvailability>& gpus) const {
+  mark_drained_gpus(drain_, gpus);
+  mark_quarantined_gpus(quarantine_, gpus);
 }
 
 void Daemon::Impl::stop_unneeded_mps_controls() {
@@ -331,7 +382,7 @@ void Daemon::Impl::apply_survey() {
   if (survey_.empty()) return;  // before the first sample: it will apply the drain
   std::vector<GpuAvailability> outside = survey_;
   outside.resize(machine_.gpus.size());
-  mark_drained_gpus(drain_, outside);
+  mark_out_of_service(outside);
   monitor_->set_pool(outside);
   // Leases of the daemon's own running jobs are the scheduler's business, not outside use.
   for (const auto& [id, job] : dispatcher_.active()) {

@@ -24,6 +24,7 @@
 #include "daemon/daemon.h"
 #include "daemon/dispatcher.h"
 #include "daemon/drain_state.h"
+#include "health/quarantine.h"
 #include "daemon/fair_share_keeper.h"
 #include "daemon/http_server.h"
 #include "daemon/job_groups.h"
@@ -106,7 +107,13 @@ class Daemon::Impl {
   void end_session(const std::string& by);
   void stop_once_idle();
   void schedule_sample(std::chrono::milliseconds delay);
-  void on_sample(const Machine& machine);
+  void on_sample(const Machine& machine, const std::vector<XidEvent>& xids);
+  // The quarantine's view of a reading: takes GPUs out, returns them, stores and says so.
+  void observe_health(const Machine& machine, const std::vector<XidEvent>& xids);
+  void store_quarantine();  // and shows it
+  void show_quarantine();   // to the monitor
+  // What `gpupool drain --gpu` and the quarantine keep from new jobs, marked in `gpus`.
+  void mark_out_of_service(std::vector<GpuAvailability>& gpus) const;
   // The slice watchdog on a sample: each running slice job's use, shown by the monitor, and the
   // jobs past their slice stopped under slice_overrun = "stop".
   void watch_slices(const Machine& sample);
@@ -146,6 +153,9 @@ class Daemon::Impl {
   std::optional<gid_t> admin_gid_;
   // What is drained (the queue, single GPUs), by whom, when and why: kept in the store's settings.
   DrainState drain_;
+  // GPUs kept from new jobs for their health (health/quarantine.h), kept in the store's settings.
+  QuarantineState quarantine_;
+  Machine last_reading_;  // the latest sample: what an administrator's release accepts
   // The last survey of the GPUs (leases, outside use), before the daemon's own jobs are taken
   // out: a drain of a GPU applies to it at once, without waiting for the next sample.
   std::vector<GpuAvailability> survey_;

@@ -377,6 +377,17 @@ void Daemon::Impl::handle(const SessionPtr& s, const protocol::AdminRequest& r) 
   }
   bool queue_changed = changed.queue.has_value() != drain_.queue.has_value();
   drain_ = std::move(changed);
+  if (!drain) {  // `resume --gpu` also returns a quarantined GPU, its faults seen now accepted
+    bool released = false;
+    for (unsigned index : r.gpus) {
+      const Gpu& reading = index < last_reading_.gpus.size() ? last_reading_.gpus[index] : machine_.gpus[index];
+      if (release_from_quarantine(quarantine_, reading)) {
+        fmt::print(stderr, "gpupoold: GPU {} returned from quarantine by {}\n", index, s->owner.user);
+      }
+      released = true;
+    }
+    if (released) store_quarantine();
+  }
   if (queue_changed) dispatcher_.feed(drain ? lifecycle::Event(lifecycle::Drain{}) : lifecycle::Event(lifecycle::Resume{}));
   if (!r.gpus.empty()) apply_survey();  // the GPUs are kept from jobs (or given back) at once
   sessions_.send(s, protocol::Ack{});
@@ -393,6 +404,10 @@ void Daemon::Impl::handle(const SessionPtr& s, const protocol::StatusRequest&) {
     status.drain_reason = drain_.queue->reason;
   }
   for (const auto& [index, note] : drain_.gpus) status.drained_gpus.push_back({index, note.by, note.at, note.reason});
+  for (const auto& [uuid, note] : quarantine_.gpus) {
+    status.quarantined_gpus.push_back({note.index, "", note.since, note.reason});
+  }
+  std::ranges::sort(status.quarantined_gpus, {}, &protocol::DrainedGpu::index);
   std::string host = host_name();
   std::string simulated = backend_->simulated_machine();
   status.machine = simulated.empty() ? host : fmt::format("{} (simulated {})", host, simulated);

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "health/quarantine.h"
 #include "os/clock.h"
 #include "os/files.h"
 
@@ -102,7 +103,7 @@ std::optional<JobUsage> Monitor::usage_of(JobId id) {
 }
 
 Monitor::Monitor(MonitorSettings settings, Machine machine, GpuBackend& backend, UsageStore store,
-                 std::function<void(Machine)> on_sample)
+                 std::function<void(Machine, std::vector<XidEvent>)> on_sample)
     : settings_(std::move(settings)),
       machine_(std::move(machine)),
       backend_(backend),
@@ -129,6 +130,19 @@ Monitor::~Monitor() { stop(); }
 void Monitor::start() {
   next_sample_ = Clock::now();
   sampler_ = std::thread([this] { sample_loop(); });
+  auto watch = backend_.watch_xid_events();
+  if (!watch) {
+    fmt::print(stderr, "gpupoold: no XID events: {}\n", watch.error().message);
+    return;
+  }
+  fmt::print(stderr, "gpupoold: watching critical XID events of {} GPU{}\n", (*watch)->gpus_watched(),
+             (*watch)->gpus_watched() == 1 ? "" : "s");
+  xid_watch_ = std::move(*watch);
+  {
+    std::lock_guard lock(mutex_);
+    watching_xids_ = true;
+  }
+  xid_watcher_ = std::thread([this] { xid_loop(); });
 }
 
 void Monitor::stop() {
@@ -138,6 +152,35 @@ void Monitor::stop() {
   }
   wake_.notify_all();
   if (sampler_.joinable()) sampler_.join();
+  if (xid_watcher_.joinable()) xid_watcher_.join();
+}
+
+// --- the XID watcher's thread ---
+
+// Waits in short steps so that stop() is never kept long. An event brings the next reading
+// forward: the quarantine acts on it within moments, not a sample interval later.
+void Monitor::xid_loop() {
+  constexpr auto kStep = std::chrono::milliseconds(250);
+  while (true) {
+    {
+      std::lock_guard lock(mutex_);
+      if (stopping_) return;
+    }
+    auto events = xid_watch_->wait(kStep);
+    std::lock_guard lock(mutex_);
+    if (!events) {
+      fmt::print(stderr, "gpupoold: stopped watching XID events: {}\n", events.error().message);
+      return;
+    }
+    if (events->empty()) continue;
+    for (const XidEvent& event : *events) {
+      fmt::print(stderr, "gpupoold: GPU {} reported {}\n", event.gpu_uuid, describe_xid(event.xid));
+      last_xids_[event.gpu_uuid] = event.xid;
+    }
+    pending_xids_.insert(pending_xids_.end(), events->begin(), events->end());
+    next_sample_ = Clock::now();
+    wake_.notify_all();
+  }
 }
 
 // --- the sampler thread ---
@@ -173,6 +216,7 @@ void Monitor::take_sample() {
     return;
   }
   std::vector<GpuSample> tick;
+  std::vector<XidEvent> xids;
   std::vector<std::optional<unsigned>> utilization;
   std::vector<std::vector<MigDevice>> mig_devices;
   for (const Gpu& gpu : machine->gpus) {
@@ -188,11 +232,12 @@ void Monitor::take_sample() {
                                        : settings_.sample_interval_s;
     history_.add(tick);
     mig_devices_ = std::move(mig_devices);
+    xids.swap(pending_xids_);
     accounting_.record(now, seconds, running_, utilization);
     last_sample_time_ = now;
     sample_duration_s_ = took;
   }
-  on_sample_(std::move(*machine));
+  on_sample_(std::move(*machine), std::move(xids));
 }
 
 // --- the loop's thread ---
@@ -309,6 +354,11 @@ void Monitor::set_pool(std::vector<GpuAvailability> pool) {
   pool_ = std::move(pool);
 }
 
+void Monitor::set_quarantined(std::vector<bool> quarantined) {
+  std::lock_guard lock(mutex_);
+  quarantined_ = std::move(quarantined);
+}
+
 void Monitor::observe_dispatch(double seconds) {
   std::lock_guard lock(mutex_);
   dispatch_latency_.observe(seconds);
@@ -401,6 +451,11 @@ std::string Monitor::metrics_text() {
     gpu.leased = pool_[i].exclusive_held;
     gpu.leased_mib = pool_[i].shared_mib;
     gpu.outside_busy = pool_[i].external_busy;
+    gpu.quarantined = i < quarantined_.size() && quarantined_[i];
+    if (watching_xids_) {
+      auto xid = last_xids_.find(machine_.gpus[i].uuid);
+      gpu.last_xid = xid == last_xids_.end() ? 0 : xid->second;
+    }
     if (i < mig_devices_.size()) gpu.mig_devices = mig_devices_[i];
     view.gpus.push_back(std::move(gpu));
   }
@@ -457,6 +512,7 @@ std::string Monitor::gpus_json() {
                     {"leased", pool_[i].exclusive_held},
                     {"leased_mib", pool_[i].shared_mib},
                     {"outside_busy", pool_[i].external_busy},
+                    {"quarantined", i < quarantined_.size() && quarantined_[i]},
                     {"holders", pool_[i].holders}});
   }
   return json{{"time", to_millis(now)},

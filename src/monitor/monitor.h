@@ -80,8 +80,9 @@ class Monitor {
  public:
   // `machine` gives the GPUs' identities (index, UUID, name, memory). `on_sample` runs on the
   // sampler thread with every reading; it must only pass it on (asio::post to the loop).
+  // The XID events that came since the previous reading come with it.
   Monitor(MonitorSettings settings, Machine machine, GpuBackend& backend, UsageStore store,
-          std::function<void(Machine)> on_sample);
+          std::function<void(Machine, std::vector<XidEvent>)> on_sample);
   ~Monitor();  // stops the sampler
   Monitor(const Monitor&) = delete;
   Monitor& operator=(const Monitor&) = delete;
@@ -98,6 +99,8 @@ class Monitor {
   void job_ended(JobId id, double end_time);
   // What stands on each GPU (leases, outside processes), from the loop's survey of a reading.
   void set_pool(std::vector<GpuAvailability> pool);
+  // Which GPUs the quarantine keeps from new jobs, by index.
+  void set_quarantined(std::vector<bool> quarantined);
   // Readings the loop has surveyed (set_pool) since the start. Counted on the loop, so an answer
   // the loop sends after N has also seen what it did with the Nth reading.
   uint64_t samples_surveyed() const { return samples_surveyed_; }
@@ -124,6 +127,7 @@ class Monitor {
  private:
   void sample_loop();
   void take_sample();
+  void xid_loop();
   std::vector<RunningJob> running_jobs(const QueueView& view) const;
   void store_usage(const std::map<JobId, Accounting::JobAccount>& unsaved);
 
@@ -131,7 +135,8 @@ class Monitor {
   const Machine machine_;
   GpuBackend& backend_;  // the sampler thread is its only user
   UsageStore store_;     // the loop's thread only
-  std::function<void(Machine)> on_sample_;
+  std::function<void(Machine, std::vector<XidEvent>)> on_sample_;
+  std::unique_ptr<XidWatch> xid_watch_;  // its thread's only
   double started_ = 0;   // Unix seconds
   std::chrono::steady_clock::time_point last_saved_;
   std::set<JobId> known_running_;  // running at the previous publish
@@ -147,6 +152,10 @@ class Monitor {
   std::map<JobId, SliceUse> slice_uses_;
   SampleHistory history_;
   std::vector<std::vector<MigDevice>> mig_devices_;  // per GPU, as last sampled (their activity)
+  std::vector<bool> quarantined_;
+  std::vector<XidEvent> pending_xids_;         // come since the last reading
+  std::map<std::string, uint64_t> last_xids_;  // by UUID; empty while no watch runs
+  bool watching_xids_ = false;
   Accounting accounting_;
   Histogram dispatch_latency_;
   Histogram queue_wait_;
@@ -156,6 +165,7 @@ class Monitor {
   std::string last_error_;
 
   std::thread sampler_;
+  std::thread xid_watcher_;
 };
 
 }  // namespace gpupool

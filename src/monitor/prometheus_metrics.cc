@@ -160,6 +160,14 @@ std::string render_metrics(const MetricsView& view) {
     for (const MetricsGpu& gpu : view.gpus) put_gpu_instance_series(out, readings[r], gpu, view.hostname, any);
   }
 
+  bool any_xid = false;
+  for (size_t i = 0; i < view.gpus.size(); ++i) {
+    if (!view.gpus[i].last_xid) continue;
+    if (!any_xid) header(out, "DCGM_FI_DEV_XID_ERRORS", "gauge", "Value of the last XID error encountered.");
+    any_xid = true;
+    fmt::format_to(put, "DCGM_FI_DEV_XID_ERRORS{{{}}} {}\n", labels[i], *view.gpus[i].last_xid);
+  }
+
   header(out, "gpupool_jobs", "gauge", "Jobs in gpupoold's queue, by state.");
   fmt::format_to(put, "gpupool_jobs{{state=\"queued\"}} {}\ngpupool_jobs{{state=\"held\"}} {}\n"
                       "gpupool_jobs{{state=\"running\"}} {}\n",
@@ -177,6 +185,10 @@ std::string render_metrics(const MetricsView& view) {
        [](const MetricsGpu& g) { return static_cast<double>(g.leased_mib) * 1024 * 1024; }},
       {"gpupool_gpu_outside_busy", "1 while processes gpupool did not start use the GPU.",
        [](const MetricsGpu& g) { return g.outside_busy ? 1.0 : 0.0; }},
+      {"gpupool_gpu_quarantined",
+       "1 while gpupool keeps new jobs off the GPU for its health (a critical XID, uncorrectable ECC errors, a "
+       "pending or failed row remap).",
+       [](const MetricsGpu& g) { return g.quarantined ? 1.0 : 0.0; }},
   };
   for (const PoolMetric& metric : pool_metrics) {
     if (view.gpus.empty()) break;

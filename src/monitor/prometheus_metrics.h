@@ -49,6 +49,10 @@ struct MetricsGpu {
   bool outside_busy = false;   // processes gpupool did not start use it
   // Its MIG devices as last sampled, with their GPU instances' activity.
   std::vector<MigDevice> mig_devices = {};
+  bool quarantined = false; // kept from new jobs for its health (health/quarantine.h)
+  // The last critical XID the driver reported for it since the daemon started (0: none); nullopt
+  // where nobody watches its XID events.
+  std::optional<uint64_t> last_xid = std::nullopt;
 };
 
 struct MetricsJob {

@@ -97,6 +97,9 @@ TEST(PrometheusMetrics, RendersASmallMachineExactly) {
   view.hostname = "node1";
   view.gpus.push_back(MetricsGpu{&gpu0, held, {GpuHolder{7, "ana"}}, true, 0, false});
   view.gpus.push_back(MetricsGpu{&gpu1, unheld, {}, false, 1, true});
+  view.gpus[0].last_xid = 0;  // watched, no XID yet
+  view.gpus[1].last_xid = 79;
+  view.gpus[1].quarantined = true;
   view.queued = 2;
   view.held = 1;
   view.running = 1;
@@ -136,6 +139,12 @@ TEST(PrometheusMetrics, RendersASmallMachineExactly) {
       "# TYPE DCGM_FI_DEV_SM_CLOCK gauge\n"
       "DCGM_FI_DEV_SM_CLOCK{" + g0 + "} 1980\n"
       "DCGM_FI_DEV_SM_CLOCK{" + g1 + "} 1980\n"
+      "# HELP DCGM_FI_DEV_XID_ERRORS Value of the last XID error encountered.\n"
+      "# TYPE DCGM_FI_DEV_XID_ERRORS gauge\n"
+      "DCGM_FI_DEV_XID_ERRORS{gpu=\"0\",UUID=\"GPU-0\",pci_bus_id=\"00000000:18:00.0\",device=\"nvidia0\","
+      "modelName=\"NVIDIA H200\",Hostname=\"node1\",job_id=\"7\",user=\"ana\"} 0\n"
+      "DCGM_FI_DEV_XID_ERRORS{gpu=\"1\",UUID=\"GPU-1\",pci_bus_id=\"00000000:2A:00.0\",device=\"nvidia3\","
+      "modelName=\"NVIDIA H200\",Hostname=\"node1\"} 79\n"
       "# HELP gpupool_jobs Jobs in gpupoold's queue, by state.\n"
       "# TYPE gpupool_jobs gauge\n"
       "gpupool_jobs{state=\"queued\"} 2\n"
@@ -153,6 +162,11 @@ TEST(PrometheusMetrics, RendersASmallMachineExactly) {
       "# TYPE gpupool_gpu_outside_busy gauge\n"
       "gpupool_gpu_outside_busy{gpu=\"0\",UUID=\"GPU-0\"} 0\n"
       "gpupool_gpu_outside_busy{gpu=\"1\",UUID=\"GPU-1\"} 1\n"
+      "# HELP gpupool_gpu_quarantined 1 while gpupool keeps new jobs off the GPU for its health (a critical XID, "
+      "uncorrectable ECC errors, a pending or failed row remap).\n"
+      "# TYPE gpupool_gpu_quarantined gauge\n"
+      "gpupool_gpu_quarantined{gpu=\"0\",UUID=\"GPU-0\"} 0\n"
+      "gpupool_gpu_quarantined{gpu=\"1\",UUID=\"GPU-1\"} 1\n"
       "# HELP gpupool_user_gpu_seconds_total GPU time of each user's jobs (GPU-seconds; a slice counts its "
       "share of the GPU).\n"
       "# TYPE gpupool_user_gpu_seconds_total counter\n"

@@ -545,6 +545,7 @@ json response_json(const StatusResponse& response) {
                  {"drained_at", response.drained_at ? json(*response.drained_at) : json(nullptr)},
                  {"drain_reason", response.drain_reason},
                  {"drained_gpus", drained_gpus_json(response.drained_gpus)},
+                 {"quarantined_gpus", drained_gpus_json(response.quarantined_gpus)},
                  {"machine", response.machine},
                  {"gpus", response.gpus},
                  {"queued", response.queued},
@@ -694,6 +695,8 @@ Result<StatusResponse> as_status(const json& value, const Field& field) {
   TRY_ASSIGN(status.drain_reason, defaulted(value, "drain_reason", std::string(), as_text));
   TRY_ASSIGN(status.drained_gpus,
              defaulted(value, "drained_gpus", std::vector<DrainedGpu>(), list_of(as_drained_gpu)));
+  TRY_ASSIGN(status.quarantined_gpus,
+             defaulted(value, "quarantined_gpus", std::vector<DrainedGpu>(), list_of(as_drained_gpu)));
   TRY_ASSIGN(status.machine, defaulted(value, "machine", std::string(), as_text));
   TRY_ASSIGN(status.gpus, defaulted(value, "gpus", 0u, count));
   TRY_ASSIGN(status.queued, defaulted(value, "queued", 0u, count));

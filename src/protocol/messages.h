@@ -152,6 +152,9 @@ struct StatusResponse {
   std::optional<double> drained_at;
   std::string drain_reason;
   std::vector<DrainedGpu> drained_gpus;  // in index order
+  // GPUs the quarantine keeps from new jobs (health/quarantine.h): `at` is since when, `reason`
+  // the faults, `by` empty.
+  std::vector<DrainedGpu> quarantined_gpus;
   std::string machine;  // fixture name or host name
   unsigned gpus = 0;
   unsigned queued = 0, held = 0, running = 0;
