@@ -137,6 +137,11 @@ void gather_daemon(DoctorFacts& facts) {
     const protocol::StateSpace& space = *status->state_space;
     facts.daemon.state_space = StateSpaceFact{space.free_bytes, space.reserve_bytes, space.unsaved_jobs};
   }
+  if (status) {
+    for (const protocol::DrainedGpu& gpu : status->quarantined_gpus) {
+      facts.daemon.quarantined.push_back({gpu.index, gpu.at, gpu.reason});
+    }
+  }
 }
 
 ProcessFacts gather_process(const HostFiles& host, uint32_t pid) {

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/text.h"
+#include "health/quarantine.h"
 #include "jobs/job_text.h"
 #include "machine/cuda_visible_devices.h"
 
@@ -465,6 +466,25 @@ Finding check_daemon(const DoctorFacts& f) {
                  {"nothing listens on " + socket});
 }
 
+// The daemon's quarantine (health/quarantine.h): which GPUs take no new jobs, why, what to do.
+Finding check_quarantine(const DoctorFacts& f) {
+  const std::string id = "quarantine";
+  if (!f.daemon.running) return finding(id, CheckStatus::Ok, "not checked: no gpupoold answers");
+  if (f.daemon.quarantined.empty()) return finding(id, CheckStatus::Ok, "no GPU is quarantined");
+  std::vector<std::string> evidence;
+  std::set<unsigned> indices;
+  std::string advice;
+  for (const QuarantinedGpuFact& gpu : f.daemon.quarantined) {
+    indices.insert(gpu.index);
+    std::string steps = quarantine_advice(gpu.reason);
+    evidence.push_back(fmt::format("GPU {}: {}{}", gpu.index, gpu.reason, steps.empty() ? "" : "; to do: " + steps));
+  }
+  return finding(id, CheckStatus::Problem,
+                 fmt::format("GPU {} quarantined: no new job starts there", list_indices(indices)), evidence,
+                 "Do what each GPU's line says, then `gpupool resume --gpu N` returns it at once; without a fault "
+                 "for quarantine_clean_window it returns by itself (docs/monitoring.md, \"Health and quarantine\").");
+}
+
 // The job logs share the database's file system: a full one stops job output first (the reserve)
 // and then the database itself, whose refused saves the daemon retries.
 Finding check_state_space(const DoctorFacts& f) {
@@ -757,7 +777,8 @@ std::vector<Finding> diagnose(const DoctorFacts& facts) {
                               check_cuda_visible_devices(facts), check_persistence(facts),
                               check_ecc(facts),                check_display_servers(facts),
                               check_outside_processes(facts),  check_leases(facts),
-                              check_daemon(facts),             check_state_space(facts),
+                              check_daemon(facts),             check_quarantine(facts),
+                              check_state_space(facts),
                               check_mps(facts),                check_slurm(facts)};
   if (facts.process) check_process(facts, *facts.process, out);
   return out;

@@ -55,11 +55,19 @@ struct StateSpaceFact {
   uint64_t unsaved_jobs = 0;   // jobs whose latest change the database refused
 };
 
+// A GPU the daemon's quarantine keeps from new jobs (its status).
+struct QuarantinedGpuFact {
+  unsigned index = 0;
+  double since = 0;  // Unix seconds
+  std::string reason;
+};
+
 struct DaemonFact {
   std::string runtime_dir;
   bool running = false;
   std::optional<std::string> error;  // a socket is there but the daemon could not be reached
   std::optional<StateSpaceFact> state_space;  // nullopt: no daemon, or it did not say
+  std::vector<QuarantinedGpuFact> quarantined = {};
 };
 
 // What `--pid PID` looks at.

@@ -78,7 +78,7 @@ TEST(DoctorTest, AHealthyMachinePassesEveryCheckInOrder) {
   }
   EXPECT_EQ(ids, (std::vector<std::string>{"kernel-module", "device-nodes", "nvml", "gpus", "cuda-version",
                                            "container", "cuda-visible-devices", "persistence-mode", "ecc",
-                                           "display-server", "outside-processes", "leases", "daemon", "state-space",
+                                           "display-server", "outside-processes", "leases", "daemon", "quarantine", "state-space",
                                            "mps", "slurm"}));
   EXPECT_EQ(doctor_exit_code(findings), 0);
 }
@@ -440,6 +440,25 @@ TEST(DoctorTest, StateSpace) {
   EXPECT_THAT(short_of_space.fix, HasSubstr("max_log_mb"));
   f.daemon.state_space->unsaved_jobs = 2;
   EXPECT_THAT(run(f, "state-space").summary, HasSubstr("2 job(s) could not be saved"));
+}
+
+TEST(DoctorTest, Quarantine) {
+  DoctorFacts f = healthy();
+  EXPECT_THAT(run(f, "quarantine").summary, HasSubstr("not checked"));
+  f.daemon.running = true;
+  EXPECT_EQ(run(f, "quarantine").summary, "no GPU is quarantined");
+  f.daemon.quarantined = {{2, 1764945000, "XID 79 (the GPU fell off the bus)"},
+                          {5, 1764945000, "a row remap is pending (a reset applies it)"}};
+  Finding quarantined = run(f, "quarantine");
+  EXPECT_EQ(quarantined.status, CheckStatus::Problem);
+  EXPECT_EQ(quarantined.summary, "GPU 2, 5 quarantined: no new job starts there");
+  EXPECT_EQ(quarantined.evidence,
+            (std::vector<std::string>{
+                "GPU 2: XID 79 (the GPU fell off the bus); to do: reboot the machine; if it repeats, have the GPU "
+                "reseated or replaced",
+                "GPU 5: a row remap is pending (a reset applies it); to do: reset the GPU (`nvidia-smi -r -i N`) once "
+                "its jobs are off it"}));
+  EXPECT_THAT(quarantined.fix, HasSubstr("gpupool resume --gpu N"));
 }
 
 TEST(DoctorTest, Slurm) {

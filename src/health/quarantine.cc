@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <regex>
 
 #include <fmt/format.h>
 
@@ -115,6 +116,25 @@ bool release_from_quarantine(QuarantineState& state, const Gpu& reading) {
     state.accepted[reading.uuid] = std::set<std::string>(faults.begin(), faults.end());
   }
   return state.gpus.erase(reading.uuid) > 0;
+}
+
+std::string quarantine_advice(std::string_view reason) {
+  std::vector<std::string> steps;
+  auto add = [&](std::string_view step) {
+    if (std::ranges::find(steps, step) == steps.end()) steps.emplace_back(step);
+  };
+  // The reasons are observe_health's own lines, so their words can be looked for.
+  static const std::regex kXid(R"(XID (\d+))");
+  std::string text(reason);
+  for (auto match = std::sregex_iterator(text.begin(), text.end(), kXid); match != std::sregex_iterator(); ++match) {
+    if (const XidMeaning* meaning = xid_meaning(std::stoull((*match)[1].str()))) add(meaning->action);
+  }
+  if (text.find("NVML cannot read it") != std::string::npos) add("reboot the machine; if it repeats, have the GPU reseated");
+  if (text.find("a row remap failed") != std::string::npos) add("have the GPU serviced");
+  if (text.find("ECC errors") != std::string::npos || text.find("pending") != std::string::npos) add(kReset);
+  std::string advice;
+  for (const std::string& step : steps) advice += (advice.empty() ? "" : "; ") + step;
+  return advice;
 }
 
 std::string describe_quarantine(const QuarantineNote& note) { return "quarantined: " + note.reason; }

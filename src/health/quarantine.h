@@ -78,6 +78,10 @@ void mark_quarantined_gpus(const QuarantineState& state, std::vector<GpuAvailabi
 // "quarantined: XID 79 (the GPU fell off the bus)", what everyone who waits for the GPU is told.
 std::string describe_quarantine(const QuarantineNote& note);
 
+// What an administrator should do about a GPU quarantined for `reason`: each XID's action, a
+// reset for ECC errors and pending repairs, service for a failed remap.
+std::string quarantine_advice(std::string_view reason);
+
 // One JSON object, as the daemon stores it.
 std::string encode(const QuarantineState& state);
 Result<QuarantineState> parse_quarantine_state(std::string_view text);

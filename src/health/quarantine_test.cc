@@ -158,5 +158,15 @@ TEST(QuarantineTest, StoredAndReadBackWhole) {
   EXPECT_NE(damaged.error().message.find("the stored quarantine is damaged"), std::string::npos);
 }
 
+TEST(QuarantineAdviceTest, SaysWhatToDoForEachFault) {
+  EXPECT_EQ(quarantine_advice("XID 79 (the GPU fell off the bus)"),
+            "reboot the machine; if it repeats, have the GPU reseated or replaced");
+  EXPECT_EQ(quarantine_advice("XID 48 (an uncorrectable (double-bit) ECC error); XID 95 (an uncontained ECC error)"),
+            "reset the GPU (`nvidia-smi -r -i N`) once its jobs are off it");
+  EXPECT_EQ(quarantine_advice("a row remap failed; a row remap is pending (a reset applies it)"),
+            "have the GPU serviced; reset the GPU (`nvidia-smi -r -i N`) once its jobs are off it");
+  EXPECT_EQ(quarantine_advice("something else"), "");
+}
+
 }  // namespace
 }  // namespace gpupool

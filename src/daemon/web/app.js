@@ -154,6 +154,7 @@ function showGpus(state, jobs) {
     entry.card.classList.toggle('idle', idle);
     if (idle) entry.badges.append(element('span', 'badge idle', 'idle'));
     if (gpu.outside_busy) entry.badges.append(element('span', 'badge outside', 'used outside gpupool'));
+    if (gpu.quarantined) entry.badges.append(element('span', 'badge quarantined', 'quarantined'));
   }
 }
 
