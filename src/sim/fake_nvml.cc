@@ -674,6 +674,9 @@ GPUPOOL_NVML_EXPORT nvmlReturn_t nvmlDeviceGetRemappedRows(nvmlDevice_t device, 
   });
 }
 
+#endif  // !GPUPOOL_FAKE_NVML_LEGACY, resumed below
+
+// ---- Health and events, which an old driver has too ----
 GPUPOOL_NVML_EXPORT nvmlReturn_t nvmlDeviceGetCurrentClocksThrottleReasons(nvmlDevice_t device,
                                                                           unsigned long long* reasons) {
   return simulator().device(device, Needs::Health,
@@ -746,6 +749,8 @@ GPUPOOL_NVML_EXPORT nvmlReturn_t nvmlDeviceGetCurrentClocksEventReasons(nvmlDevi
   return nvmlDeviceGetCurrentClocksThrottleReasons(device, reasons);
 }
 #endif
+
+#if !GPUPOOL_FAKE_NVML_LEGACY
 
 // GPM: a GPU supports it when its fixture gives any activity reading (Hopper and later do by
 // default). A metric between two samples is the later sample's reading, in NVML's unit.

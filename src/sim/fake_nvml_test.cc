@@ -268,11 +268,14 @@ TEST_F(FixtureNvml, LegacyGenerationLacksTheNewerEntryPoints) {
         "nvmlDeviceGetMemoryAffinity",
         "nvmlSystemGetCudaDriverVersion_v2", "nvmlDeviceGetMigMode",
         "nvmlDeviceGetNvLinkRemotePciInfo_v2", "nvmlDeviceGetNvLinkRemoteDeviceType",
-        "nvmlDeviceGetNumGpuCores", "nvmlDeviceGetRemappedRows"}) {
+        "nvmlDeviceGetNumGpuCores", "nvmlDeviceGetRemappedRows", "nvmlEventSetWait_v2",
+        "nvmlDeviceGetCurrentClocksEventReasons"}) {
     EXPECT_FALSE(legacy.has(name)) << name;
   }
   EXPECT_TRUE(legacy.has("nvmlDeviceGetPciInfo_v2"));
   EXPECT_TRUE(legacy.has("nvmlDeviceGetClockInfo"));
+  EXPECT_TRUE(legacy.has("nvmlEventSetWait"));
+  EXPECT_TRUE(legacy.has("nvmlDeviceGetCurrentClocksThrottleReasons"));
   ASSERT_EQ(legacy.init(), NVML_SUCCESS);
   unsigned count = 0;
   nvmlProcessInfo_v1_t records[1] = {};
@@ -354,6 +357,66 @@ TEST_F(FixtureNvml, MemoryRepairsAreOptional) {
   EXPECT_EQ(remapped(nvml.device(0), &correctable, &uncorrectable, &remap_pending, &failed),
             NVML_ERROR_NOT_SUPPORTED);
   EXPECT_EQ(nvml.shutdown(), NVML_SUCCESS);
+  std::filesystem::remove(overlay);
+}
+
+TEST_F(FixtureNvml, HealthCountersComeFromTheFixture) {
+  std::string overlay = ::testing::TempDir() + "gpupool-fake-nvml-health.json";
+  write_overlay(overlay, R"({"gpus": {"1": {"ecc_corrected_aggregate": 12, "ecc_uncorrected_aggregate": 1,
+                                            "clocks_event_reasons": 36, "pcie_replay_count": 7}}})");
+  setenv("GPUPOOL_SIM_STATE", overlay.c_str(), 1);
+  use(kFixtureDir + "/hgx-h200.json");
+  SimulatedNvml nvml("current");
+  ASSERT_EQ(nvml.init(), NVML_SUCCESS);
+  auto ecc = nvml.get<nvml::DeviceGetTotalEccErrorsFn>("nvmlDeviceGetTotalEccErrors");
+  unsigned long long errors = 0;
+  ASSERT_EQ(ecc(nvml.device(1), NVML_MEMORY_ERROR_TYPE_CORRECTED, NVML_AGGREGATE_ECC, &errors), NVML_SUCCESS);
+  EXPECT_EQ(errors, 12u);
+  ASSERT_EQ(ecc(nvml.device(1), NVML_MEMORY_ERROR_TYPE_UNCORRECTED, NVML_AGGREGATE_ECC, &errors), NVML_SUCCESS);
+  EXPECT_EQ(errors, 1u);
+  ASSERT_EQ(ecc(nvml.device(1), NVML_MEMORY_ERROR_TYPE_UNCORRECTED, NVML_VOLATILE_ECC, &errors), NVML_SUCCESS);
+  EXPECT_EQ(errors, 0u);
+  unsigned long long reasons = 0;
+  ASSERT_EQ(nvml.get<nvml::DeviceGetUint64Fn>("nvmlDeviceGetCurrentClocksEventReasons")(nvml.device(1), &reasons),
+            NVML_SUCCESS);
+  EXPECT_EQ(reasons, 36u);
+  unsigned replays = 0;
+  ASSERT_EQ(nvml.get<nvml::DeviceGetUintFn>("nvmlDeviceGetPcieReplayCounter")(nvml.device(1), &replays), NVML_SUCCESS);
+  EXPECT_EQ(replays, 7u);
+  EXPECT_EQ(nvml.shutdown(), NVML_SUCCESS);
+  unsetenv("GPUPOOL_SIM_STATE");
+  std::filesystem::remove(overlay);
+}
+
+TEST_F(FixtureNvml, AnEventSetDeliversTheXidsAppendedAfterItRegistered) {
+  std::string overlay = ::testing::TempDir() + "gpupool-fake-nvml-xids.json";
+  write_overlay(overlay, R"({"gpus": {"2": {"xid_events": [48]}}})");
+  setenv("GPUPOOL_SIM_STATE", overlay.c_str(), 1);
+  use(kFixtureDir + "/hgx-h200.json");
+  SimulatedNvml nvml("current");
+  ASSERT_EQ(nvml.init(), NVML_SUCCESS);
+  nvmlEventSet_t set = nullptr;
+  ASSERT_EQ(nvml.get<nvml::EventSetCreateFn>("nvmlEventSetCreate")(&set), NVML_SUCCESS);
+  auto enroll = nvml.get<nvml::DeviceRegisterEventsFn>("nvmlDeviceRegisterEvents");
+  EXPECT_EQ(enroll(nvml.device(2), nvmlEventTypeXidCriticalError | 0x1, set), NVML_ERROR_NOT_SUPPORTED);
+  for (unsigned gpu : {0u, 2u}) ASSERT_EQ(enroll(nvml.device(gpu), nvmlEventTypeXidCriticalError, set), NVML_SUCCESS);
+  auto wait = nvml.get<nvml::EventSetWaitFn>("nvmlEventSetWait_v2");
+  nvmlEventData_t data{};
+  EXPECT_EQ(wait(set, &data, 30), NVML_ERROR_TIMEOUT) << "the XID from before it registered is not delivered";
+
+  write_overlay(overlay, R"({"gpus": {"2": {"xid_events": [48, 79]}, "0": {"xid_events": [13]}}})");
+  std::vector<std::pair<nvmlDevice_t, unsigned long long>> seen;
+  while (wait(set, &data, 1000) == NVML_SUCCESS) {
+    EXPECT_EQ(data.eventType, nvmlEventTypeXidCriticalError);
+    seen.emplace_back(data.device, data.eventData);
+    if (seen.size() == 2) break;
+  }
+  std::ranges::sort(seen, {}, &std::pair<nvmlDevice_t, unsigned long long>::second);
+  EXPECT_EQ(seen, (std::vector<std::pair<nvmlDevice_t, unsigned long long>>{{nvml.device(0), 13}, {nvml.device(2), 79}}));
+  EXPECT_EQ(wait(set, &data, 0), NVML_ERROR_TIMEOUT) << "each event once";
+  EXPECT_EQ(nvml.get<nvml::EventSetFreeFn>("nvmlEventSetFree")(set), NVML_SUCCESS);
+  EXPECT_EQ(nvml.shutdown(), NVML_SUCCESS);
+  unsetenv("GPUPOOL_SIM_STATE");
   std::filesystem::remove(overlay);
 }
 
