@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <map>
@@ -49,12 +50,18 @@ class NvmlXidWatch final : public XidWatch {
 
   Result<std::vector<XidEvent>> wait(std::chrono::milliseconds timeout) override {
     std::vector<XidEvent> events;
-    auto wait_ms = static_cast<unsigned>(timeout.count());
+    auto deadline = std::chrono::steady_clock::now() + timeout;
     while (true) {  // the first event within the timeout, then whatever else is already there
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+      auto wait_ms = events.empty() ? static_cast<unsigned>(std::max<int64_t>(0, left.count())) : 0u;
       nvmlEventData_t data{};
-      nvmlReturn_t rc = lib_.api().event_set_wait(set_, &data, events.empty() ? wait_ms : 0);
+      nvmlReturn_t rc = lib_.api().event_set_wait(set_, &data, wait_ms);
       if (rc == NVML_ERROR_TIMEOUT) return events;
-      if (rc != NVML_SUCCESS) return fail("NVML could not wait for XID events: {}", lib_.describe(rc));
+      if (rc != NVML_SUCCESS) {
+        // Those already read are not lost: the error comes again with the next wait.
+        if (!events.empty()) return events;
+        return fail("NVML could not wait for XID events: {}", lib_.describe(rc));
+      }
       auto uuid = uuids_.find(data.device);
       if ((data.eventType & nvmlEventTypeXidCriticalError) == 0 || uuid == uuids_.end()) continue;
       events.push_back(XidEvent{uuid->second, data.eventData});

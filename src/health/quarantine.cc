@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <regex>
+#include <set>
 
 #include <fmt/format.h>
 
@@ -67,14 +68,42 @@ std::vector<std::string> reading_faults(const Gpu& gpu) {
   return faults;
 }
 
+std::string quarantine_key(const Gpu& gpu) {
+  return gpu.uuid.empty() ? fmt::format("index {}", gpu.index) : gpu.uuid;
+}
+
 std::vector<QuarantineChange> observe_health(QuarantineState& state, const Machine& reading,
                                              const std::vector<XidEvent>& xids, double now,
                                              const QuarantinePolicy& policy) {
   std::vector<QuarantineChange> changes;
+  auto release = [&](std::map<std::string, QuarantineNote>::iterator held, std::string why) {
+    changes.push_back({held->second.index, held->first, false, std::move(why)});
+    return state.gpus.erase(held);
+  };
+  if (!policy.enabled) {
+    for (auto held = state.gpus.begin(); held != state.gpus.end();) held = release(held, "quarantine is off");
+    return changes;
+  }
+  // A card no longer where its entry says (replaced, or the GPUs numbered anew) is not the one
+  // that failed: its entry goes. A GPU that cannot be read keeps its place: that is a fault.
+  std::set<std::string> keys;
+  for (const Gpu& gpu : reading.gpus) keys.insert(quarantine_key(gpu));
+  for (auto held = state.gpus.begin(); held != state.gpus.end();) {
+    if (keys.contains(held->first)) {
+      ++held;
+    } else if (held->second.index < reading.gpus.size()) {
+      held = release(held, fmt::format("another card is GPU {} now", held->second.index));
+    } else {
+      ++held;  // fewer GPUs than before: it may be the one missing
+    }
+  }
+  std::erase_if(state.accepted, [&](const auto& entry) { return !keys.contains(entry.first); });
+
   for (const Gpu& gpu : reading.gpus) {
+    const std::string key = quarantine_key(gpu);
     std::vector<std::string> faults = reading_faults(gpu);
     // Accepted faults last only as long as they are seen: one that comes back is new.
-    if (auto accepted = state.accepted.find(gpu.uuid); accepted != state.accepted.end()) {
+    if (auto accepted = state.accepted.find(key); accepted != state.accepted.end()) {
       std::erase_if(accepted->second, [&](const std::string& f) { return std::ranges::find(faults, f) == faults.end(); });
       std::erase_if(faults, [&](const std::string& f) { return accepted->second.contains(f); });
       if (accepted->second.empty()) state.accepted.erase(accepted);
@@ -83,39 +112,35 @@ std::vector<QuarantineChange> observe_health(QuarantineState& state, const Machi
       const XidMeaning* meaning = xid_meaning(event.xid);
       if (event.gpu_uuid == gpu.uuid && meaning && meaning->hardware) faults.push_back(describe_xid(event.xid));
     }
-    auto held = state.gpus.find(gpu.uuid);
-    if (!policy.enabled) {
-      if (held != state.gpus.end()) {
-        changes.push_back({gpu.index, gpu.uuid, false, "quarantine is off"});
-        state.gpus.erase(held);
-      }
-      continue;
-    }
+    auto held = state.gpus.find(key);
+    if (held != state.gpus.end()) held->second.index = gpu.index;
     if (!faults.empty()) {
       if (held == state.gpus.end()) {
         std::string why = join(faults);
-        state.gpus[gpu.uuid] = QuarantineNote{gpu.index, why, now, now};
-        changes.push_back({gpu.index, gpu.uuid, true, std::move(why)});
+        state.gpus[key] = QuarantineNote{gpu.index, why, now, now};
+        changes.push_back({gpu.index, key, true, std::move(why)});
       } else {
         held->second.last_fault = now;
       }
     } else if (held != state.gpus.end() && now - held->second.last_fault >= policy.clean_window_s) {
-      changes.push_back({gpu.index, gpu.uuid, false,
-                         fmt::format("no fault for {:.0f} min", (now - held->second.last_fault) / 60)});
-      state.gpus.erase(held);
+      release(held, fmt::format("no fault for {:.0f} min", (now - held->second.last_fault) / 60));
     }
   }
   return changes;
 }
 
 bool release_from_quarantine(QuarantineState& state, const Gpu& reading) {
+  const std::string key = quarantine_key(reading);
   std::vector<std::string> faults = reading_faults(reading);
   if (faults.empty()) {
-    state.accepted.erase(reading.uuid);
+    state.accepted.erase(key);
   } else {
-    state.accepted[reading.uuid] = std::set<std::string>(faults.begin(), faults.end());
+    state.accepted[key] = std::set<std::string>(faults.begin(), faults.end());
   }
-  return state.gpus.erase(reading.uuid) > 0;
+  // By its place too: an entry of a card that is no longer there must not outlive the release.
+  return std::erase_if(state.gpus, [&](const auto& entry) {
+           return entry.first == key || entry.second.index == reading.index;
+         }) > 0;
 }
 
 std::string quarantine_advice(std::string_view reason) {

@@ -47,9 +47,12 @@ struct QuarantineNote {
   bool operator==(const QuarantineNote&) const = default;
 };
 
+// What the quarantine knows a GPU by: its UUID, or "index N" for one NVML cannot read.
+std::string quarantine_key(const Gpu& gpu);
+
 struct QuarantineState {
-  std::map<std::string, QuarantineNote> gpus;  // by UUID
-  // Faults an administrator let a GPU run with (`gpupool resume --gpu`), by UUID: they no longer
+  std::map<std::string, QuarantineNote> gpus;  // by quarantine_key
+  // Faults an administrator let a GPU run with (`gpupool resume --gpu`), by key: they no longer
   // quarantine it while they last; a new one does.
   std::map<std::string, std::set<std::string>> accepted;
   bool operator==(const QuarantineState&) const = default;
@@ -57,19 +60,20 @@ struct QuarantineState {
 
 struct QuarantineChange {
   unsigned index = 0;
-  std::string uuid;
+  std::string key;  // quarantine_key
   bool quarantined = false;  // true: taken out; false: back
   std::string why;
 };
 
 // One sample: the GPUs' readings and the XID events since the last. Returns what changed, for the
-// log and for everyone waiting. With the policy off, every quarantine ends.
+// log and for everyone waiting. With the policy off, every quarantine ends; so does the entry of a
+// card that is no longer at its index (replaced, or the GPUs numbered anew).
 std::vector<QuarantineChange> observe_health(QuarantineState& state, const Machine& reading,
                                              const std::vector<XidEvent>& xids, double now,
                                              const QuarantinePolicy& policy);
 
-// An administrator returns the GPU: the faults `reading` shows now are accepted while they last.
-// False where it was not quarantined (its faults are accepted all the same).
+// An administrator returns the GPU (by its key or its index): the faults `reading` shows now are
+// accepted while they last. False where it was not quarantined (its faults are accepted all the same).
 bool release_from_quarantine(QuarantineState& state, const Gpu& reading);
 
 // Keeps every job off the quarantined GPUs (`usable` false) and says why among their holders.

@@ -132,6 +132,53 @@ TEST(QuarantineTest, TurnedOffItReleasesEveryGpuAndTakesNone) {
   EXPECT_TRUE(state.gpus.empty());
 }
 
+TEST(QuarantineTest, AnotherCardAtTheIndexEndsTheEntry) {
+  QuarantineState state;
+  Machine machine = two_healthy_gpus();
+  observe_health(state, machine, {{"GPU-1", 79}}, 0, kPolicy);
+  machine.gpus[1].uuid = "GPU-new";  // the card was replaced
+  auto changes = observe_health(state, machine, {}, 1, kPolicy);
+  ASSERT_EQ(changes.size(), 1u);
+  EXPECT_FALSE(changes[0].quarantined);
+  EXPECT_EQ(changes[0].why, "another card is GPU 1 now");
+  EXPECT_TRUE(state.gpus.empty());
+}
+
+TEST(QuarantineTest, ACardThatMovedKeepsItsEntryAtItsNewIndex) {
+  QuarantineState state;
+  Machine machine = two_healthy_gpus();
+  observe_health(state, machine, {{"GPU-1", 79}}, 0, kPolicy);
+  std::swap(machine.gpus[0].uuid, machine.gpus[1].uuid);  // numbered anew
+  EXPECT_TRUE(observe_health(state, machine, {}, 1, kPolicy).empty());
+  EXPECT_EQ(state.gpus.at("GPU-1").index, 0u);
+}
+
+TEST(QuarantineTest, UnreadableGpusAreKeptApartByIndex) {
+  QuarantineState state;
+  Machine machine = two_healthy_gpus();
+  for (Gpu& gpu : machine.gpus) {
+    gpu.uuid.clear();
+    gpu.fault = "GPU is lost";
+  }
+  EXPECT_EQ(observe_health(state, machine, {}, 0, kPolicy).size(), 2u);
+  EXPECT_TRUE(state.gpus.contains("index 0"));
+  EXPECT_TRUE(state.gpus.contains("index 1"));
+  machine.gpus.pop_back();  // one no longer counted: kept, it may be the one missing
+  EXPECT_TRUE(observe_health(state, machine, {}, 1, kPolicy).empty());
+  EXPECT_EQ(state.gpus.size(), 2u);
+}
+
+TEST(QuarantineTest, AReleaseByIndexEndsTheEntryOfACardNoLongerThere) {
+  QuarantineState state;
+  Machine machine = two_healthy_gpus();
+  machine.gpus[0].uuid.clear();
+  machine.gpus[0].fault = "GPU is lost";
+  observe_health(state, machine, {}, 0, kPolicy);
+  Gpu back = two_healthy_gpus().gpus[0];  // readable again, its UUID known
+  EXPECT_TRUE(release_from_quarantine(state, back));
+  EXPECT_TRUE(state.gpus.empty());
+}
+
 TEST(QuarantineTest, KeepsItsGpusFromTheSchedulerAndSaysWhy) {
   QuarantineState state;
   observe_health(state, two_healthy_gpus(), {{"GPU-1", 79}}, 0, kPolicy);

@@ -158,20 +158,29 @@ void Monitor::stop() {
 // --- the XID watcher's thread ---
 
 // Waits in short steps so that stop() is never kept long. An event brings the next reading
-// forward: the quarantine acts on it within moments, not a sample interval later.
+// forward: the quarantine acts on it within moments, not a sample interval later. An error is
+// said once and the watch tried again a second later: one failed wait (a GPU just lost, say) must
+// not end the watching for the daemon's life.
 void Monitor::xid_loop() {
   constexpr auto kStep = std::chrono::milliseconds(250);
+  constexpr auto kRetry = std::chrono::seconds(1);
+  std::string last_failure;
   while (true) {
     {
       std::lock_guard lock(mutex_);
       if (stopping_) return;
     }
     auto events = xid_watch_->wait(kStep);
-    std::lock_guard lock(mutex_);
+    std::unique_lock lock(mutex_);
     if (!events) {
-      fmt::print(stderr, "gpupoold: stopped watching XID events: {}\n", events.error().message);
-      return;
+      if (events.error().message != last_failure) {
+        fmt::print(stderr, "gpupoold: {} (trying again every second)\n", events.error().message);
+        last_failure = events.error().message;
+      }
+      wake_.wait_for(lock, kRetry, [this] { return stopping_; });
+      continue;
     }
+    last_failure.clear();
     if (events->empty()) continue;
     for (const XidEvent& event : *events) {
       fmt::print(stderr, "gpupoold: GPU {} reported {}\n", event.gpu_uuid, describe_xid(event.xid));

@@ -2,6 +2,7 @@
 or a pending row remap gets no new jobs, says why everywhere, stays out across a restart, and
 returns by an administrator's `gpupool resume --gpu` or after a clean window."""
 import os
+import time
 import unittest
 
 from harness import Daemon, main, until_exists, wait_until
@@ -70,7 +71,10 @@ class QuarantineTest(unittest.TestCase):
             write_overlay(self.overlay, {5: {"remapped_rows": 1, "row_remapping_pending": True}})
             wait_until(lambda: "GPU 5 quarantined: a row remap is pending (a reset applies it)" in d.log_text(),
                        what="GPU 5 quarantined")
-            d.wait_for_samples(3)  # longer than the window: a lasting fault keeps it out
+            # Past the window (2 s; samples every 0.2 s): a lasting fault keeps it out.
+            began = time.monotonic()
+            while time.monotonic() - began < 3:
+                d.wait_for_samples()
             self.assertNotIn("GPU 5 is back", d.log_text())
             write_overlay(self.overlay, {5: {"remapped_rows": 1}})  # a reset applied the remap
             wait_until(lambda: "GPU 5 is back from quarantine: no fault for" in d.log_text(),
