@@ -22,6 +22,15 @@ Machine two_healthy_gpus() {
   return machine;
 }
 
+// The one change of a sample that returned the last quarantined GPU, for `why`.
+void expect_the_last_released(const std::vector<QuarantineChange>& changes, const QuarantineState& state,
+                              const std::string& why) {
+  ASSERT_EQ(changes.size(), 1u);
+  EXPECT_FALSE(changes[0].quarantined);
+  EXPECT_EQ(changes[0].why, why);
+  EXPECT_TRUE(state.gpus.empty());
+}
+
 TEST(XidMeaningTest, HardwareXidsQuarantineAndProgramOnesDoNot) {
   ASSERT_NE(xid_meaning(79), nullptr);
   EXPECT_TRUE(xid_meaning(79)->hardware);
@@ -59,11 +68,7 @@ TEST(QuarantineTest, AHardwareXidTakesItsGpuOutUntilTheWindowIsClean) {
   EXPECT_FALSE(state.gpus.contains("GPU-0"));
 
   EXPECT_TRUE(observe_health(state, machine, {}, 1000 + kWindow - 1, kPolicy).empty());
-  changes = observe_health(state, machine, {}, 1000 + kWindow, kPolicy);
-  ASSERT_EQ(changes.size(), 1u);
-  EXPECT_FALSE(changes[0].quarantined);
-  EXPECT_EQ(changes[0].why, "no fault for 30 min");
-  EXPECT_TRUE(state.gpus.empty());
+  expect_the_last_released(observe_health(state, machine, {}, 1000 + kWindow, kPolicy), state, "no fault for 30 min");
 }
 
 TEST(QuarantineTest, AProgramsXidOrAnotherGpusLeavesItIn) {
@@ -126,10 +131,8 @@ TEST(QuarantineTest, TurnedOffItReleasesEveryGpuAndTakesNone) {
   QuarantineState state;
   Machine machine = two_healthy_gpus();
   observe_health(state, machine, {{"GPU-0", 79}}, 0, kPolicy);
-  auto changes = observe_health(state, machine, {{"GPU-1", 79}}, 1, QuarantinePolicy{false, kWindow});
-  ASSERT_EQ(changes.size(), 1u);
-  EXPECT_FALSE(changes[0].quarantined);
-  EXPECT_TRUE(state.gpus.empty());
+  expect_the_last_released(observe_health(state, machine, {{"GPU-1", 79}}, 1, QuarantinePolicy{false, kWindow}), state,
+                           "quarantine is off");
 }
 
 TEST(QuarantineTest, AnotherCardAtTheIndexEndsTheEntry) {
@@ -137,11 +140,7 @@ TEST(QuarantineTest, AnotherCardAtTheIndexEndsTheEntry) {
   Machine machine = two_healthy_gpus();
   observe_health(state, machine, {{"GPU-1", 79}}, 0, kPolicy);
   machine.gpus[1].uuid = "GPU-new";  // the card was replaced
-  auto changes = observe_health(state, machine, {}, 1, kPolicy);
-  ASSERT_EQ(changes.size(), 1u);
-  EXPECT_FALSE(changes[0].quarantined);
-  EXPECT_EQ(changes[0].why, "another card is GPU 1 now");
-  EXPECT_TRUE(state.gpus.empty());
+  expect_the_last_released(observe_health(state, machine, {}, 1, kPolicy), state, "another card is GPU 1 now");
 }
 
 TEST(QuarantineTest, ACardThatMovedKeepsItsEntryAtItsNewIndex) {
