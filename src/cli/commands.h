@@ -28,6 +28,7 @@ void add_sim_command(CLI::App& app, int& exit_code);
 void add_queue_commands(CLI::App& app, int& exit_code, const std::vector<std::string>& program);
 void add_wait_command(CLI::App& app, int& exit_code);
 void add_report_command(CLI::App& app, int& exit_code);
+void add_events_command(CLI::App& app, int& exit_code);
 void add_completion_command(CLI::App& app, int& exit_code);
 // Under `gpupool slurm` (made in app.cc): gres-conf and node-conf.
 void add_slurm_node_commands(CLI::App& slurm, int& exit_code);

@@ -237,6 +237,61 @@ const Key kMonitorKeys[] = {
      }},
 };
 
+// The hook's command: a list is its argument vector, a string a shell command line.
+Result<std::vector<std::string>> command_of(const toml::node& node, std::string_view key) {
+  auto bad = [&] { return fail("{} must be a command line (a string) or a list of its words, the first not empty", quote(key)); };
+  std::vector<std::string> argv;
+  if (node.is_string()) {
+    std::string line = *node.value<std::string>();
+    if (line.find_first_not_of(" \t") == std::string::npos) return bad();
+    return std::vector<std::string>{"/bin/sh", "-c", std::move(line)};
+  }
+  const toml::array* words = node.as_array();
+  if (words == nullptr || words->empty()) return bad();
+  for (const toml::node& word : *words) {
+    if (!word.is_string()) return bad();
+    argv.push_back(*word.value<std::string>());
+  }
+  if (argv.front().empty()) return bad();
+  return argv;
+}
+
+const Key kEventsKeys[] = {
+    {"keep",
+     [](const toml::node& node, std::string_view key, DaemonConfig& config) -> Result<void> {
+       TRY_ASSIGN(config.events.keep_s, duration_of(node, key));
+       return {};
+     }},
+    {"keep_max",
+     [](const toml::node& node, std::string_view key, DaemonConfig& config) -> Result<void> {
+       TRY_ASSIGN(config.events.keep_max, count_of(node, key, int64_t{100'000'000}));
+       return {};
+     }},
+    {"on_event",
+     [](const toml::node& node, std::string_view key, DaemonConfig& config) -> Result<void> {
+       TRY_ASSIGN(config.events.on_event, command_of(node, key));
+       return {};
+     }},
+    {"on_event_kinds",
+     [](const toml::node& node, std::string_view key, DaemonConfig& config) -> Result<void> {
+       const toml::array* names = node.as_array();
+       if (names == nullptr || names->empty()) return fail("{} must be a list of event names, such as [\"job_failed\"]", quote(key));
+       config.events.on_event_kinds.clear();
+       for (const toml::node& name : *names) {
+         if (!name.is_string()) return fail("{} must be a list of event names, such as [\"job_failed\"]", quote(key));
+         auto kind = parse_event_kind(*name.value<std::string_view>());
+         if (!kind) return fail("{}: {}", quote(key), kind.error().message);
+         config.events.on_event_kinds.push_back(*kind);
+       }
+       return {};
+     }},
+    {"on_event_timeout",
+     [](const toml::node& node, std::string_view key, DaemonConfig& config) -> Result<void> {
+       TRY_ASSIGN(config.events.on_event_timeout_s, duration_of(node, key));
+       return {};
+     }},
+};
+
 const Key kSchedulerKeys[] = {
     {"policy",
      [](const toml::node& node, std::string_view key, DaemonConfig& config) -> Result<void> {
@@ -286,16 +341,17 @@ class ConfigReader {
   Result<DaemonConfig> read(const toml::table& document) {
     for (const auto& [key, node] : document) {
       const toml::table* table = node.as_table();
-      if (key == "daemon" || key == "scheduler" || key == "quotas" || key == "monitor") {
+      if (key == "daemon" || key == "scheduler" || key == "quotas" || key == "monitor" || key == "events") {
         if (table == nullptr) return at(key, fail("{} must be a table ([{}])", quote(key.str()), key.str()));
         if (key == "daemon") TRY(read_keys(*table, "daemon", kDaemonKeys));
         if (key == "monitor") TRY(read_keys(*table, "monitor", kMonitorKeys));
+        if (key == "events") TRY(read_keys(*table, "events", kEventsKeys));
         if (key == "scheduler") TRY(read_keys(*table, "scheduler", kSchedulerKeys));
         if (key == "quotas") TRY(read_quotas(*table));
       } else if (table != nullptr) {
-        return at(key, fail("unknown table {} (known: daemon, scheduler, quotas, monitor)", quote(key.str())));
+        return at(key, fail("unknown table {} (known: daemon, scheduler, quotas, monitor, events)", quote(key.str())));
       } else {
-        return at(key, fail("unknown key {} outside a table (known tables: daemon, scheduler, quotas, monitor)",
+        return at(key, fail("unknown key {} outside a table (known tables: daemon, scheduler, quotas, monitor, events)",
                             quote(key.str())));
       }
     }

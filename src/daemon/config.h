@@ -9,9 +9,11 @@
 #include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 #include "base/result.h"
 #include "health/quarantine.h"
+#include "jobs/event.h"
 #include "jobs/private_data.h"
 #include "sched/slice_watch.h"
 #include "sched/scheduler.h"
@@ -30,6 +32,16 @@ enum class DeviceIsolationMode {
   Auto,  // isolate where the kernel allows it; otherwise say why once and run without
   On,    // refuse to start without it
   Off,
+};
+
+// [events] (docs/events.md): how long the event stream is kept, and the hook run for each event.
+struct EventsConfig {
+  double keep_s = 30 * 86400;     // keep: events older than this are trimmed
+  uint64_t keep_max = 1'000'000;  // keep_max: and all but the newest this many
+  // on_event: the program run for each event; a string in the file is run by /bin/sh -c. Empty: none.
+  std::vector<std::string> on_event;
+  std::vector<EventKind> on_event_kinds;  // empty: every kind
+  double on_event_timeout_s = 30;         // past it the hook is killed
 };
 
 struct DaemonConfig {
@@ -66,6 +78,7 @@ struct DaemonConfig {
   double idle_flag_after_s = 1800;  // a job at about 0 % utilisation this long is flagged idle
   // [monitor] quarantine, quarantine_clean_window: GPUs whose health fails get no new jobs.
   QuarantinePolicy quarantine;
+  EventsConfig events;
 };
 
 inline constexpr const char* kDefaultConfigPath = "/etc/gpupool/gpupool.toml";

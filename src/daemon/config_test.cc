@@ -206,6 +206,19 @@ TEST(ConfigTest, ValuesOutOfRangeOrOfTheWrongTypeNameTheKeyAndLine) {
       {"[daemon]\nslice_overrun = \"kill\"\n", "gpupool.toml:2: 'slice_overrun' must be \"warn\" or \"stop\""},
       {"[daemon]\nslice_overrun = 1\n", "gpupool.toml:2: 'slice_overrun' must be \"warn\" or \"stop\""},
       {"[monitor]\nquarantine = true\n", "gpupool.toml:2: 'quarantine' must be \"on\" or \"off\""},
+      {"[events]\non_event = \" \"\n",
+       "gpupool.toml:2: 'on_event' must be a command line (a string) or a list of its words, the first not empty"},
+      {"[events]\non_event = []\n",
+       "gpupool.toml:2: 'on_event' must be a command line (a string) or a list of its words, the first not empty"},
+      {"[events]\non_event = [\"mail\", 3]\n",
+       "gpupool.toml:2: 'on_event' must be a command line (a string) or a list of its words, the first not empty"},
+      {"[events]\non_event_kinds = [\"job_done\"]\n",
+       "gpupool.toml:2: 'on_event_kinds': unknown event 'job_done' (one of job_started, job_ended, job_failed, "
+       "job_cancelled, job_requeued, job_idle, slice_overrun, gpu_quarantined, gpu_returned, gpu_drained, "
+       "gpu_resumed, queue_drained, queue_resumed)"},
+      {"[events]\nkeep = \"forever\"\n",
+       "gpupool.toml:2: 'keep' must be a duration such as \"30m\", \"2h\" or \"1d\", or a number of seconds (at most 100 years)"},
+      {"[events]\nkeep_max = 0\n", "gpupool.toml:2: 'keep_max' must be a whole number from 1 to 100000000"},
       {"[daemon]\ndevice_isolation = true\n",
        "gpupool.toml:2: 'device_isolation' must be \"auto\", \"on\" or \"off\""},
       {"[daemon]\ndevice_isolation = \"On\"\n",
@@ -260,12 +273,12 @@ TEST(ConfigTest, UnknownKeysAndTablesAreErrorsNotIgnored) {
       "default_time_limit, max_time_limit, device_isolation, slice_enforcement, slice_overrun, max_log_mb, "
       "state_reserve_mb)");
   EXPECT_EQ(error_of("[daemon]\n\n[schedular]\npolicy = \"fifo\"\n"),
-            "gpupool.toml:3: unknown table 'schedular' (known: daemon, scheduler, quotas, monitor)");
+            "gpupool.toml:3: unknown table 'schedular' (known: daemon, scheduler, quotas, monitor, events)");
   EXPECT_EQ(error_of("policy = \"fifo\"\n"),
-            "gpupool.toml:1: unknown key 'policy' outside a table (known tables: daemon, scheduler, quotas, monitor)");
+            "gpupool.toml:1: unknown key 'policy' outside a table (known tables: daemon, scheduler, quotas, monitor, events)");
   EXPECT_EQ(
       error_of("\"two\\nlines\" = 1\n"),
-      "gpupool.toml:1: unknown key 'two\\nlines' outside a table (known tables: daemon, scheduler, quotas, monitor)");
+      "gpupool.toml:1: unknown key 'two\\nlines' outside a table (known tables: daemon, scheduler, quotas, monitor, events)");
   EXPECT_EQ(error_of("[scheduler.extra]\nx = 1\n"),
             "gpupool.toml:1: unknown key 'extra' in [scheduler] (known: policy, quota_gpus, "
             "fair_share_half_life_h, default_runtime_h, backfill_depth, max_queued_jobs_per_user)");
@@ -291,6 +304,15 @@ std::string text_of_file(const std::string& path) {
   return text.str();
 }
 
+TEST(ConfigTest, TheHooksCommandIsAShellLineOrItsWords) {
+  DaemonConfig line = parsed("[events]\non_event = \"mail -s gpupool lab < /dev/null\"\non_event_kinds = [\"job_failed\"]\n");
+  EXPECT_EQ(line.events.on_event, (std::vector<std::string>{"/bin/sh", "-c", "mail -s gpupool lab < /dev/null"}));
+  EXPECT_EQ(line.events.on_event_kinds, std::vector<EventKind>{EventKind::JobFailed});
+  DaemonConfig words = parsed("[events]\non_event = [\"/usr/bin/logger\", \"-t\", \"gpupool\"]\non_event_timeout = \"5s\"\n");
+  EXPECT_EQ(words.events.on_event, (std::vector<std::string>{"/usr/bin/logger", "-t", "gpupool"}));
+  EXPECT_EQ(words.events.on_event_timeout_s, 5);
+}
+
 // The shipped example: as it is, all defaults; with every key uncommented, still valid. The
 // documentation shows the same text.
 TEST(ConfigTest, TheShippedExample) {
@@ -311,6 +333,11 @@ TEST(ConfigTest, TheShippedExample) {
   EXPECT_EQ(every_key.sample_interval_s, 1.0);
   EXPECT_TRUE(every_key.quarantine.enabled);
   EXPECT_EQ(every_key.quarantine.clean_window_s, 1800);
+  EXPECT_EQ(every_key.events.keep_s, 30 * 86400);
+  EXPECT_EQ(every_key.events.on_event, (std::vector<std::string>{"/bin/sh", "-c", "/usr/local/sbin/gpupool-notify"}));
+  EXPECT_EQ(every_key.events.on_event_kinds.size(), 5u);
+  EXPECT_EQ(every_key.events.on_event_timeout_s, 30);
+  EXPECT_TRUE(defaults.events.on_event.empty());
   EXPECT_EQ(every_key.kill_grace_s, 10.0);
   EXPECT_EQ(every_key.default_time_limit_s, 86400.0);
   EXPECT_EQ(every_key.max_time_limit_s, 7 * 86400.0);

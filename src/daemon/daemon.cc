@@ -11,6 +11,7 @@
 #include "daemon/attempt_record.h"
 #include "daemon/daemon_impl.h"
 #include "daemon/supervisor.h"
+#include "jobs/job_text.h"
 #include "lease/gpu_pool.h"
 #include "os/accounts.h"
 #include "os/clock.h"
@@ -68,6 +69,8 @@ Daemon::Impl::Impl(DaemonSettings settings, JobStore store, LeaseDirectory lease
                           },
                       .started_in = [this](double seconds) { monitor_->observe_dispatch(seconds); },
                       .mps_fault_reason = [this](JobId id) { return mps_fault_reason(id); },
+                      .started = [this](const Job& job) { events_->add(job_started_event(job, unix_now())); },
+                      .requeued = [this](const Job& job) { events_->add(job_requeued_event(job, unix_now())); },
                   }) {}
 
 // ---------------------------------------------------------------------------------------------
@@ -225,6 +228,11 @@ Result<void> Daemon::Impl::open_monitor(UsageStore usage) {
   return {};
 }
 
+void Daemon::Impl::open_events(EventLog log) {
+  events_.emplace(sessions_, std::move(log), settings_.config.events, settings_.config.private_data);
+  events_->trim(unix_now());
+}
+
 void Daemon::Impl::schedule_sample(std::chrono::milliseconds delay) { monitor_->sample_within(delay); }
 
 // One copy per burst of events, not one per event.
@@ -297,22 +305,69 @@ void Daemon::Impl::on_sample(const Machine& machine, const std::vector<XidEvent>
   watch_slices(machine);
   stop_unneeded_mps_controls();
   apply_survey();
+  tell_idle_jobs();
+}
+
+void Daemon::Impl::tell_idle_jobs() {
+  const double now = unix_now();
+  std::set<JobId> idle;
+  for (const auto& [id, job] : dispatcher_.active()) {
+    if (job.state != JobState::Running) continue;
+    std::optional<JobUsage> usage = monitor_->usage_of(id);
+    if (!usage || !usage->idle_since) continue;
+    idle.insert(id);
+    if (told_idle_.count(id) == 0) {
+      events_->add(job_event(EventKind::JobIdle, job, now,
+                             fmt::format("about 0 % utilisation for {}", rough_duration_text(now - *usage->idle_since))));
+    }
+  }
+  told_idle_ = std::move(idle);
+}
+
+void Daemon::Impl::tell_slice_overruns(const std::map<JobId, SliceUse>& worst) {
+  std::set<JobId> over;
+  for (const auto& [id, use] : worst) {
+    if (!use.overrun()) continue;
+    over.insert(id);
+    auto job = dispatcher_.active().find(id);
+    if (told_overrun_.count(id) > 0 || job == dispatcher_.active().end()) continue;
+    Event event = job_event(EventKind::SliceOverrun, job->second, unix_now(),
+                            fmt::format("{} on GPU {}{}", slice_overrun_text(use.used_mib, use.slice_mib), use.gpu,
+                                        settings_.config.slice_overrun == SliceOverrunPolicy::Stop ? "; it is stopped" : ""));
+    event.gpus = {use.gpu};
+    events_->add(std::move(event));
+  }
+  told_overrun_ = std::move(over);
+}
+
+Event Daemon::Impl::gpu_event(EventKind kind, unsigned index, std::string user, std::string detail) const {
+  Event event;
+  event.time = unix_now();
+  event.kind = kind;
+  event.user = std::move(user);
+  event.gpus = {index};
+  event.detail = std::move(detail);
+  for (const auto& [id, job] : dispatcher_.active()) {
+    if (job.state != JobState::Running || std::ranges::find(job.gpus, index) == job.gpus.end()) continue;
+    event.jobs.push_back(id);
+    event.users.push_back(job.owner.user);
+  }
+  return event;
 }
 
 void Daemon::Impl::observe_health(const Machine& machine, const std::vector<XidEvent>& xids) {
   last_reading_ = machine;
   auto changes = gpupool::observe_health(quarantine_, machine, xids, unix_now(), settings_.config.quarantine);
   for (const QuarantineChange& change : changes) {
+    Event event = gpu_event(change.quarantined ? EventKind::GpuQuarantined : EventKind::GpuReturned, change.index, "",
+                            change.why);
     if (change.quarantined) {
-      size_t running = std::ranges::count_if(dispatcher_.active(), [&](const auto& entry) {
-        const Job& job = entry.second;
-        return job.state == JobState::Running && std::ranges::find(job.gpus, change.index) != job.gpus.end();
-      });
       fmt::print(stderr, "gpupoold: GPU {} quarantined: {}. No new job starts on it; {} running there go on\n",
-                 change.index, change.why, running);
+                 change.index, change.why, event.jobs.size());
     } else {
       fmt::print(stderr, "gpupoold: GPU {} is back from quarantine: {}\n", change.index, change.why);
     }
+    events_->add(std::move(event));
   }
   // A repeated XID moves the clean window: kept too, so a restart does not shorten it.
   if (!changes.empty() || !xids.empty()) store_quarantine();
@@ -374,6 +429,7 @@ void Daemon::Impl::watch_slices(const Machine& sample) {
   }
   auto worst = worst_use_per_job(uses);
   monitor_->set_slice_uses(worst);
+  tell_slice_overruns(worst);
   dispatcher_.stop_outside_mps(worst);
   dispatcher_.stop_slice_overruns(worst, settings_.config.slice_overrun);
 }
@@ -503,6 +559,7 @@ Result<std::unique_ptr<Daemon>> Daemon::create(DaemonSettings settings) {
   }
   TRY(store.keep_ids_above(largest_recorded_id(recorded)));
   TRY_ASSIGN(UsageStore usage, UsageStore::open(database));
+  TRY_ASSIGN(EventLog events, EventLog::open(database));
   for (const char* suffix : {"", "-wal", "-shm"}) (void)change_mode(database + suffix, 0600);
   TRY(take_back_runtime_directory(settings.runtime_dir));
   TRY_ASSIGN(LeaseDirectory leases, LeaseDirectory::open(settings.runtime_dir));
@@ -514,6 +571,7 @@ Result<std::unique_ptr<Daemon>> Daemon::create(DaemonSettings settings) {
   TRY(impl->open_socket());
   TRY(impl->watch_end_with());
   TRY(impl->isolate_devices());  // once this is the one daemon of its state directory
+  impl->open_events(std::move(events));
   TRY(impl->open_monitor(std::move(usage)));
   TRY(impl->recover());
   return std::unique_ptr<Daemon>(new Daemon(std::move(impl)));

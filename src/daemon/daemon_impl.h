@@ -23,6 +23,7 @@
 
 #include "daemon/daemon.h"
 #include "daemon/dispatcher.h"
+#include "daemon/event_stream.h"
 #include "daemon/drain_state.h"
 #include "health/quarantine.h"
 #include "daemon/fair_share_keeper.h"
@@ -57,6 +58,7 @@ class Daemon::Impl {
   Result<void> watch_end_with();
   Result<void> isolate_devices();
   Result<void> open_monitor(UsageStore usage);
+  void open_events(EventLog log);
   Result<void> recover();
   Result<void> run();
 
@@ -73,6 +75,7 @@ class Daemon::Impl {
   void handle(const SessionPtr& s, const protocol::LeaseRequest& r);
   void handle(const SessionPtr& s, const protocol::FinishedRequest& r);
   void handle(const SessionPtr& s, const protocol::ReportRequest& r);
+  void handle(const SessionPtr& s, const protocol::EventsRequest& r);
   void on_disconnect(const SessionPtr& session);
   void commit_submissions();
   void submit_array(const SessionPtr& s, Job admitted, const ArraySpec& array);
@@ -122,6 +125,12 @@ class Daemon::Impl {
   // Why a failed MPS job ended, when a fault in its GPU's MPS server did it (a dispatcher hook):
   // the servers' new faults are read first, and what they say of other jobs kept until they end.
   std::optional<std::string> mps_fault_reason(JobId id);
+  // Running jobs newly flagged idle, or newly past their slice (`worst`), told as events once
+  // each time it begins.
+  void tell_idle_jobs();
+  void tell_slice_overruns(const std::map<JobId, SliceUse>& worst);
+  // A GPU's event, with the jobs running on it and their owners.
+  Event gpu_event(EventKind kind, unsigned index, std::string user, std::string detail) const;
   // The runtime directory, or the socket in it, deleted under the running daemon: made again.
   void keep_runtime_directory();
   // Hands the monitor the queue as it stands, at most a few times a second.
@@ -156,6 +165,9 @@ class Daemon::Impl {
   // GPUs kept from new jobs for their health (health/quarantine.h), kept in the store's settings.
   QuarantineState quarantine_;
   Machine last_reading_;  // the latest sample: what an administrator's release accepts
+  std::optional<EventStream> events_;  // from open_events on
+  std::set<JobId> told_idle_;          // running jobs whose idle flag was told, while it lasts
+  std::set<JobId> told_overrun_;       // and those past their slice
   // The last survey of the GPUs (leases, outside use), before the daemon's own jobs are taken
   // out: a drain of a GPU applies to it at once, without waiting for the next sample.
   std::vector<GpuAvailability> survey_;

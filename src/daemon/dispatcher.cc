@@ -180,10 +180,12 @@ std::optional<std::string> Dispatcher::carry_out(const lifecycle::Effect& effect
           },
           [&](const lifecycle::Record& e) -> std::optional<std::string> {
             Job& job = active_.at(e.id);
+            const bool requeued = job.state == JobState::Running && e.state == JobState::Queued;
             job.state = e.state;
             job.reason = e.reason;
             job.attempts = e.attempts;
             save(job);
+            if (requeued && hooks_.requeued) hooks_.requeued(job);
             return std::nullopt;
           },
           [&](const lifecycle::Finished& e) -> std::optional<std::string> {
@@ -411,6 +413,7 @@ void Dispatcher::start_batch(Job& job, HeldLeases held, pid_t supervisor,
     return;
   }
   held.hand_over();
+  if (hooks_.started) hooks_.started(job);
 }
 
 void Dispatcher::start_interactive(Job& job, HeldLeases held, const std::vector<std::string>& mps_environment) {
@@ -421,6 +424,7 @@ void Dispatcher::start_interactive(Job& job, HeldLeases held, const std::vector<
   }
   held.hand_over();
   save(job);
+  if (hooks_.started) hooks_.started(job);
   // The client's exit (or its message) ends the job; its pid is watched for after a restart.
 }
 

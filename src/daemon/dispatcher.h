@@ -66,6 +66,10 @@ struct DispatcherHooks {
   // Why a failed MPS job ended, when a fatal fault in its GPU's MPS server ended it ("ended by a
   // fault in job 12 on the same GPU"); nullopt otherwise.
   std::function<std::optional<std::string>(JobId id)> mps_fault_reason = {};
+  // An attempt has started (its batch supervisor runs, or its client has its leases).
+  std::function<void(const Job& job)> started = {};
+  // A failed attempt with retries left: the job is queued again for its next one.
+  std::function<void(const Job& job)> requeued = {};
 };
 
 class Dispatcher {

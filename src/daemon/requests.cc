@@ -376,6 +376,19 @@ void Daemon::Impl::handle(const SessionPtr& s, const protocol::AdminRequest& r) 
     return sessions_.send(s, protocol::ErrorResponse{stored.error().message});
   }
   bool queue_changed = changed.queue.has_value() != drain_.queue.has_value();
+  for (unsigned index : r.gpus) {
+    if ((changed.gpus.count(index) > 0) != (drain_.gpus.count(index) > 0)) {
+      events_->add(gpu_event(drain ? EventKind::GpuDrained : EventKind::GpuResumed, index, s->owner.user, r.reason));
+    }
+  }
+  if (queue_changed) {
+    Event event;
+    event.time = unix_now();
+    event.kind = drain ? EventKind::QueueDrained : EventKind::QueueResumed;
+    event.user = s->owner.user;
+    event.detail = r.reason;
+    events_->add(std::move(event));
+  }
   drain_ = std::move(changed);
   if (!drain) {  // `resume --gpu` also returns a quarantined GPU, its faults seen now accepted
     bool released = false;
@@ -383,6 +396,7 @@ void Daemon::Impl::handle(const SessionPtr& s, const protocol::AdminRequest& r) 
       const Gpu& reading = index < last_reading_.gpus.size() ? last_reading_.gpus[index] : machine_.gpus[index];
       if (release_from_quarantine(quarantine_, reading)) {
         fmt::print(stderr, "gpupoold: GPU {} returned from quarantine by {}\n", index, s->owner.user);
+        events_->add(gpu_event(EventKind::GpuReturned, index, s->owner.user, "released by " + s->owner.user));
       }
       released = true;
     }
@@ -392,6 +406,8 @@ void Daemon::Impl::handle(const SessionPtr& s, const protocol::AdminRequest& r) 
   if (!r.gpus.empty()) apply_survey();  // the GPUs are kept from jobs (or given back) at once
   sessions_.send(s, protocol::Ack{});
 }
+
+void Daemon::Impl::handle(const SessionPtr& s, const protocol::EventsRequest& r) { events_->answer(s, r); }
 
 void Daemon::Impl::handle(const SessionPtr& s, const protocol::StatusRequest&) {
   protocol::StatusResponse status;
@@ -457,6 +473,9 @@ bool Daemon::Impl::hand_to_client(const Job& job, const HeldLeases& held, const 
 
 void Daemon::Impl::job_finished(const Job& job) {
   monitor_->job_ended(job.id, job.end_time.value_or(unix_now()));
+  events_->add(job_finished_event(job, unix_now()));
+  told_idle_.erase(job.id);
+  told_overrun_.erase(job.id);
   std::erase_if(mps_clients_, [&](const auto& client) { return client.second == job.id; });
   mps_fault_reasons_.erase(job.id);
   if (auto session = lease_sessions_.find(job.id); session != lease_sessions_.end()) {

@@ -408,6 +408,27 @@ json request_json(const FinishedRequest& request) {
           {"timed_out", request.timed_out}};
 }
 json request_json(const ReportRequest& request) { return {{"op", "report"}, {"since", or_null(request.since)}}; }
+json request_json(const EventsRequest& request) {
+  json object = {{"op", "events"}, {"after", request.after}, {"limit", request.limit}};
+  if (request.since) object["since"] = *request.since;
+  if (request.filter.job) object["job"] = *request.filter.job;
+  if (request.filter.user) object["user"] = *request.filter.user;
+  if (!request.filter.kinds.empty()) {
+    json kinds = json::array();
+    for (EventKind kind : request.filter.kinds) kinds.push_back(to_string(kind));
+    object["kinds"] = std::move(kinds);
+  }
+  if (request.latest) object["latest"] = true;
+  if (request.wait) object["wait"] = true;
+  return object;
+}
+
+Result<EventKind> as_event_kind(const json& value, const Field& field) {
+  TRY_ASSIGN(std::string name, as_text(value, field));
+  auto kind = parse_event_kind(name);
+  if (!kind) return fail("{}: {}", quoted(field), kind.error().message);
+  return *kind;
+}
 
 // At least one job: an empty list is a client's mistake, not a request for nothing.
 Result<std::vector<JobId>> as_job_numbers(const json& value, const Field& field) {
@@ -498,6 +519,18 @@ Result<Request> request_from_json(const json& object) {
     ReportRequest request;
     TRY_ASSIGN(request.since, maybe(object, "since", as_time));
     return Request(request);
+  }
+  if (op == "events") {
+    EventsRequest request;
+    TRY_ASSIGN(request.after, defaulted(object, "after", uint64_t{0}, whole_from<uint64_t>(0)));
+    TRY_ASSIGN(request.since, maybe(object, "since", as_time));
+    TRY_ASSIGN(request.filter.job, maybe(object, "job", job_number));
+    TRY_ASSIGN(request.filter.user, maybe(object, "user", as_text));
+    TRY_ASSIGN(request.filter.kinds, defaulted(object, "kinds", std::vector<EventKind>(), list_of(as_event_kind)));
+    TRY_ASSIGN(request.limit, defaulted(object, "limit", 100u, whole<unsigned>(1, kMaxEventsPage)));
+    TRY_ASSIGN(request.latest, defaulted(object, "latest", false, as_flag));
+    TRY_ASSIGN(request.wait, defaulted(object, "wait", false, as_flag));
+    return Request(std::move(request));
   }
   return fail("unknown op {}", quote(op));
 }
@@ -597,6 +630,29 @@ json response_json(const ReportResponse& response) {
   }
   return {{"ok", true},
           {"report", {{"since", or_null(response.since)}, {"users", std::move(users)}, {"jobs", std::move(jobs)}}}};
+}
+
+json response_json(const EventsResponse& response) {
+  json events = json::array();
+  for (const Event& event : response.events) events.push_back(event_to_json(event));
+  return {{"ok", true}, {"events", std::move(events)}, {"more", response.more}, {"last", response.last}};
+}
+
+Result<Event> as_event(const json& value, const Field& field) {
+  TRY(require_object(value, field));
+  Event event;
+  TRY_ASSIGN(event.seq, required(value, "seq", whole_from<uint64_t>(1)));
+  TRY_ASSIGN(event.time, required(value, "time", as_time));
+  TRY_ASSIGN(event.kind, required(value, "kind", as_event_kind));
+  TRY_ASSIGN(event.job, defaulted(value, "job", JobId{0}, job_number));
+  TRY_ASSIGN(event.user, defaulted(value, "user", std::string(), as_text));
+  TRY_ASSIGN(event.name, defaulted(value, "name", std::string(), as_text));
+  TRY_ASSIGN(event.gpus, defaulted(value, "gpus", std::vector<unsigned>(), list_of(gpu_index)));
+  TRY_ASSIGN(event.detail, defaulted(value, "detail", std::string(), as_text));
+  TRY_ASSIGN(event.jobs, defaulted(value, "jobs", std::vector<JobId>(), list_of(job_number)));
+  TRY_ASSIGN(event.users, defaulted(value, "users", std::vector<std::string>(), list_of(as_text)));
+  TRY_ASSIGN(event.withheld, defaulted(value, "private", false, as_flag));
+  return event;
 }
 
 Result<double> as_hours(const json& value, const Field& field) {
@@ -744,6 +800,13 @@ Result<Response> response_from_json(const json& object) {
     TRY_ASSIGN(std::string event, required(object, "event", as_text));
     return lease_event_from_json(object, event);
   }
+  if (find(object, "events") != nullptr) {
+    EventsResponse response;
+    TRY_ASSIGN(response.events, required(object, "events", list_of(as_event)));
+    TRY_ASSIGN(response.more, defaulted(object, "more", false, as_flag));
+    TRY_ASSIGN(response.last, defaulted(object, "last", uint64_t{0}, whole_from<uint64_t>(0)));
+    return Response(std::move(response));
+  }
   if (find(object, "outcomes") != nullptr) {
     TRY_ASSIGN(std::vector<ActionOutcome> outcomes, required(object, "outcomes", list_of(as_outcome)));
     return Response(JobActionResponse{std::move(outcomes)});
@@ -836,6 +899,24 @@ std::string encode(const Response& response) {
 Result<Response> parse_response(std::string_view line) {
   return parse_line(line, "response", response_from_json);
 }
+
+nlohmann::json event_to_json(const Event& event) {
+  json object = {{"seq", event.seq},
+                 {"time", event.time},
+                 {"kind", to_string(event.kind)},
+                 {"job", event.job != 0 ? json(event.job) : json(nullptr)},
+                 {"user", event.user},
+                 {"name", event.name},
+                 {"gpus", event.gpus},
+                 {"detail", event.detail},
+                 {"jobs", event.jobs},
+                 {"users", event.users},
+                 {"message", describe_event(event)}};
+  if (event.withheld) object["private"] = true;
+  return object;
+}
+
+Result<Event> event_from_json(const nlohmann::json& json) { return as_event(json, Field("event")); }
 
 nlohmann::json job_to_json(const Job& job) {
   json object = {{"id", job.id},

@@ -20,6 +20,7 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "base/result.h"
+#include "jobs/event.h"
 #include "jobs/job.h"
 
 namespace gpupool::protocol {
@@ -102,9 +103,20 @@ struct FinishedRequest {  // after LeaseGranted: the program has exited
 struct ReportRequest {  // `gpupool report`: GPU time of the jobs that held GPUs since a time
   std::optional<double> since;  // Unix seconds; nullopt: since the beginning
 };
+// The most events in one answer to `events`: a client pages through longer stretches.
+inline constexpr unsigned kMaxEventsPage = 1000;
+struct EventsRequest {  // `gpupool events`: what happened, a page at a time (docs/events.md)
+  uint64_t after = 0;                       // only events with a larger sequence number
+  std::optional<double> since = std::nullopt;  // only events at or after this Unix time
+  EventFilter filter = {};
+  unsigned limit = 100;  // at most this many, 1 to kMaxEventsPage
+  bool latest = false;   // the newest `limit` that match rather than the oldest
+  // None matches yet: answered when the first does, however long that takes (`events -f`).
+  bool wait = false;
+};
 using Request = std::variant<SubmitRequest, JobsRequest, ShowRequest, JobActionRequest, WaitRequest,
                              LogsRequest, AdminRequest, StatusRequest, LeaseRequest, FinishedRequest,
-                             ReportRequest>;
+                             ReportRequest, EventsRequest>;
 
 // --- responses (daemon → client) ---
 struct ErrorResponse {
@@ -199,8 +211,15 @@ struct ReportResponse {
   std::vector<UserUsageLine> users;  // by GPU-hours, most first
   std::vector<JobUsageLine> jobs;    // in id order
 };
+struct EventsResponse {
+  std::vector<Event> events;  // in sequence order
+  bool more = false;          // more match beyond these
+  // Where the next page starts (its `after`): the last event sent when there are more, else the
+  // newest event the daemon has, so a filtered reader passes over what it does not match.
+  uint64_t last = 0;
+};
 using Response = std::variant<ErrorResponse, SubmitResponse, JobsResponse, JobActionResponse,
-                              StatusResponse, LeaseQueued, LeaseGranted, Ack, ReportResponse>;
+                              StatusResponse, LeaseQueued, LeaseGranted, Ack, ReportResponse, EventsResponse>;
 
 // Encodings: one line of JSON without the trailing newline. Parsing checks every field's
 // type and range; any problem is one Error naming the field ("bad request: 'gpu_count' must
@@ -211,6 +230,12 @@ std::string encode(const Request& request);
 Result<Request> parse_request(std::string_view line);
 std::string encode(const Response& response);
 Result<Response> parse_response(std::string_view line);
+
+// The JSON of one event, as `gpupool events --json` prints it and the on_event hook reads it:
+// seq, time, kind, job (null for none), user, name, gpus, detail, jobs, users, message (the line
+// describe_event says), and `"private": true` where its details are withheld.
+nlohmann::json event_to_json(const Event& event);
+Result<Event> event_from_json(const nlohmann::json& json);
 
 // The JSON of one job, as `gpupool show --json` prints it (also used inside responses):
 // id, name, state, reason, kind, user, uid, gpu_count, mem_mib, gpus, gpu_uuids, priority,

@@ -380,6 +380,72 @@ TEST(ProtocolRequestTest, Finished) {
   EXPECT_FALSE(minimal.timed_out);
 }
 
+TEST(ProtocolRequestTest, Events) {
+  EventsRequest request;
+  request.after = 41;
+  request.since = 1700000000.5;
+  request.filter = {.job = 12, .user = "alice", .kinds = {EventKind::JobFailed, EventKind::GpuQuarantined}};
+  request.limit = 20;
+  request.latest = true;
+  request.wait = true;
+  EventsRequest read = through_the_wire(request);
+  EXPECT_EQ(read.after, 41u);
+  EXPECT_EQ(read.since, 1700000000.5);
+  EXPECT_EQ(read.filter.job, JobId{12});
+  EXPECT_EQ(read.filter.user, "alice");
+  EXPECT_EQ(read.filter.kinds, request.filter.kinds);
+  EXPECT_EQ(read.limit, 20u);
+  EXPECT_TRUE(read.latest);
+  EXPECT_TRUE(read.wait);
+  EventsRequest plain = parsed_request<EventsRequest>(R"({"op":"events"})");
+  EXPECT_EQ(plain.after, 0u);
+  EXPECT_EQ(plain.limit, 100u);
+  EXPECT_FALSE(plain.wait);
+  EXPECT_TRUE(plain.filter.kinds.empty());
+  auto bad_kind = parse_request(R"({"op":"events","kinds":["job_failed","job_exploded"]})");
+  ASSERT_FALSE(bad_kind.ok());
+  EXPECT_NE(bad_kind.error().message.find("'kinds[1]': unknown event 'job_exploded'"), std::string::npos)
+      << bad_kind.error().message;
+  EXPECT_FALSE(parse_request(R"({"op":"events","limit":1001})").ok());
+  EXPECT_FALSE(parse_request(R"({"op":"events","limit":0})").ok());
+}
+
+TEST(ProtocolResponseTest, EventsCarryEveryField) {
+  Event quarantined;
+  quarantined.seq = 7;
+  quarantined.time = 1700000000.25;
+  quarantined.kind = EventKind::GpuQuarantined;
+  quarantined.gpus = {2};
+  quarantined.detail = "XID 79 (the GPU fell off the bus)";
+  quarantined.jobs = {12};
+  quarantined.users = {"alice"};
+  Event withheld;
+  withheld.seq = 8;
+  withheld.time = 1700000001;
+  withheld.kind = EventKind::JobFailed;
+  withheld.job = 12;
+  withheld.user = "alice";
+  withheld.gpus = {2};
+  withheld.withheld = true;
+  EventsResponse response{{quarantined, withheld}, true, 8};
+  EventsResponse read = through_the_wire(response);
+  ASSERT_EQ(read.events.size(), 2u);
+  EXPECT_TRUE(read.more);
+  EXPECT_EQ(read.last, 8u);
+  const Event& first = read.events[0];
+  EXPECT_EQ(first.seq, 7u);
+  EXPECT_EQ(first.kind, EventKind::GpuQuarantined);
+  EXPECT_EQ(first.job, JobId{0});
+  EXPECT_EQ(first.detail, quarantined.detail);
+  EXPECT_EQ(first.jobs, std::vector<JobId>{12});
+  EXPECT_EQ(first.users, std::vector<std::string>{"alice"});
+  EXPECT_TRUE(read.events[1].withheld);
+  nlohmann::json shown = event_to_json(withheld);
+  EXPECT_EQ(shown["message"], "job 12 (alice) failed on GPU 2");
+  EXPECT_EQ(shown["private"], true);
+  EXPECT_TRUE(event_to_json(quarantined)["job"].is_null());
+}
+
 TEST(ProtocolRequestTest, UnknownFieldsAreIgnored) {
   auto submit = parsed_request<SubmitRequest>(
       R"({"op":"submit","since":2,"job":{"command":["x"],"cwd":"/","gpu_model":"H200","id":99}})");

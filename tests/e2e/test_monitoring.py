@@ -286,6 +286,11 @@ class MonitoringTest(unittest.TestCase):
             # top shows the daemon's flag, not a timer of its own (which would start at 0 now).
             frame = d.gp("top", "--once", env={"COLUMNS": "100", "LINES": "30"}, check=True).stdout
             self.assertRegex(frame, rf"(?m)^\s*{gpu} .* IDLE job {idle} \(root, idler\)", frame)
+            # Told once as an event, while the flag lasts.
+            [told] = [json.loads(line) for line in
+                      d.gp("events", "--kind", "job_idle", "--json", check=True).stdout.splitlines()]
+            self.assertEqual((told["job"], told["user"], told["name"], told["gpus"]), (idle, "root", "idler", [gpu]))
+            self.assertRegex(told["message"], rf"^job {idle} \(root, idler\) is idle on GPU {gpu}: about 0 % utilisation for ")
 
             write_overlay(self.overlay, {gpu: {"utilization_gpu": 90}})
             wait_until(lambda: flagged(False), 20, what="the idle flag cleared by work")

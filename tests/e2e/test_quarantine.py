@@ -1,6 +1,7 @@
 """The quarantine (docs/monitoring.md, "Health and quarantine"): a GPU that reports a hardware XID
 or a pending row remap gets no new jobs, says why everywhere, stays out across a restart, and
 returns by an administrator's `gpupool resume --gpu` or after a clean window."""
+import json
 import os
 import time
 import unittest
@@ -62,6 +63,11 @@ class QuarantineTest(unittest.TestCase):
             d.gp("resume", "--gpu", "2", check=True)
             self.assertEqual(d.finish(eight)[0]["state"], "done")
             self.assertIn("GPU 2 returned from quarantine by root", d.log_text())
+            told = [json.loads(line) for line in d.gp("events", "--kind", "gpu_quarantined,gpu_returned", "--json",
+                                                      check=True).stdout.splitlines()]
+            self.assertEqual([(e["kind"], e["gpus"], e["detail"]) for e in told],
+                             [("gpu_quarantined", [2], "XID 79 (the GPU fell off the bus)"),
+                              ("gpu_returned", [2], "released by root")])
             self.assertEqual(d.status()["quarantined_gpus"], [])
             self.assertEqual(self.metric(d.http_address(starts=2), "gpupool_gpu_quarantined", 2), 0)
 

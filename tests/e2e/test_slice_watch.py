@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Slices that hold: the slice watchdog (NVML's per-process memory against each slice, docs/leases.md)
 warns of or stops a job past its slice, and slice jobs get the frameworks' own memory limits."""
+import json
 import os
 import shutil
 import tempfile
@@ -71,9 +72,12 @@ class SliceWatchTest(unittest.TestCase):
             top = d.gp("top", "--once", env={"COLUMNS": "200"}, check=True).stdout
             self.assertIn(f"over its slice: {REASON}", top)
 
-            # Warned at every sample since, never stopped.
+            # Warned at every sample since, never stopped; told as an event once.
             d.wait_for_samples(3)
             self.assertEqual([d.job_state(job) for job in (hungry, neighbour)], ["running", "running"])
+            told = [json.loads(line) for line in
+                    d.gp("events", "--kind", "slice_overrun", "--json", check=True).stdout.splitlines()]
+            self.assertEqual([(e["job"], e["gpus"], e["detail"]) for e in told], [(hungry, [gpu], f"{REASON} on GPU {gpu}")])
             d.touch("go")
             self.assertEqual([job["state"] for job in d.finish(hungry, neighbour)], ["done", "done"])
 
