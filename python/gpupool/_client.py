@@ -34,6 +34,10 @@ def _comeback_seconds():
     return seconds(configured, "GPUPOOL_RECONNECT_S") if configured else 60.0
 
 
+_EVENTS_PAGE = 1000
+_LATEST_EVENTS = 20
+
+
 class Client:
     """A connection to gpupoold. Every method sends one request (or a few, for paging) and
     raises gpupool.Error with the daemon's line when it refuses. A refusal leaves the connection
@@ -164,6 +168,39 @@ class Client:
         for first in range(0, len(ids), _WAIT_BATCH):
             ended += self._request({"op": "wait", "ids": ids[first:first + _WAIT_BATCH]})["jobs"]
         return ended
+
+    def events(self, since=None, job=None, user=None, kinds=(), latest=None):
+        """What happened to jobs and GPUs (docs/events.md), oldest first, each as `gpupool events
+        --json` prints it: every event at or after `since` (Unix seconds), or without it the latest
+        `latest` (default 20). job, user and kinds (event names) filter."""
+        request = self._events_request(job, user, kinds)
+        if since is None:
+            return self._request(dict(request, latest=True, limit=latest or _LATEST_EVENTS))["events"]
+        listed, after = [], 0
+        while True:
+            page = self._request(dict(request, since=since, after=after, limit=_EVENTS_PAGE))
+            listed += page["events"]
+            if not page.get("more"):
+                return listed
+            after = page["last"]
+
+    def follow(self, after=None, job=None, user=None, kinds=()):
+        """Yields each event as it happens, forever: those numbered above `after` (an event's
+        "seq"; default: from now on), across restarts of the daemon, none twice, none missed."""
+        request = self._events_request(job, user, kinds)
+        if after is None:
+            after = self._request(dict(request, latest=True, limit=1))["last"]
+        while True:
+            page = self._request(dict(request, after=after, limit=_EVENTS_PAGE, wait=True))
+            yield from page["events"]
+            after = page["last"]
+
+    @staticmethod
+    def _events_request(job, user, kinds):
+        if isinstance(kinds, str):
+            kinds = [kinds]
+        return {"op": "events", "job": _ids([job])[0] if job is not None else None, "user": user,
+                "kinds": list(kinds)}
 
     def status(self):
         """The daemon's status, as docs/protocol.md lists it: software, pid, drained, machine, gpus,

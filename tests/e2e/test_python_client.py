@@ -136,6 +136,21 @@ class PythonClientTest(unittest.TestCase):
                 self.assertEqual((status["pid"], status["queued"], status["running"]), (d.proc.pid, 0, 0))
                 self.assertEqual(status["gpus"], 8)
 
+    def test_events_listed_and_followed(self):
+        with Daemon() as d, gpupool.Client(d.socket) as c:
+            first = c.submit(["true"], name="first")
+            c.wait(first)
+            self.assertEqual([e["kind"] for e in c.events(job=first)], ["job_started", "job_ended"])
+            self.assertEqual([e["kind"] for e in c.events(since=0, kinds="job_ended")], ["job_ended"])
+            following = c.follow(kinds=["job_ended", "job_failed"])
+            with gpupool.Client(d.socket) as other:
+                second = other.submit(["false"], name="second")
+            event = next(following)
+            self.assertEqual((event["kind"], event["job"], event["name"]), ("job_failed", second, "second"))
+            with self.assertRaises(gpupool.Error) as refused:
+                c.events(kinds=["job_done"])
+            self.assertIn("unknown event 'job_done'", str(refused.exception))
+
     def test_jobs_pages_through_the_listing(self):
         with Daemon() as d, gpupool.Client(d.socket) as c:
             ids = [c.submit(["true"], hold=True, env=d.env, cwd=d.work) for _ in range(5)]

@@ -5,8 +5,11 @@ A healthy GPU is not quarantined and shows the health series (ECC, row remap, cl
 reasons, PCIe replays) with nvidia-smi's values. Then a program on GPU 0 stores through a bad
 pointer: the driver reports an MMU fault (XID 31, a program's), which the daemon's XID watch must
 receive, log and export as DCGM_FI_DEV_XID_ERRORS, without quarantining the GPU (a program's XID
-says nothing about the hardware). No hardware XID can be raised on purpose.
+says nothing about the hardware). No hardware XID can be raised on purpose. Last, the same fault as
+a gpupool job: its start and failure are events (`gpupool events`, the on_event hook), and no
+gpu_quarantined event comes.
 """
+import json
 import os
 import re
 import subprocess
@@ -44,7 +47,9 @@ def smi_values():
 
 
 def step_health(s):
-    with s.daemon("", http="127.0.0.1:0") as d:
+    hooked = os.path.join(s.args.out, "health-hook.jsonl")
+    config = f"[events]\non_event = 'cat >> {hooked}'\n"
+    with s.daemon(config, http="127.0.0.1:0") as d:
         server = Http(d.http_address())
         d.wait_for_samples()
         watching = re.search(r"gpupoold: (watching critical XID events of \d+ GPUs?|no XID events: .*)", d.log_text())
@@ -84,4 +89,24 @@ def step_health(s):
         s.check("DCGM_FI_DEV_XID_ERRORS shows it, and a program's XID quarantines nothing",
                 bool(reported) and last is not None and last > 0 and gpu0(metrics, "gpupool_gpu_quarantined") == 0,
                 f"DCGM_FI_DEV_XID_ERRORS {last}, gpupool_gpu_quarantined {gpu0(metrics, 'gpupool_gpu_quarantined')}")
+
+        job = d.submit("--name", "faulty", "--", *PLAIN, "python3", "-c", faulting_client(), "0")
+        ended = d.finish(job, timeout=120)[0]
+        d.wait_for_samples()
+        listed = [json.loads(line) for line in d.gp("events", "--json", "-n", "100", check=True).stdout.splitlines()]
+        print("$ gpupool events\n" + d.gp("events", "-n", "100", check=True).stdout, flush=True)
+        mine = [(e["kind"], e["gpus"]) for e in listed if e["job"] == job]
+        s.check("a failing job on the GPU is told as events, and quarantines nothing",
+                [kind for kind, _ in mine] == ["job_started", "job_failed"] and mine[0][1] == ended["gpus"]
+                and not any(e["kind"] == "gpu_quarantined" for e in listed),
+                f"job {job} {ended['state']} ({ended['reason']}): {mine}; "
+                f"quarantine events {[e['message'] for e in listed if e['kind'] == 'gpu_quarantined']}")
+        deadline = time.time() + 15
+        hook_kinds = []
+        while time.time() < deadline and "job_failed" not in hook_kinds:
+            time.sleep(0.2)
+            if os.path.exists(hooked):
+                with open(hooked) as f:
+                    hook_kinds = [json.loads(line)["kind"] for line in f if line.strip()]
+        s.check("the on_event hook got them", hook_kinds[:2] == ["job_started", "job_failed"], f"{hook_kinds}")
         server.connection.close()
