@@ -51,14 +51,18 @@ void start_background_thread() {
 
 nvmlReturn_t Simulator::init() {
   std::lock_guard lock(mutex_);
-  if (init_count_ == 0) {
+  // gpupool never shuts NVML down, and the library stays loaded: a process that names another
+  // machine (GPUPOOL_SIM) before it initialises again, as the tests do, gets that machine.
+  const char* asked = std::getenv("GPUPOOL_SIM");
+  const bool another_machine = init_count_ > 0 && (asked == nullptr || asked != loaded_sim_);
+  if (init_count_ == 0 || another_machine) {
     if (auto loaded = load(); !loaded) {
       // NVML itself cannot say more than DRIVER_NOT_LOADED; leave the reason where a person
       // looks.
       std::fprintf(stderr, "gpupool simulated NVML: %s\n", loaded.error().message.c_str());
       return NVML_ERROR_DRIVER_NOT_LOADED;
     }
-    start_background_thread();
+    if (init_count_ == 0) start_background_thread();
   }
   ++init_count_;
   return NVML_SUCCESS;
@@ -96,6 +100,7 @@ nvmlReturn_t Simulator::mig_handle_by_index(nvmlDevice_t device, unsigned mig_in
 
 Result<void> Simulator::load() {
   TRY_ASSIGN(std::string name_or_path, environment("GPUPOOL_SIM"));
+  loaded_sim_ = name_or_path;
   // The same search as gpupool's (sim/open_backend): GPUPOOL_FIXTURE_DIR, then beside us.
   std::vector<std::string> dirs;
   if (const char* dir = std::getenv("GPUPOOL_FIXTURE_DIR"); dir != nullptr && *dir != '\0') dirs.push_back(dir);

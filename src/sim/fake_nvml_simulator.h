@@ -116,6 +116,7 @@ class Simulator {
   Fixture base_;
   Fixture current_;
   std::string overlay_path_;
+  std::string loaded_sim_;  // GPUPOOL_SIM as it was when the fixture was loaded
   std::optional<FileStamp> overlay_stamp_;
   std::deque<nvmlDevice_st> handles_;
   std::deque<nvmlDevice_st> mig_handles_;  // handed out on demand, never moved
