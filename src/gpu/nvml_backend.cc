@@ -11,12 +11,17 @@
 #include "gpu/gpm_metrics.h"
 #include "gpu/gpu_backend.h"
 #include "gpu/nvml_library.h"
+#include "os/clock.h"
 #include "machine/cuda_arch.h"
 #include "machine/mig_profile.h"
 #include "os/host_files.h"
 
 namespace gpupool {
 namespace {
+
+// How far back a process's utilisation samples are taken: about one of the daemon's sample
+// intervals, so that a process's figure says what it did since the previous reading.
+constexpr double kProcessUtilizationWindowS = 1.0;
 
 constexpr uint64_t kMiB = 1024 * 1024;
 // NVML refreshes the GPM counters about every 100 ms: samples closer than that measure nothing.
@@ -504,6 +509,36 @@ class NvmlBackend final : public GpuBackend {
     return true;
   }
 
+  // Each listed process's SM utilisation, the mean of the driver's samples of about the last
+  // second; 0 for one without a sample (it ran no kernel then). Nothing where NVML cannot say.
+  void read_process_utilization(nvmlDevice_t handle, std::map<uint32_t, GpuProcess>& by_pid) const {
+    auto fn = lib_->api().device_get_process_utilization;
+    if (fn == nullptr || by_pid.empty()) return;
+    const auto since_us = static_cast<unsigned long long>((unix_now() - kProcessUtilizationWindowS) * 1e6);
+    std::vector<nvmlProcessUtilizationSample_t> samples;
+    unsigned count = 0;
+    nvmlReturn_t rc = fn(handle, nullptr, &count, since_us);
+    for (int attempt = 0; rc == NVML_ERROR_INSUFFICIENT_SIZE && attempt < 4; ++attempt) {
+      samples.resize(count + 8);
+      count = static_cast<unsigned>(samples.size());
+      rc = fn(handle, samples.data(), &count, since_us);
+    }
+    if (rc == NVML_ERROR_NOT_FOUND) count = 0;  // no process ran a kernel in the window
+    else if (rc != NVML_SUCCESS) return;
+    samples.resize(std::min<size_t>(count, samples.size()));
+    std::map<uint32_t, std::pair<unsigned, unsigned>> sum_and_count;
+    for (const nvmlProcessUtilizationSample_t& sample : samples) {
+      if (sample.timeStamp < since_us || sample.smUtil > 100) continue;
+      auto& [sum, n] = sum_and_count[sample.pid];
+      sum += sample.smUtil;
+      ++n;
+    }
+    for (auto& [pid, process] : by_pid) {
+      auto found = sum_and_count.find(pid);
+      process.sm_utilization = found == sum_and_count.end() ? 0 : found->second.first / found->second.second;
+    }
+  }
+
   void read_processes(nvmlDevice_t handle, Gpu& gpu) const {
     const NvmlEntryPoints& api = lib_->api();
     std::map<uint32_t, GpuProcess> by_pid;
@@ -516,6 +551,7 @@ class NvmlBackend final : public GpuBackend {
     bool known = read_process_kind(api.device_get_mps_processes_v2, api.device_get_mps_processes_v1, handle,
                                    ProcessKind::Compute, clients);
     for (auto& [pid, client] : clients) by_pid.try_emplace(pid, std::move(client));
+    if (!gpu.mig_enabled.value_or(false)) read_process_utilization(handle, by_pid);
     for (auto& [pid, process] : by_pid) {
       if (known) process.mps_client = clients.contains(pid);
       // Outside MIG mode the field says nothing (NVML leaves it 0xFFFFFFFF, or 0 on some drivers).

@@ -90,6 +90,7 @@ Result<std::unique_ptr<NvmlLibrary>> NvmlLibrary::open(const std::vector<std::st
     lib->bind(a.device_get_compute_processes_v2,
               {"nvmlDeviceGetComputeRunningProcesses_v3", "nvmlDeviceGetComputeRunningProcesses_v2"});
     lib->bind(a.device_get_compute_processes_v1, {"nvmlDeviceGetComputeRunningProcesses"});
+    lib->bind(a.device_get_process_utilization, {"nvmlDeviceGetProcessUtilization"});
     lib->bind(a.device_get_graphics_processes_v2,
               {"nvmlDeviceGetGraphicsRunningProcesses_v3", "nvmlDeviceGetGraphicsRunningProcesses_v2"});
     lib->bind(a.device_get_graphics_processes_v1, {"nvmlDeviceGetGraphicsRunningProcesses"});

@@ -66,6 +66,7 @@ struct NvmlEntryPoints {
   nvml::DeviceGetProcessesV1Fn device_get_graphics_processes_v1 = nullptr;
   nvml::DeviceGetProcessesV2Fn device_get_mps_processes_v2 = nullptr;
   nvml::DeviceGetProcessesV1Fn device_get_mps_processes_v1 = nullptr;
+  nvml::DeviceGetProcessUtilizationFn device_get_process_utilization = nullptr;
   nvml::DeviceGetTopologyCommonAncestorFn device_get_topology_common_ancestor = nullptr;
   nvml::DeviceGetNvLinkStateFn device_get_nvlink_state = nullptr;
   nvml::DeviceGetNvLinkRemotePciInfoFn device_get_nvlink_remote_pci_info = nullptr;

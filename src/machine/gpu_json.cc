@@ -40,7 +40,8 @@ nlohmann::json to_json(const GpuProcess& process) {
           {"user", optional_json(process.user)},
           {"command", optional_json(process.command)},
           {"mps_client", optional_json(process.mps_client)},
-          {"gpu_instance_id", optional_json(process.gpu_instance_id)}};
+          {"gpu_instance_id", optional_json(process.gpu_instance_id)},
+          {"sm_utilization", optional_json(process.sm_utilization)}};
 }
 
 nlohmann::json to_json(const MigDevice& mig) {

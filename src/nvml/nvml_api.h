@@ -124,6 +124,17 @@ struct nvmlProcessInfo_v2_t {
   unsigned int computeInstanceId;
 };
 
+// One process's utilisation over one of the driver's sample periods
+// (nvmlDeviceGetProcessUtilization); timeStamp is CPU time in microseconds since the epoch.
+struct nvmlProcessUtilizationSample_t {
+  unsigned int pid;
+  unsigned long long timeStamp;
+  unsigned int smUtil;
+  unsigned int memUtil;
+  unsigned int encUtil;
+  unsigned int decUtil;
+};
+
 // What nvmlDeviceGetAttributes_v2 reports about a MIG device (a compute instance in its GPU
 // instance); NVML answers it for MIG device handles only.
 struct nvmlDeviceAttributes_t {
@@ -246,6 +257,9 @@ using DeviceGetMemoryAffinityFn = nvmlReturn_t (*)(nvmlDevice_t, unsigned int, u
 using DeviceGetCudaComputeCapabilityFn = nvmlReturn_t (*)(nvmlDevice_t, int*, int*);
 using DeviceGetProcessesV1Fn = nvmlReturn_t (*)(nvmlDevice_t, unsigned int*, nvmlProcessInfo_v1_t*);
 using DeviceGetProcessesV2Fn = nvmlReturn_t (*)(nvmlDevice_t, unsigned int*, nvmlProcessInfo_v2_t*);
+// The samples newer than the last argument (CPU microseconds); a null buffer asks for the count.
+using DeviceGetProcessUtilizationFn = nvmlReturn_t (*)(nvmlDevice_t, nvmlProcessUtilizationSample_t*, unsigned int*,
+                                                       unsigned long long);
 using DeviceGetTopologyCommonAncestorFn = nvmlReturn_t (*)(nvmlDevice_t, nvmlDevice_t,
                                                            nvmlGpuTopologyLevel_t*);
 using DeviceGetNvLinkStateFn = nvmlReturn_t (*)(nvmlDevice_t, unsigned int, nvmlEnableState_t*);

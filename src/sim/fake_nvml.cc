@@ -211,6 +211,30 @@ nvmlReturn_t running_processes(nvmlDevice_t device, unsigned* count, Record* inf
   });
 }
 
+// One sample per process that ran kernels (a non-zero sm_utilization), stamped now; NVML's
+// NOT_FOUND when there is none, INSUFFICIENT_SIZE with the count for a buffer too small.
+nvmlReturn_t process_utilization(nvmlDevice_t device, nvmlProcessUtilizationSample_t* samples, unsigned* count) {
+  return simulator().device(device, Needs::Health, [&](const Query& query) {
+    if (count == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+    if (query.gpu.mig_enabled.value_or(false)) return NVML_ERROR_NOT_SUPPORTED;
+    std::vector<nvmlProcessUtilizationSample_t> taken;
+    const auto now_us = static_cast<unsigned long long>(
+        std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch())
+            .count());
+    for (const FixtureProcess& process : query.gpu.processes) {
+      if (process.sm_utilization > 0) taken.push_back({process.pid, now_us, process.sm_utilization, 0, 0, 0});
+    }
+    if (taken.empty()) return NVML_ERROR_NOT_FOUND;
+    if (samples == nullptr || *count < taken.size()) {
+      *count = static_cast<unsigned>(taken.size());
+      return NVML_ERROR_INSUFFICIENT_SIZE;
+    }
+    std::copy(taken.begin(), taken.end(), samples);
+    *count = static_cast<unsigned>(taken.size());
+    return NVML_SUCCESS;
+  });
+}
+
 // Sets bit n of a mask of unsigned long words for each n listed; numbers beyond the mask are
 // dropped.
 nvmlReturn_t fill_mask(const std::vector<unsigned>& bits, unsigned words, unsigned long* mask) {
@@ -262,6 +286,7 @@ const char* error_string(nvmlReturn_t result) {
 
 using gpupool::ComputeMode;
 using gpupool::ProcessKind;
+using gpupool::sim::process_utilization;
 using gpupool::sim::Fixture;
 using gpupool::sim::FixtureGpu;
 using gpupool::sim::LinkEnd;
@@ -477,6 +502,12 @@ GPUPOOL_NVML_EXPORT nvmlReturn_t nvmlDeviceGetCudaComputeCapability(nvmlDevice_t
     *minor = query.gpu.compute_capability->minor;
     return NVML_SUCCESS;
   });
+}
+
+GPUPOOL_NVML_EXPORT nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t device,
+                                                                  nvmlProcessUtilizationSample_t* samples,
+                                                                  unsigned int* count, unsigned long long) {
+  return process_utilization(device, samples, count);
 }
 
 GPUPOOL_NVML_EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses(nvmlDevice_t device,

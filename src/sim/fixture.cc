@@ -282,6 +282,8 @@ Result<FixtureProcess> parse_process(ObjectReader& reader) {
                                       reader.where("kind")));
   TRY_ASSIGN(process.mps_client, reader.optional<bool>("mps_client", false));
   TRY_ASSIGN(process.gpu_instance_id, reader.optional_nullable<unsigned>("gpu_instance_id", std::nullopt));
+  TRY_ASSIGN(process.sm_utilization, reader.optional<unsigned>("sm_utilization", 0u));
+  if (process.sm_utilization > 100) return fail("{}: must be a percentage from 0 to 100", reader.where("sm_utilization"));
   return process;
 }
 
@@ -788,7 +790,9 @@ Gpu gpu_from_fixture(const FixtureGpu& source, unsigned index, bool legacy) {
   for (const FixtureProcess& process : source.processes) {
     gpu.processes.push_back(
         GpuProcess{process.pid, process.kind, process.used_memory_mib, {}, {}, process.mps_client,
-                   process.gpu_instance_id});
+                   process.gpu_instance_id,
+                   // Not on a GPU in MIG mode, where NVML gives no process utilisation.
+                   gpu.mig_enabled.value_or(false) ? std::nullopt : std::optional(process.sm_utilization)});
   }
   std::sort(gpu.processes.begin(), gpu.processes.end(),
             [](const GpuProcess& a, const GpuProcess& b) { return a.pid < b.pid; });

@@ -36,6 +36,9 @@ struct FixtureProcess {
   bool mps_client = false;  // also listed by nvmlDeviceGetMPSComputeRunningProcesses
   // The GPU instance it runs in, on a GPU in MIG mode (one of its MIG devices' gpu_instance_id).
   std::optional<unsigned> gpu_instance_id = std::nullopt;
+  // Its utilisation sample's SM percentage (nvmlDeviceGetProcessUtilization); 0: no sample, as
+  // for a process that runs no kernel.
+  unsigned sm_utilization = 0;
 };
 
 // A MIG device of a GPU in MIG mode: one compute instance, as nvmlDeviceGetAttributes_v2 and the

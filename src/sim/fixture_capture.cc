@@ -182,7 +182,7 @@ FixtureGpu fixture_gpu(const Gpu& gpu) {
   for (const GpuProcess& process : gpu.processes)
     out.processes.push_back(
         FixtureProcess{process.pid, process.used_memory_mib, process.kind, process.mps_client.value_or(false),
-                       process.gpu_instance_id});
+                       process.gpu_instance_id, process.sm_utilization.value_or(0)});
   for (const MigDevice& mig : gpu.mig_devices) {
     out.mig_devices.push_back(FixtureMigDevice{mig.uuid, mig.gpu_instance_id, mig.compute_instance_id, mig.gpu_slices,
                                                mig.compute_slices, mig.memory_mib, mig.multiprocessors});
@@ -238,6 +238,7 @@ ordered_json gpu_json(const FixtureGpu& gpu) {
                                 {"kind", to_string(process.kind)}});
     if (process.mps_client) out["processes"].back()["mps_client"] = true;
     if (process.gpu_instance_id) out["processes"].back()["gpu_instance_id"] = *process.gpu_instance_id;
+    if (process.sm_utilization > 0) out["processes"].back()["sm_utilization"] = process.sm_utilization;
   }
   // Only GPUs in MIG mode have the key, as only they may.
   if (!gpu.mig_devices.empty()) out["mig_devices"] = ordered_json::array();
