@@ -120,6 +120,12 @@ Result<void> Daemon::Impl::recover() {
   groups_.remove_finished();  // also those of attempts that ended while no daemon ran
   dispatcher_.adopt_waiting(waiting);
   fair_share_.save_periodically();
+  // An idle or overrunning job told before the restart is not told again while it lasts.
+  for (const auto& [id, job] : dispatcher_.active()) {
+    if (job.state != JobState::Running || !job.start_time) continue;
+    if (events_->told_since(id, EventKind::JobIdle, *job.start_time)) told_idle_.insert(id);
+    if (events_->told_since(id, EventKind::SliceOverrun, *job.start_time)) told_overrun_.insert(id);
+  }
   return {};
 }
 

@@ -180,7 +180,10 @@ std::optional<std::string> Dispatcher::carry_out(const lifecycle::Effect& effect
           },
           [&](const lifecycle::Record& e) -> std::optional<std::string> {
             Job& job = active_.at(e.id);
-            const bool requeued = job.state == JobState::Running && e.state == JobState::Queued;
+            // A retry keeps the attempt's number; an attempt that never ran gives its number back
+            // (and an interactive job has no retries).
+            const bool requeued = job.state == JobState::Running && e.state == JobState::Queued &&
+                                  job.spec.kind == JobKind::Batch && e.attempts == job.attempts;
             job.state = e.state;
             job.reason = e.reason;
             job.attempts = e.attempts;

@@ -153,6 +153,8 @@ class DispatcherTest : public ::testing::Test {
     };
     hooks.client_connected = [this](JobId) { return client_waits; };
     hooks.finished = [this](const Job& job) { finished.push_back(job); };
+    hooks.started = [this](const Job& job) { told.push_back(fmt::format("started {} attempt {}", job.id, job.attempts)); };
+    hooks.requeued = [this](const Job& job) { told.push_back(fmt::format("requeued {} after {}", job.id, job.attempts)); };
     hooks.look_again_soon = [this] { ++looks_again; };
     hooks.queue_changed = [] {};
     hooks.started_in = [](double) {};
@@ -223,6 +225,7 @@ class DispatcherTest : public ::testing::Test {
   std::map<JobId, std::string> mps_faults;   // what the MPS servers' logs say ended a job
   std::vector<JobId> handed_to_client;
   std::vector<Job> finished;
+  std::vector<std::string> told;  // the started and requeued hooks, in order
   int looks_again = 0;
 };
 
@@ -305,6 +308,8 @@ TEST_F(DispatcherTest, AFailedAttemptRunsAgainUnderTheNextNumber) {
   EXPECT_EQ(failed.state, JobState::Failed);
   EXPECT_EQ(failed.attempts, 2u);
   EXPECT_EQ(failed.exit_code, 3);
+  EXPECT_EQ(told, (std::vector<std::string>{fmt::format("started {} attempt 1", id), fmt::format("requeued {} after 1", id),
+                                            fmt::format("started {} attempt 2", id)}));
 }
 
 TEST_F(DispatcherTest, AnMpsJobEndedByAFaultInAnotherSaysSoAndRunsAgain) {
@@ -364,6 +369,8 @@ TEST_F(DispatcherTest, AnAttemptThatNeverRanRunsAgainUnderItsNumber) {
   ASSERT_EQ(runner_.started.size(), 2u);
   EXPECT_EQ(runner_.started[1].attempt, 1u);
   EXPECT_TRUE(finished.empty());
+  // Not a retry: nothing failed.
+  EXPECT_EQ(told, (std::vector<std::string>{fmt::format("started {} attempt 1", id), fmt::format("started {} attempt 1", id)}));
 }
 
 TEST_F(DispatcherTest, GpusTakenFromOutsideAreLookedAtAgainNotFailed) {

@@ -1,7 +1,7 @@
 // The on_event hook ([events] on_event, docs/events.md): the configured command run once for each
 // event it asks for, one at a time, on a thread of its own, so a slow mail server never holds
 // the daemon's loop. It gets the event's JSON on its standard input and GPUPOOL_EVENT_* in its
-// environment; past on_event_timeout it is killed. Events that come while more than
+// environment; past on_event_timeout its process group is killed. Events that come while more than
 // kMaxPendingHookEvents wait are dropped, and the drop said.
 #pragma once
 

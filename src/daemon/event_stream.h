@@ -19,16 +19,23 @@ class EventStream {
  public:
   EventStream(Sessions& sessions, EventLog log, const EventsConfig& config, PrivateData private_data);
 
-  // Stores the event (a store that refuses it is said; the event still reaches readers and the
-  // hook), then hands it on.
+  // Stores the event (its users' text cut to the limits; a store that refuses it is said, and the
+  // event still reaches the readers waiting now and the hook), then hands it on.
   void add(Event event);
   // Answers now with what matches; a reader who asked to wait, and for whom nothing matches yet,
   // is answered when something does.
   void answer(const SessionPtr& session, const protocol::EventsRequest& request);
+  // Whether the log has an event of this kind for the job at or after `since` (a restarted
+  // daemon's told-once flags, from the log of the one before).
+  bool told_since(JobId job, EventKind kind, double since) const;
+  // The connection has gone: its waiting request, if any, with it.
+  void forget(const SessionPtr& session);
   // Trims what is past the configured age and count (at start, then now and then).
   void trim(double now);
 
  private:
+  // Events this reader may not see at all: another user's usage under private_data = ["usage"].
+  bool hidden_from(const Session& session, const Event& event) const;
   // The event as this reader may see it.
   Event shown_to(const Session& session, Event event) const;
   void send(const SessionPtr& session, std::vector<Event> events, bool more, uint64_t last);

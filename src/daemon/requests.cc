@@ -21,6 +21,7 @@ namespace gpupool {
 // Sessions and their requests
 
 void Daemon::Impl::on_disconnect(const SessionPtr& session) {
+  events_->forget(session);
   if (!session->lease_job) return;
   JobId id = *session->lease_job;
   session->lease_job.reset();

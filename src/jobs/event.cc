@@ -82,6 +82,24 @@ Event job_finished_event(const Job& job, double now) {
 
 Event job_requeued_event(const Job& job, double now) { return job_event(EventKind::JobRequeued, job, now, job.reason); }
 
+namespace {
+
+void cut(std::string& text, size_t max_bytes) {
+  if (text.size() <= max_bytes) return;
+  size_t end = max_bytes - 3;
+  // Back to the start of a character: never half of one.
+  while (end > 0 && (static_cast<unsigned char>(text[end]) & 0xC0) == 0x80) --end;
+  text.resize(end);
+  text += "...";
+}
+
+}  // namespace
+
+void keep_within_limits(Event& event) {
+  cut(event.name, kMaxEventNameBytes);
+  cut(event.detail, kMaxEventDetailBytes);
+}
+
 std::string describe_event(const Event& event) {
   const std::string label = job_label(event.job, event.user, event.withheld ? "" : event.name);
   const std::string on_gpus = event.gpus.empty() ? "" : " on GPU " + gpu_list_text(event.gpus);

@@ -66,6 +66,12 @@ Event job_started_event(const Job& job, double now);
 Event job_finished_event(const Job& job, double now);
 Event job_requeued_event(const Job& job, double now);
 
+// What one event may carry of users' text: a job name and a reason are cut there (at a
+// character, ending in "..."), so that any event fits a message and a hook's environment.
+inline constexpr size_t kMaxEventNameBytes = 256;
+inline constexpr size_t kMaxEventDetailBytes = 1024;
+void keep_within_limits(Event& event);
+
 // One line for people: "job 12 (alice, train) failed on GPU 0-1: exit code 3 after 5m".
 std::string describe_event(const Event& event);
 

@@ -21,12 +21,18 @@ using sqlite::prepare;
 using sqlite::Statement;
 
 // AUTOINCREMENT: a trimmed event's number is never given again, so a reader's `after` stays true.
+// event_subjects: the jobs and users each event concerns (a job's event its job and owner, a
+// GPU's event the jobs running there and theirs), so that a filtered read is an index lookup.
 constexpr const char* kSchema =
     "CREATE TABLE IF NOT EXISTS events ("
     " seq INTEGER PRIMARY KEY AUTOINCREMENT, time REAL NOT NULL, kind TEXT NOT NULL,"
     " job INTEGER NOT NULL, user TEXT NOT NULL, name TEXT NOT NULL, gpus TEXT NOT NULL,"
     " detail TEXT NOT NULL, jobs TEXT NOT NULL, users TEXT NOT NULL);"
-    "CREATE INDEX IF NOT EXISTS events_by_time ON events (time);";
+    "CREATE INDEX IF NOT EXISTS events_by_time ON events (time);"
+    "CREATE INDEX IF NOT EXISTS events_by_kind ON events (kind, seq);"
+    "CREATE TABLE IF NOT EXISTS event_subjects (seq INTEGER NOT NULL, job INTEGER NOT NULL, user TEXT NOT NULL);"
+    "CREATE INDEX IF NOT EXISTS event_subjects_by_job ON event_subjects (job, seq);"
+    "CREATE INDEX IF NOT EXISTS event_subjects_by_user ON event_subjects (user, seq);";
 
 constexpr const char* kColumns = "seq, time, kind, job, user, name, gpus, detail, jobs, users";
 
@@ -89,9 +95,25 @@ EventLog::~EventLog() {
 }
 
 Result<Event> EventLog::append(Event event) {
-  TRY_ASSIGN(Statement insert,
+  TRY(exec(db_, "BEGIN IMMEDIATE", "starting to store an event"));
+  auto stored = insert(event);
+  if (!stored) {
+    sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
+    return stored.error();
+  }
+  if (auto committed = exec(db_, "COMMIT", "committing an event"); !committed) {
+    sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
+    return committed.error();
+  }
+  event.seq = *stored;
+  last_seq_ = event.seq;
+  return event;
+}
+
+Result<uint64_t> EventLog::insert(const Event& event) {
+  TRY_ASSIGN(Statement row,
              prepare(db_, fmt::format("INSERT INTO events ({}) VALUES (NULL, ?, ?, ?, ?, ?, ?, ?, ?, ?)", kColumns)));
-  sqlite3_stmt* s = insert.get();
+  sqlite3_stmt* s = row.get();
   const std::string gpus = nlohmann::json(event.gpus).dump();
   const std::string jobs = nlohmann::json(event.jobs).dump();
   const std::string users = nlohmann::json(event.users).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
@@ -105,29 +127,50 @@ Result<Event> EventLog::append(Event event) {
   sqlite3_bind_text(s, 8, jobs.c_str(), -1, SQLITE_TRANSIENT);
   sqlite3_bind_text(s, 9, users.c_str(), -1, SQLITE_TRANSIENT);
   if (sqlite3_step(s) != SQLITE_DONE) return database_error(db_, fmt::format("storing a {} event", to_string(event.kind)));
-  event.seq = static_cast<uint64_t>(sqlite3_last_insert_rowid(db_));
-  last_seq_ = event.seq;
-  return event;
+  const auto seq = static_cast<uint64_t>(sqlite3_last_insert_rowid(db_));
+  std::vector<std::pair<JobId, std::string>> subjects;
+  if (event.job != 0) subjects.emplace_back(event.job, event.user);
+  for (size_t i = 0; i < event.jobs.size(); ++i) subjects.emplace_back(event.jobs[i], i < event.users.size() ? event.users[i] : "");
+  TRY_ASSIGN(Statement subject, prepare(db_, "INSERT INTO event_subjects (seq, job, user) VALUES (?, ?, ?)"));
+  for (const auto& [job, user] : subjects) {
+    sqlite3_bind_int64(subject.get(), 1, static_cast<sqlite3_int64>(seq));
+    sqlite3_bind_int64(subject.get(), 2, static_cast<sqlite3_int64>(job));
+    sqlite3_bind_text(subject.get(), 3, user.c_str(), -1, SQLITE_TRANSIENT);
+    int rc = sqlite3_step(subject.get());
+    sqlite3_reset(subject.get());
+    if (rc != SQLITE_DONE) return database_error(db_, "storing whom an event concerns");
+  }
+  return seq;
 }
 
 Result<EventPage> EventLog::read(const EventQuery& query) const {
-  // The filter reads the lists, so it is applied here, row by row; a page costs the rows it
-  // passes over, which the time index and `after` keep to those asked about.
-  TRY_ASSIGN(Statement select,
-             prepare(db_, fmt::format("SELECT {} FROM events WHERE seq > ? AND time >= ? ORDER BY seq {}", kColumns,
-                                      query.latest ? "DESC" : "ASC")));
-  sqlite3_bind_int64(select.get(), 1, static_cast<sqlite3_int64>(std::min<uint64_t>(
-                                          query.after, std::numeric_limits<sqlite3_int64>::max())));
-  sqlite3_bind_double(select.get(), 2, query.since.value_or(-std::numeric_limits<double>::infinity()));
+  // Every filter is an index lookup: a page costs its rows, however long the history.
+  std::string where = "seq > ? AND time >= ?";
+  if (!query.filter.kinds.empty()) {
+    std::vector<std::string> marks(query.filter.kinds.size(), "?");
+    where += fmt::format(" AND kind IN ({})", fmt::join(marks, ", "));
+  }
+  if (query.filter.job) where += " AND seq IN (SELECT seq FROM event_subjects WHERE job = ?)";
+  if (query.filter.user) where += " AND seq IN (SELECT seq FROM event_subjects WHERE user = ?)";
+  TRY_ASSIGN(Statement select, prepare(db_, fmt::format("SELECT {} FROM events WHERE {} ORDER BY seq {} LIMIT ?",
+                                                        kColumns, where, query.latest ? "DESC" : "ASC")));
+  sqlite3_stmt* s = select.get();
+  int column = 1;
+  sqlite3_bind_int64(s, column++, static_cast<sqlite3_int64>(std::min<uint64_t>(
+                                      query.after, std::numeric_limits<sqlite3_int64>::max())));
+  sqlite3_bind_double(s, column++, query.since.value_or(-std::numeric_limits<double>::infinity()));
+  for (EventKind kind : query.filter.kinds) sqlite3_bind_text(s, column++, to_string(kind), -1, SQLITE_STATIC);
+  if (query.filter.job) sqlite3_bind_int64(s, column++, static_cast<sqlite3_int64>(*query.filter.job));
+  if (query.filter.user) sqlite3_bind_text(s, column++, query.filter.user->c_str(), -1, SQLITE_TRANSIENT);
+  sqlite3_bind_int64(s, column++, static_cast<sqlite3_int64>(query.limit) + 1);  // one more: whether there are more
   EventPage page;
   int rc = SQLITE_ROW;
-  while ((rc = sqlite3_step(select.get())) == SQLITE_ROW) {
-    TRY_ASSIGN(Event event, read_row(select.get()));
-    if (!matches(query.filter, event)) continue;
+  while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
     if (page.events.size() == query.limit) {
       page.more = true;
       break;
     }
+    TRY_ASSIGN(Event event, read_row(s));
     page.events.push_back(std::move(event));
   }
   if (rc != SQLITE_ROW && rc != SQLITE_DONE) return database_error(db_, "reading events");
@@ -136,12 +179,32 @@ Result<EventPage> EventLog::read(const EventQuery& query) const {
 }
 
 Result<size_t> EventLog::trim(double older_than, uint64_t keep_at_most) {
-  TRY_ASSIGN(Statement remove, prepare(db_, "DELETE FROM events WHERE time < ? OR seq <= ?"));
-  sqlite3_bind_double(remove.get(), 1, older_than);
-  const uint64_t below = last_seq_ > keep_at_most ? last_seq_ - keep_at_most : 0;
-  sqlite3_bind_int64(remove.get(), 2, static_cast<sqlite3_int64>(below));
-  if (sqlite3_step(remove.get()) != SQLITE_DONE) return database_error(db_, "trimming old events");
-  return static_cast<size_t>(sqlite3_changes(db_));
+  // By number: everything up to the newest event older than `older_than`, and beyond the count.
+  // (An event stamped earlier than one before it, the clock set back, goes with the older ones.)
+  TRY_ASSIGN(Statement newest_old, prepare(db_, "SELECT MAX(seq) FROM events WHERE time < ?"));
+  sqlite3_bind_double(newest_old.get(), 1, older_than);
+  uint64_t cutoff = last_seq_ > keep_at_most ? last_seq_ - keep_at_most : 0;
+  if (sqlite3_step(newest_old.get()) == SQLITE_ROW && sqlite3_column_type(newest_old.get(), 0) != SQLITE_NULL) {
+    cutoff = std::max(cutoff, static_cast<uint64_t>(sqlite3_column_int64(newest_old.get(), 0)));
+  }
+  if (cutoff == 0) return size_t{0};
+  TRY(exec(db_, "BEGIN IMMEDIATE", "starting to trim old events"));
+  size_t removed = 0;
+  for (const char* table : {"events", "event_subjects"}) {
+    auto remove = prepare(db_, fmt::format("DELETE FROM {} WHERE seq <= ?", table));
+    if (remove) sqlite3_bind_int64(remove->get(), 1, static_cast<sqlite3_int64>(cutoff));
+    if (!remove || sqlite3_step(remove->get()) != SQLITE_DONE) {
+      Error error = database_error(db_, "trimming old events");
+      sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
+      return error;
+    }
+    if (std::string_view(table) == "events") removed = static_cast<size_t>(sqlite3_changes(db_));
+  }
+  if (auto committed = exec(db_, "COMMIT", "committing the trim of old events"); !committed) {
+    sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
+    return committed.error();
+  }
+  return removed;
 }
 
 }  // namespace gpupool

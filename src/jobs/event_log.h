@@ -52,6 +52,8 @@ class EventLog {
 
  private:
   explicit EventLog(sqlite3* db) : db_(db) {}
+  // The event's row and whom it concerns, within the caller's transaction; its number.
+  Result<uint64_t> insert(const Event& event);
   sqlite3* db_ = nullptr;
   uint64_t last_seq_ = 0;
 };

@@ -89,6 +89,21 @@ TEST(EventTest, WithheldDetailsLeaveWhoAndWhat) {
   EXPECT_TRUE(event.detail.empty());
 }
 
+TEST(EventTest, UsersTextIsCutAtACharacterToItsLimit) {
+  Event event = job_finished_event(finished_job(JobState::Failed, std::string(5000, 'x'), 1), 5000);
+  // 257 bytes; the cut at 253 would fall inside the first é (2 bytes), so it comes before it.
+  event.name = std::string(kMaxEventNameBytes - 4, 'n') + "\u00e9\u00e9z";
+  keep_within_limits(event);
+  EXPECT_EQ(event.name, std::string(kMaxEventNameBytes - 4, 'n') + "...");
+  EXPECT_EQ(event.detail.size(), kMaxEventDetailBytes);
+  EXPECT_TRUE(event.detail.ends_with("..."));
+  Event small = job_finished_event(finished_job(JobState::Done, "", 0), 5000);
+  Event kept = small;
+  keep_within_limits(kept);
+  EXPECT_EQ(kept.name, small.name);
+  EXPECT_EQ(kept.detail, small.detail);
+}
+
 TEST(EventTest, FiltersTakeJobUserAndKindsTogether) {
   Event event = job_finished_event(finished_job(JobState::Done, "", 0), 5000);
   EXPECT_TRUE(matches(EventFilter{}, event));

@@ -11,7 +11,10 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <chrono>
 #include <ctime>
+#include <optional>
+#include <thread>
 
 #include "base/text.h"
 #include "os/child_process.h"
@@ -108,6 +111,18 @@ bool exchange(Pipe& in, Pipe& out, Pipe& err, const std::string& input, ProgramO
   return true;
 }
 
+// Whether the program has exited by the deadline (at once when there is none: the caller waits).
+// It may have closed its output long before it exits.
+bool exited_by(pid_t pid, std::optional<std::chrono::steady_clock::time_point> deadline) {
+  if (!deadline) return true;
+  for (;;) {
+    siginfo_t info{};
+    if (waitid(P_PID, static_cast<id_t>(pid), &info, WEXITED | WNOHANG | WNOWAIT) == 0 && info.si_pid == pid) return true;
+    if (std::chrono::steady_clock::now() >= *deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+}
+
 }  // namespace
 
 Result<ProgramOutcome> run_program(const std::vector<std::string>& argv, const ProgramOptions& options) {
@@ -120,6 +135,9 @@ Result<ProgramOutcome> run_program(const std::vector<std::string>& argv, const P
   posix_spawn_file_actions_adddup2(&setup.actions, in.read, STDIN_FILENO);
   posix_spawn_file_actions_adddup2(&setup.actions, out.write, STDOUT_FILENO);
   posix_spawn_file_actions_adddup2(&setup.actions, err.write, STDERR_FILENO);
+  // Nothing else of ours: a caller on a thread of its own (the daemon's hook) must not hand its
+  // sockets and locks to a program that may outlive it.
+  posix_spawn_file_actions_addclosefrom_np(&setup.actions, STDERR_FILENO + 1);
 
   // SIGPIPE is blocked here while we write its input (a program that exits without reading it
   // must not kill us); the program itself starts with our usual mask and SIGPIPE's default.
@@ -129,7 +147,12 @@ Result<ProgramOutcome> run_program(const std::vector<std::string>& argv, const P
   pthread_sigmask(SIG_BLOCK, &pipe_signal, &previous);
   posix_spawnattr_setsigmask(&setup.attributes, &previous);
   posix_spawnattr_setsigdefault(&setup.attributes, &pipe_signal);
-  posix_spawnattr_setflags(&setup.attributes, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+  short flags = POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF;
+  // A program with a time limit leads a process group of its own, so that what it started
+  // goes with it when the limit kills it.
+  if (options.timeout) flags |= POSIX_SPAWN_SETPGROUP;
+  posix_spawnattr_setpgroup(&setup.attributes, 0);
+  posix_spawnattr_setflags(&setup.attributes, flags);
 
   std::vector<std::string> args = argv;
   std::vector<std::string> env = environment_with(options.environment);
@@ -153,8 +176,8 @@ Result<ProgramOutcome> run_program(const std::vector<std::string>& argv, const P
   if (spawned == 0) {
     auto deadline = options.timeout ? std::optional(std::chrono::steady_clock::now() + *options.timeout)
                                     : std::nullopt;
-    in_time = exchange(in, out, err, options.input, outcome, deadline);
-    if (!in_time) ::kill(pid, SIGKILL);
+    in_time = exchange(in, out, err, options.input, outcome, deadline) && exited_by(pid, deadline);
+    if (!in_time) ::kill(-pid, SIGKILL);
   }
   // Take back a SIGPIPE our writing raised, so it does not strike once unblocked.
   timespec now = {0, 0};

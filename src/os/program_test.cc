@@ -94,6 +94,25 @@ TEST(ProgramTest, AProgramPastItsTimeoutIsKilledAndAnError) {
   EXPECT_EQ(outcome->exit_code, 0);
 }
 
+TEST(ProgramTest, TheTimeoutHoldsForAProgramThatClosedItsOutputAndForWhatItStarted) {
+  ProgramOptions options;
+  options.timeout = std::chrono::milliseconds(300);
+  const auto began = std::chrono::steady_clock::now();
+  // Its output closed at once; it and the sleep it left behind run on.
+  Result<ProgramOutcome> outcome =
+      run_program({"sh", "-c", "exec >/dev/null 2>&1; sleep 30 & echo $! > /dev/null; sleep 30"}, options);
+  ASSERT_FALSE(outcome.ok());
+  EXPECT_EQ(outcome.error().message, "sh did not finish within 0.3 s and was killed");
+  EXPECT_LT(std::chrono::steady_clock::now() - began, std::chrono::seconds(10));
+}
+
+TEST(ProgramTest, AProgramGetsOnlyItsStandardDescriptors) {
+  Result<ProgramOutcome> outcome = run_program({"sh", "-c", "ls /proc/self/fd | wc -l"});
+  ASSERT_TRUE(outcome.ok()) << outcome.error().message;
+  // 0, 1, 2 and the directory ls reads: nothing of ours.
+  EXPECT_EQ(outcome->out, "4\n");
+}
+
 TEST(ProgramTest, FindsAProgramOnPath) {
   std::optional<std::string> sh = find_program("sh");
   ASSERT_TRUE(sh);

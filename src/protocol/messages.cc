@@ -29,6 +29,7 @@ constexpr int kMaxExitCode = 255;
 constexpr int kMaxSignal = 64;             // SIGRTMAX on Linux
 constexpr unsigned kMaxDescriptors = 253;  // SCM_MAX_FD: the most one sendmsg can carry
 constexpr size_t kMaxDetailBytes = 200;    // of a JSON syntax error in an error line
+constexpr size_t kMaxUserNameBytes = 256;  // of a user an events request asks about (Linux allows 32)
 
 // --- reading ---
 
@@ -526,7 +527,13 @@ Result<Request> request_from_json(const json& object) {
     TRY_ASSIGN(request.since, maybe(object, "since", as_time));
     TRY_ASSIGN(request.filter.job, maybe(object, "job", job_number));
     TRY_ASSIGN(request.filter.user, maybe(object, "user", as_text));
-    TRY_ASSIGN(request.filter.kinds, defaulted(object, "kinds", std::vector<EventKind>(), list_of(as_event_kind)));
+    if (request.filter.user && request.filter.user->size() > kMaxUserNameBytes) {
+      return fail("'user' is longer than {} bytes", kMaxUserNameBytes);
+    }
+    TRY_ASSIGN(std::vector<EventKind> kinds, defaulted(object, "kinds", std::vector<EventKind>(), list_of(as_event_kind)));
+    for (EventKind kind : kinds) {
+      if (std::ranges::find(request.filter.kinds, kind) == request.filter.kinds.end()) request.filter.kinds.push_back(kind);
+    }
     TRY_ASSIGN(request.limit, defaulted(object, "limit", 100u, whole<unsigned>(1, kMaxEventsPage)));
     TRY_ASSIGN(request.latest, defaulted(object, "latest", false, as_flag));
     TRY_ASSIGN(request.wait, defaulted(object, "wait", false, as_flag));

@@ -76,13 +76,13 @@ class EventsTest(unittest.TestCase):
 
             # The hook ran for the kinds it asked for, one at a time, in order.
             env_file = os.path.join(hook_dir, "env.txt")
-            wait_until(lambda: len(read_lines(env_file)) == 3, what="the hook run three times")
+            wait_until(lambda: len(read_lines(env_file)) >= 3, what="the hook run three times")
             with open(env_file) as f:
-                self.assertEqual([line.split()[:3] for line in f.read().splitlines()],
+                self.assertEqual([line.split()[:3] for line in f.read().splitlines()[:3]],
                                  [["job_ended", str(ok), "root"], ["job_requeued", str(failing), "root"],
                                   ["job_failed", str(failing), "root"]])
             with open(os.path.join(hook_dir, "events.jsonl")) as f:
-                hooked = [json.loads(line) for line in f]
+                hooked = [json.loads(line) for line in f][:3]
             self.assertEqual([e["seq"] for e in hooked],
                              [e["seq"] for e in listed if e["kind"] in ("job_ended", "job_requeued", "job_failed")])
 
@@ -93,6 +93,12 @@ class EventsTest(unittest.TestCase):
                                        rf"\(root, flaky\) failed on GPU \d: exit code 3 after under a minute$")
             self.assertEqual(len(events(d, "-n", "1")), 1)
             self.assertEqual([e["kind"] for e in events(d, "--since", "1h", "--kind", "job_requeued")], ["job_requeued"])
+            # A name of 100 kB is cut, and every listing and the hook go on.
+            long_named = d.submit("--name", "x" * 100_000, "--", "true")
+            d.finish(long_named)
+            [cut] = events(d, "--job", str(long_named), "--kind", "job_ended")
+            self.assertEqual(cut["name"], "x" * 253 + "...")
+            self.assertEqual(json.loads(lines.readline())["job"], long_named)  # the follower's started
             bad = d.gp("events", "--kind", "job_done")
             self.assertEqual(bad.returncode, 1)
             self.assertIn("unknown event 'job_done'", bad.stderr)
