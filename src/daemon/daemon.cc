@@ -433,6 +433,9 @@ void Daemon::Impl::watch_slices(const Machine& sample) {
       for (uint32_t pid : use.pids) mps_clients_[pid] = use.job;
     }
   }
+  std::map<JobId, std::set<uint32_t>> processes;
+  for (const SliceUse& use : uses) processes[use.job].insert(use.pids.begin(), use.pids.end());
+  monitor_->set_slice_processes(std::move(processes));
   auto worst = worst_use_per_job(uses);
   monitor_->set_slice_uses(worst);
   tell_slice_overruns(worst);

@@ -228,10 +228,12 @@ void Monitor::take_sample() {
   std::vector<XidEvent> xids;
   std::vector<std::optional<unsigned>> utilization;
   std::vector<std::vector<MigDevice>> mig_devices;
+  std::vector<std::vector<GpuProcess>> processes;
   for (const Gpu& gpu : machine->gpus) {
     tick.push_back(sample_of(gpu, now));
     utilization.push_back(gpu.utilization_gpu);
     mig_devices.push_back(gpu.mig_devices);
+    processes.push_back(gpu.processes);
   }
   {
     std::lock_guard lock(mutex_);
@@ -242,7 +244,7 @@ void Monitor::take_sample() {
     history_.add(tick);
     mig_devices_ = std::move(mig_devices);
     xids.swap(pending_xids_);
-    accounting_.record(now, seconds, running_, utilization);
+    accounting_.record(now, seconds, running_, utilization, own_utilization(processes, running_, slice_processes_));
     last_sample_time_ = now;
     sample_duration_s_ = took;
   }
@@ -332,6 +334,11 @@ void Monitor::job_ended(JobId id, double end_time) {
   accounting_.ended(id, end_time);
   std::erase_if(running_, [id](const RunningJob& job) { return job.id == id; });
   slice_uses_.erase(id);
+}
+
+void Monitor::set_slice_processes(std::map<JobId, std::set<uint32_t>> pids) {
+  std::lock_guard lock(mutex_);
+  slice_processes_ = std::move(pids);
 }
 
 void Monitor::set_slice_uses(std::map<JobId, SliceUse> uses) {

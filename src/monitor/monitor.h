@@ -106,6 +106,9 @@ class Monitor {
   uint64_t samples_surveyed() const { return samples_surveyed_; }
   // The slice watchdog's reading of the latest sample: each watched slice job's worst GPU.
   void set_slice_uses(std::map<JobId, SliceUse> uses);
+  // The processes the slice watchdog found for each slice job: what its own utilisation is read
+  // from on a shared GPU (own_utilization).
+  void set_slice_processes(std::map<JobId, std::set<uint32_t>> pids);
   // How long one start took (leases, record, supervisor).
   void observe_dispatch(double seconds);
   // Jobs whose latest change the job store refused and the daemon keeps trying to save.
@@ -137,6 +140,7 @@ class Monitor {
   UsageStore store_;     // the loop's thread only
   std::function<void(Machine, std::vector<XidEvent>)> on_sample_;
   std::unique_ptr<XidWatch> xid_watch_;  // its thread's only
+  std::map<JobId, std::set<uint32_t>> slice_processes_;  // under mutex_
   double started_ = 0;   // Unix seconds
   std::chrono::steady_clock::time_point last_saved_;
   std::set<JobId> known_running_;  // running at the previous publish

@@ -54,8 +54,29 @@ void Accounting::started(const RunningJob& job, double since, double now) {
   account.last_time = std::max(since, now);
 }
 
+OwnUtilization own_utilization(const std::vector<std::vector<GpuProcess>>& processes_by_gpu,
+                               const std::vector<RunningJob>& running,
+                               const std::map<JobId, std::set<uint32_t>>& pids) {
+  OwnUtilization own;
+  for (const RunningJob& job : running) {
+    auto mine = pids.find(job.id);
+    if (mine == pids.end()) continue;
+    for (unsigned gpu : job.gpus) {
+      if (gpu >= processes_by_gpu.size()) continue;
+      const std::vector<GpuProcess>& processes = processes_by_gpu[gpu];
+      if (!std::ranges::all_of(processes, [](const GpuProcess& p) { return p.sm_utilization.has_value(); })) continue;
+      unsigned sum = 0;
+      for (const GpuProcess& process : processes) {
+        if (mine->second.contains(process.pid)) sum += *process.sm_utilization;
+      }
+      own[job.id][gpu] = std::min(sum, 100u);
+    }
+  }
+  return own;
+}
+
 void Accounting::record(double now, double seconds, const std::vector<RunningJob>& running,
-                        const std::vector<std::optional<unsigned>>& utilization) {
+                        const std::vector<std::optional<unsigned>>& utilization, const OwnUtilization& own) {
   for (const RunningJob& job : running) {
     JobAccount& account = jobs_[job.id];
     if (account.ended) continue;
@@ -68,8 +89,12 @@ void Accounting::record(double now, double seconds, const std::vector<RunningJob
     account.last_time = now;
     bool idle = !job.gpus.empty();
     UsageTally tick;
+    auto own_figures = own.find(job.id);
     for (unsigned gpu : job.gpus) {
       std::optional<unsigned> busy = gpu < utilization.size() ? utilization[gpu] : std::nullopt;
+      if (own_figures != own.end()) {
+        if (auto figure = own_figures->second.find(gpu); figure != own_figures->second.end()) busy = figure->second;
+      }
       tick.add(job.share * held_seconds, busy);
       // A GPU that does not report its utilisation is never taken for idle.
       idle = idle && busy && *busy <= kIdleUtilizationPercent;

@@ -8,10 +8,12 @@
 
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "jobs/job.h"
+#include "machine/gpu.h"
 
 namespace gpupool {
 
@@ -41,6 +43,16 @@ struct RunningJob {
   std::optional<double> start_time;  // Unix seconds
 };
 
+// What each job's own processes (`pids`, those the slice watchdog found for it) ran on each GPU
+// it holds, in percent of the GPU's time (NVML's per-process SM utilisation, summed, at most
+// 100): 0 where none of them is on the GPU. Only where the sample gives every process on that
+// GPU its utilisation (else the job is left to the GPU's own reading). So slices sharing a card
+// each get their own figure and idle flag.
+using OwnUtilization = std::map<JobId, std::map<unsigned, unsigned>>;
+OwnUtilization own_utilization(const std::vector<std::vector<GpuProcess>>& processes_by_gpu,
+                               const std::vector<RunningJob>& running,
+                               const std::map<JobId, std::set<uint32_t>>& pids);
+
 // A slice's share of a GPU: its memory over the GPU's (1 when the size is unknown).
 double gpu_share(std::optional<uint64_t> slice_mib, std::optional<uint64_t> memory_total_mib);
 
@@ -64,8 +76,9 @@ class Accounting {
   void started(const RunningJob& job, double since, double now);
   // One sampling tick at `now`, covering the `seconds` since the previous one (a job started
   // since then: only the part since it was accounted); `utilization` is indexed by GPU.
+  // `own`: a job's own figure on a GPU, in place of the GPU's (own_utilization).
   void record(double now, double seconds, const std::vector<RunningJob>& running,
-              const std::vector<std::optional<unsigned>>& utilization);
+              const std::vector<std::optional<unsigned>>& utilization, const OwnUtilization& own = {});
   // A job stopped holding its GPUs at `now`: the time since its last tick counts as held,
   // unmeasured; the first call counts, later ones and later ticks add nothing. Take its unsaved
   // usage next, then forget it.

@@ -136,6 +136,41 @@ TEST(UsageAccounting, RecordsGpuSecondsTimesShareOverSeveralTicks) {
   EXPECT_EQ(accounting.jobs().size(), 2u);
 }
 
+GpuProcess process_using(uint32_t pid, std::optional<unsigned> sm_utilization) {
+  GpuProcess process;
+  process.pid = pid;
+  process.sm_utilization = sm_utilization;
+  return process;
+}
+
+TEST(UsageAccountingOwn, SlicesSharingAGpuEachGetTheirProcessesFigure) {
+  std::vector<RunningJob> running = {job_on(1, "ana", {0}, 0.25), job_on(2, "bob", {0}, 0.25), job_on(3, "cy", {1})};
+  std::vector<std::vector<GpuProcess>> processes = {
+      {process_using(100, 70), process_using(101, 50), process_using(200, 0)}, {process_using(300, 90)}};
+  std::map<JobId, std::set<uint32_t>> pids = {{1, {100, 101}}, {2, {200}}};
+  OwnUtilization own = own_utilization(processes, running, pids);
+  EXPECT_EQ(own, (OwnUtilization{{1, {{0, 100}}}, {2, {{0, 0}}}})) << "summed, at most 100; job 3 is not a slice";
+
+  // A slice with no process on its GPU uses none of it.
+  pids[2] = {};
+  EXPECT_EQ(own_utilization(processes, running, pids).at(2), (std::map<unsigned, unsigned>{{0, 0}}));
+  // Where NVML cannot say for every process there, the GPU's own reading stands.
+  processes[0].push_back(process_using(400, std::nullopt));
+  EXPECT_TRUE(own_utilization(processes, running, pids).empty());
+}
+
+TEST(UsageAccountingOwn, AnIdleSliceBesideABusyOneIsFlagged) {
+  Accounting accounting(10);
+  std::vector<RunningJob> running = {job_on(1, "ana", {0}, 0.25), job_on(2, "bob", {0}, 0.25)};
+  Readings card = {95u};
+  OwnUtilization own = {{1, {{0, 95}}}, {2, {{0, 0}}}};
+  for (double t = 1000; t <= 1020; t += 1) accounting.record(t, 1, running, card, own);
+  EXPECT_FALSE(accounting.idle(1, 1020));
+  EXPECT_TRUE(accounting.idle(2, 1020));
+  EXPECT_DOUBLE_EQ(*accounting.job(1)->total.mean_utilization(), 95);
+  EXPECT_DOUBLE_EQ(*accounting.job(2)->total.mean_utilization(), 0);
+}
+
 TEST(UsageAccounting, GpuWithoutAReadingCountsTimeButNotUtilization) {
   Accounting accounting(1800);
   // GPU 1 has no reading; GPU 5 is beyond the readings handed in.

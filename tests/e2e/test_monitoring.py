@@ -286,9 +286,11 @@ class MonitoringTest(unittest.TestCase):
             # top shows the daemon's flag, not a timer of its own (which would start at 0 now).
             frame = d.gp("top", "--once", env={"COLUMNS": "100", "LINES": "30"}, check=True).stdout
             self.assertRegex(frame, rf"(?m)^\s*{gpu} .* IDLE job {idle} \(root, idler\)", frame)
-            # Told once as an event, while the flag lasts.
-            [told] = [json.loads(line) for line in
-                      d.gp("events", "--kind", "job_idle", "--json", check=True).stdout.splitlines()]
+            # Told once as an event (by the daemon's loop, after the sample that flagged it).
+            def idle_events():
+                return [json.loads(line) for line in
+                        d.gp("events", "--kind", "job_idle", "--json", check=True).stdout.splitlines()]
+            [told] = wait_until(idle_events, what="the job_idle event")
             self.assertEqual((told["job"], told["user"], told["name"], told["gpus"]), (idle, "root", "idler", [gpu]))
             self.assertRegex(told["message"], rf"^job {idle} \(root, idler\) is idle on GPU {gpu}: about 0 % utilisation for ")
 

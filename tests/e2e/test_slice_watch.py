@@ -81,6 +81,29 @@ class SliceWatchTest(unittest.TestCase):
             d.touch("go")
             self.assertEqual([job["state"] for job in d.finish(hungry, neighbour)], ["done", "done"])
 
+    def test_slices_sharing_a_gpu_each_get_their_own_utilisation_and_idle_flag(self):
+        with Daemon(http="127.0.0.1:0", config='[monitor]\nidle_flag_after = "1s"\n',
+                    env={"GPUPOOL_SIM_STATE": self.overlay}) as d:
+            address = d.http_address()
+            (busy, idle), pids, gpu = self.two_slices_on_one_gpu(d)
+            # The card is busy, all of it the first slice's (NVML's per-process SM utilisation).
+            write_overlay(self.overlay, {gpu: {"utilization_gpu": 90, "memory_used_mib": 2000, "processes": [
+                {"pid": pids[0], "used_memory_mib": 1000, "kind": "compute", "sm_utilization": 90},
+                {"pid": pids[1], "used_memory_mib": 1000, "kind": "compute"}]}})
+
+            def flags():
+                jobs = {job["id"]: job for job in get_json(address, "/api/jobs")["jobs"]}
+                return jobs.get(busy, {}).get("idle"), jobs.get(idle, {}).get("idle")
+            wait_until(lambda: flags() == (False, True), what="the idle slice flagged, its busy neighbour not")
+            self.assertGreater(d.show(busy)["usage"]["mean_utilization"], 0)
+            # Told by the daemon's loop after the sample that flagged it.
+            told = wait_until(lambda: [json.loads(line)["job"] for line in
+                                       d.gp("events", "--kind", "job_idle", "--json", check=True).stdout.splitlines()],
+                              what="the job_idle event")
+            self.assertEqual(told, [idle])
+            d.touch("go")
+            self.assertEqual([job["state"] for job in d.finish(busy, idle)], ["done", "done"])
+
     def test_stop_ends_the_job_with_its_figures_and_spares_its_neighbour(self):
         with self.daemon("stop") as d:
             (hungry, neighbour), pids, gpu = self.two_slices_on_one_gpu(d)

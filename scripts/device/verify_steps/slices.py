@@ -9,8 +9,10 @@ With `slice_enforcement = "watch"` and `slice_overrun = "stop"` (sample_interval
 Without a daemon, `gpupool run --mem 4G --slice-overrun stop` of the same torch program that
 allocates 8 GiB is stopped within 2 s of its allocation, and says so.
 """
+import json
 import os
 import re
+import subprocess
 import tempfile
 import time
 
@@ -89,3 +91,46 @@ def step_slices(s):
         took = ended - allocated
         s.check("gpupool run without a daemon: stopped within 2 s of the overrun", took <= 2.0,
                 f"{took:.2f} s from the 8 GiB allocation to gpupool run's exit (samples every 1 s)")
+
+
+# A slice kept busy with bf16 matmuls, and one that holds 1 GiB and runs no kernel, until argv[1] exists.
+BUSY = ("import os, sys, torch; a = torch.randn(8192, 8192, device='cuda', dtype=torch.bfloat16)\n"
+        "while not os.path.exists(sys.argv[1]): (a @ a).sum().item()")
+IDLE = ("import os, sys, time, torch; x = torch.ones(1 << 28, device='cuda'); torch.cuda.synchronize()\n"
+        "while not os.path.exists(sys.argv[1]): time.sleep(0.1)")
+
+
+def step_slice_activity(s):
+    """Slices sharing a GPU: each job's utilisation is its own processes' (nvmlDeviceGetProcessUtilization),
+    so the idle one is flagged idle (idle_flag_after 5 s) while the card is busy with its neighbour."""
+    config = '[daemon]\nsample_interval_s = 1.0\nslice_enforcement = "watch"\n[monitor]\nidle_flag_after = "5s"\n'
+    with s.daemon(config) as d:
+        go = d.path("go")
+        busy = d.submit("--mem", "8G", "--name", "busy", "--", *PLAIN, "python3", "-c", BUSY, go)
+        idle = d.submit("--mem", "8G", "--name", "idle", "--", *PLAIN, "python3", "-c", IDLE, go)
+        gpus = [d.wait_state(job, "running")["gpus"] for job in (busy, idle)]
+        s.check("both slices on one GPU", gpus[0] == gpus[1], f"GPUs {gpus}")
+        deadline = time.time() + 60
+        usage = {}
+        while time.time() < deadline:
+            time.sleep(1)
+            usage = {job: d.show(job).get("usage") or {} for job in (busy, idle)}
+            if usage[idle].get("idle_since") and (usage[busy].get("mean_utilization") or 0) > 50:
+                break
+        listed = json.loads(s.cli("list", "--json", quiet=True).stdout or "[]")
+        gpu = next((g for g in listed if g.get("index") == gpus[0][0]), {})
+        print("processes:", [(p.get("pid"), p.get("sm_utilization"), p.get("used_memory_mib")) for p in gpu.get("processes", [])],
+              f"card {gpu.get('utilization_gpu')} %", flush=True)
+        pmon = subprocess.run(["nvidia-smi", "pmon", "-c", "1", "-s", "u"], capture_output=True, text=True)
+        print("$ nvidia-smi pmon -c 1 -s u\n" + pmon.stdout + pmon.stderr, flush=True)
+        s.check("each slice's own utilisation", (usage[busy].get("mean_utilization") or 0) > 50
+                and (usage[idle].get("mean_utilization") or 100) < 5,
+                f"busy {usage[busy].get('mean_utilization')} %, idle {usage[idle].get('mean_utilization')} % "
+                f"(card {gpu.get('utilization_gpu')} %)")
+        s.check("only the idle slice is flagged idle", bool(usage[idle].get("idle_since")) and not usage[busy].get("idle_since"),
+                f"idle_since: busy {usage[busy].get('idle_since')}, idle {usage[idle].get('idle_since')}")
+        listed_events = d.gp("events", "--kind", "job_idle", "--json").stdout.splitlines()
+        s.check("its job_idle event, and none for the busy one",
+                [json.loads(line)["job"] for line in listed_events] == [idle], "; ".join(listed_events))
+        open(go, "w").close()
+        d.finish(busy, idle, timeout=60)
