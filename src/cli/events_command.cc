@@ -1,6 +1,5 @@
 // `gpupool events`: what happened to jobs and GPUs, from gpupoold's event stream (docs/events.md):
 // the latest events, those since a time, and with --follow each new one as it comes.
-#include <ctime>
 #include <memory>
 #include <optional>
 #include <string>
@@ -37,21 +36,12 @@ struct EventsOptions {
   std::string kinds;
 };
 
-std::string clock_text(double unix_seconds) {
-  time_t t = static_cast<time_t>(unix_seconds);
-  tm local{};
-  localtime_r(&t, &local);
-  char text[32];
-  strftime(text, sizeof(text), "%Y-%m-%d %H:%M:%S", &local);
-  return text;
-}
-
 void print_event(const Event& event, bool json) {
   if (json) {
     fmt::print("{}\n", proto::event_to_json(event).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
   } else {
     // Job names and reasons are other users' text: made harmless to the terminal.
-    fmt::print("{}  {:<15}  {}\n", clock_text(event.time), to_string(event.kind),
+    fmt::print("{}  {:<15}  {}\n", time_text(event.time, "%Y-%m-%d %H:%M:%S"), to_string(event.kind),
                printable(describe_event(event), kMaxShownBytes));
   }
   std::fflush(stdout);  // a reader at the other end of a pipe sees each as it comes

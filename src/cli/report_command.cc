@@ -51,14 +51,6 @@ std::string percent_text(const std::optional<double>& percent) {
   return percent ? fmt::format("{:.0f} %", *percent) : "n/a";
 }
 
-std::string time_text(double unix_seconds) {
-  time_t t = static_cast<time_t>(unix_seconds);
-  tm local{};
-  localtime_r(&t, &local);
-  char text[32];
-  strftime(text, sizeof(text), "%Y-%m-%d %H:%M", &local);
-  return text;
-}
 
 // --user keeps one user's line and jobs; --limit the latest jobs (the highest ids), in id order.
 // Returns how many jobs there were before --limit.
@@ -111,6 +103,15 @@ Result<int> print_report(const ReportOptions& options) {
 }
 
 }  // namespace
+
+std::string time_text(double unix_seconds, const char* format) {
+  time_t t = static_cast<time_t>(unix_seconds);
+  tm local{};
+  localtime_r(&t, &local);
+  char text[32];
+  strftime(text, sizeof(text), format, &local);
+  return text;
+}
 
 Result<double> parse_since(std::string_view text, double now) {
   if (auto back = parse_duration(std::string(text))) return now - std::chrono::duration<double>(*back).count();

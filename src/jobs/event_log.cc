@@ -67,14 +67,9 @@ Result<Event> read_row(sqlite3_stmt* s) {
 
 Result<EventLog> EventLog::open(const std::string& path) {
   sqlite3* db = nullptr;
-  int rc = sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
-                           nullptr);
+  auto opened = sqlite::open_side_table(path, kSchema, "the events tables", db);
   EventLog log(db);  // closes it on every way out
-  if (rc != SQLITE_OK) return fail("cannot open {}: {}", path, db != nullptr ? sqlite3_errmsg(db) : "out of memory");
-  sqlite3_busy_timeout(db, sqlite::kBusyTimeoutMs);
-  // The last events before a power cut may go; a sync per event is not worth it.
-  TRY(exec(db, "PRAGMA synchronous = NORMAL", "setting synchronous mode"));
-  TRY(exec(db, kSchema, "creating the events table"));
+  TRY(opened);
   // The largest number ever given, trimmed or not (AUTOINCREMENT's own record of it).
   TRY_ASSIGN(Statement last, prepare(db, "SELECT seq FROM sqlite_sequence WHERE name = 'events'"));
   if (sqlite3_step(last.get()) == SQLITE_ROW) log.last_seq_ = static_cast<uint64_t>(sqlite3_column_int64(last.get(), 0));

@@ -1,5 +1,7 @@
 #include "jobs/sqlite_database.h"
 
+#include <fmt/format.h>
+
 namespace gpupool::sqlite {
 
 std::string database_name(sqlite3* db) {
@@ -27,6 +29,16 @@ Result<Statement> prepare(sqlite3* db, const std::string& sql, bool persistent) 
 Result<void> exec(sqlite3* db, const std::string& sql, std::string_view doing) {
   if (sqlite3_exec(db, sql.c_str(), nullptr, nullptr, nullptr) != SQLITE_OK) return database_error(db, doing);
   return {};
+}
+
+Result<void> open_side_table(const std::string& path, const std::string& schema, std::string_view what, sqlite3*& db) {
+  int rc = sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
+                           nullptr);
+  if (rc != SQLITE_OK) return fail("cannot open {}: {}", path, db != nullptr ? sqlite3_errmsg(db) : "out of memory");
+  sqlite3_busy_timeout(db, kBusyTimeoutMs);
+  // Losing the last moments of such a table to a power cut is acceptable; a sync per write is not needed.
+  TRY(exec(db, "PRAGMA synchronous = NORMAL", "setting synchronous mode"));
+  return exec(db, schema, fmt::format("creating {}", what));
 }
 
 std::string column_text(sqlite3_stmt* statement, int column) {

@@ -32,6 +32,12 @@ Result<Statement> prepare(sqlite3* db, const std::string& sql, bool persistent =
 
 Result<void> exec(sqlite3* db, const std::string& sql, std::string_view doing);
 
+// Opens a second connection to the jobs database for a table of its own (the accounting's, the
+// events'), whose writes need no sync of their own, and creates its tables when missing (`what`
+// names them in errors). `db` is set whenever SQLite made a connection, also on an error: the
+// caller closes it.
+Result<void> open_side_table(const std::string& path, const std::string& schema, std::string_view what, sqlite3*& db);
+
 // Column `column` of the current row as text; "" for NULL.
 std::string column_text(sqlite3_stmt* statement, int column);
 

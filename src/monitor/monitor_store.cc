@@ -31,14 +31,9 @@ constexpr const char* kColumns =
 
 Result<UsageStore> UsageStore::open(const std::string& path) {
   sqlite3* db = nullptr;
-  int rc = sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
-                           nullptr);
+  auto opened = sqlite::open_side_table(path, kSchema, "the job_usage table", db);
   UsageStore store(db);  // closes it on every way out
-  if (rc != SQLITE_OK) return fail("cannot open {}: {}", path, db != nullptr ? sqlite3_errmsg(db) : "out of memory");
-  sqlite3_busy_timeout(db, sqlite::kBusyTimeoutMs);
-  // Losing the last minute of accounting to a power cut is acceptable; a sync per flush is not needed.
-  TRY(exec(db, "PRAGMA synchronous = NORMAL", "setting synchronous mode"));
-  TRY(exec(db, kSchema, "creating the job_usage table"));
+  TRY(opened);
   return store;
 }
 
