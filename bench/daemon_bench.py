@@ -23,6 +23,10 @@ GPUs the real NVML shows):
               --submitters threads in parallel; from the first submit to the last job's end;
               then the same over one connection (no client processes), and the CPU time per
               job of the clients, the daemon, and the supervisors with their jobs.
+  events      --events events in the log (copies of a real one, spread over 100 jobs and users), then
+              the time of `gpupool events` as people ask: the latest 20, one job's, one
+              user's, a kind none has, and a `jobs` round trip while another client's filtered
+              read runs (the daemon answers one request at a time).
   memory      --history finished jobs in the database (a real finished row, copied with new
               ids), then the daemon's VmRSS and VmHWM after start, `jobs`, `jobs --all` (and
               --json, timed) and paging through every job over one connection, three times.
@@ -509,6 +513,60 @@ def bench_memory(bench, history):
     return result
 
 
+def copy_events(database, count):
+    """Adds `count` copies of the first job_ended event (with whom it concerns), for 100 jobs and users."""
+    db = sqlite3.connect(database)
+    row = db.execute("SELECT time, kind, job, user, name, gpus, detail, jobs, users FROM events "
+                     "WHERE kind = 'job_ended' ORDER BY seq LIMIT 1").fetchone()
+    with db:
+        cursor = db.execute("SELECT COALESCE(MAX(seq), 0) FROM events")
+        first = cursor.fetchone()[0] + 1
+        db.executemany("INSERT INTO events (seq, time, kind, job, user, name, gpus, detail, jobs, users) "
+                       "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                       ((first + i, row[0], row[1], 1000 + i % 100, f"user{i % 100}", *row[4:]) for i in range(count)))
+        db.executemany("INSERT INTO event_subjects (seq, job, user) VALUES (?, ?, ?)",
+                       ((first + i, 1000 + i % 100, f"user{i % 100}") for i in range(count)))
+    db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    total = db.execute("SELECT COUNT(*) FROM events").fetchone()[0]
+    db.close()
+    return total
+
+
+def bench_events(bench, count):
+    result = {}
+    with Daemon(bench) as daemon:
+        for _ in range(10):
+            daemon.timed("submit", "--", "true")
+        daemon.wait_idle()
+        daemon.stop()
+        database = os.path.join(daemon.state_dir, "gpupool.db")
+        result["events in the log"] = copy_events(database, count)
+        result["database MB"] = round(os.path.getsize(database) / 2**20, 1)
+        started = time.monotonic()
+        daemon.start()
+        result["start seconds"] = round(time.monotonic() - started, 3)
+        cases = {"latest 20": ["events"], "one job's": ["events", "--job", "1050"],
+                 "one user's (latest 20)": ["events", "--user", "user7"], "a user with none": ["events", "--user", "nobody"],
+                 "a kind none has": ["events", "--kind", "gpu_quarantined"]}
+        for name, args in cases.items():
+            times = []
+            for _ in range(5):
+                started = time.perf_counter()
+                proc = subprocess.run([bench.gpupool, *args], env=daemon.env, capture_output=True, text=True)
+                times.append(time.perf_counter() - started)
+                if proc.returncode != 0:
+                    raise RuntimeError(f"gpupool {' '.join(args)}: {proc.stderr.strip()}")
+            result[name] = {"ms": round(min(times) * 1000, 1), "lines": proc.stdout.count("\n")}
+        with daemon.client() as reader, daemon.client() as other:
+            reader.send({"op": "events", "user": "nobody", "limit": 1000})
+            started = time.perf_counter()
+            other.request({"op": "jobs"})
+            result["jobs round trip during a filtered read, ms"] = round((time.perf_counter() - started) * 1000, 1)
+            reader.receive()
+        result["memory"] = daemon.memory_mb()
+    return result
+
+
 def print_table(results):
     rows = [("benchmark", "figure", "value", "target")]
     submit = results.get("submit", {})
@@ -569,7 +627,7 @@ def main():
     parser.add_argument("bin_dir", help="directory holding gpupool and gpupoold")
     parser.add_argument("output", help="JSON file to write")
     parser.add_argument("--check", action="store_true", help="exit 1 when a target is missed")
-    parser.add_argument("--only", nargs="+", choices=["submit", "dispatch", "throughput", "memory"])
+    parser.add_argument("--only", nargs="+", choices=["submit", "dispatch", "throughput", "memory", "events"])
     parser.add_argument("--submits", type=int, default=200, help="timed submits per submit case")
     parser.add_argument("--rounds", type=int, default=25, help="dispatch: jobs per GPU on the busy machine")
     parser.add_argument("--job-ms", type=int, default=200, help="dispatch: length of a job on the busy machine")
@@ -580,6 +638,7 @@ def main():
     parser.add_argument("--jobs", type=int, default=2000, help="throughput: jobs")
     parser.add_argument("--submitters", type=int, default=4, help="throughput: parallel submitters")
     parser.add_argument("--history", type=int, default=100000, help="memory: finished jobs in the database")
+    parser.add_argument("--events", type=int, default=1000000, help="events: events in the log")
     parser.add_argument("--work-dir", default=None, help="where state directories go (default: $TMPDIR)")
     parser.add_argument("--keep", action="store_true", help="keep the state directories")
     args = parser.parse_args()
@@ -601,6 +660,8 @@ def main():
                 results[name] = bench_dispatch(bench, args.rounds, args.job_ms, args.dispatch_cases)
             elif name == "throughput":
                 results[name] = bench_throughput(bench, args.jobs, args.submitters)
+            elif name == "events":
+                results[name] = bench_events(bench, args.events)
             else:
                 results[name] = bench_memory(bench, args.history)
             results["meta"][f"{name}_seconds"] = round(time.monotonic() - began, 1)
