@@ -123,7 +123,7 @@ Result<void> Daemon::Impl::recover() {
   // An idle or overrunning job told before the restart is not told again while it lasts.
   for (const auto& [id, job] : dispatcher_.active()) {
     if (job.state != JobState::Running || !job.start_time) continue;
-    if (events_->told_since(id, EventKind::JobIdle, *job.start_time)) told_idle_.insert(id);
+    if (events_->told_since(id, EventKind::JobIdle, *job.start_time)) idle_told_before_restart_.insert(id);
     if (events_->told_since(id, EventKind::SliceOverrun, *job.start_time)) told_overrun_.insert(id);
   }
   return {};
@@ -322,6 +322,9 @@ void Daemon::Impl::tell_idle_jobs() {
     std::optional<JobUsage> usage = monitor_->usage_of(id);
     if (!usage || !usage->idle_since) continue;
     idle.insert(id);
+    // The accounting flags a job anew after a restart: the idleness told before it is not again
+    // (a job that worked meanwhile and fell idle again is not told either: the log cannot say).
+    if (idle_told_before_restart_.erase(id) > 0) continue;
     if (told_idle_.count(id) == 0) {
       events_->add(job_event(EventKind::JobIdle, job, now,
                              fmt::format("about 0 % utilisation for {}", rough_duration_text(now - *usage->idle_since))));

@@ -168,6 +168,7 @@ class Daemon::Impl {
   std::optional<EventStream> events_;  // from open_events on
   std::set<JobId> told_idle_;          // running jobs whose idle flag was told, while it lasts
   std::set<JobId> told_overrun_;       // and those past their slice
+  std::set<JobId> idle_told_before_restart_;  // told idle by the daemon before this one
   // The last survey of the GPUs (leases, outside use), before the daemon's own jobs are taken
   // out: a drain of a GPU applies to it at once, without waiting for the next sample.
   std::vector<GpuAvailability> survey_;

@@ -19,9 +19,10 @@
 namespace gpupool {
 namespace {
 
-// How far back a process's utilisation samples are taken: about one of the daemon's sample
-// intervals, so that a process's figure says what it did since the previous reading.
-constexpr double kProcessUtilizationWindowS = 1.0;
+// How far back a process's utilisation samples are taken. The driver stamps them irregularly (a
+// running process's newest may be seconds old), so a window of one sample interval would often
+// find none and read a busy process as 0.
+constexpr double kProcessUtilizationWindowS = 3.0;
 
 constexpr uint64_t kMiB = 1024 * 1024;
 // NVML refreshes the GPM counters about every 100 ms: samples closer than that measure nothing.
@@ -509,8 +510,8 @@ class NvmlBackend final : public GpuBackend {
     return true;
   }
 
-  // Each listed process's SM utilisation, the mean of the driver's samples of about the last
-  // second; 0 for one without a sample (it ran no kernel then). Nothing where NVML cannot say.
+  // Each listed process's SM utilisation, the mean of the driver's samples of the last few
+  // seconds; 0 for one without a sample (it ran no kernel then). Nothing where NVML cannot say.
   void read_process_utilization(nvmlDevice_t handle, std::map<uint32_t, GpuProcess>& by_pid) const {
     auto fn = lib_->api().device_get_process_utilization;
     if (fn == nullptr || by_pid.empty()) return;

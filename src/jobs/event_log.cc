@@ -32,7 +32,8 @@ constexpr const char* kSchema =
     "CREATE INDEX IF NOT EXISTS events_by_kind ON events (kind, seq);"
     "CREATE TABLE IF NOT EXISTS event_subjects (seq INTEGER NOT NULL, job INTEGER NOT NULL, user TEXT NOT NULL);"
     "CREATE INDEX IF NOT EXISTS event_subjects_by_job ON event_subjects (job, seq);"
-    "CREATE INDEX IF NOT EXISTS event_subjects_by_user ON event_subjects (user, seq);";
+    "CREATE INDEX IF NOT EXISTS event_subjects_by_user ON event_subjects (user, seq);"
+    "CREATE INDEX IF NOT EXISTS event_subjects_by_seq ON event_subjects (seq);";  // the trim's
 
 constexpr const char* kColumns = "seq, time, kind, job, user, name, gpus, detail, jobs, users";
 

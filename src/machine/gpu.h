@@ -37,7 +37,7 @@ struct GpuProcess {
   // On a GPU in MIG mode, the GPU instance it runs in (the MIG devices of that instance); nullopt
   // elsewhere, or where NVML cannot say (a driver without the _v2 process records).
   std::optional<unsigned> gpu_instance_id = std::nullopt;
-  // Its share of the GPU's time running kernels over about the last second, in percent
+  // Its share of the GPU's time running kernels over the last few seconds, in percent
   // (nvmlDeviceGetProcessUtilization): what tells apart the jobs sharing one GPU. 0 for a process
   // without a kernel then; nullopt where NVML cannot say.
   std::optional<unsigned> sm_utilization = std::nullopt;

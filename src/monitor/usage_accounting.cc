@@ -64,7 +64,11 @@ OwnUtilization own_utilization(const std::vector<std::vector<GpuProcess>>& proce
     for (unsigned gpu : job.gpus) {
       if (gpu >= processes_by_gpu.size()) continue;
       const std::vector<GpuProcess>& processes = processes_by_gpu[gpu];
-      if (!std::ranges::all_of(processes, [](const GpuProcess& p) { return p.sm_utilization.has_value(); })) continue;
+      // The card's reading stands where NVML lists no process (a list it could not read, a daemon
+      // that sees no other PID namespace), gives some process no figure, or under MPS (the
+      // kernels run in the MPS server's context, not the clients').
+      auto known = [](const GpuProcess& p) { return p.sm_utilization.has_value() && p.mps_client != true; };
+      if (processes.empty() || !std::ranges::all_of(processes, known)) continue;
       unsigned sum = 0;
       for (const GpuProcess& process : processes) {
         if (mine->second.contains(process.pid)) sum += *process.sm_utilization;

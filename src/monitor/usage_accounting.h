@@ -45,9 +45,9 @@ struct RunningJob {
 
 // What each job's own processes (`pids`, those the slice watchdog found for it) ran on each GPU
 // it holds, in percent of the GPU's time (NVML's per-process SM utilisation, summed, at most
-// 100): 0 where none of them is on the GPU. Only where the sample gives every process on that
-// GPU its utilisation (else the job is left to the GPU's own reading). So slices sharing a card
-// each get their own figure and idle flag.
+// 100): 0 where none of them is on the GPU. Only where the sample lists the GPU's processes and
+// gives each its utilisation, and none is an MPS client (else the job is left to the GPU's own
+// reading). So slices sharing a card each get their own figure and idle flag.
 using OwnUtilization = std::map<JobId, std::map<unsigned, unsigned>>;
 OwnUtilization own_utilization(const std::vector<std::vector<GpuProcess>>& processes_by_gpu,
                                const std::vector<RunningJob>& running,

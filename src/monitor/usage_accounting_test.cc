@@ -157,6 +157,12 @@ TEST(UsageAccountingOwn, SlicesSharingAGpuEachGetTheirProcessesFigure) {
   // Where NVML cannot say for every process there, the GPU's own reading stands.
   processes[0].push_back(process_using(400, std::nullopt));
   EXPECT_TRUE(own_utilization(processes, running, pids).empty());
+  // So it does where it lists no process at all, and under MPS (the server runs the kernels).
+  processes[0] = {};
+  EXPECT_TRUE(own_utilization(processes, running, pids).empty());
+  processes[0] = {process_using(100, 0), process_using(200, 0)};
+  processes[0][0].mps_client = true;
+  EXPECT_TRUE(own_utilization(processes, running, pids).empty());
 }
 
 TEST(UsageAccountingOwn, AnIdleSliceBesideABusyOneIsFlagged) {

@@ -119,7 +119,7 @@ bool exited_by(pid_t pid, std::optional<std::chrono::steady_clock::time_point> d
     siginfo_t info{};
     if (waitid(P_PID, static_cast<id_t>(pid), &info, WEXITED | WNOHANG | WNOWAIT) == 0 && info.si_pid == pid) return true;
     if (std::chrono::steady_clock::now() >= *deadline) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
 }
 
@@ -177,7 +177,10 @@ Result<ProgramOutcome> run_program(const std::vector<std::string>& argv, const P
     auto deadline = options.timeout ? std::optional(std::chrono::steady_clock::now() + *options.timeout)
                                     : std::nullopt;
     in_time = exchange(in, out, err, options.input, outcome, deadline) && exited_by(pid, deadline);
-    if (!in_time) ::kill(-pid, SIGKILL);
+    if (!in_time) {
+      ::kill(-pid, SIGKILL);
+      ::kill(pid, SIGKILL);  // also when it left its group
+    }
   }
   // Take back a SIGPIPE our writing raised, so it does not strike once unblocked.
   timespec now = {0, 0};
