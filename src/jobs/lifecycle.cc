@@ -13,7 +13,7 @@ using namespace lifecycle;
 
 JobLifecycle::JobLifecycle(StoredState stored_state) : stored_state_(std::move(stored_state)) {}
 
-Result<std::vector<Effect>> JobLifecycle::handle(const Event& event) {
+Result<std::vector<Effect>> JobLifecycle::handle(const lifecycle::Event& event) {
   Effects out;
   ended_now_.clear();
   changed_.clear();

@@ -8,10 +8,10 @@
 #include <gtest/gtest.h>
 #include <rapidcheck/gtest.h>
 
-namespace gpupool {
+// In lifecycle's namespace, not with a using-directive: in the unity build a directive would
+// reach the test files after this one, where Event is gpupool's (jobs/event.h).
+namespace gpupool::lifecycle {
 namespace {
-
-using namespace lifecycle;
 
 // The driver's side in miniature: the store keeps the states of jobs that have ended.
 class LifecycleTest : public ::testing::Test {
@@ -309,4 +309,4 @@ RC_GTEST_PROP(LifecycleProperties, InvariantsHoldForAnyEvents, ()) {
 }
 
 }  // namespace
-}  // namespace gpupool
+}  // namespace gpupool::lifecycle
