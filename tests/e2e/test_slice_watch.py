@@ -82,12 +82,18 @@ class SliceWatchTest(unittest.TestCase):
             self.assertEqual([job["state"] for job in d.finish(hungry, neighbour)], ["done", "done"])
 
     def test_slices_sharing_a_gpu_each_get_their_own_utilisation_and_idle_flag(self):
-        with Daemon(http="127.0.0.1:0", config='[monitor]\nidle_flag_after = "1s"\n',
+        # 2 s: the sample where a slice's processes first appear reads them before the watchdog
+        # has found them (0 for both slices), which a slow run may take a second over.
+        with Daemon(http="127.0.0.1:0", config='[monitor]\nidle_flag_after = "2s"\n',
                     env={"GPUPOOL_SIM_STATE": self.overlay}) as d:
             address = d.http_address()
+            # Every card busy from the start: before NVML lists their processes, the slices read
+            # the card's figure, and neither may be flagged idle then (however slow the start).
+            busy_cards = {index: {"utilization_gpu": 90} for index in range(8)}
+            write_overlay(self.overlay, busy_cards)
             (busy, idle), pids, gpu = self.two_slices_on_one_gpu(d)
-            # The card is busy, all of it the first slice's (NVML's per-process SM utilisation).
-            write_overlay(self.overlay, {gpu: {"utilization_gpu": 90, "memory_used_mib": 2000, "processes": [
+            # Then all of the card's work is the first slice's (NVML's per-process SM utilisation).
+            write_overlay(self.overlay, {**busy_cards, gpu: {"utilization_gpu": 90, "memory_used_mib": 2000, "processes": [
                 {"pid": pids[0], "used_memory_mib": 1000, "kind": "compute", "sm_utilization": 90},
                 {"pid": pids[1], "used_memory_mib": 1000, "kind": "compute"}]}})
 
