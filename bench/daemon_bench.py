@@ -163,6 +163,16 @@ class Daemon(harness.Daemon):
             raise RuntimeError(f"gpupool {' '.join(args)} exited {process.returncode}: {errors.decode().strip()}")
         return elapsed, line.decode().strip()
 
+    def run_ten_jobs_and_stop(self, before_stop=lambda: None):
+        """Ten jobs of `true` run to their end, then the daemon stops (`before_stop` runs first);
+        returns its database, for a benchmark to fill with history of that shape."""
+        for _ in range(10):
+            self.timed("submit", "--", "true")
+        self.wait_idle()
+        before_stop()
+        self.stop()
+        return os.path.join(self.state_dir, "gpupool.db")
+
     def wait_idle(self, timeout=600):
         """Waits until no job is queued or running."""
         with gpupool.Client(self.socket) as client:
@@ -474,12 +484,7 @@ def copy_history(database, history):
 def bench_memory(bench, history):
     result = {}
     with Daemon(bench) as daemon:
-        for _ in range(10):
-            daemon.timed("submit", "--", "true")
-        daemon.wait_idle()
-        result["fresh daemon, 10 jobs"] = daemon.memory_mb()
-        daemon.stop()
-        database = os.path.join(daemon.state_dir, "gpupool.db")
+        database = daemon.run_ten_jobs_and_stop(lambda: result.update({"fresh daemon, 10 jobs": daemon.memory_mb()}))
         total, environment_bytes = copy_history(database, history)
         result["jobs in the database"] = total
         result["database MB"] = round(os.path.getsize(database) / 2**20, 1)
@@ -535,11 +540,7 @@ def copy_events(database, count):
 def bench_events(bench, count):
     result = {}
     with Daemon(bench) as daemon:
-        for _ in range(10):
-            daemon.timed("submit", "--", "true")
-        daemon.wait_idle()
-        daemon.stop()
-        database = os.path.join(daemon.state_dir, "gpupool.db")
+        database = daemon.run_ten_jobs_and_stop()
         result["events in the log"] = copy_events(database, count)
         result["database MB"] = round(os.path.getsize(database) / 2**20, 1)
         started = time.monotonic()

@@ -118,10 +118,5 @@ TEST_F(EventHookTest, AHookPastItsTimeIsKilledAndItsFailureSaid) {
   EXPECT_LT(std::chrono::steady_clock::now() - began, std::chrono::seconds(20)) << "the hook was not killed";
 }
 
-TEST(EventHookOffTest, NoCommandRunsNothing) {
-  EventHook hook(EventsConfig{});
-  hook.offer(failed_job_event());  // no thread, nothing queued, nothing to wait for
-}
-
 }  // namespace
 }  // namespace gpupool
