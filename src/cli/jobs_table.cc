@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "base/display_text.h"
 #include "base/quote.h"
@@ -85,7 +86,12 @@ std::string jobs_table_row(const Job& job, const std::string& id, const std::str
   if (job.start_time) elapsed = duration_text(job.end_time.value_or(std::max(now, *job.start_time)) - *job.start_time);
   std::string utilization = "-", gpu_hours = "-";
   if (job.usage) {
-    if (job.usage->mean_utilization) utilization = fmt::format("{:.0f}%", *job.usage->mean_utilization);
+    // The SMs' activity where the GPUs measure it: a kernel running now and then reads 100 % as
+    // utilisation.
+    std::optional<double> used = job.usage->efficiency.sm_efficiency
+                                     ? std::optional(std::min(9.99, *job.usage->efficiency.sm_efficiency) * 100)
+                                     : job.usage->mean_utilization;
+    if (used) utilization = fmt::format("{:.0f}%", *used);
     gpu_hours = job.usage->gpu_hours < 100 ? fmt::format("{:.1f}", job.usage->gpu_hours)
                                            : fmt::format("{:.0f}", job.usage->gpu_hours);
   }
@@ -93,6 +99,30 @@ std::string jobs_table_row(const Job& job, const std::string& id, const std::str
   return fmt::format(fmt::runtime(kRowFormat), id, state, pad_cells(job.owner.user, 8), pad_cells(display_name(job), 13),
                      request_text(job), gpu_list_text(job.gpus), start_text(job, now, clock), elapsed,
                      left_text(job, now), utilization, gpu_hours, reason_text(job, now));
+}
+
+std::string used_text(const GpuEfficiency& efficiency) {
+  return efficiency.sm_efficiency ? fmt::format("{:.0f} %", *efficiency.sm_efficiency * 100) : "n/a";
+}
+
+std::string energy_text(const GpuEfficiency& efficiency) {
+  return efficiency.energy_kwh ? fmt::format("{:.3f}", *efficiency.energy_kwh) : "n/a";
+}
+
+std::string peak_memory_text(const GpuEfficiency& efficiency) {
+  return efficiency.peak_memory_mib ? fmt::format("{:.1f} GiB", static_cast<double>(*efficiency.peak_memory_mib) / 1024)
+                                    : "n/a";
+}
+
+std::string efficiency_line(const GpuEfficiency& efficiency) {
+  std::vector<std::string> parts;
+  if (efficiency.sm_efficiency && efficiency.sm_active_gpu_hours) {
+    parts.push_back(fmt::format("SMs busy {} of the GPU time held ({:.2f} GPU-hours)", used_text(efficiency),
+                                *efficiency.sm_active_gpu_hours));
+  }
+  if (efficiency.energy_kwh) parts.push_back(energy_text(efficiency) + " kWh");
+  if (efficiency.peak_memory_mib) parts.push_back("peak " + peak_memory_text(efficiency) + " on one GPU");
+  return fmt::format("{}", fmt::join(parts, ", "));
 }
 
 }  // namespace gpupool::cli

@@ -24,9 +24,19 @@ std::string jobs_table_header();
 
 // `id` and `state` as they read: "42" or "slurm:42"; "failed(3)", "unknown". START is when it
 // started, or for a queued job "~" and when it is expected to; TIME how long it has run; LEFT
-// what its time limit leaves; UTIL and GPU-H its GPUs' mean utilisation and GPU-hours so far;
+// what its time limit leaves; UTIL how much of its GPUs it used (SM activity over the GPU time
+// held, where the GPUs measure it; else their mean utilisation); GPU-H its GPU-hours;
 // REASON why a waiting job waits, or "Idle 25m" for a running job flagged idle.
 std::string jobs_table_row(const Job& job, const std::string& id, const std::string& state, double now,
                            const ClockText& clock);
+
+// A job's or a user's efficiency, as `show` and `report --efficiency` say it: "62 %" of the GPU
+// time used (n/a without SM activity readings), kWh, peak memory in GiB.
+std::string used_text(const GpuEfficiency& efficiency);
+std::string energy_text(const GpuEfficiency& efficiency);
+std::string peak_memory_text(const GpuEfficiency& efficiency);
+// One line for `show`: "SMs busy 62 % of the GPU time held (0.78 GPU-hours), 0.41 kWh, peak 38.2
+// GiB on one GPU"; "" when nothing is known.
+std::string efficiency_line(const GpuEfficiency& efficiency);
 
 }  // namespace gpupool::cli

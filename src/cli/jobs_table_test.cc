@@ -34,6 +34,31 @@ TEST(JobsTableTest, ARunningJobShowsItsTimeLeftUtilisationAndGpuHours) {
   EXPECT_EQ(row_of(job), "  4242 running    alice    pretrain      4      0-3   c-065  1:05:10 0:54:50  97%   4.3 ");
 }
 
+TEST(JobsTableTest, UtilisationIsTheSmsActivityWhereTheGpusMeasureIt) {
+  Job job = table_job(JobState::Running);
+  job.gpus = {0, 1, 2, 3};
+  job.start_time = kNow - 3910;
+  job.usage = JobUsage{4.34, 97.4, std::nullopt, std::nullopt};
+  job.usage->efficiency.sm_efficiency = 0.314;
+  EXPECT_NE(row_of(job).find("  31%   4.3 "), std::string::npos) << row_of(job);
+  job.usage->efficiency.sm_efficiency = 25;  // a slice far beyond its memory share still fits
+  EXPECT_NE(row_of(job).find(" 999%   4.3 "), std::string::npos) << row_of(job);
+}
+
+TEST(JobsTableTest, TheEfficiencyLineSaysWhatIsKnown) {
+  GpuEfficiency efficiency;
+  EXPECT_EQ(efficiency_line(efficiency), "");
+  efficiency.energy_kwh = 0.4123;
+  EXPECT_EQ(efficiency_line(efficiency), "0.412 kWh");
+  efficiency.sm_efficiency = 0.62;
+  efficiency.sm_active_gpu_hours = 0.78;
+  efficiency.peak_memory_mib = 39117;
+  EXPECT_EQ(efficiency_line(efficiency),
+            "SMs busy 62 % of the GPU time held (0.78 GPU-hours), 0.412 kWh, peak 38.2 GiB on one GPU");
+  EXPECT_EQ(used_text(GpuEfficiency{}), "n/a");
+  EXPECT_EQ(peak_memory_text(GpuEfficiency{}), "n/a");
+}
+
 TEST(JobsTableTest, AQueuedJobSaysWhyInOneWordAndWhenItIsExpectedToStart) {
   Job job = table_job(JobState::Queued);
   job.spec.gpus.slice_mib = 20480;

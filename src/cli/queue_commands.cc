@@ -134,6 +134,9 @@ void print_job_details(const Job& job, const std::string& id, const std::string&
     std::string utilization = job.usage->mean_utilization ? fmt::format(", {:.0f} % utilisation on average", *job.usage->mean_utilization) : "";
     std::string idle = job.usage->idle_since ? fmt::format(", idle since {}", clock_time(job.usage->idle_since)) : "";
     line("usage", fmt::format("{:.2f} GPU-hours{}{}", job.usage->gpu_hours, utilization, idle));
+    if (std::string efficiency = efficiency_line(job.usage->efficiency); !efficiency.empty()) {
+      line("efficiency", efficiency);
+    }
   }
   if (job.exit_code) line("exit code", std::to_string(*job.exit_code));
   if (!job.stdout_path.empty()) line("stdout", job.stdout_path);

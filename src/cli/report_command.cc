@@ -17,6 +17,7 @@
 #include "cli/app.h"
 #include "cli/commands.h"
 #include "cli/daemon_client.h"
+#include "cli/jobs_table.h"
 #include "cli/lease_options.h"
 #include "cli/value_checks.h"
 #include "os/clock.h"
@@ -31,6 +32,7 @@ struct ReportOptions {
   std::string since;
   std::optional<std::string> user;
   std::optional<size_t> limit;
+  bool efficiency = false;
   bool json = false;
 };
 
@@ -66,6 +68,30 @@ size_t narrow(proto::ReportResponse& report, const ReportOptions& options) {
   return found;
 }
 
+std::string note_text(const proto::JobUsageLine& job) { return job.idle ? "running, IDLE" : job.running ? "running" : ""; }
+
+std::string sm_hours_text(const GpuEfficiency& efficiency) {
+  return efficiency.sm_active_gpu_hours ? fmt::format("{:.2f}", *efficiency.sm_active_gpu_hours) : "n/a";
+}
+
+// --efficiency: how much of the GPU time held was used, and what it cost.
+void print_efficiency(const proto::ReportResponse& report) {
+  fmt::print("{:<16} {:>6} {:>10} {:>10} {:>6} {:>9}\n", "USER", "JOBS", "GPU-HOURS", "SM-ACTIVE", "USED", "ENERGY");
+  for (const proto::UserUsageLine& user : report.users) {
+    fmt::print("{} {:>6} {:>10.2f} {:>10} {:>6} {:>9}\n", pad_cells(user.user, 16), user.jobs, user.gpu_hours,
+               sm_hours_text(user.efficiency), used_text(user.efficiency), energy_text(user.efficiency));
+  }
+  fmt::print("\n{:>6}  {:<16} {:<20} {:>10} {:>10} {:>6} {:>9} {:>10}  {}\n", "ID", "USER", "NAME", "GPU-HOURS",
+             "SM-ACTIVE", "USED", "ENERGY", "PEAK MEM", "NOTE");
+  for (const proto::JobUsageLine& job : report.jobs) {
+    fmt::print("{:>6}  {} {} {:>10.3f} {:>10} {:>6} {:>9} {:>10}  {}\n", job.id, pad_cells(job.user, 16),
+               pad_cells(job.name, 20), job.gpu_hours, sm_hours_text(job.efficiency), used_text(job.efficiency),
+               energy_text(job.efficiency), peak_memory_text(job.efficiency), note_text(job));
+  }
+  fmt::print("\nSM-ACTIVE: GPU-hours with the SMs busy; USED: that over the GPU-hours measured; ENERGY in kWh.\n"
+             "n/a: the GPUs do not measure it (SM activity needs Hopper or later).\n");
+}
+
 Result<int> print_report(const ReportOptions& options) {
   proto::ReportRequest request;
   if (!options.since.empty()) {
@@ -87,16 +113,20 @@ Result<int> print_report(const ReportOptions& options) {
     fmt::print("No job {}held a GPU in that time.\n", options.user ? "of " + printable(*options.user, kMaxShownBytes) + " " : "");
     return kExitOk;
   }
-  fmt::print("{:<16} {:>6} {:>10} {:>10}\n", "USER", "JOBS", "GPU-HOURS", "MEAN UTIL");
-  for (const proto::UserUsageLine& user : report.users) {
-    fmt::print("{} {:>6} {:>10.2f} {:>10}\n", pad_cells(user.user, 16), user.jobs, user.gpu_hours, percent_text(user.mean_utilization));
-  }
-  fmt::print("\n{:>6}  {:<16} {:<20} {:>10} {:>10}  {:<16}  {}\n", "ID", "USER", "NAME", "GPU-HOURS", "MEAN UTIL",
-             "LAST SAMPLE", "NOTE");
-  for (const proto::JobUsageLine& job : report.jobs) {
-    std::string note = job.idle ? "running, IDLE" : job.running ? "running" : "";
-    fmt::print("{:>6}  {} {} {:>10.3f} {:>10}  {:<16}  {}\n", job.id, pad_cells(job.user, 16), pad_cells(job.name, 20), job.gpu_hours,
-               percent_text(job.mean_utilization), time_text(job.last_time), note);
+  if (options.efficiency) {
+    print_efficiency(report);
+  } else {
+    fmt::print("{:<16} {:>6} {:>10} {:>10}\n", "USER", "JOBS", "GPU-HOURS", "MEAN UTIL");
+    for (const proto::UserUsageLine& user : report.users) {
+      fmt::print("{} {:>6} {:>10.2f} {:>10}\n", pad_cells(user.user, 16), user.jobs, user.gpu_hours,
+                 percent_text(user.mean_utilization));
+    }
+    fmt::print("\n{:>6}  {:<16} {:<20} {:>10} {:>10}  {:<16}  {}\n", "ID", "USER", "NAME", "GPU-HOURS", "MEAN UTIL",
+               "LAST SAMPLE", "NOTE");
+    for (const proto::JobUsageLine& job : report.jobs) {
+      fmt::print("{:>6}  {} {} {:>10.3f} {:>10}  {:<16}  {}\n", job.id, pad_cells(job.user, 16), pad_cells(job.name, 20),
+                 job.gpu_hours, percent_text(job.mean_utilization), time_text(job.last_time), note_text(job));
+    }
   }
   if (jobs_found > report.jobs.size()) fmt::print("(the latest {} of {} jobs)\n", report.jobs.size(), jobs_found);
   return kExitOk;
@@ -122,7 +152,7 @@ Result<double> parse_since(std::string_view text, double now) {
 }
 
 void add_report_command(CLI::App& app, int& exit_code) {
-  auto* cmd = app.add_subcommand("report", "GPU-hours and mean utilisation per user and per job (from gpupoold)");
+  auto* cmd = app.add_subcommand("report", "GPU-hours, utilisation and efficiency per user and per job (from gpupoold)");
   auto options = std::make_shared<ReportOptions>();
   cmd->add_option("--since", options->since,
                   "Only jobs that held GPUs since then: a duration back from now (7d, 12h) or a date (2026-12-01)")
@@ -132,10 +162,12 @@ void add_report_command(CLI::App& app, int& exit_code) {
   cmd->add_option("-n,--limit", options->limit, "Only the latest N jobs (the users' lines count them all)")
       ->type_name("N")
       ->check(whole_number(1, 1000000000));
-  cmd->add_flag("--json", options->json, "Print JSON");
+  cmd->add_flag("--efficiency", options->efficiency,
+                "How much of the GPU time held was used (SM activity), energy (kWh) and peak GPU memory");
+  cmd->add_flag("--json", options->json, "Print JSON (the efficiency figures included)");
   cmd->footer("A job counts whole when any of its time falls after --since. A slice of a GPU counts its\n"
-              "share of the GPU's memory. Running jobs flagged idle (idle_flag_after) are marked IDLE.\n"
-              "--user and --limit apply to --json too.");
+              "share of the GPU's memory (and energy). Running jobs flagged idle (idle_flag_after) are marked\n"
+              "IDLE. --user and --limit apply to --json too.");
   cmd->callback([&exit_code, options] { run_command(exit_code, [&] { return print_report(*options); }); });
 }
 

@@ -223,6 +223,13 @@ const Key kMonitorKeys[] = {
        TRY_ASSIGN(config.idle_flag_after_s, duration_of(node, key));
        return {};
      }},
+    {"job_mapping_dir",
+     [](const toml::node& node, std::string_view key, DaemonConfig& config) -> Result<void> {
+       TRY_ASSIGN(std::string dir, text_of(node, key));
+       if (!dir.starts_with('/')) return fail("{} must be an absolute path (e.g. \"/run/dcgm-job-map\")", quote(key));
+       config.job_mapping_dir = std::move(dir);
+       return {};
+     }},
     {"quarantine",
      [](const toml::node& node, std::string_view key, DaemonConfig& config) -> Result<void> {
        auto text = node.value<std::string_view>();

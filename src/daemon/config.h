@@ -76,6 +76,8 @@ struct DaemonConfig {
   size_t http_max_connections_per_address = 8;
   double history_s = 3600;          // how far back the samples go (charts, /api/history)
   double idle_flag_after_s = 1800;  // a job at about 0 % utilisation this long is flagged idle
+  // Where dcgm-exporter's HPC job-mapping files are kept (monitor/job_mapping.h); empty: none.
+  std::string job_mapping_dir;
   // [monitor] quarantine, quarantine_clean_window: GPUs whose health fails get no new jobs.
   QuarantinePolicy quarantine;
   EventsConfig events;

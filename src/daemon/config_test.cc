@@ -101,6 +101,7 @@ max_queued_jobs_per_user = 200
 [monitor]
 http_max_connections = 100
 http_max_connections_per_address = 100
+job_mapping_dir = "/run/dcgm-job-map"
 
 [quotas]
 alice = 8
@@ -124,6 +125,7 @@ alice = 8
   EXPECT_EQ(config.max_queued_jobs_per_user, 200u);
   EXPECT_EQ(config.http_max_connections, 100u);
   EXPECT_EQ(config.http_max_connections_per_address, 100u);
+  EXPECT_EQ(config.job_mapping_dir, "/run/dcgm-job-map");
   EXPECT_EQ(config.scheduler.user_quota_gpus,
             (std::map<std::string, double>{{"alice", 8}, {"bob.smith", 0.5}}));
 }
@@ -206,6 +208,8 @@ TEST(ConfigTest, ValuesOutOfRangeOrOfTheWrongTypeNameTheKeyAndLine) {
       {"[daemon]\nslice_overrun = \"kill\"\n", "gpupool.toml:2: 'slice_overrun' must be \"warn\" or \"stop\""},
       {"[daemon]\nslice_overrun = 1\n", "gpupool.toml:2: 'slice_overrun' must be \"warn\" or \"stop\""},
       {"[monitor]\nquarantine = true\n", "gpupool.toml:2: 'quarantine' must be \"on\" or \"off\""},
+      {"[monitor]\njob_mapping_dir = \"run/map\"\n",
+       "gpupool.toml:2: 'job_mapping_dir' must be an absolute path (e.g. \"/run/dcgm-job-map\")"},
       {"[events]\non_event = \" \"\n",
        "gpupool.toml:2: 'on_event' must be a command line (a string) or a list of its words, the first not empty"},
       {"[events]\non_event = []\n",

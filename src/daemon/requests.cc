@@ -551,8 +551,8 @@ Job Daemon::Impl::for_client(Job job, const Session& session, const std::map<Job
     if (auto start = expected_starts.find(job.id); start != expected_starts.end()) job.expected_start = start->second;
   } else if (job.state == JobState::Held) {
     job.wait_reason = WaitReason::Held;
-  } else if (job.state == JobState::Running && (theirs || !settings_.config.private_data.usage)) {
-    job.usage = monitor_->usage_of(job.id);
+  } else if (job.start_time && (theirs || !settings_.config.private_data.usage)) {
+    job.usage = monitor_->usage_of(job.id);  // running, or what it used when it ran
   }
   return job;
 }

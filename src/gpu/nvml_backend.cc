@@ -257,6 +257,8 @@ class NvmlBackend final : public GpuBackend {
     if (call_ok(api.device_get_clocks_event_reasons, handle, &reasons)) gpu.clocks_event_reasons = reasons;
     unsigned replays = 0;
     if (call_ok(api.device_get_pcie_replay_counter, handle, &replays)) gpu.pcie_replay_count = replays;
+    unsigned long long energy = 0;
+    if (call_ok(api.device_get_total_energy_consumption, handle, &energy)) gpu.energy_mj = energy;
     int major = 0, minor = 0;
     if (call_ok(api.device_get_cuda_compute_capability, handle, &major, &minor)) {
       gpu.compute_capability = ComputeCapability{major, minor};

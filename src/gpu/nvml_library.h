@@ -50,6 +50,8 @@ struct NvmlEntryPoints {
   // PCIe link replays.
   nvml::DeviceGetUint64Fn device_get_clocks_event_reasons = nullptr;
   nvml::DeviceGetUintFn device_get_pcie_replay_counter = nullptr;
+  // Energy used since the driver loaded, in mJ (Volta on): what a job's energy is counted from.
+  nvml::DeviceGetUint64Fn device_get_total_energy_consumption = nullptr;
   // Critical XID events; all four or none are used.
   nvml::EventSetCreateFn event_set_create = nullptr;
   nvml::EventSetFreeFn event_set_free = nullptr;

@@ -126,7 +126,19 @@ struct JobOwner {
   std::string user;           // name of uid (or the number when it has none)
 };
 
-// A running job's use of its GPUs so far, from the daemon's samples.
+// What a job (or a user's jobs) took of the GPUs held, beyond the time: each nullopt where the
+// GPUs never said (no GPM, no energy counter, memory not attributable).
+struct GpuEfficiency {
+  std::optional<double> sm_active_gpu_hours;  // GPU-hours with the SMs busy (GPM's SM activity)
+  // sm_active_gpu_hours over the GPU-hours it was measured on (docs/monitoring.md: above 1 for a
+  // slice whose kernels used more of the card than its memory share).
+  std::optional<double> sm_efficiency;
+  std::optional<double> energy_kwh;           // its part of its GPUs' energy
+  std::optional<uint64_t> peak_memory_mib;    // the most GPU memory it used on one GPU
+  friend bool operator==(const GpuEfficiency&, const GpuEfficiency&) = default;
+};
+
+// A job's use of its GPUs so far, from the daemon's samples.
 struct JobUsage {
   double gpu_hours = 0;                     // a slice counts its share of the GPU
   std::optional<double> mean_utilization;   // percent; nullopt until the GPUs say
@@ -134,6 +146,7 @@ struct JobUsage {
   // A slice job's: the most GPU memory its processes used on one of its GPUs at the latest
   // sample (the slice watchdog, sched/slice_watch.h); nullopt when not watched.
   std::optional<uint64_t> slice_used_mib;
+  GpuEfficiency efficiency = {};
 };
 
 struct Job {
@@ -161,7 +174,7 @@ struct Job {
   // word, and when the scheduler's plan expects it to start (nullopt when no plan reaches it).
   std::optional<WaitReason> wait_reason;
   std::optional<double> expected_start;  // Unix seconds
-  std::optional<JobUsage> usage;          // a running job's, likewise
+  std::optional<JobUsage> usage;          // a job's that held GPUs, likewise
   std::optional<ArrayTask> array = std::nullopt;  // a task of an array job
   // The client's token of the submission (protocol `token`): the same one sent again, after a
   // connection lost before the answer, finds this job instead of storing another.

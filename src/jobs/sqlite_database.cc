@@ -1,5 +1,7 @@
 #include "jobs/sqlite_database.h"
 
+#include <set>
+
 #include <fmt/format.h>
 
 namespace gpupool::sqlite {
@@ -39,6 +41,20 @@ Result<void> open_side_table(const std::string& path, const std::string& schema,
   // Losing the last moments of such a table to a power cut is acceptable; a sync per write is not needed.
   TRY(exec(db, "PRAGMA synchronous = NORMAL", "setting synchronous mode"));
   return exec(db, schema, fmt::format("creating {}", what));
+}
+
+Result<void> add_missing_columns(sqlite3* db, const std::string& table, const std::vector<AddedColumn>& columns) {
+  TRY_ASSIGN(Statement info, prepare(db, fmt::format("PRAGMA table_info({})", table)));
+  std::set<std::string> present;
+  int rc = SQLITE_ROW;
+  while ((rc = sqlite3_step(info.get())) == SQLITE_ROW) present.insert(column_text(info.get(), 1));
+  if (rc != SQLITE_DONE) return database_error(db, fmt::format("reading the columns of {}", table));
+  for (const AddedColumn& column : columns) {
+    if (present.contains(column.name)) continue;
+    TRY(exec(db, fmt::format("ALTER TABLE {} ADD COLUMN {} {}", table, column.name, column.definition),
+             fmt::format("adding column {} to {}", column.name, table)));
+  }
+  return {};
 }
 
 std::string column_text(sqlite3_stmt* statement, int column) {

@@ -7,6 +7,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "base/result.h"
 
@@ -37,6 +38,15 @@ Result<void> exec(sqlite3* db, const std::string& sql, std::string_view doing);
 // names them in errors). `db` is set whenever SQLite made a connection, also on an error: the
 // caller closes it.
 Result<void> open_side_table(const std::string& path, const std::string& schema, std::string_view what, sqlite3*& db);
+
+// A column a later version added to a side table: `definition` as ALTER TABLE ADD COLUMN takes it.
+struct AddedColumn {
+  std::string name;
+  std::string definition;  // "REAL NOT NULL DEFAULT 0"
+};
+// Adds to `table` the columns it lacks: a table an earlier version created keeps its rows, and
+// an earlier version reading it after an upgrade ignores the new columns.
+Result<void> add_missing_columns(sqlite3* db, const std::string& table, const std::vector<AddedColumn>& columns);
 
 // Column `column` of the current row as text; "" for NULL.
 std::string column_text(sqlite3_stmt* statement, int column);

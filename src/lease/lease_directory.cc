@@ -114,15 +114,8 @@ nlohmann::json record_json(const LeaseClaim& claim, const LeaseHolder& holder,
 }
 
 Result<void> write_record(const std::string& path, const std::string& text) {
-  // A new file under a name nobody can guess: a file or link planted under a predictable one
-  // would be written through (truncated) or end up as our record, theirs to rewrite.
-  auto temp = create_unique_file(path + ".", ".tmp");
-  if (!temp) return fail("cannot write lease record {}: {}", path, temp.error().message);
-  bool written = change_mode(temp->fd.get(), 0644) && write_all(temp->fd.get(), text);
-  temp->fd.reset();
-  if (!written || !rename_file(temp->path, path)) {
-    (void)remove_file(temp->path);
-    return fail("cannot write lease record {}", path);
+  if (auto written = replace_file(path, text, 0644); !written) {
+    return fail("cannot write lease record {}: {}", path, written.error().message);
   }
   return {};
 }

@@ -35,6 +35,9 @@
   R(unsigned, temperature_c, Required, InJson, Sampled, "DCGM_FI_DEV_GPU_TEMP",                   \
     "GPU temperature (in C).")                                                                    \
   R(double, power_w, Required, InJson, Sampled, "DCGM_FI_DEV_POWER_USAGE", "Power draw (in W).")  \
+  /* A counter since the driver loaded (Volta on); the simulated GPU integrates its power draw. */ \
+  R(uint64_t, energy_mj, Derived, NotInJson, SampledForMetrics, "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", \
+    "Total energy consumption since boot (in mJ).")                                               \
   R(unsigned, sm_clock_mhz, Null, InJson, SampledForMetrics, "DCGM_FI_DEV_SM_CLOCK",              \
     "SM clock frequency (in MHz).")                                                               \
   R(unsigned, memory_clock_mhz, Null, InJson, SampledForMetrics, "DCGM_FI_DEV_MEM_CLOCK",         \

@@ -55,11 +55,15 @@ json slice_json(const std::optional<SliceUse>& use) {
 }
 
 json usage_json(const Accounting::JobAccount* account, double now, const Accounting& accounting, JobId id) {
-  if (account == nullptr) return {{"gpu_hours", nullptr}, {"mean_utilization", nullptr}, {"idle", false}, {"idle_since", nullptr}};
-  return {{"gpu_hours", account->total.gpu_seconds / 3600},
-          {"mean_utilization", or_null(account->total.mean_utilization())},
-          {"idle", accounting.idle(id, now)},
-          {"idle_since", or_null(account->idle_since)}};
+  json usage = {{"gpu_hours", nullptr}, {"mean_utilization", nullptr}, {"idle", false}, {"idle_since", nullptr}};
+  if (account != nullptr) {
+    usage = {{"gpu_hours", account->total.gpu_seconds / 3600},
+             {"mean_utilization", or_null(account->total.mean_utilization())},
+             {"idle", accounting.idle(id, now)},
+             {"idle_since", or_null(account->idle_since)}};
+  }
+  protocol::put_efficiency(usage, account != nullptr ? efficiency_of(account->total) : GpuEfficiency{});
+  return usage;
 }
 
 }  // namespace
@@ -87,19 +91,26 @@ QueueEntry queue_entry(const Job& job) {
 }
 
 std::optional<JobUsage> Monitor::usage_of(JobId id) {
-  std::lock_guard lock(mutex_);
-  const Accounting::JobAccount* account = accounting_.job(id);
-  auto slice = slice_uses_.find(id);
-  std::optional<uint64_t> slice_used_mib;
-  if (slice != slice_uses_.end()) slice_used_mib = slice->second.used_mib;
-  if (account == nullptr) {
+  {
+    std::lock_guard lock(mutex_);
+    const Accounting::JobAccount* account = accounting_.job(id);
+    auto slice = slice_uses_.find(id);
+    std::optional<uint64_t> slice_used_mib;
+    if (slice != slice_uses_.end()) slice_used_mib = slice->second.used_mib;
+    if (account != nullptr) {
+      double now = unix_now();
+      return JobUsage{account->total.gpu_seconds / 3600, account->total.mean_utilization(),
+                      accounting_.idle(id, now) ? account->idle_since : std::nullopt, slice_used_mib,
+                      efficiency_of(account->total)};
+    }
     // Watched before its first accounting: only the slice's reading.
-    if (!slice_used_mib) return std::nullopt;
-    return JobUsage{0, std::nullopt, std::nullopt, slice_used_mib};
+    if (slice_used_mib) return JobUsage{0, std::nullopt, std::nullopt, slice_used_mib};
   }
-  double now = unix_now();
-  return JobUsage{account->total.gpu_seconds / 3600, account->total.mean_utilization(),
-                  accounting_.idle(id, now) ? account->idle_since : std::nullopt, slice_used_mib};
+  // A job that no longer runs: what the store kept of it.
+  auto stored = store_.job(id);
+  if (!stored || !*stored) return std::nullopt;
+  const UsageTally& usage = (*stored)->usage;
+  return JobUsage{usage.gpu_seconds / 3600, usage.mean_utilization(), std::nullopt, std::nullopt, efficiency_of(usage)};
 }
 
 Monitor::Monitor(MonitorSettings settings, Machine machine, GpuBackend& backend, UsageStore store,
@@ -118,8 +129,9 @@ Monitor::Monitor(MonitorSettings settings, Machine machine, GpuBackend& backend,
       accounting_(settings_.idle_flag_after_s),
       dispatch_latency_(kDispatchBounds),
       queue_wait_(kQueueWaitBounds) {
+  if (!settings_.job_mapping_dir.empty()) job_mapping_.emplace(settings_.job_mapping_dir);
   if (auto totals = store_.user_totals()) {
-    for (const auto& [user, seconds] : *totals) accounting_.seed_user(user, seconds);
+    for (const auto& [user, usage] : *totals) accounting_.seed_user(user, usage);
   } else {
     fmt::print(stderr, "gpupoold: {}\n", totals.error().message);
   }
@@ -226,12 +238,25 @@ void Monitor::take_sample() {
   }
   std::vector<GpuSample> tick;
   std::vector<XidEvent> xids;
-  std::vector<std::optional<unsigned>> utilization;
+  SampleReadings readings;
   std::vector<std::vector<MigDevice>> mig_devices;
   std::vector<std::vector<GpuProcess>> processes;
-  for (const Gpu& gpu : machine->gpus) {
+  last_energy_mj_.resize(machine->gpus.size());
+  for (size_t i = 0; i < machine->gpus.size(); ++i) {
+    const Gpu& gpu = machine->gpus[i];
     tick.push_back(sample_of(gpu, now));
-    utilization.push_back(gpu.utilization_gpu);
+    GpuTick& reading = readings.gpus.emplace_back();
+    reading.utilization = gpu.utilization_gpu;
+    reading.sm_active = gpu.sm_active;
+    reading.memory_used_mib = gpu.memory_used_mib;
+    // A counter that went back (the driver reloaded) gives no figure this once.
+    if (gpu.energy_mj && last_energy_mj_[i] && *gpu.energy_mj >= *last_energy_mj_[i]) {
+      reading.energy_j = static_cast<double>(*gpu.energy_mj - *last_energy_mj_[i]) / 1000;
+    }
+    last_energy_mj_[i] = gpu.energy_mj;
+    for (const MigDevice& device : gpu.mig_devices) {
+      if (device.activity.sm_active) reading.mig_sm_active[device.uuid] = *device.activity.sm_active;
+    }
     mig_devices.push_back(gpu.mig_devices);
     processes.push_back(gpu.processes);
   }
@@ -239,12 +264,20 @@ void Monitor::take_sample() {
     std::lock_guard lock(mutex_);
     last_error_.clear();
     // An early reading (sample_within) covers less time; a late one never more than two intervals.
-    double seconds = last_sample_time_ ? std::clamp(now - *last_sample_time_, 0.0, 2 * settings_.sample_interval_s)
-                                       : settings_.sample_interval_s;
+    double elapsed = last_sample_time_ ? std::max(0.0, now - *last_sample_time_) : settings_.sample_interval_s;
+    double seconds = std::min(elapsed, 2 * settings_.sample_interval_s);
+    // The energy of the time a late reading does not count is not counted either.
+    if (elapsed > seconds) {
+      for (GpuTick& reading : readings.gpus) {
+        if (reading.energy_j) *reading.energy_j *= seconds / elapsed;
+      }
+    }
     history_.add(tick);
     mig_devices_ = std::move(mig_devices);
     xids.swap(pending_xids_);
-    accounting_.record(now, seconds, running_, utilization, own_utilization(processes, running_, slice_processes_));
+    readings.own_utilization = own_utilization(processes, running_, slice_processes_);
+    readings.own_memory = own_memory(processes, running_, slice_processes_);
+    accounting_.record(now, seconds, running_, readings);
     last_sample_time_ = now;
     sample_duration_s_ = took;
   }
@@ -269,13 +302,18 @@ std::vector<RunningJob> Monitor::running_jobs(const QueueView& view) const {
     if (job.state != JobState::Running || job.gpus.empty()) continue;
     std::optional<uint64_t> memory;
     std::optional<uint64_t> held_mib = job.slice_mib;
+    std::optional<unsigned> gpu_instance;
     if (job.gpus.front() < machine_.gpus.size()) {
       const Gpu& gpu = machine_.gpus[job.gpus.front()];
       memory = gpu.memory_total_mib;
       // A MIG device counts as its share of the GPU's memory, as a slice does.
-      if (const MigDevice* device = mig_device_with_uuid(gpu, job.mig_uuid)) held_mib = device->memory_mib;
+      if (const MigDevice* device = mig_device_with_uuid(gpu, job.mig_uuid)) {
+        held_mib = device->memory_mib;
+        gpu_instance = device->gpu_instance_id;
+      }
     }
-    running.push_back(RunningJob{job.id, job.user, job.name, job.gpus, gpu_share(held_mib, memory), job.start_time});
+    running.push_back(RunningJob{job.id, job.user, job.name, job.gpus, gpu_share(held_mib, memory), job.start_time,
+                                 job.mig_uuid, gpu_instance});
   }
   return running;
 }
@@ -327,6 +365,22 @@ void Monitor::publish(QueueView view) {
   }
   known_running_ = std::move(now_running);
   store_usage(unsaved);
+  update_job_mapping();
+}
+
+void Monitor::update_job_mapping() {
+  if (!job_mapping_) return;
+  std::vector<RunningJob> running;
+  {
+    std::lock_guard lock(mutex_);
+    running = running_;
+  }
+  auto updated = job_mapping_->update(job_mapping_files(running, machine_.gpus.size()));
+  std::string error = updated ? "" : updated.error().message;
+  if (!error.empty() && error != job_mapping_error_) {
+    fmt::print(stderr, "gpupoold: cannot keep the job-mapping files in {}: {}\n", settings_.job_mapping_dir, error);
+  }
+  job_mapping_error_ = error;
 }
 
 void Monitor::job_ended(JobId id, double end_time) {
@@ -429,13 +483,14 @@ Result<protocol::ReportResponse> Monitor::report(std::optional<double> since) {
     const UsageTally& tally = tallies[id];
     line.gpu_hours = tally.gpu_seconds / 3600;
     line.mean_utilization = tally.mean_utilization();
+    line.efficiency = efficiency_of(tally);
     users[line.user].first += 1;
     users[line.user].second += tally;
     report.jobs.push_back(line);
   }
   for (const auto& [user, totals] : users) {
     report.users.push_back(protocol::UserUsageLine{user, totals.first, totals.second.gpu_seconds / 3600,
-                                                   totals.second.mean_utilization()});
+                                                   totals.second.mean_utilization(), efficiency_of(totals.second)});
   }
   std::stable_sort(report.users.begin(), report.users.end(),
                    [](const auto& a, const auto& b) { return a.gpu_hours > b.gpu_hours; });
@@ -480,8 +535,7 @@ std::string Monitor::metrics_text() {
       if (index < view.gpus.size()) view.gpus[index].holders.push_back(GpuHolder{job.id, job.user});
     }
     const Accounting::JobAccount* account = accounting_.job(job.id);
-    view.running_jobs.push_back(MetricsJob{job.id, job.user, account != nullptr ? account->total.gpu_seconds : 0,
-                                           account != nullptr ? account->total.mean_utilization() : std::nullopt,
+    view.running_jobs.push_back(MetricsJob{job.id, job.user, account != nullptr ? account->total : UsageTally{},
                                            accounting_.idle(job.id, now), slice_use_of(slice_uses_, job.id)});
   }
   for (const QueueEntry& job : view_->jobs) {
@@ -489,7 +543,7 @@ std::string Monitor::metrics_text() {
     if (job.state == JobState::Held) ++view.held;
     if (job.state == JobState::Running) ++view.running;
   }
-  view.user_gpu_seconds = accounting_.user_gpu_seconds();
+  view.user_usage = accounting_.user_usage();
   view.withhold_usage = settings_.private_data.usage;
   view.dispatch_latency = &dispatch_latency_;
   view.queue_wait = &queue_wait_;

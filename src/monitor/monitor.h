@@ -23,6 +23,7 @@
 #include "jobs/job.h"
 #include "jobs/private_data.h"
 #include "machine/gpu.h"
+#include "monitor/job_mapping.h"
 #include "monitor/monitor_store.h"
 #include "monitor/prometheus_metrics.h"
 #include "monitor/sample_history.h"
@@ -70,6 +71,7 @@ struct MonitorSettings {
   uint64_t state_reserve_bytes = 0;
   // HTTP has no users: its pages show only what anyone may see of the jobs.
   PrivateData private_data;
+  std::string job_mapping_dir = {};  // dcgm-exporter's job-mapping files kept there; empty: none
 };
 
 // A usage report as `viewer` may see it: under private_data, other users' lines left out
@@ -113,7 +115,8 @@ class Monitor {
   void observe_dispatch(double seconds);
   // Jobs whose latest change the job store refused and the daemon keeps trying to save.
   void set_unsaved_jobs(size_t count);
-  // A running job's usage so far (nullopt before its first sample): `gpupool jobs`'s columns.
+  // A job's usage (nullopt before its first sample, or when it never held GPUs): a running
+  // job's so far, an ended one's as stored. `gpupool jobs`'s columns, `show`'s usage lines.
   std::optional<JobUsage> usage_of(JobId id);
   // `gpupool report`: stored usage plus what is not stored yet.
   Result<protocol::ReportResponse> report(std::optional<double> since);
@@ -133,6 +136,7 @@ class Monitor {
   void xid_loop();
   std::vector<RunningJob> running_jobs(const QueueView& view) const;
   void store_usage(const std::map<JobId, Accounting::JobAccount>& unsaved);
+  void update_job_mapping();  // the loop's
 
   MonitorSettings settings_;
   const Machine machine_;
@@ -140,6 +144,8 @@ class Monitor {
   UsageStore store_;     // the loop's thread only
   std::function<void(Machine, std::vector<XidEvent>)> on_sample_;
   std::unique_ptr<XidWatch> xid_watch_;  // its thread's only
+  std::optional<JobMappingDirectory> job_mapping_;  // the loop's; nullopt without job_mapping_dir
+  std::string job_mapping_error_;                   // the last one said, so it is said once
   std::map<JobId, std::set<uint32_t>> slice_processes_;  // under mutex_
   double started_ = 0;   // Unix seconds
   std::chrono::steady_clock::time_point last_saved_;
@@ -166,6 +172,7 @@ class Monitor {
   std::optional<double> sample_duration_s_;
   size_t unsaved_jobs_ = 0;
   std::optional<double> last_sample_time_;
+  std::vector<std::optional<uint64_t>> last_energy_mj_;  // each GPU's counter at the last sample (sampler thread)
   std::string last_error_;
 
   std::thread sampler_;

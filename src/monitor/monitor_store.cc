@@ -24,8 +24,18 @@ constexpr const char* kSchema =
     " first_time REAL NOT NULL, last_time REAL NOT NULL);"
     "CREATE INDEX IF NOT EXISTS job_usage_by_time ON job_usage (last_time);";
 
+// What later versions measure, added to a table an earlier one created (sqlite::add_missing_columns).
+const std::vector<sqlite::AddedColumn> kAddedColumns = {
+    {"sm_measured_gpu_seconds", "REAL NOT NULL DEFAULT 0"},
+    {"sm_active_gpu_seconds", "REAL NOT NULL DEFAULT 0"},
+    {"energy_measured_gpu_seconds", "REAL NOT NULL DEFAULT 0"},
+    {"energy_j", "REAL NOT NULL DEFAULT 0"},
+    {"peak_memory_mib", "INTEGER"},  // NULL: never attributed
+};
+
 constexpr const char* kColumns =
-    "job_id, user, name, gpu_seconds, measured_gpu_seconds, busy_gpu_seconds, first_time, last_time";
+    "job_id, user, name, gpu_seconds, measured_gpu_seconds, busy_gpu_seconds, first_time, last_time, "
+    "sm_measured_gpu_seconds, sm_active_gpu_seconds, energy_measured_gpu_seconds, energy_j, peak_memory_mib";
 
 }  // namespace
 
@@ -34,6 +44,7 @@ Result<UsageStore> UsageStore::open(const std::string& path) {
   auto opened = sqlite::open_side_table(path, kSchema, "the job_usage table", db);
   UsageStore store(db);  // closes it on every way out
   TRY(opened);
+  TRY(sqlite::add_missing_columns(db, "job_usage", kAddedColumns));
   return store;
 }
 
@@ -51,11 +62,19 @@ UsageStore::~UsageStore() {
 Result<void> UsageStore::add(const std::vector<StoredUsage>& additions) {
   if (additions.empty()) return {};
   TRY_ASSIGN(Statement upsert,
-             prepare(db_, fmt::format("INSERT INTO job_usage ({}) VALUES (?, ?, ?, ?, ?, ?, ?, ?) "
+             prepare(db_, fmt::format("INSERT INTO job_usage ({}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
                                       "ON CONFLICT (job_id) DO UPDATE SET "
                                       "gpu_seconds = gpu_seconds + excluded.gpu_seconds, "
                                       "measured_gpu_seconds = measured_gpu_seconds + excluded.measured_gpu_seconds, "
                                       "busy_gpu_seconds = busy_gpu_seconds + excluded.busy_gpu_seconds, "
+                                      "sm_measured_gpu_seconds = sm_measured_gpu_seconds + excluded.sm_measured_gpu_seconds, "
+                                      "sm_active_gpu_seconds = sm_active_gpu_seconds + excluded.sm_active_gpu_seconds, "
+                                      "energy_measured_gpu_seconds = "
+                                      "energy_measured_gpu_seconds + excluded.energy_measured_gpu_seconds, "
+                                      "energy_j = energy_j + excluded.energy_j, "
+                                      // max() of a NULL is NULL: the known one of the two then.
+                                      "peak_memory_mib = coalesce(max(peak_memory_mib, excluded.peak_memory_mib), "
+                                      "peak_memory_mib, excluded.peak_memory_mib), "
                                       "name = excluded.name, last_time = excluded.last_time",
                                       kColumns)));
   TRY(exec(db_, "BEGIN IMMEDIATE", "starting to store accounting"));
@@ -69,6 +88,15 @@ Result<void> UsageStore::add(const std::vector<StoredUsage>& additions) {
     sqlite3_bind_double(s, 6, row.usage.busy_gpu_seconds);
     sqlite3_bind_double(s, 7, row.first_time);
     sqlite3_bind_double(s, 8, row.last_time);
+    sqlite3_bind_double(s, 9, row.usage.sm_measured_gpu_seconds);
+    sqlite3_bind_double(s, 10, row.usage.sm_active_gpu_seconds);
+    sqlite3_bind_double(s, 11, row.usage.energy_measured_gpu_seconds);
+    sqlite3_bind_double(s, 12, row.usage.energy_j);
+    if (row.usage.peak_memory_mib) {
+      sqlite3_bind_int64(s, 13, static_cast<sqlite3_int64>(*row.usage.peak_memory_mib));
+    } else {
+      sqlite3_bind_null(s, 13);
+    }
     int rc = sqlite3_step(s);
     sqlite3_reset(s);
     if (rc != SQLITE_DONE) {
@@ -107,6 +135,13 @@ Result<std::vector<StoredUsage>> UsageStore::query(const std::string& where,
     row.usage.busy_gpu_seconds = sqlite3_column_double(s, 5);
     row.first_time = sqlite3_column_double(s, 6);
     row.last_time = sqlite3_column_double(s, 7);
+    row.usage.sm_measured_gpu_seconds = sqlite3_column_double(s, 8);
+    row.usage.sm_active_gpu_seconds = sqlite3_column_double(s, 9);
+    row.usage.energy_measured_gpu_seconds = sqlite3_column_double(s, 10);
+    row.usage.energy_j = sqlite3_column_double(s, 11);
+    if (sqlite3_column_type(s, 12) != SQLITE_NULL) {
+      row.usage.peak_memory_mib = static_cast<uint64_t>(sqlite3_column_int64(s, 12));
+    }
     rows.push_back(std::move(row));
   }
   if (rc != SQLITE_DONE) return database_error(db_, "reading accounting");
@@ -121,10 +156,10 @@ Result<std::optional<StoredUsage>> UsageStore::job(JobId id) const {
 
 Result<std::vector<StoredUsage>> UsageStore::since(double since) const { return query("last_time >= ?", since); }
 
-Result<std::map<std::string, double>> UsageStore::user_totals() const {
+Result<std::map<std::string, UsageTally>> UsageStore::user_totals() const {
   TRY_ASSIGN(std::vector<StoredUsage> rows, since(0));
-  std::map<std::string, double> totals;
-  for (const StoredUsage& row : rows) totals[row.user] += row.usage.gpu_seconds;
+  std::map<std::string, UsageTally> totals;
+  for (const StoredUsage& row : rows) totals[row.user] += row.usage;
   return totals;
 }
 

@@ -1,7 +1,8 @@
 // Where the accounting outlives the daemon: a table `job_usage` in the jobs database
 // (gpupool.db), one row per job that held GPUs, added to while the job runs (every minute and
 // when it stops). A table of its own rather than columns of `jobs`: created when missing, so
-// the jobs schema and its version stay as they are, and an older gpupoold ignores it.
+// the jobs schema and its version stay as they are, and an older gpupoold ignores it; columns a
+// later version measures are added to an older table.
 // Used on the daemon's thread only.
 #pragma once
 
@@ -42,8 +43,8 @@ class UsageStore {
   Result<std::optional<StoredUsage>> job(JobId id) const;
   // Jobs that held GPUs at or after `since`, in id order.
   Result<std::vector<StoredUsage>> since(double since) const;
-  // GPU-seconds per user, all time.
-  Result<std::map<std::string, double>> user_totals() const;
+  // Each user's usage, all time.
+  Result<std::map<std::string, UsageTally>> user_totals() const;
 
  private:
   explicit UsageStore(sqlite3* db) : db_(db) {}

@@ -1,5 +1,6 @@
 #include "monitor/monitor_store.h"
 
+#include <sqlite3.h>
 #include <stdlib.h>
 
 #include <filesystem>
@@ -17,7 +18,7 @@ StoredUsage usage(JobId id, const std::string& user, double gpu_seconds, double 
   row.id = id;
   row.user = user;
   row.name = "job" + std::to_string(id);
-  row.usage.add(gpu_seconds, utilization);
+  row.usage.add(gpu_seconds, {.utilization = utilization});
   row.first_time = first;
   row.last_time = last;
   return row;
@@ -139,8 +140,57 @@ TEST_F(MonitorStoreTest, UserTotalsSumEveryJob) {
   auto totals = store_->user_totals();
   ASSERT_TRUE(totals.ok()) << totals.error().message;
   ASSERT_EQ(totals->size(), 2u);
-  EXPECT_DOUBLE_EQ(totals->at("ana"), 13.5);
-  EXPECT_DOUBLE_EQ(totals->at("bob"), 7.5);
+  EXPECT_DOUBLE_EQ(totals->at("ana").gpu_seconds, 13.5);
+  EXPECT_DOUBLE_EQ(totals->at("bob").gpu_seconds, 7.5);
+}
+
+TEST_F(MonitorStoreTest, EfficiencyAddsUpAndKeepsTheLargerPeak) {
+  ASSERT_NO_FATAL_FAILURE(open_store());
+  StoredUsage first = usage(1, "ana", 10, 100, 110);
+  first.usage.add(0, {.sm_active_seconds = 4.0, .energy_j = 900.0, .memory_mib = 2048u});
+  StoredUsage unmeasured = usage(1, "ana", 10, 100, 120);  // no peak: the stored one stays
+  StoredUsage second = usage(1, "ana", 10, 100, 130);
+  second.usage.add(0, {.sm_active_seconds = 1.0, .energy_j = 100.0, .memory_mib = 1024u});
+  ASSERT_NO_FATAL_FAILURE(add({first}));
+  ASSERT_NO_FATAL_FAILURE(add({unmeasured}));
+  ASSERT_NO_FATAL_FAILURE(add({second}));
+  auto row = job(1);
+  ASSERT_TRUE(row);
+  EXPECT_DOUBLE_EQ(row->usage.sm_active_gpu_seconds, 5);
+  EXPECT_DOUBLE_EQ(row->usage.energy_j, 1000);
+  EXPECT_EQ(row->usage.peak_memory_mib, 2048u);
+
+  // A job whose memory was never attributed keeps no peak.
+  ASSERT_NO_FATAL_FAILURE(add({usage(2, "bob", 10, 100, 110)}));
+  EXPECT_EQ(job(2)->usage.peak_memory_mib, std::nullopt);
+}
+
+TEST_F(MonitorStoreTest, AnOlderTableGetsTheNewColumnsAndKeepsItsRows) {
+  {
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open(path_.c_str(), &db), SQLITE_OK);
+    ASSERT_EQ(sqlite3_exec(db,
+                           "CREATE TABLE job_usage (job_id INTEGER PRIMARY KEY, user TEXT NOT NULL, name TEXT NOT NULL,"
+                           " gpu_seconds REAL NOT NULL, measured_gpu_seconds REAL NOT NULL, busy_gpu_seconds REAL NOT "
+                           "NULL, first_time REAL NOT NULL, last_time REAL NOT NULL);"
+                           "INSERT INTO job_usage VALUES (4, 'ana', 'old', 36, 36, 18, 1, 2);",
+                           nullptr, nullptr, nullptr),
+              SQLITE_OK);
+    sqlite3_close(db);
+  }
+  ASSERT_NO_FATAL_FAILURE(open_store());
+  auto old = job(4);
+  ASSERT_TRUE(old);
+  EXPECT_DOUBLE_EQ(old->usage.gpu_seconds, 36);
+  EXPECT_DOUBLE_EQ(old->usage.sm_measured_gpu_seconds, 0);
+  EXPECT_EQ(old->usage.peak_memory_mib, std::nullopt);
+  StoredUsage more = usage(4, "ana", 4, 1, 3);
+  more.usage.add(0, {.energy_j = 50.0, .memory_mib = 10u});
+  ASSERT_NO_FATAL_FAILURE(add({more}));
+  EXPECT_DOUBLE_EQ(job(4)->usage.energy_j, 50);
+  EXPECT_EQ(job(4)->usage.peak_memory_mib, 10u);
+  ASSERT_NO_FATAL_FAILURE(open_store());  // again: nothing left to add
+  EXPECT_DOUBLE_EQ(job(4)->usage.gpu_seconds, 40);
 }
 
 TEST_F(MonitorStoreTest, ReopeningKeepsTheRows) {

@@ -94,6 +94,46 @@ void histogram(Buffer& out, std::string_view name, std::string_view help, const 
                  name, number(h.sum()), name, h.count());
 }
 
+// A series of each user's or running job's usage; absent where value() is nullopt (never measured).
+struct UsageMetric {
+  const char* name;
+  const char* help;
+  std::optional<double> (*value)(const UsageTally&);
+};
+
+std::optional<double> measured_sm_active(const UsageTally& usage) {
+  if (usage.sm_measured_gpu_seconds <= 0) return std::nullopt;
+  return usage.sm_active_gpu_seconds;
+}
+
+std::optional<double> measured_energy(const UsageTally& usage) {
+  if (usage.energy_measured_gpu_seconds <= 0) return std::nullopt;
+  return usage.energy_j;
+}
+
+const UsageMetric kUserMetrics[] = {
+    {"gpupool_user_gpu_seconds_total", "GPU time of each user's jobs (GPU-seconds; a slice counts its share of the GPU).",
+     [](const UsageTally& u) { return std::optional(u.gpu_seconds); }},
+    {"gpupool_user_sm_active_gpu_seconds_total",
+     "GPU time each user's jobs kept the SMs busy (GPU-seconds weighted by SM activity).", measured_sm_active},
+    {"gpupool_user_energy_joules_total", "Energy of each user's jobs (their part of their GPUs', in J).",
+     measured_energy},
+};
+
+const UsageMetric kJobMetrics[] = {
+    {"gpupool_job_gpu_seconds", "GPU time of each running job so far (GPU-seconds).",
+     [](const UsageTally& u) { return std::optional(u.gpu_seconds); }},
+    {"gpupool_job_mean_utilization", "Mean utilisation of a running job's GPUs (in %).",
+     [](const UsageTally& u) { return u.mean_utilization(); }},
+    {"gpupool_job_sm_active_gpu_seconds",
+     "GPU time a running job kept the SMs busy so far (GPU-seconds weighted by SM activity).", measured_sm_active},
+    {"gpupool_job_energy_joules", "Energy of a running job so far (its part of its GPUs', in J).", measured_energy},
+    {"gpupool_job_peak_memory_bytes", "The most GPU memory a running job has used on one of its GPUs.",
+     [](const UsageTally& u) {
+       return u.peak_memory_mib ? std::optional(static_cast<double>(*u.peak_memory_mib) * 1024 * 1024) : std::nullopt;
+     }},
+};
+
 // The slice watchdog's view of each watched slice job: what its processes use on the GPU where
 // they use most of its slice, and whether that is past the slice.
 void render_slice_uses(Buffer& out, const std::vector<MetricsJob>& jobs) {
@@ -199,28 +239,30 @@ std::string render_metrics(const MetricsView& view) {
     }
   }
 
-  if (!view.user_gpu_seconds.empty() && !view.withhold_usage) {
-    header(out, "gpupool_user_gpu_seconds_total", "counter",
-           "GPU time of each user's jobs (GPU-seconds; a slice counts its share of the GPU).");
-    for (const auto& [user, seconds] : view.user_gpu_seconds) {
-      fmt::format_to(put, "gpupool_user_gpu_seconds_total{{user=\"{}\"}} {}\n", escape_label_value(user),
-                     number(seconds));
+  if (!view.withhold_usage) {
+    for (const UsageMetric& metric : kUserMetrics) {
+      bool any = false;
+      for (const auto& [user, usage] : view.user_usage) {
+        std::optional<double> value = metric.value(usage);
+        if (!value) continue;
+        if (!any) header(out, metric.name, "counter", metric.help);
+        any = true;
+        fmt::format_to(put, "{}{{user=\"{}\"}} {}\n", metric.name, escape_label_value(user), number(*value));
+      }
     }
   }
 
   if (!view.running_jobs.empty() && !view.withhold_usage) {
-    header(out, "gpupool_job_gpu_seconds", "gauge", "GPU time of each running job so far (GPU-seconds).");
-    for (const MetricsJob& job : view.running_jobs) {
-      fmt::format_to(put, "gpupool_job_gpu_seconds{{job_id=\"{}\",user=\"{}\"}} {}\n", job.id,
-                     escape_label_value(job.user), number(job.gpu_seconds));
-    }
-    bool any = false;
-    for (const MetricsJob& job : view.running_jobs) {
-      if (!job.mean_utilization) continue;
-      if (!any) header(out, "gpupool_job_mean_utilization", "gauge", "Mean utilisation of a running job's GPUs (in %).");
-      any = true;
-      fmt::format_to(put, "gpupool_job_mean_utilization{{job_id=\"{}\",user=\"{}\"}} {}\n", job.id,
-                     escape_label_value(job.user), number(*job.mean_utilization));
+    for (const UsageMetric& metric : kJobMetrics) {
+      bool any = false;
+      for (const MetricsJob& job : view.running_jobs) {
+        std::optional<double> value = metric.value(job.usage);
+        if (!value) continue;
+        if (!any) header(out, metric.name, "gauge", metric.help);
+        any = true;
+        fmt::format_to(put, "{}{{job_id=\"{}\",user=\"{}\"}} {}\n", metric.name, job.id,
+                       escape_label_value(job.user), number(*value));
+      }
     }
     header(out, "gpupool_job_idle", "gauge",
            "1 while a running job has held its GPUs at about 0 % utilisation for longer than idle_flag_after.");

@@ -13,6 +13,7 @@
 #include "jobs/job.h"
 #include "machine/gpu.h"
 #include "monitor/sample_history.h"
+#include "monitor/usage_accounting.h"
 #include "sched/slice_watch.h"
 
 namespace gpupool {
@@ -58,8 +59,7 @@ struct MetricsGpu {
 struct MetricsJob {
   JobId id = 0;
   std::string user;
-  double gpu_seconds = 0;
-  std::optional<double> mean_utilization;
+  UsageTally usage;  // so far
   bool idle = false;
   std::optional<SliceUse> slice;  // a watched slice job's worst GPU (sched/slice_watch.h)
 };
@@ -76,7 +76,7 @@ struct MetricsView {
   std::vector<MetricsGpu> gpus;
   unsigned queued = 0, held = 0, running = 0;
   std::vector<MetricsJob> running_jobs;
-  std::map<std::string, double> user_gpu_seconds;
+  std::map<std::string, UsageTally> user_usage;
   // private_data's usage: per-user and per-job series are left out (the idle count stays).
   bool withhold_usage = false;
   const Histogram* dispatch_latency = nullptr;

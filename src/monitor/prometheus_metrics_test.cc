@@ -7,6 +7,19 @@
 namespace gpupool {
 namespace {
 
+UsageTally held_for(double gpu_seconds, std::optional<unsigned> utilization = std::nullopt) {
+  UsageTally usage;
+  usage.add(gpu_seconds, {.utilization = utilization});
+  return usage;
+}
+
+// A job on Hopper: its SM activity, energy and peak memory measured.
+UsageTally measured_tally() {
+  UsageTally usage;
+  usage.add(3600.5, {.utilization = 50u, .sm_active_seconds = 1800.0, .energy_j = 720000.0, .memory_mib = 1024u});
+  return usage;
+}
+
 Gpu identity(unsigned index, std::string uuid, std::string bus, std::optional<unsigned> minor = std::nullopt) {
   Gpu gpu;
   gpu.index = index;
@@ -103,8 +116,8 @@ TEST(PrometheusMetrics, RendersASmallMachineExactly) {
   view.queued = 2;
   view.held = 1;
   view.running = 1;
-  view.running_jobs.push_back(MetricsJob{7, "ana", 3600.5, 90, false, std::nullopt});
-  view.user_gpu_seconds = {{"ana", 3600.5}, {"bob", 10}};
+  view.running_jobs.push_back(MetricsJob{7, "ana", measured_tally(), false, std::nullopt});
+  view.user_usage = {{"ana", measured_tally()}, {"bob", held_for(10)}};
   view.sample_duration_s = 0.25;
 
   const std::string g0 = R"(gpu="0",UUID="GPU-0",pci_bus_id="00000000:18:00.0",device="nvidia0",)"
@@ -172,12 +185,29 @@ TEST(PrometheusMetrics, RendersASmallMachineExactly) {
       "# TYPE gpupool_user_gpu_seconds_total counter\n"
       "gpupool_user_gpu_seconds_total{user=\"ana\"} 3600.5\n"
       "gpupool_user_gpu_seconds_total{user=\"bob\"} 10\n"
+      "# HELP gpupool_user_sm_active_gpu_seconds_total GPU time each user's jobs kept the SMs busy (GPU-seconds "
+      "weighted by SM activity).\n"
+      "# TYPE gpupool_user_sm_active_gpu_seconds_total counter\n"
+      "gpupool_user_sm_active_gpu_seconds_total{user=\"ana\"} 1800\n"
+      "# HELP gpupool_user_energy_joules_total Energy of each user's jobs (their part of their GPUs', in J).\n"
+      "# TYPE gpupool_user_energy_joules_total counter\n"
+      "gpupool_user_energy_joules_total{user=\"ana\"} 720000\n"
       "# HELP gpupool_job_gpu_seconds GPU time of each running job so far (GPU-seconds).\n"
       "# TYPE gpupool_job_gpu_seconds gauge\n"
       "gpupool_job_gpu_seconds{job_id=\"7\",user=\"ana\"} 3600.5\n"
       "# HELP gpupool_job_mean_utilization Mean utilisation of a running job's GPUs (in %).\n"
       "# TYPE gpupool_job_mean_utilization gauge\n"
-      "gpupool_job_mean_utilization{job_id=\"7\",user=\"ana\"} 90\n"
+      "gpupool_job_mean_utilization{job_id=\"7\",user=\"ana\"} 50\n"
+      "# HELP gpupool_job_sm_active_gpu_seconds GPU time a running job kept the SMs busy so far (GPU-seconds "
+      "weighted by SM activity).\n"
+      "# TYPE gpupool_job_sm_active_gpu_seconds gauge\n"
+      "gpupool_job_sm_active_gpu_seconds{job_id=\"7\",user=\"ana\"} 1800\n"
+      "# HELP gpupool_job_energy_joules Energy of a running job so far (its part of its GPUs', in J).\n"
+      "# TYPE gpupool_job_energy_joules gauge\n"
+      "gpupool_job_energy_joules{job_id=\"7\",user=\"ana\"} 720000\n"
+      "# HELP gpupool_job_peak_memory_bytes The most GPU memory a running job has used on one of its GPUs.\n"
+      "# TYPE gpupool_job_peak_memory_bytes gauge\n"
+      "gpupool_job_peak_memory_bytes{job_id=\"7\",user=\"ana\"} 1073741824\n"
       "# HELP gpupool_job_idle 1 while a running job has held its GPUs at about 0 % utilisation for longer "
       "than idle_flag_after.\n"
       "# TYPE gpupool_job_idle gauge\n"
@@ -215,8 +245,8 @@ TEST(PrometheusMetrics, GpuWithoutASampleHasNoGpuSeries) {
 
 TEST(PrometheusMetrics, JobsWithoutMeanUtilizationHaveNoSeries) {
   MetricsView view;
-  view.running_jobs.push_back(MetricsJob{1, "ana", 5, std::nullopt, true, std::nullopt});
-  view.running_jobs.push_back(MetricsJob{2, "bob", 5, std::nullopt, true, std::nullopt});
+  view.running_jobs.push_back(MetricsJob{1, "ana", held_for(5), true, std::nullopt});
+  view.running_jobs.push_back(MetricsJob{2, "bob", held_for(5), true, std::nullopt});
   std::string text = render_metrics(view);
   EXPECT_EQ(text.find("gpupool_job_mean_utilization"), std::string::npos);
   EXPECT_NE(text.find("gpupool_job_idle{job_id=\"2\",user=\"bob\"} 1\n"), std::string::npos);
@@ -225,9 +255,9 @@ TEST(PrometheusMetrics, JobsWithoutMeanUtilizationHaveNoSeries) {
 
 TEST(PrometheusMetrics, WatchedSliceJobsShowTheirUseAndWhetherItIsPastTheSlice) {
   MetricsView view;
-  view.running_jobs.push_back(MetricsJob{1, "ana", 5, std::nullopt, false, SliceUse{1, 3, 31949, 20480, 0}});
-  view.running_jobs.push_back(MetricsJob{2, "bob", 5, std::nullopt, false, SliceUse{2, 3, 1000, 20480, 0}});
-  view.running_jobs.push_back(MetricsJob{3, "cy", 5, std::nullopt, false, std::nullopt});  // whole GPUs
+  view.running_jobs.push_back(MetricsJob{1, "ana", held_for(5), false, SliceUse{1, 3, 31949, 20480, 0}});
+  view.running_jobs.push_back(MetricsJob{2, "bob", held_for(5), false, SliceUse{2, 3, 1000, 20480, 0}});
+  view.running_jobs.push_back(MetricsJob{3, "cy", held_for(5), false, std::nullopt});  // whole GPUs
   std::string text = render_metrics(view);
   EXPECT_NE(text.find("gpupool_job_slice_used_bytes{job_id=\"1\",user=\"ana\",gpu=\"3\"} 33500954624\n"),
             std::string::npos);
@@ -253,7 +283,7 @@ TEST(PrometheusMetrics, EscapesLabelsInTheOutput) {
   MetricsView view;
   view.hostname = "node\n1";
   view.gpus.push_back(MetricsGpu{&gpu, full_sample(), {GpuHolder{4, "o\"brien"}}, true, 0, false});
-  view.user_gpu_seconds = {{"back\\slash", 1}};
+  view.user_usage = {{"back\\slash", held_for(1)}};
   std::string text = render_metrics(view);
   EXPECT_NE(text.find(R"(modelName="H200 \"SXM\" \\ 141GB",Hostname="node\n1",job_id="4",user="o\"brien"})"),
             std::string::npos)

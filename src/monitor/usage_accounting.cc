@@ -4,23 +4,62 @@
 
 namespace gpupool {
 
-void UsageTally::add(double gpu_seconds_held, std::optional<unsigned> utilization) {
+namespace {
+
+std::optional<uint64_t> larger(std::optional<uint64_t> a, std::optional<uint64_t> b) {
+  if (!a) return b;
+  if (!b) return a;
+  return std::max(*a, *b);
+}
+
+}  // namespace
+
+void UsageTally::add(double gpu_seconds_held, const HeldReading& reading) {
   gpu_seconds += gpu_seconds_held;
-  if (!utilization) return;
-  measured_gpu_seconds += gpu_seconds_held;
-  busy_gpu_seconds += gpu_seconds_held * std::min(*utilization, 100u) / 100.0;
+  if (reading.utilization) {
+    measured_gpu_seconds += gpu_seconds_held;
+    busy_gpu_seconds += gpu_seconds_held * std::min(*reading.utilization, 100u) / 100.0;
+  }
+  if (reading.sm_active_seconds) {
+    sm_measured_gpu_seconds += gpu_seconds_held;
+    sm_active_gpu_seconds += std::max(0.0, *reading.sm_active_seconds);
+  }
+  if (reading.energy_j) {
+    energy_measured_gpu_seconds += gpu_seconds_held;
+    energy_j += std::max(0.0, *reading.energy_j);
+  }
+  peak_memory_mib = larger(peak_memory_mib, reading.memory_mib);
 }
 
 UsageTally& UsageTally::operator+=(const UsageTally& other) {
   gpu_seconds += other.gpu_seconds;
   measured_gpu_seconds += other.measured_gpu_seconds;
   busy_gpu_seconds += other.busy_gpu_seconds;
+  sm_measured_gpu_seconds += other.sm_measured_gpu_seconds;
+  sm_active_gpu_seconds += other.sm_active_gpu_seconds;
+  energy_measured_gpu_seconds += other.energy_measured_gpu_seconds;
+  energy_j += other.energy_j;
+  peak_memory_mib = larger(peak_memory_mib, other.peak_memory_mib);
   return *this;
 }
 
 std::optional<double> UsageTally::mean_utilization() const {
   if (measured_gpu_seconds <= 0) return std::nullopt;
   return std::min(100.0, 100.0 * busy_gpu_seconds / measured_gpu_seconds);  // not above by rounding
+}
+
+std::optional<double> UsageTally::sm_efficiency() const {
+  if (sm_measured_gpu_seconds <= 0) return std::nullopt;
+  return sm_active_gpu_seconds / sm_measured_gpu_seconds;
+}
+
+GpuEfficiency efficiency_of(const UsageTally& tally) {
+  GpuEfficiency efficiency;
+  if (tally.sm_measured_gpu_seconds > 0) efficiency.sm_active_gpu_hours = tally.sm_active_gpu_seconds / 3600;
+  efficiency.sm_efficiency = tally.sm_efficiency();
+  if (tally.energy_measured_gpu_seconds > 0) efficiency.energy_kwh = tally.energy_j / 3.6e6;
+  efficiency.peak_memory_mib = tally.peak_memory_mib;
+  return efficiency;
 }
 
 double gpu_share(std::optional<uint64_t> slice_mib, std::optional<uint64_t> memory_total_mib) {
@@ -38,10 +77,10 @@ double gpus_held(const RunningJob& job) { return job.share * static_cast<double>
 void Accounting::add_unmeasured(JobAccount& account, double seconds) {
   if (seconds <= 0 || account.gpus_held <= 0) return;
   UsageTally held;
-  held.add(account.gpus_held * seconds, std::nullopt);
+  held.add(account.gpus_held * seconds, {});
   account.total += held;
   account.unsaved += held;
-  user_gpu_seconds_[account.user] += held.gpu_seconds;
+  user_usage_[account.user] += held;
 }
 
 void Accounting::started(const RunningJob& job, double since, double now) {
@@ -79,8 +118,70 @@ OwnUtilization own_utilization(const std::vector<std::vector<GpuProcess>>& proce
   return own;
 }
 
+OwnMemory own_memory(const std::vector<std::vector<GpuProcess>>& processes_by_gpu, const std::vector<RunningJob>& running,
+                     const std::map<JobId, std::set<uint32_t>>& pids) {
+  OwnMemory own;
+  for (const RunningJob& job : running) {
+    auto mine = pids.find(job.id);
+    if (mine == pids.end()) continue;
+    for (unsigned gpu : job.gpus) {
+      if (gpu >= processes_by_gpu.size() || processes_by_gpu[gpu].empty()) continue;
+      uint64_t sum = 0;
+      for (const GpuProcess& process : processes_by_gpu[gpu]) {
+        if (mine->second.contains(process.pid)) sum += process.used_memory_mib.value_or(0);
+      }
+      own[job.id][gpu] = sum;
+    }
+  }
+  return own;
+}
+
+namespace {
+
+template <typename T>
+std::optional<T> own_figure(const std::map<JobId, std::map<unsigned, T>>& figures, JobId job, unsigned gpu) {
+  auto of_job = figures.find(job);
+  if (of_job == figures.end()) return std::nullopt;
+  auto figure = of_job->second.find(gpu);
+  return figure == of_job->second.end() ? std::nullopt : std::optional<T>(figure->second);
+}
+
+// The jobs holding each GPU in this tick, by index.
+std::map<unsigned, std::vector<JobId>> holders_of(const std::vector<RunningJob>& running) {
+  std::map<unsigned, std::vector<JobId>> holders;
+  for (const RunningJob& job : running) {
+    for (unsigned gpu : job.gpus) holders[gpu].push_back(job.id);
+  }
+  return holders;
+}
+
+// The GPU's SM-active seconds over `seconds` that are `job`'s: all of them for the only holder,
+// its GPU instance's for a MIG job, else its part by the holders' own utilisation.
+std::optional<double> sm_active_seconds(const RunningJob& job, unsigned gpu, const GpuTick& tick, double seconds,
+                                        const std::vector<JobId>& holders, const OwnUtilization& own) {
+  if (!job.mig_uuid.empty()) {
+    auto instance = tick.mig_sm_active.find(job.mig_uuid);
+    if (instance == tick.mig_sm_active.end()) return std::nullopt;
+    return std::clamp(instance->second, 0.0, 1.0) * seconds * job.share;
+  }
+  if (!tick.sm_active) return std::nullopt;
+  double card = std::clamp(*tick.sm_active, 0.0, 1.0) * seconds;
+  if (holders.size() <= 1) return card;
+  unsigned sum = 0;
+  for (JobId holder : holders) {
+    std::optional<unsigned> figure = own_figure(own, holder, gpu);
+    if (!figure) return std::nullopt;
+    sum += *figure;
+  }
+  if (sum == 0) return 0.0;
+  return card * *own_figure(own, job.id, gpu) / sum;
+}
+
+}  // namespace
+
 void Accounting::record(double now, double seconds, const std::vector<RunningJob>& running,
-                        const std::vector<std::optional<unsigned>>& utilization, const OwnUtilization& own) {
+                        const SampleReadings& sample) {
+  std::map<unsigned, std::vector<JobId>> holders = holders_of(running);
   for (const RunningJob& job : running) {
     JobAccount& account = jobs_[job.id];
     if (account.ended) continue;
@@ -92,20 +193,29 @@ void Accounting::record(double now, double seconds, const std::vector<RunningJob
     double held_seconds = account.last_time == 0 ? seconds : std::clamp(now - account.last_time, 0.0, seconds);
     account.last_time = now;
     bool idle = !job.gpus.empty();
-    UsageTally tick;
-    auto own_figures = own.find(job.id);
+    UsageTally tally;
     for (unsigned gpu : job.gpus) {
-      std::optional<unsigned> busy = gpu < utilization.size() ? utilization[gpu] : std::nullopt;
-      if (own_figures != own.end()) {
-        if (auto figure = own_figures->second.find(gpu); figure != own_figures->second.end()) busy = figure->second;
+      static const GpuTick kNoReading;
+      const GpuTick& gpu_tick = gpu < sample.gpus.size() ? sample.gpus[gpu] : kNoReading;
+      HeldReading reading;
+      reading.utilization = own_figure(sample.own_utilization, job.id, gpu);
+      if (!reading.utilization) reading.utilization = gpu_tick.utilization;
+      reading.sm_active_seconds =
+          sm_active_seconds(job, gpu, gpu_tick, held_seconds, holders[gpu], sample.own_utilization);
+      // The card's energy counts for the part of the tick the job held it.
+      if (gpu_tick.energy_j && seconds > 0) reading.energy_j = *gpu_tick.energy_j * job.share * held_seconds / seconds;
+      reading.memory_mib = own_figure(sample.own_memory, job.id, gpu);
+      // A whole GPU's memory is its holder's; a shared one's is told apart only by its processes.
+      if (!reading.memory_mib && holders[gpu].size() == 1 && job.mig_uuid.empty() && job.share >= 1) {
+        reading.memory_mib = gpu_tick.memory_used_mib;
       }
-      tick.add(job.share * held_seconds, busy);
+      tally.add(job.share * held_seconds, reading);
       // A GPU that does not report its utilisation is never taken for idle.
-      idle = idle && busy && *busy <= kIdleUtilizationPercent;
+      idle = idle && reading.utilization && *reading.utilization <= kIdleUtilizationPercent;
     }
-    account.total += tick;
-    account.unsaved += tick;
-    user_gpu_seconds_[job.user] += tick.gpu_seconds;
+    account.total += tally;
+    account.unsaved += tally;
+    user_usage_[job.user] += tally;
     if (!idle) {
       account.idle_since.reset();
     } else if (!account.idle_since) {
@@ -129,7 +239,7 @@ void Accounting::seed_job(JobId id, const std::string& user, const UsageTally& s
   account.first_time = first_time;
 }
 
-void Accounting::seed_user(const std::string& user, double gpu_seconds) { user_gpu_seconds_[user] += gpu_seconds; }
+void Accounting::seed_user(const std::string& user, const UsageTally& stored) { user_usage_[user] += stored; }
 
 const Accounting::JobAccount* Accounting::job(JobId id) const {
   auto it = jobs_.find(id);

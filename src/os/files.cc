@@ -95,6 +95,16 @@ Result<UniqueFile> create_unique_file(const std::string& prefix, const std::stri
   return UniqueFile{Fd(fd), std::move(path)};
 }
 
+Result<void> replace_file(const std::string& path, std::string_view text, mode_t mode) {
+  TRY_ASSIGN(UniqueFile temp, create_unique_file(path + ".", ".tmp"));
+  Result<void> written = change_mode(temp.fd.get(), mode);
+  if (written) written = write_all(temp.fd.get(), text);
+  temp.fd.reset();
+  if (written) written = rename_file(temp.path, path);
+  if (!written) (void)remove_file(temp.path);
+  return written;
+}
+
 Result<void> write_all(int fd, std::string_view data) {
   while (!data.empty()) {
     ssize_t n = ::write(fd, data.data(), data.size());

@@ -58,6 +58,11 @@ struct UniqueFile {
 // nobody can have planted a file or link under a name nobody could guess.
 Result<UniqueFile> create_unique_file(const std::string& prefix, const std::string& suffix);
 
+// Puts `text` at `path` whole or not at all: written to a new file under a name nobody can guess
+// beside it (a file or link planted under a predictable name would be written through), then
+// renamed over `path`, so a reader sees the old text or the new, never part of it.
+Result<void> replace_file(const std::string& path, std::string_view text, mode_t mode);
+
 // Writes all of `data`, however many write(2) calls it takes.
 Result<void> write_all(int fd, std::string_view data);
 // What is left to read, up to the end of the file (or until the writer closes a pipe).

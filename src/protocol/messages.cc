@@ -618,22 +618,24 @@ json response_json(const Ack&) { return {{"ok", true}}; }
 json response_json(const ReportResponse& response) {
   json users = json::array();
   for (const UserUsageLine& line : response.users) {
-    users.push_back({{"user", line.user},
-                     {"jobs", line.jobs},
-                     {"gpu_hours", line.gpu_hours},
-                     {"mean_utilization", or_null(line.mean_utilization)}});
+    json& user = users.emplace_back(json{{"user", line.user},
+                                         {"jobs", line.jobs},
+                                         {"gpu_hours", line.gpu_hours},
+                                         {"mean_utilization", or_null(line.mean_utilization)}});
+    put_efficiency(user, line.efficiency);
   }
   json jobs = json::array();
   for (const JobUsageLine& line : response.jobs) {
-    jobs.push_back({{"id", line.id},
-                    {"user", line.user},
-                    {"name", line.name},
-                    {"gpu_hours", line.gpu_hours},
-                    {"mean_utilization", or_null(line.mean_utilization)},
-                    {"first_time", line.first_time},
-                    {"last_time", line.last_time},
-                    {"running", line.running},
-                    {"idle", line.idle}});
+    json& job = jobs.emplace_back(json{{"id", line.id},
+                                       {"user", line.user},
+                                       {"name", line.name},
+                                       {"gpu_hours", line.gpu_hours},
+                                       {"mean_utilization", or_null(line.mean_utilization)},
+                                       {"first_time", line.first_time},
+                                       {"last_time", line.last_time},
+                                       {"running", line.running},
+                                       {"idle", line.idle}});
+    put_efficiency(job, line.efficiency);
   }
   return {{"ok", true},
           {"report", {{"since", or_null(response.since)}, {"users", std::move(users)}, {"jobs", std::move(jobs)}}}};
@@ -668,6 +670,21 @@ Result<double> as_hours(const json& value, const Field& field) {
   return fail("{} must be a number of hours of at least 0", quoted(field));
 }
 
+Result<double> as_amount(const json& value, const Field& field) {
+  if (value.is_number() && std::isfinite(value.get<double>()) && value.get<double>() >= 0)
+    return value.get<double>();
+  return fail("{} must be a number of at least 0", quoted(field));
+}
+
+Result<GpuEfficiency> as_efficiency(const json& value) {
+  GpuEfficiency efficiency;
+  TRY_ASSIGN(efficiency.sm_active_gpu_hours, maybe(value, "sm_active_gpu_hours", as_hours));
+  TRY_ASSIGN(efficiency.sm_efficiency, maybe(value, "sm_efficiency", as_amount));
+  TRY_ASSIGN(efficiency.energy_kwh, maybe(value, "energy_kwh", as_amount));
+  TRY_ASSIGN(efficiency.peak_memory_mib, maybe(value, "peak_memory_mib", whole_from<uint64_t>(0)));
+  return efficiency;
+}
+
 Result<double> as_percent(const json& value, const Field& field) {
   if (value.is_number() && value.get<double>() >= 0 && value.get<double>() <= 100) return value.get<double>();
   return fail("{} must be a percentage from 0 to 100", quoted(field));
@@ -680,6 +697,7 @@ Result<UserUsageLine> as_user_usage(const json& value, const Field& field) {
   TRY_ASSIGN(line.jobs, defaulted(value, "jobs", 0u, whole_from<unsigned>(0)));
   TRY_ASSIGN(line.gpu_hours, required(value, "gpu_hours", as_hours));
   TRY_ASSIGN(line.mean_utilization, maybe(value, "mean_utilization", as_percent));
+  TRY_ASSIGN(line.efficiency, as_efficiency(value));
   return line;
 }
 
@@ -695,6 +713,7 @@ Result<JobUsageLine> as_job_usage(const json& value, const Field& field) {
   TRY_ASSIGN(line.last_time, defaulted(value, "last_time", 0.0, as_time));
   TRY_ASSIGN(line.running, defaulted(value, "running", false, as_flag));
   TRY_ASSIGN(line.idle, defaulted(value, "idle", false, as_flag));
+  TRY_ASSIGN(line.efficiency, as_efficiency(value));
   return line;
 }
 
@@ -705,6 +724,7 @@ Result<JobUsage> as_usage(const json& value, const Field& field) {
   TRY_ASSIGN(usage.mean_utilization, maybe(value, "mean_utilization", as_percent));
   TRY_ASSIGN(usage.idle_since, maybe(value, "idle_since", as_time));
   TRY_ASSIGN(usage.slice_used_mib, maybe(value, "slice_used_mib", whole_from<uint64_t>(0)));
+  TRY_ASSIGN(usage.efficiency, as_efficiency(value));
   return usage;
 }
 
@@ -907,6 +927,13 @@ Result<Response> parse_response(std::string_view line) {
   return parse_line(line, "response", response_from_json);
 }
 
+void put_efficiency(nlohmann::json& object, const GpuEfficiency& efficiency) {
+  object["sm_active_gpu_hours"] = or_null(efficiency.sm_active_gpu_hours);
+  object["sm_efficiency"] = or_null(efficiency.sm_efficiency);
+  object["energy_kwh"] = or_null(efficiency.energy_kwh);
+  object["peak_memory_mib"] = or_null(efficiency.peak_memory_mib);
+}
+
 nlohmann::json event_to_json(const Event& event) {
   json object = {{"seq", event.seq},
                  {"time", event.time},
@@ -955,6 +982,7 @@ nlohmann::json job_to_json(const Job& job) {
                        {"mean_utilization", or_null(job.usage->mean_utilization)},
                        {"idle_since", or_null(job.usage->idle_since)},
                        {"slice_used_mib", or_null(job.usage->slice_used_mib)}};
+    put_efficiency(object["usage"], job.usage->efficiency);
   }
   if (job.array) {
     object["array_id"] = job.array->array_id;

@@ -199,12 +199,14 @@ struct JobUsageLine {  // one job's accounting
   double first_time = 0, last_time = 0;     // Unix seconds: first and latest sample accounted
   bool running = false;
   bool idle = false;                        // running and flagged idle (idle_flag_after)
+  GpuEfficiency efficiency = {};
 };
 struct UserUsageLine {
   std::string user;
   unsigned jobs = 0;
   double gpu_hours = 0;
   std::optional<double> mean_utilization;
+  GpuEfficiency efficiency = {};
 };
 struct ReportResponse {
   std::optional<double> since;
@@ -230,6 +232,10 @@ std::string encode(const Request& request);
 Result<Request> parse_request(std::string_view line);
 std::string encode(const Response& response);
 Result<Response> parse_response(std::string_view line);
+
+// A job's or user's efficiency figures as keys of `object`, which carries its usage:
+// sm_active_gpu_hours, sm_efficiency, energy_kwh, peak_memory_mib (null where unknown).
+void put_efficiency(nlohmann::json& object, const GpuEfficiency& efficiency);
 
 // The JSON of one event, as `gpupool events --json` prints it and the on_event hook reads it:
 // seq, time, kind, job (null for none), user, name, gpus, detail, jobs, users, message (the line

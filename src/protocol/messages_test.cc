@@ -671,13 +671,27 @@ TEST(ProtocolResponseTest, JobsWithFullAndMinimalJobs) {
   auto waiting_parsed = through_the_wire(JobsResponse{{waiting}});
   EXPECT_TRUE(carried_fields(waiting_parsed.jobs.at(0)) == carried_fields(waiting));
   Job running = minimal;
-  running.usage = JobUsage{1.5, 42.0, 1764950000.0, 31949};
+  running.usage = JobUsage{1.5, 42.0, 1764950000.0, 31949, GpuEfficiency{0.5, 0.75, 0.125, 40960}};
   auto usage = through_the_wire(JobsResponse{{running}}).jobs.at(0).usage;
   ASSERT_TRUE(usage);
   EXPECT_EQ(usage->gpu_hours, 1.5);
   EXPECT_EQ(usage->mean_utilization, 42.0);
   EXPECT_EQ(usage->idle_since, 1764950000.0);
+  EXPECT_EQ(usage->efficiency, (GpuEfficiency{0.5, 0.75, 0.125, 40960}));
   EXPECT_FALSE(through_the_wire(JobsResponse{{minimal}}).jobs.at(0).usage);
+
+  // A report carries each user's and job's efficiency; unknown figures stay unknown.
+  ReportResponse report;
+  report.users.push_back(UserUsageLine{"ana", 2, 3.0, 50.0, GpuEfficiency{1.5, 0.5, std::nullopt, std::nullopt}});
+  report.jobs.push_back(JobUsageLine{7, "ana", "train", 3.0, 50.0, 1, 2, false, false, GpuEfficiency{}});
+  report.jobs.back().efficiency.peak_memory_mib = 1024;
+  auto report_parsed = through_the_wire(report);
+  EXPECT_EQ(report_parsed.users.at(0).efficiency, report.users.at(0).efficiency);
+  EXPECT_EQ(report_parsed.jobs.at(0).efficiency, report.jobs.at(0).efficiency);
+  EXPECT_EQ(parse_response(R"({"ok":true,"report":{"users":[{"user":"a","gpu_hours":1,"energy_kwh":-1}]}})")
+                .error()
+                .message,
+            "bad response: 'energy_kwh' must be a number of at least 0");
 
   auto sparse = parsed_response<JobsResponse>(
       R"({"ok":true,"jobs":[{"id":3,"state":"queued","command":["x"],"cwd":"/"}]})");

@@ -413,6 +413,18 @@ GPUPOOL_NVML_EXPORT nvmlReturn_t nvmlDeviceGetPowerUsage(nvmlDevice_t device,
   });
 }
 
+GPUPOOL_NVML_EXPORT nvmlReturn_t nvmlDeviceGetTotalEnergyConsumption(nvmlDevice_t device,
+                                                                     unsigned long long* millijoules) {
+  return simulator().device(device, Needs::Health, [&](const Query& query) -> nvmlReturn_t {
+    if (millijoules == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+    // The driver counts from Volta on, where it reads the power draw.
+    const auto& capability = query.gpu.compute_capability;
+    if (!query.gpu.power_w || !capability || capability->major < 7) return NVML_ERROR_NOT_SUPPORTED;
+    *millijoules = simulator().energy_mj(query.index, *query.gpu.power_w);
+    return NVML_SUCCESS;
+  });
+}
+
 GPUPOOL_NVML_EXPORT nvmlReturn_t nvmlDeviceGetEnforcedPowerLimit(nvmlDevice_t device,
                                                                  unsigned int* milliwatt) {
   return simulator().device(device, Needs::Health, [&](const Query& query) {

@@ -112,6 +112,7 @@ Result<void> Simulator::load() {
   fixture_text_ = std::move(text);
   base_ = std::move(fixture);
   current_ = base_;
+  energy_.assign(base_.gpus.size(), std::nullopt);
   const char* overlay = std::getenv("GPUPOOL_SIM_STATE");
   overlay_path_ = overlay != nullptr ? overlay : "";
   overlay_stamp_.reset();
@@ -119,6 +120,16 @@ Result<void> Simulator::load() {
   while (handles_.size() < base_.gpus.size()) handles_.push_back({static_cast<unsigned>(handles_.size())});
   refresh_overlay();
   return {};
+}
+
+uint64_t Simulator::energy_mj(unsigned index, double power_w) {
+  auto now = std::chrono::steady_clock::now();
+  if (index >= energy_.size()) energy_.resize(index + 1);
+  std::optional<EnergyMeter>& meter = energy_[index];
+  if (!meter) meter = EnergyMeter{now, 0};
+  meter->mj += std::max(0.0, power_w) * 1000 * std::chrono::duration<double>(now - meter->read_at).count();
+  meter->read_at = now;
+  return static_cast<uint64_t>(meter->mj);
 }
 
 bool Simulator::is_known_mig_handle(nvmlDevice_t device) const {

@@ -4,11 +4,13 @@
 
 #include <sys/types.h>
 
+#include <chrono>
 #include <deque>
 #include <mutex>
 #include <optional>
 #include <string>
 #include <tuple>
+#include <vector>
 
 #include "base/result.h"
 #include "nvml/nvml_api.h"
@@ -88,6 +90,10 @@ class Simulator {
     return answer(MigQuery{gpu, gpu.mig_devices[device->mig_index]});
   }
 
+  // GPU `index`'s energy counter in mJ: its power draw integrated from the first time asked, as
+  // the driver's counts from its load. Called from within an answer, under the simulator's lock.
+  uint64_t energy_mj(unsigned index, double power_w);
+
   template <typename Answer>
   nvmlReturn_t pair(nvmlDevice_t first, nvmlDevice_t second, Answer&& answer) {
     std::lock_guard lock(mutex_);
@@ -120,6 +126,11 @@ class Simulator {
   std::optional<FileStamp> overlay_stamp_;
   std::deque<nvmlDevice_st> handles_;
   std::deque<nvmlDevice_st> mig_handles_;  // handed out on demand, never moved
+  struct EnergyMeter {
+    std::chrono::steady_clock::time_point read_at;
+    double mj = 0;
+  };
+  std::vector<std::optional<EnergyMeter>> energy_;  // by GPU index, from its first reading
 };
 
 // The process's one simulator, as NVML's state is one per process.

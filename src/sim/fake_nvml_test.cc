@@ -388,6 +388,37 @@ TEST_F(FixtureNvml, HealthCountersComeFromTheFixture) {
   std::filesystem::remove(overlay);
 }
 
+TEST_F(FixtureNvml, TheEnergyCounterIntegratesThePowerDrawFromVoltaOn) {
+  std::string overlay = ::testing::TempDir() + "gpupool-fake-nvml-energy.json";
+  write_overlay(overlay, R"({"gpus": {"0": {"power_w": 500}}})");
+  setenv("GPUPOOL_SIM_STATE", overlay.c_str(), 1);
+  use(kFixtureDir + "/hgx-h200.json");
+  SimulatedNvml nvml("current");
+  ASSERT_EQ(nvml.init(), NVML_SUCCESS);
+  auto energy = nvml.get<nvml::DeviceGetUint64Fn>("nvmlDeviceGetTotalEnergyConsumption");
+  unsigned long long first = 0, second = 0;
+  auto before = std::chrono::steady_clock::now();
+  ASSERT_EQ(energy(nvml.device(0), &first), NVML_SUCCESS);
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  ASSERT_EQ(energy(nvml.device(0), &second), NVML_SUCCESS);
+  double most_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - before).count();
+  // 500 W for at least the 50 ms between the reads, at most the time the test took.
+  EXPECT_GE(second - first, 500u * 50 - 1);
+  EXPECT_LE(static_cast<double>(second - first), 500 * 1000 * most_s + 1);
+  EXPECT_EQ(energy(nvml.device(0), nullptr), NVML_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(nvml.shutdown(), NVML_SUCCESS);
+  unsetenv("GPUPOOL_SIM_STATE");
+  std::filesystem::remove(overlay);
+
+  // Before Volta the driver keeps no such counter.
+  use(kTestFixtureDir + "/old-driver.json");
+  SimulatedNvml pascal("current");
+  ASSERT_EQ(pascal.init(), NVML_SUCCESS);
+  EXPECT_EQ(pascal.get<nvml::DeviceGetUint64Fn>("nvmlDeviceGetTotalEnergyConsumption")(pascal.device(0), &first),
+            NVML_ERROR_NOT_SUPPORTED);
+  EXPECT_EQ(pascal.shutdown(), NVML_SUCCESS);
+}
+
 TEST_F(FixtureNvml, AnEventSetDeliversTheXidsAppendedAfterItRegistered) {
   std::string overlay = ::testing::TempDir() + "gpupool-fake-nvml-xids.json";
   write_overlay(overlay, R"({"gpus": {"2": {"xid_events": [48]}}})");

@@ -292,6 +292,7 @@ SAME_SIGNATURE(GpmMigSampleGetFn, nvmlGpmMigSampleGet);
 SAME_SIGNATURE(GpmMetricsGetFn, nvmlGpmMetricsGet);
 SAME_SIGNATURE(DeviceGetUint64Fn, nvmlDeviceGetCurrentClocksEventReasons);
 SAME_SIGNATURE(DeviceGetUint64Fn, nvmlDeviceGetCurrentClocksThrottleReasons);
+SAME_SIGNATURE(DeviceGetUint64Fn, nvmlDeviceGetTotalEnergyConsumption);
 SAME_SIGNATURE(DeviceGetUintFn, nvmlDeviceGetPcieReplayCounter);
 SAME_SIGNATURE(EventSetCreateFn, nvmlEventSetCreate);
 SAME_SIGNATURE(EventSetFreeFn, nvmlEventSetFree);
