@@ -378,6 +378,29 @@ Finding check_ecc(const DoctorFacts& f) {
   return finding(id, CheckStatus::Ok, "no ECC errors or pending memory repairs (or n/a)", evidence);
 }
 
+// Memory in use that no listed process holds (health/quarantine.h): what ended processes left
+// behind, which no job can use until the GPU is reset.
+Finding check_unattributed_memory(const DoctorFacts& f) {
+  const std::string id = "stray-memory";
+  if (!f.machine) return not_checked(id);
+  std::vector<std::string> evidence;
+  std::set<unsigned> stray;
+  for (const Gpu& gpu : f.machine->gpus) {
+    std::optional<uint64_t> unattributed = unattributed_memory_mib(gpu);
+    evidence.push_back(fmt::format("GPU {}: {} MiB in use, {} MiB of it by no listed process ({} processes)",
+                                   gpu.index, or_na(gpu.memory_used_mib), or_na(unattributed), gpu.processes.size()));
+    if (unattributed.value_or(0) > kUnattributedMemoryToleranceMib) stray.insert(gpu.index);
+  }
+  if (stray.empty()) return finding(id, CheckStatus::Ok, "every GPU's memory in use belongs to a process (or n/a)", evidence);
+  std::string advice =
+      "A process that ended left its memory behind (a context the driver never released): check `nvidia-smi "
+      "--query-compute-apps=pid,used_memory --format=csv -i N`, and when it lists nothing, reset the GPU once no job "
+      "uses it (`sudo nvidia-smi -r -i N`) or reboot.";
+  if (f.in_container) advice += " In a container, other containers' processes are not listed: look from the host first.";
+  return finding(id, CheckStatus::Warning, fmt::format("GPU {} holds memory no process uses", list_indices(stray)),
+                 evidence, advice);
+}
+
 std::string program_name(const std::string& command) {
   std::string first = command.substr(0, command.find(' '));
   auto slash = first.rfind('/');
@@ -775,7 +798,8 @@ std::vector<Finding> diagnose(const DoctorFacts& facts) {
                               check_nvml(facts),               check_gpus(facts),
                               check_cuda_version(facts),       check_container(facts),
                               check_cuda_visible_devices(facts), check_persistence(facts),
-                              check_ecc(facts),                check_display_servers(facts),
+                              check_ecc(facts),                check_unattributed_memory(facts),
+                              check_display_servers(facts),
                               check_outside_processes(facts),  check_leases(facts),
                               check_daemon(facts),             check_quarantine(facts),
                               check_state_space(facts),

@@ -3,6 +3,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "health/quarantine.h"
+
 namespace gpupool {
 namespace {
 
@@ -78,7 +80,7 @@ TEST(DoctorTest, AHealthyMachinePassesEveryCheckInOrder) {
   }
   EXPECT_EQ(ids, (std::vector<std::string>{"kernel-module", "device-nodes", "nvml", "gpus", "cuda-version",
                                            "container", "cuda-visible-devices", "persistence-mode", "ecc",
-                                           "display-server", "outside-processes", "leases", "daemon", "quarantine", "state-space",
+                                           "stray-memory", "display-server", "outside-processes", "leases", "daemon", "quarantine", "state-space",
                                            "mps", "slurm"}));
   EXPECT_EQ(doctor_exit_code(findings), 0);
 }
@@ -345,6 +347,23 @@ TEST(DoctorTest, Ecc) {
   Finding bad = run(f, "ecc");
   EXPECT_EQ(bad.status, CheckStatus::Problem);
   EXPECT_THAT(bad.summary, HasSubstr("uncorrected ECC errors on GPU 1"));
+}
+
+TEST(DoctorTest, MemoryNoProcessHolds) {
+  DoctorFacts f = healthy();
+  f.machine->gpus[1].memory_used_mib = 40000;
+  f.machine->gpus[1].processes.clear();
+  Finding stray = run(f, "stray-memory");
+  EXPECT_EQ(stray.status, CheckStatus::Warning);
+  EXPECT_THAT(stray.summary, HasSubstr("GPU 1 holds memory no process uses"));
+  EXPECT_THAT(stray.evidence, ::testing::Contains("GPU 1: 40000 MiB in use, 40000 MiB of it by no listed process (0 processes)"));
+  EXPECT_THAT(stray.fix, HasSubstr("nvidia-smi -r -i N"));
+  EXPECT_THAT(stray.fix, ::testing::Not(HasSubstr("container")));
+  f.in_container = true;
+  EXPECT_THAT(run(f, "stray-memory").fix, HasSubstr("other containers' processes are not listed"));
+  // The driver's own few hundred MiB are nothing to act on.
+  f.machine->gpus[1].memory_used_mib = kUnattributedMemoryToleranceMib;
+  EXPECT_EQ(run(f, "stray-memory").status, CheckStatus::Ok);
 }
 
 TEST(DoctorTest, MemoryRepairs) {

@@ -56,6 +56,16 @@ std::string describe_xid(uint64_t xid) {
   return meaning ? fmt::format("XID {} ({})", xid, meaning->what) : fmt::format("XID {}", xid);
 }
 
+std::optional<uint64_t> unattributed_memory_mib(const Gpu& gpu) {
+  if (!gpu.memory_used_mib || gpu.mig_enabled.value_or(false)) return std::nullopt;
+  uint64_t held = 0;
+  for (const GpuProcess& process : gpu.processes) {
+    if (!process.used_memory_mib) return std::nullopt;
+    held += *process.used_memory_mib;
+  }
+  return *gpu.memory_used_mib > held ? *gpu.memory_used_mib - held : 0;
+}
+
 std::vector<std::string> reading_faults(const Gpu& gpu) {
   std::vector<std::string> faults;
   if (gpu.fault) faults.push_back(fmt::format("NVML cannot read it ({})", *gpu.fault));

@@ -34,6 +34,14 @@ std::string describe_xid(uint64_t xid);
 // The faults a reading shows now that take a GPU out of service, one short line each.
 std::vector<std::string> reading_faults(const Gpu& gpu);
 
+// GPU memory in use that no process NVML lists holds: the GPU's used memory less its processes'.
+// What a process that ended left behind (a context the driver never released), or processes the
+// reader cannot see (another container's). nullopt where it cannot be told: a GPU in MIG mode
+// (its instances hold memory of their own), a process without a figure, no memory reading.
+std::optional<uint64_t> unattributed_memory_mib(const Gpu& gpu);
+// Below this much, unattributed memory is the driver's own and nothing to act on.
+inline constexpr uint64_t kUnattributedMemoryToleranceMib = 1024;
+
 struct QuarantinePolicy {
   bool enabled = true;
   double clean_window_s = 1800;  // how long without a fault before a GPU returns by itself

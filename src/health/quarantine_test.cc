@@ -42,6 +42,25 @@ TEST(XidMeaningTest, HardwareXidsQuarantineAndProgramOnesDoNot) {
   EXPECT_EQ(describe_xid(9999), "XID 9999");
 }
 
+TEST(UnattributedMemoryTest, IsWhatNoListedProcessHolds) {
+  Gpu gpu = two_healthy_gpus().gpus[0];
+  gpu.memory_used_mib = 30000;
+  EXPECT_EQ(unattributed_memory_mib(gpu), 30000u) << "no process: all of it";
+  gpu.processes.resize(1);
+  gpu.processes[0].used_memory_mib = 29000;
+  EXPECT_EQ(unattributed_memory_mib(gpu), 1000u);
+  gpu.processes[0].used_memory_mib = 31000;  // read a moment apart: never below 0
+  EXPECT_EQ(unattributed_memory_mib(gpu), 0u);
+  gpu.processes.emplace_back();  // no figure
+  EXPECT_EQ(unattributed_memory_mib(gpu), std::nullopt) << "a process without a figure";
+  gpu.processes.clear();
+  gpu.mig_enabled = true;
+  EXPECT_EQ(unattributed_memory_mib(gpu), std::nullopt) << "MIG instances hold memory of their own";
+  gpu.mig_enabled = false;
+  gpu.memory_used_mib.reset();
+  EXPECT_EQ(unattributed_memory_mib(gpu), std::nullopt);
+}
+
 TEST(ReadingFaultsTest, AHealthyGpuHasNone) { EXPECT_TRUE(reading_faults(two_healthy_gpus().gpus[0]).empty()); }
 
 TEST(ReadingFaultsTest, NamesEachFault) {

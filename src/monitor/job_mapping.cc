@@ -7,6 +7,10 @@
 namespace gpupool {
 namespace {
 
+// Where a file is written before it is renamed into place: dcgm-exporter reads every file of the
+// directory, and skips directories.
+constexpr const char* kTempDir = ".gpupool-tmp";
+
 // A name this directory's writer uses for a MIG GPU instance: "2.3".
 bool is_mig_file_name(const std::string& name) {
   size_t dot = name.find('.');
@@ -36,8 +40,12 @@ std::map<std::string, std::string> job_mapping_files(const std::vector<RunningJo
 }
 
 Result<void> JobMappingDirectory::update(const std::map<std::string, std::string>& files) {
+  const std::string temp_dir = dir_ + "/" + kTempDir;
   if (!written_) {
-    TRY(make_directories(dir_, 0755));
+    TRY(make_directories(temp_dir, 0755));
+    // An earlier daemon stopped between writing a file and renaming it into place.
+    TRY_ASSIGN(std::vector<std::string> drafts, directory_entries(temp_dir));
+    for (const std::string& name : drafts) TRY(remove_gone(temp_dir + "/" + name));
     written_.emplace();
     // What an earlier daemon left for MIG instances whose jobs have ended since.
     TRY_ASSIGN(std::vector<std::string> entries, directory_entries(dir_));
@@ -48,7 +56,7 @@ Result<void> JobMappingDirectory::update(const std::map<std::string, std::string
   for (const auto& [name, text] : files) {
     auto old = written_->find(name);
     if (old != written_->end() && old->second == text) continue;
-    TRY(replace_file(dir_ + "/" + name, text, 0644));
+    TRY(replace_file(dir_ + "/" + name, text, 0644, temp_dir));
     (*written_)[name] = text;
   }
   for (auto it = written_->begin(); it != written_->end();) {

@@ -58,10 +58,11 @@ TEST_F(JobMappingDirectoryTest, WritesTheFilesAndRemovesTheMigOnesNoLongerNeeded
   EXPECT_EQ(text_of("0"), "");
   EXPECT_EQ(text_of("1"), "9\n");
   EXPECT_FALSE(std::filesystem::exists(dir_ + "/1.2"));
-  // Only the files: no temporary one left beside them.
-  size_t entries = 0;
-  for ([[maybe_unused]] const auto& entry : std::filesystem::directory_iterator(dir_)) ++entries;
-  EXPECT_EQ(entries, 2u);
+  // Only the files: no temporary one beside them (dcgm-exporter would read it) or in their directory.
+  size_t files = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir_)) files += entry.is_regular_file() ? 1 : 0;
+  EXPECT_EQ(files, 2u);
+  EXPECT_TRUE(std::filesystem::is_empty(dir_ + "/.gpupool-tmp"));
 }
 
 TEST_F(JobMappingDirectoryTest, AFreshDaemonClearsWhatAnEarlierOneLeftForEndedMigJobs) {
@@ -69,11 +70,14 @@ TEST_F(JobMappingDirectoryTest, AFreshDaemonClearsWhatAnEarlierOneLeftForEndedMi
   std::ofstream(dir_ + "/0.5") << "41\n";
   std::ofstream(dir_ + "/0") << "41\n";
   std::ofstream(dir_ + "/README") << "not ours\n";
+  std::filesystem::create_directories(dir_ + "/.gpupool-tmp");
+  std::ofstream(dir_ + "/.gpupool-tmp/0.Ab12Cd.tmp") << "41\n";  // written, never renamed
   JobMappingDirectory directory(dir_);
   ASSERT_TRUE(directory.update(job_mapping_files({}, 1)).ok());
   EXPECT_FALSE(std::filesystem::exists(dir_ + "/0.5"));
   EXPECT_EQ(text_of("0"), "");
   EXPECT_EQ(text_of("README"), "not ours\n");
+  EXPECT_TRUE(std::filesystem::is_empty(dir_ + "/.gpupool-tmp"));
 }
 
 TEST_F(JobMappingDirectoryTest, AFileSomeoneRemovedIsWrittenAgainOnlyWhenItChanges) {

@@ -241,6 +241,7 @@ void Monitor::take_sample() {
   SampleReadings readings;
   std::vector<std::vector<MigDevice>> mig_devices;
   std::vector<std::vector<GpuProcess>> processes;
+  std::vector<std::optional<uint64_t>> unattributed;
   last_energy_mj_.resize(machine->gpus.size());
   for (size_t i = 0; i < machine->gpus.size(); ++i) {
     const Gpu& gpu = machine->gpus[i];
@@ -248,6 +249,7 @@ void Monitor::take_sample() {
     GpuTick& reading = readings.gpus.emplace_back();
     reading.utilization = gpu.utilization_gpu;
     reading.sm_active = gpu.sm_active;
+    reading.process_utilization = process_utilization_sum(gpu.processes);
     reading.memory_used_mib = gpu.memory_used_mib;
     // A counter that went back (the driver reloaded) gives no figure this once.
     if (gpu.energy_mj && last_energy_mj_[i] && *gpu.energy_mj >= *last_energy_mj_[i]) {
@@ -259,6 +261,7 @@ void Monitor::take_sample() {
     }
     mig_devices.push_back(gpu.mig_devices);
     processes.push_back(gpu.processes);
+    unattributed.push_back(unattributed_memory_mib(gpu));
   }
   {
     std::lock_guard lock(mutex_);
@@ -274,6 +277,7 @@ void Monitor::take_sample() {
     }
     history_.add(tick);
     mig_devices_ = std::move(mig_devices);
+    unattributed_mib_ = std::move(unattributed);
     xids.swap(pending_xids_);
     readings.own_utilization = own_utilization(processes, running_, slice_processes_);
     readings.own_memory = own_memory(processes, running_, slice_processes_);
@@ -528,6 +532,7 @@ std::string Monitor::metrics_text() {
       gpu.last_xid = xid == last_xids_.end() ? 0 : xid->second;
     }
     if (i < mig_devices_.size()) gpu.mig_devices = mig_devices_[i];
+    if (i < unattributed_mib_.size()) gpu.unattributed_mib = unattributed_mib_[i];
     view.gpus.push_back(std::move(gpu));
   }
   for (const RunningJob& job : running_) {

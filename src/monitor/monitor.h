@@ -163,6 +163,7 @@ class Monitor {
   SampleHistory history_;
   std::vector<std::vector<MigDevice>> mig_devices_;  // per GPU, as last sampled (their activity)
   std::vector<bool> quarantined_;
+  std::vector<std::optional<uint64_t>> unattributed_mib_;  // each GPU's at the latest sample
   std::vector<XidEvent> pending_xids_;         // come since the last reading
   std::map<std::string, uint64_t> last_xids_;  // by UUID; empty while no watch runs
   bool watching_xids_ = false;

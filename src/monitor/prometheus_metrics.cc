@@ -239,6 +239,19 @@ std::string render_metrics(const MetricsView& view) {
     }
   }
 
+  bool any_unattributed = false;
+  for (const MetricsGpu& gpu : view.gpus) {
+    if (!gpu.unattributed_mib) continue;
+    if (!any_unattributed) {
+      header(out, "gpupool_gpu_unattributed_memory_bytes", "gauge",
+             "GPU memory in use that no listed process holds: what ended processes left behind (or processes "
+             "the daemon cannot see).");
+    }
+    any_unattributed = true;
+    fmt::format_to(put, "gpupool_gpu_unattributed_memory_bytes{{gpu=\"{}\",UUID=\"{}\"}} {}\n", gpu.gpu->index,
+                   escape_label_value(gpu.gpu->uuid), *gpu.unattributed_mib << 20);
+  }
+
   if (!view.withhold_usage) {
     for (const UsageMetric& metric : kUserMetrics) {
       bool any = false;

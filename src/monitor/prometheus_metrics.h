@@ -54,6 +54,8 @@ struct MetricsGpu {
   // The last critical XID the driver reported for it since the daemon started (0: none); nullopt
   // where nobody watches its XID events.
   std::optional<uint64_t> last_xid = std::nullopt;
+  // Memory in use that no listed process holds (health/quarantine.h); nullopt where not told.
+  std::optional<uint64_t> unattributed_mib = std::nullopt;
 };
 
 struct MetricsJob {

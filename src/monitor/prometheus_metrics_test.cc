@@ -113,6 +113,8 @@ TEST(PrometheusMetrics, RendersASmallMachineExactly) {
   view.gpus[0].last_xid = 0;  // watched, no XID yet
   view.gpus[1].last_xid = 79;
   view.gpus[1].quarantined = true;
+  view.gpus[0].unattributed_mib = 0;
+  view.gpus[1].unattributed_mib = 2;
   view.queued = 2;
   view.held = 1;
   view.running = 1;
@@ -180,6 +182,11 @@ TEST(PrometheusMetrics, RendersASmallMachineExactly) {
       "# TYPE gpupool_gpu_quarantined gauge\n"
       "gpupool_gpu_quarantined{gpu=\"0\",UUID=\"GPU-0\"} 0\n"
       "gpupool_gpu_quarantined{gpu=\"1\",UUID=\"GPU-1\"} 1\n"
+      "# HELP gpupool_gpu_unattributed_memory_bytes GPU memory in use that no listed process holds: what ended "
+      "processes left behind (or processes the daemon cannot see).\n"
+      "# TYPE gpupool_gpu_unattributed_memory_bytes gauge\n"
+      "gpupool_gpu_unattributed_memory_bytes{gpu=\"0\",UUID=\"GPU-0\"} 0\n"
+      "gpupool_gpu_unattributed_memory_bytes{gpu=\"1\",UUID=\"GPU-1\"} 2097152\n"
       "# HELP gpupool_user_gpu_seconds_total GPU time of each user's jobs (GPU-seconds; a slice counts its "
       "share of the GPU).\n"
       "# TYPE gpupool_user_gpu_seconds_total counter\n"

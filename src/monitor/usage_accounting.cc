@@ -93,6 +93,14 @@ void Accounting::started(const RunningJob& job, double since, double now) {
   account.last_time = std::max(since, now);
 }
 
+std::optional<unsigned> process_utilization_sum(const std::vector<GpuProcess>& processes) {
+  auto known = [](const GpuProcess& p) { return p.sm_utilization.has_value() && p.mps_client != true; };
+  if (processes.empty() || !std::ranges::all_of(processes, known)) return std::nullopt;
+  unsigned sum = 0;
+  for (const GpuProcess& process : processes) sum += *process.sm_utilization;
+  return sum;
+}
+
 OwnUtilization own_utilization(const std::vector<std::vector<GpuProcess>>& processes_by_gpu,
                                const std::vector<RunningJob>& running,
                                const std::map<JobId, std::set<uint32_t>>& pids) {
@@ -106,8 +114,7 @@ OwnUtilization own_utilization(const std::vector<std::vector<GpuProcess>>& proce
       // The card's reading stands where NVML lists no process (a list it could not read, a daemon
       // that sees no other PID namespace), gives some process no figure, or under MPS (the
       // kernels run in the MPS server's context, not the clients').
-      auto known = [](const GpuProcess& p) { return p.sm_utilization.has_value() && p.mps_client != true; };
-      if (processes.empty() || !std::ranges::all_of(processes, known)) continue;
+      if (!process_utilization_sum(processes)) continue;
       unsigned sum = 0;
       for (const GpuProcess& process : processes) {
         if (mine->second.contains(process.pid)) sum += *process.sm_utilization;
@@ -125,12 +132,18 @@ OwnMemory own_memory(const std::vector<std::vector<GpuProcess>>& processes_by_gp
     auto mine = pids.find(job.id);
     if (mine == pids.end()) continue;
     for (unsigned gpu : job.gpus) {
-      if (gpu >= processes_by_gpu.size() || processes_by_gpu[gpu].empty()) continue;
-      uint64_t sum = 0;
+      if (gpu >= processes_by_gpu.size()) continue;
+      // Unknown, not 0, where none of its processes is listed there or one has no figure.
+      std::optional<uint64_t> sum;
       for (const GpuProcess& process : processes_by_gpu[gpu]) {
-        if (mine->second.contains(process.pid)) sum += process.used_memory_mib.value_or(0);
+        if (!mine->second.contains(process.pid)) continue;
+        if (!process.used_memory_mib) {
+          sum.reset();
+          break;
+        }
+        sum = sum.value_or(0) + *process.used_memory_mib;
       }
-      own[job.id][gpu] = sum;
+      if (sum) own[job.id][gpu] = *sum;
     }
   }
   return own;
@@ -155,10 +168,11 @@ std::map<unsigned, std::vector<JobId>> holders_of(const std::vector<RunningJob>&
   return holders;
 }
 
-// The GPU's SM-active seconds over `seconds` that are `job`'s: all of them for the only holder,
-// its GPU instance's for a MIG job, else its part by the holders' own utilisation.
+// The GPU's SM-active seconds over `seconds` that are `job`'s: its GPU instance's for a MIG job;
+// for a job with its own figure there, its part of what every process on the GPU ran (outside
+// processes' activity is not its); all of them for a job alone on a whole GPU; else unknown.
 std::optional<double> sm_active_seconds(const RunningJob& job, unsigned gpu, const GpuTick& tick, double seconds,
-                                        const std::vector<JobId>& holders, const OwnUtilization& own) {
+                                        size_t holders, const OwnUtilization& own) {
   if (!job.mig_uuid.empty()) {
     auto instance = tick.mig_sm_active.find(job.mig_uuid);
     if (instance == tick.mig_sm_active.end()) return std::nullopt;
@@ -166,15 +180,12 @@ std::optional<double> sm_active_seconds(const RunningJob& job, unsigned gpu, con
   }
   if (!tick.sm_active) return std::nullopt;
   double card = std::clamp(*tick.sm_active, 0.0, 1.0) * seconds;
-  if (holders.size() <= 1) return card;
-  unsigned sum = 0;
-  for (JobId holder : holders) {
-    std::optional<unsigned> figure = own_figure(own, holder, gpu);
-    if (!figure) return std::nullopt;
-    sum += *figure;
+  std::optional<unsigned> mine = own_figure(own, job.id, gpu);
+  if (mine && tick.process_utilization) {
+    return *tick.process_utilization == 0 ? 0.0 : card * std::min(*mine, *tick.process_utilization) / *tick.process_utilization;
   }
-  if (sum == 0) return 0.0;
-  return card * *own_figure(own, job.id, gpu) / sum;
+  if (holders == 1 && job.share >= 1) return card;
+  return std::nullopt;
 }
 
 }  // namespace
@@ -201,7 +212,7 @@ void Accounting::record(double now, double seconds, const std::vector<RunningJob
       reading.utilization = own_figure(sample.own_utilization, job.id, gpu);
       if (!reading.utilization) reading.utilization = gpu_tick.utilization;
       reading.sm_active_seconds =
-          sm_active_seconds(job, gpu, gpu_tick, held_seconds, holders[gpu], sample.own_utilization);
+          sm_active_seconds(job, gpu, gpu_tick, held_seconds, holders[gpu].size(), sample.own_utilization);
       // The card's energy counts for the part of the tick the job held it.
       if (gpu_tick.energy_j && seconds > 0) reading.energy_j = *gpu_tick.energy_j * job.share * held_seconds / seconds;
       reading.memory_mib = own_figure(sample.own_memory, job.id, gpu);

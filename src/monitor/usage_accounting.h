@@ -73,12 +73,15 @@ struct RunningJob {
 // gives each its utilisation, and none is an MPS client (else the job is left to the GPU's own
 // reading). So slices sharing a card each get their own figure and idle flag.
 using OwnUtilization = std::map<JobId, std::map<unsigned, unsigned>>;
+// What all of a GPU's processes ran, summed (percent): nullopt where own_utilization gives no job
+// a figure there (no process listed, one without a figure, an MPS client).
+std::optional<unsigned> process_utilization_sum(const std::vector<GpuProcess>& processes);
 OwnUtilization own_utilization(const std::vector<std::vector<GpuProcess>>& processes_by_gpu,
                                const std::vector<RunningJob>& running,
                                const std::map<JobId, std::set<uint32_t>>& pids);
 
-// What each slice job's own processes (`pids`) use of each GPU it holds, in MiB (summed; 0 where
-// none of them is there). Only where the sample lists the GPU's processes.
+// What each slice job's own processes (`pids`) use of each GPU it holds, in MiB (summed). Only
+// where some of them are listed there, each with a figure.
 using OwnMemory = std::map<JobId, std::map<unsigned, uint64_t>>;
 OwnMemory own_memory(const std::vector<std::vector<GpuProcess>>& processes_by_gpu, const std::vector<RunningJob>& running,
                      const std::map<JobId, std::set<uint32_t>>& pids);
@@ -87,6 +90,9 @@ OwnMemory own_memory(const std::vector<std::vector<GpuProcess>>& processes_by_gp
 struct GpuTick {
   std::optional<unsigned> utilization = std::nullopt;  // percent
   std::optional<double> sm_active = std::nullopt;      // ratio 0-1 (GPM)
+  // What every process on the GPU ran, summed (NVML's per-process utilisation, percent); nullopt
+  // where some process has no figure or is an MPS client (process_utilization_sum).
+  std::optional<unsigned> process_utilization = std::nullopt;
   std::optional<double> energy_j = std::nullopt;       // what the GPU used since the previous sample
   std::optional<uint64_t> memory_used_mib = std::nullopt;
   std::map<std::string, double> mig_sm_active = {};  // each MIG device's GPU instance's, by UUID

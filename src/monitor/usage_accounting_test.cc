@@ -414,7 +414,8 @@ TEST(UsageAccountingEfficiency, SlicesShareTheCardsActivityByTheirOwnUtilization
   Accounting accounting(1800);
   std::vector<RunningJob> running = {job_on(1, "ana", {0}, 0.5), job_on(2, "bob", {0}, 0.25)};
   SampleReadings sample;
-  sample.gpus = {GpuTick{.utilization = 100u, .sm_active = 0.8, .energy_j = 1000, .memory_used_mib = 50000}};
+  sample.gpus = {GpuTick{.utilization = 100u, .sm_active = 0.8, .process_utilization = 80u, .energy_j = 1000,
+                         .memory_used_mib = 50000}};
   sample.own_utilization = {{1, {{0, 60}}}, {2, {{0, 20}}}};
   sample.own_memory = {{1, {{0, 30000}}}, {2, {{0, 500}}}};
   accounting.record(10, 10, running, sample);
@@ -430,18 +431,33 @@ TEST(UsageAccountingEfficiency, SlicesShareTheCardsActivityByTheirOwnUtilization
   EXPECT_EQ(ana.peak_memory_mib, 30000u) << "its processes', not the card's";
   EXPECT_EQ(bob.peak_memory_mib, 500u);
 
-  // Where one of the jobs has no figure of its own, the card's activity cannot be shared out.
+  // A job without a figure of its own there gets no part of the card's activity; the others keep theirs.
   sample.own_utilization.erase(2);
   sample.own_memory.clear();
   Accounting unshared(1800);
   unshared.record(10, 10, running, sample);
-  EXPECT_EQ(unshared.job(1)->total.sm_efficiency(), std::nullopt);
+  EXPECT_EQ(unshared.job(2)->total.sm_efficiency(), std::nullopt);
+  EXPECT_DOUBLE_EQ(unshared.job(1)->total.sm_active_gpu_seconds, 6);
   EXPECT_EQ(unshared.job(1)->total.peak_memory_mib, std::nullopt) << "the card's memory is not one slice's";
   // Processes that ran nothing: no activity for anyone.
   sample.own_utilization = {{1, {{0, 0}}}, {2, {{0, 0}}}};
+  sample.gpus[0].process_utilization = 0;
   Accounting quiet(1800);
   quiet.record(10, 10, running, sample);
   EXPECT_DOUBLE_EQ(*quiet.job(1)->total.sm_efficiency(), 0);
+}
+
+TEST(UsageAccountingEfficiency, AnOutsideProcesssActivityIsNotALoneSlicesOwn) {
+  Accounting accounting(1800);
+  SampleReadings sample;
+  sample.gpus = {GpuTick{.sm_active = 0.9, .process_utilization = 90u}};
+  sample.own_utilization = {{1, {{0, 0}}}};  // its process idles; another, not a job's, runs
+  accounting.record(10, 10, {job_on(1, "ana", {0}, 0.25)}, sample);
+  EXPECT_DOUBLE_EQ(*accounting.job(1)->total.sm_efficiency(), 0);
+  // A slice alone without a figure of its own (MPS): the card's activity is not told apart.
+  Accounting unknown(1800);
+  unknown.record(10, 10, {job_on(1, "ana", {0}, 0.25)}, SampleReadings{{GpuTick{.sm_active = 0.9}}, {}, {}});
+  EXPECT_EQ(unknown.job(1)->total.sm_efficiency(), std::nullopt);
 }
 
 TEST(UsageAccountingEfficiency, AMigJobTakesItsGpuInstancesActivity) {
@@ -476,7 +492,9 @@ TEST(UsageAccountingEfficiency, OwnMemorySumsTheJobsProcessesOnEachGpu) {
   };
   std::vector<std::vector<GpuProcess>> processes = {{process(100, 1000), process(101, 24), process(200, 5)}, {}};
   OwnMemory own = own_memory(processes, running, {{1, {100, 101}}});
-  EXPECT_EQ(own, (OwnMemory{{1, {{0, 1024}}}})) << "GPU 1 lists no process; job 2 is not watched";
+  EXPECT_EQ(own, (OwnMemory{{1, {{0, 1024}}}})) << "none of its processes on GPU 1; job 2 is not watched";
+  processes[0][1].used_memory_mib.reset();
+  EXPECT_TRUE(own_memory(processes, running, {{1, {100, 101}}}).empty()) << "a process without a figure: unknown";
 }
 
 TEST(UsageAccountingEfficiency, TalliesAddUpAndKeepTheLargerPeak) {

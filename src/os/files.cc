@@ -95,8 +95,9 @@ Result<UniqueFile> create_unique_file(const std::string& prefix, const std::stri
   return UniqueFile{Fd(fd), std::move(path)};
 }
 
-Result<void> replace_file(const std::string& path, std::string_view text, mode_t mode) {
-  TRY_ASSIGN(UniqueFile temp, create_unique_file(path + ".", ".tmp"));
+Result<void> replace_file(const std::string& path, std::string_view text, mode_t mode, const std::string& temp_dir) {
+  std::string prefix = temp_dir.empty() ? path : temp_dir + "/" + path.substr(path.rfind('/') + 1);
+  TRY_ASSIGN(UniqueFile temp, create_unique_file(prefix + ".", ".tmp"));
   Result<void> written = change_mode(temp.fd.get(), mode);
   if (written) written = write_all(temp.fd.get(), text);
   temp.fd.reset();

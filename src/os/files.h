@@ -59,9 +59,11 @@ struct UniqueFile {
 Result<UniqueFile> create_unique_file(const std::string& prefix, const std::string& suffix);
 
 // Puts `text` at `path` whole or not at all: written to a new file under a name nobody can guess
-// beside it (a file or link planted under a predictable name would be written through), then
-// renamed over `path`, so a reader sees the old text or the new, never part of it.
-Result<void> replace_file(const std::string& path, std::string_view text, mode_t mode);
+// beside it, or in `temp_dir` (on the same file system) where a reader lists the directory (a
+// file or link planted under a predictable name would be written through), then renamed over
+// `path`, so a reader sees the old text or the new, never part of it.
+Result<void> replace_file(const std::string& path, std::string_view text, mode_t mode,
+                          const std::string& temp_dir = {});
 
 // Writes all of `data`, however many write(2) calls it takes.
 Result<void> write_all(int fd, std::string_view data);

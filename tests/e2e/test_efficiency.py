@@ -61,6 +61,9 @@ class EfficiencyTest(unittest.TestCase):
                     return samples
                 return None
             samples = wait_until(measured, what="the busy GPUs' activity, energy and memory charged to the job")
+            # The simulated GPUs list no process for their 30000 MiB: all of it unattributed.
+            [(_, stray)] = series(samples, "gpupool_gpu_unattributed_memory_bytes", gpu=idle)
+            self.assertEqual(stray, 30000 * 2**20)
             self.assertTrue(series(samples, "gpupool_user_sm_active_gpu_seconds_total", user="root"))
             self.assertTrue(series(samples, "gpupool_user_energy_joules_total", user="root"))
             api = next(j for j in get_json(address, "/api/jobs")["jobs"] if j["id"] == job)

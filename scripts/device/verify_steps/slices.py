@@ -123,8 +123,10 @@ def step_slice_activity(s):
               f"card {gpu.get('utilization_gpu')} %", flush=True)
         pmon = subprocess.run(["nvidia-smi", "pmon", "-c", "1", "-s", "u"], capture_output=True, text=True)
         print("$ nvidia-smi pmon -c 1 -s u\n" + pmon.stdout + pmon.stderr, flush=True)
-        s.check("each slice's own utilisation", (usage[busy].get("mean_utilization") or 0) > 50
-                and (usage[idle].get("mean_utilization") or 100) < 5,
+        # 0.0 is a figure: compared as one, not taken for missing.
+        busy_mean, idle_mean = usage[busy].get("mean_utilization"), usage[idle].get("mean_utilization")
+        s.check("each slice's own utilisation", busy_mean is not None and busy_mean > 50
+                and idle_mean is not None and idle_mean < 5,
                 f"busy {usage[busy].get('mean_utilization')} %, idle {usage[idle].get('mean_utilization')} % "
                 f"(card {gpu.get('utilization_gpu')} %)")
         s.check("only the idle slice is flagged idle", bool(usage[idle].get("idle_since")) and not usage[busy].get("idle_since"),
