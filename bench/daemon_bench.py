@@ -568,6 +568,31 @@ def bench_events(bench, count):
     return result
 
 
+def bench_listing(bench, count):
+    """`jobs --all`'s page of `count` ended jobs that held GPUs, each answered with its stored
+    usage and efficiency (one lookup in the usage table each), against a page of as many held
+    jobs, which have none: what the usage costs the page."""
+    result = {}
+    with Daemon(bench) as daemon:
+        with daemon.client() as client:
+            for _ in range(count):
+                client.request({"op": "submit", "job": daemon.job_spec(["true"])})
+        daemon.wait_idle()
+        with daemon.client() as client:
+            for _ in range(count):
+                client.request({"op": "submit", "hold": True, "job": daemon.job_spec(["true"])})
+            ended = client.request({"op": "jobs", "all": True, "state": "done", "limit": count})["jobs"]
+            held = client.request({"op": "jobs", "state": "held", "limit": count})["jobs"]
+            with_usage = sum(1 for j in ended if j.get("usage"))
+            if len(ended) != count or len(held) != count or with_usage != count:
+                raise RuntimeError(f"expected {count} ended jobs with usage and {count} held ones: {len(ended)} ended "
+                                   f"({with_usage} with usage), {len(held)} held")
+            for name, message in (("page of ended jobs, with usage", {"op": "jobs", "all": True, "state": "done", "limit": count}),
+                                  ("page of held jobs, no usage", {"op": "jobs", "state": "held", "limit": count})):
+                result[name] = summary_ms(timed_requests(client, 20, message))
+    return result
+
+
 def print_table(results):
     rows = [("benchmark", "figure", "value", "target")]
     submit = results.get("submit", {})
@@ -628,7 +653,7 @@ def main():
     parser.add_argument("bin_dir", help="directory holding gpupool and gpupoold")
     parser.add_argument("output", help="JSON file to write")
     parser.add_argument("--check", action="store_true", help="exit 1 when a target is missed")
-    parser.add_argument("--only", nargs="+", choices=["submit", "dispatch", "throughput", "memory", "events"])
+    parser.add_argument("--only", nargs="+", choices=["submit", "dispatch", "throughput", "memory", "events", "listing"])
     parser.add_argument("--submits", type=int, default=200, help="timed submits per submit case")
     parser.add_argument("--rounds", type=int, default=25, help="dispatch: jobs per GPU on the busy machine")
     parser.add_argument("--job-ms", type=int, default=200, help="dispatch: length of a job on the busy machine")
@@ -640,6 +665,7 @@ def main():
     parser.add_argument("--submitters", type=int, default=4, help="throughput: parallel submitters")
     parser.add_argument("--history", type=int, default=100000, help="memory: finished jobs in the database")
     parser.add_argument("--events", type=int, default=1000000, help="events: events in the log")
+    parser.add_argument("--listed", type=int, default=1000, help="listing: jobs on a page (at most 1000)")
     parser.add_argument("--work-dir", default=None, help="where state directories go (default: $TMPDIR)")
     parser.add_argument("--keep", action="store_true", help="keep the state directories")
     args = parser.parse_args()
@@ -663,6 +689,8 @@ def main():
                 results[name] = bench_throughput(bench, args.jobs, args.submitters)
             elif name == "events":
                 results[name] = bench_events(bench, args.events)
+            elif name == "listing":
+                results[name] = bench_listing(bench, args.listed)
             else:
                 results[name] = bench_memory(bench, args.history)
             results["meta"][f"{name}_seconds"] = round(time.monotonic() - began, 1)

@@ -473,7 +473,7 @@ bool Daemon::Impl::hand_to_client(const Job& job, const HeldLeases& held, const 
 }
 
 void Daemon::Impl::job_finished(const Job& job) {
-  monitor_->job_ended(job.id, job.end_time.value_or(unix_now()));
+  monitor_->job_ended(queue_entry(job), job.end_time.value_or(unix_now()));
   events_->add(job_finished_event(job, unix_now()));
   told_idle_.erase(job.id);
   told_overrun_.erase(job.id);

@@ -303,23 +303,26 @@ void Monitor::sample_within(std::chrono::milliseconds delay) {
 std::vector<RunningJob> Monitor::running_jobs(const QueueView& view) const {
   std::vector<RunningJob> running;
   for (const QueueEntry& job : view.jobs) {
-    if (job.state != JobState::Running || job.gpus.empty()) continue;
-    std::optional<uint64_t> memory;
-    std::optional<uint64_t> held_mib = job.slice_mib;
-    std::optional<unsigned> gpu_instance;
-    if (job.gpus.front() < machine_.gpus.size()) {
-      const Gpu& gpu = machine_.gpus[job.gpus.front()];
-      memory = gpu.memory_total_mib;
-      // A MIG device counts as its share of the GPU's memory, as a slice does.
-      if (const MigDevice* device = mig_device_with_uuid(gpu, job.mig_uuid)) {
-        held_mib = device->memory_mib;
-        gpu_instance = device->gpu_instance_id;
-      }
-    }
-    running.push_back(RunningJob{job.id, job.user, job.name, job.gpus, gpu_share(held_mib, memory), job.start_time,
-                                 job.mig_uuid, gpu_instance});
+    if (job.state == JobState::Running && !job.gpus.empty()) running.push_back(running_job(job));
   }
   return running;
+}
+
+RunningJob Monitor::running_job(const QueueEntry& job) const {
+  std::optional<uint64_t> memory;
+  std::optional<uint64_t> held_mib = job.slice_mib;
+  std::optional<unsigned> gpu_instance;
+  if (job.gpus.front() < machine_.gpus.size()) {
+    const Gpu& gpu = machine_.gpus[job.gpus.front()];
+    memory = gpu.memory_total_mib;
+    // A MIG device counts as its share of the GPU's memory, as a slice does.
+    if (const MigDevice* device = mig_device_with_uuid(gpu, job.mig_uuid)) {
+      held_mib = device->memory_mib;
+      gpu_instance = device->gpu_instance_id;
+    }
+  }
+  return RunningJob{job.id, job.user, job.name, job.gpus, gpu_share(held_mib, memory), job.start_time,
+                    job.mig_uuid, gpu_instance};
 }
 
 void Monitor::publish(QueueView view) {
@@ -387,10 +390,17 @@ void Monitor::update_job_mapping() {
   job_mapping_error_ = error;
 }
 
-void Monitor::job_ended(JobId id, double end_time) {
+void Monitor::job_ended(const QueueEntry& job, double end_time) {
+  const JobId id = job.id;
   std::lock_guard lock(mutex_);
+  // A job that began and ended between two publishes was never accounted: its time counts now,
+  // unmeasured, and the next publish stores it and forgets it as it does a job it saw end.
+  if (accounting_.job(id) == nullptr && job.start_time && !job.gpus.empty()) {
+    accounting_.started(running_job(job), std::min(*job.start_time, end_time), end_time);
+    known_running_.insert(id);
+  }
   accounting_.ended(id, end_time);
-  std::erase_if(running_, [id](const RunningJob& job) { return job.id == id; });
+  std::erase_if(running_, [id](const RunningJob& running) { return running.id == id; });
   slice_uses_.erase(id);
 }
 

@@ -98,7 +98,7 @@ class Monitor {
   // The queue after an event: accounts jobs that stopped running, stores usage now and then.
   void publish(QueueView view);
   // A job ended at `end_time` (Unix seconds): its GPU time stops there, not at the next publish.
-  void job_ended(JobId id, double end_time);
+  void job_ended(const QueueEntry& job, double end_time);
   // What stands on each GPU (leases, outside processes), from the loop's survey of a reading.
   void set_pool(std::vector<GpuAvailability> pool);
   // Which GPUs the quarantine keeps from new jobs, by index.
@@ -135,6 +135,7 @@ class Monitor {
   void take_sample();
   void xid_loop();
   std::vector<RunningJob> running_jobs(const QueueView& view) const;
+  RunningJob running_job(const QueueEntry& job) const;
   void store_usage(const std::map<JobId, Accounting::JobAccount>& unsaved);
   void update_job_mapping();  // the loop's
 
@@ -149,7 +150,7 @@ class Monitor {
   std::map<JobId, std::set<uint32_t>> slice_processes_;  // under mutex_
   double started_ = 0;   // Unix seconds
   std::chrono::steady_clock::time_point last_saved_;
-  std::set<JobId> known_running_;  // running at the previous publish
+  std::set<JobId> known_running_;  // running at the previous publish, or ended unseen since
   uint64_t samples_surveyed_ = 0;
 
   std::mutex mutex_;  // guards everything below

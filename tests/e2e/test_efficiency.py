@@ -109,6 +109,17 @@ class EfficiencyTest(unittest.TestCase):
             self.assertAlmostEqual(again["energy_kwh"], ended["energy_kwh"], delta=ended["energy_kwh"] * 1e-9)
             self.assertEqual(again["sm_efficiency"], ended["sm_efficiency"])
 
+    def test_a_job_shorter_than_the_daemons_view_is_still_charged(self):
+        with self.daemon("hgx-h200") as d:
+            jobs = [d.submit("--", "true") for _ in range(10)]
+            d.finish(*jobs)
+            for job in jobs:
+                usage = d.gp_json("show", "--json", str(job)).get("usage")
+                self.assertIsNotNone(usage, f"job {job} has no usage")
+                self.assertGreater(usage["gpu_hours"], 0)
+            [user] = d.gp_json("report", "--json")["users"]
+            self.assertEqual(user["jobs"], 10)
+
     def test_gpus_without_gpm_leave_sm_activity_unknown_not_zero(self):
         with self.daemon("dgx-a100") as d:
             job, _, stop = self.start_job(d)
