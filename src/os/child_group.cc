@@ -147,6 +147,7 @@ class Supervisor {
         if (fds[i + 1].revents != 0 && !polled[i]->read_available(1)) polled[i]->close_fd();
       }
       if (fds[0].revents != 0) take_signals();
+      reap(WNOHANG);
       if (!stopping_ && time_deadline_ && Clock::now() >= *time_deadline_) {
         outcome_.timed_out = true;
         outcome_.exit_code = kTimedOutExitCode;
@@ -198,13 +199,17 @@ class Supervisor {
     return false;
   }
 
+  // A SIGCHLD that another thread of this process takes (one that does not block it) never
+  // reaches the signalfd: the children are also asked after every wake-up, at least this often.
+  static constexpr int64_t kReapEveryMs = 200;
+
   int poll_timeout_ms() const {
     std::optional<Clock::time_point> next;
     if (stopping_ && !killed_) next = kill_deadline_;
     if (!stopping_ && time_deadline_) next = time_deadline_;
-    if (!next) return -1;
+    if (!next) return static_cast<int>(kReapEveryMs);
     auto left = std::chrono::ceil<std::chrono::milliseconds>(*next - Clock::now());
-    return static_cast<int>(std::max<int64_t>(0, left.count()));
+    return static_cast<int>(std::clamp<int64_t>(left.count(), 0, kReapEveryMs));
   }
 
   void take_signals() {

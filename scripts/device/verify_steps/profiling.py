@@ -7,9 +7,11 @@ does nothing (everything near 0). While each runs, /metrics is read every half s
 step checks the median of the readings taken while the workload was in its steady state. During
 the matmul, pynvml's own GPM calls, where installed, read the same GPU for comparison.
 """
+import glob
 import json
 import os
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -156,3 +158,36 @@ def compare_with_pynvml(s, reader, readings):
             all(abs(ours[key] - answer[key]) <= 0.1 for key in ("sm", "tensor")),
             f"gpupoold SM {ours['sm']:.3f} tensor {ours['tensor']:.3f}; "
             f"pynvml SM {answer['sm']:.3f} tensor {answer['tensor']:.3f}")
+
+
+NSIGHT_KERNELS = ("import torch; a = torch.randn(4096, 4096, device='cuda', dtype=torch.bfloat16)\n"
+                  "for _ in range(5): a @ a\n"
+                  "torch.cuda.synchronize(); print('kernels ran')")
+
+
+def step_nsight(s):
+    """Nsight Compute profiles kernels on GPU 0 while gpupoold samples GPM there: DCGM's profiling
+    module takes a host-wide lock that makes such a profile fail; NVML's GPM should not."""
+    ncu = shutil.which("ncu") or next(iter(sorted(glob.glob("/usr/local/cuda*/bin/ncu"))), None)
+    if ncu is None:
+        s.result("SKIP", "nsight", "no ncu (Nsight Compute) on this machine")
+        return
+    with s.daemon("", http="127.0.0.1:0") as d:
+        server = Http(d.http_address())
+        d.wait_for_samples()
+        s.check("GPM sampled before the profile", len(gpu0_values(server.get("/metrics"))) == 12, "")
+        proc = subprocess.run([ncu, "--target-processes", "all", "-c", "3", "--metrics",
+                               "sm__throughput.avg.pct_of_peak_sustained_elapsed",
+                               *PLAIN, sys.executable, "-c", NSIGHT_KERNELS],
+                              env=dict(os.environ, **GPU0), capture_output=True, text=True, timeout=240)
+        with open(os.path.join(s.args.out, "nsight.txt"), "w") as f:
+            f.write(f"$ {ncu} ... -> exit {proc.returncode}\n{proc.stdout}\n{proc.stderr}")
+        profiled = re.findall(r"sm__throughput.avg.pct_of_peak_sustained_elapsed\s+%\s+(\S+)", proc.stdout)
+        s.check("ncu profiled the kernels while the daemon sampled GPM", proc.returncode == 0 and bool(profiled)
+                and "ERR_NVGPUCTRPERM" not in proc.stdout + proc.stderr,
+                f"exit {proc.returncode}; SM throughput % of the profiled kernels: {profiled}; "
+                f"{(proc.stdout + proc.stderr).strip().splitlines()[-1:]}")
+        d.wait_for_samples()
+        after = gpu0_values(server.get("/metrics"))
+        s.check("GPM sampled after the profile", len(after) == 12, f"{len(after)} DCGM_FI_PROF_* series for GPU 0")
+        server.connection.close()
