@@ -16,6 +16,7 @@
 #include "gpu/gpu_backend.h"
 #include "machine/gpu_json.h"
 #include "nvml/nvml_api.h"
+#include "os/signals.h"
 #include "sim/fixture.h"
 #include "sim/fixture_dirs_testing.h"
 #include "sim/open_backend.h"
@@ -49,7 +50,12 @@ class SimulatedNvml {
     return reinterpret_cast<Fn>(symbol);
   }
 
-  nvmlReturn_t init() const { return get<nvml::InitFn>("nvmlInit")(); }
+  // As gpupool initialises NVML (gpu/nvml_library.cc): the library's threads, the simulated one
+  // included, then take none of the signals other tests in this process wait for.
+  nvmlReturn_t init() const {
+    AllSignalsBlocked blocked;
+    return get<nvml::InitFn>("nvmlInit")();
+  }
   nvmlReturn_t shutdown() const { return get<nvml::ShutdownFn>("nvmlShutdown")(); }
   nvmlDevice_t device(unsigned index) const {
     nvmlDevice_t device = nullptr;
