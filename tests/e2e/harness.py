@@ -247,7 +247,9 @@ class ThrowawayUsers:
     def add_user(cls, name, *groups):
         extra = ["-G", ",".join(groups)] if groups else []
         subprocess.run(["useradd", "-M", "-N", "-s", "/bin/sh", *extra, name], check=True, capture_output=True)
-        cls.addClassCleanup(subprocess.run, ["userdel", name], capture_output=True)
+        # --force: plain userdel refuses while any process of the user is left, even one a moment
+        # from its end, and a user left behind breaks the next run's useradd.
+        cls.addClassCleanup(subprocess.run, ["userdel", "--force", name], capture_output=True)
         return name
 
     @classmethod

@@ -4,6 +4,7 @@ on_event hook is run for the kinds it asks for with the event on its standard in
 environment, and another user's job details stay private under private_data."""
 import json
 import os
+import secrets
 import shutil
 import subprocess
 import tempfile
@@ -136,7 +137,8 @@ class EventsTest(unittest.TestCase):
 @unittest.skipUnless(CAN_ADD_USERS, "needs root to add users")
 class PrivateEventsTest(ThrowawayUsers, unittest.TestCase):
     def test_another_users_job_details_are_withheld_under_private_data(self):
-        alice, bob = self.add_user("gpevalice"), self.add_user("gpevbob")
+        suffix = secrets.token_hex(3)
+        alice, bob = self.add_user(f"gpev_alice_{suffix}"), self.add_user(f"gpev_bob_{suffix}")
         self.require_gpupool_runs_as(alice)
         with Daemon(config='private_data = ["jobs"]\n', mode=0o755) as d:
             job = d.submit("--name", "secret-name", "--", "sh", "-c", "exit 5", user=alice)
@@ -144,7 +146,7 @@ class PrivateEventsTest(ThrowawayUsers, unittest.TestCase):
             [theirs] = [e for e in events(d, user=bob) if e["kind"] == "job_failed"]
             self.assertTrue(theirs["private"])
             self.assertEqual((theirs["name"], theirs["detail"]), ("", ""))
-            self.assertEqual(theirs["message"], f"job {job} (gpevalice) failed on GPU {theirs['gpus'][0]}")
+            self.assertEqual(theirs["message"], f"job {job} ({alice}) failed on GPU {theirs['gpus'][0]}")
             [own] = [e for e in events(d, user=alice) if e["kind"] == "job_failed"]
             self.assertEqual(own["name"], "secret-name")
             self.assertIn("exit code 5", own["detail"])
