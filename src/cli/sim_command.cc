@@ -1,9 +1,10 @@
 // gpupool sim: the simulator's commands. `replay` runs a job trace through the scheduler in
-// virtual time on a fixture machine; `place` explains a topology placement; `list` names the
+// virtual time on a fixture machine; `import` turns a public cluster trace into one; `place` explains a topology placement; `list` names the
 // fixtures; `capture` saves the machine NVML shows as a fixture. Only `capture` touches NVML: the
 // others take the machine straight from the fixture.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -19,6 +20,7 @@
 #include "sim/fixture_capture.h"
 #include "sim/open_backend.h"
 #include "sim/replay.h"
+#include "sim/trace_import.h"
 
 namespace gpupool::cli {
 namespace {
@@ -30,6 +32,16 @@ struct ReplayOptions {
   std::string schedule_out;
   std::optional<double> quota;
   bool json = false;
+};
+
+struct ImportOptions {
+  std::string format;
+  std::string input;
+  std::string machine = "hgx-h200";
+  std::string output;  // "": standard output
+  double load = 1.3;
+  size_t offset = 0;
+  std::optional<size_t> count;
 };
 
 struct CaptureOptions {
@@ -51,6 +63,15 @@ Result<Machine> fixture_machine(const std::string& name_or_path) {
   return sim::machine_from_fixture(fixture);
 }
 
+Result<void> write_text_file(const std::string& path, const std::string& text,
+                             std::string_view what) {
+  std::ofstream out(path);
+  out << text;
+  out.close();
+  if (!out) return fail("cannot write {} to {}", what, path);
+  return {};
+}
+
 // "45 s", "12.5 min", "31.2 h": the unit that keeps the number readable.
 std::string readable_time(double seconds) {
   if (seconds < 120) return fmt::format("{:.0f} s", seconds);
@@ -67,13 +88,20 @@ void print_summary(const sim::ReplaySummary& s, Policy policy, const std::string
   fmt::print("  utilization  {:>13.1f} %\n", 100 * s.utilization);
   fmt::print("  wait         {:>14} mean, {} p95, {} max\n", readable_time(s.mean_wait_s),
              readable_time(s.p95_wait_s), readable_time(s.max_wait_s));
+  fmt::print("  completion   {:>14} mean, {} p99\n", readable_time(s.mean_completion_s),
+             readable_time(s.p99_completion_s));
+  fmt::print("  contention   {:>13.1f} % of the GPUs unallocated while jobs waited; "
+             "Jain's index {:.3f}; finish-time fairness {:.2f} (worst user)\n",
+             100 * s.unallocated_while_waiting, s.jain_index, s.max_finish_time_fairness);
   if (s.ended_at_time_limit > 0)
     fmt::print("  {} jobs ended at their time limit\n", s.ended_at_time_limit);
-  fmt::print("  {:<12} {:>6} {:>10} {:>14} {:>14}\n", "user", "jobs", "GPU-hours", "mean wait",
-             "max wait");
+  fmt::print("  {:<12} {:>6} {:>10} {:>14} {:>14} {:>15} {:>6}\n", "user", "jobs", "GPU-hours",
+             "mean wait", "max wait", "mean completion", "FTF");
   for (const sim::UserFigures& u : s.users) {
-    fmt::print("  {:<12} {:>6} {:>10.1f} {:>14} {:>14}\n", u.user.empty() ? "(none)" : u.user,
-               u.jobs, u.gpu_hours, readable_time(u.mean_wait_s), readable_time(u.max_wait_s));
+    fmt::print("  {:<12} {:>6} {:>10.1f} {:>14} {:>14} {:>15} {:>6.2f}\n",
+               u.user.empty() ? "(none)" : u.user, u.jobs, u.gpu_hours,
+               readable_time(u.mean_wait_s), readable_time(u.max_wait_s),
+               readable_time(u.mean_completion_s), u.finish_time_fairness);
   }
 }
 
@@ -88,10 +116,8 @@ Result<int> run_replay(const ReplayOptions& options) {
   config.quota_gpus = options.quota;
   TRY_ASSIGN(sim::ReplayResult result, sim::replay(machine, *trace, config));
   if (!options.schedule_out.empty()) {
-    std::ofstream out(options.schedule_out);
-    out << sim::schedule_csv(*trace, result.schedule);
-    out.close();
-    if (!out) return fail("cannot write the schedule to {}", options.schedule_out);
+    TRY(write_text_file(options.schedule_out, sim::schedule_csv(*trace, result.schedule),
+                        "the schedule"));
   }
   if (options.json) {
     nlohmann::json out = sim::summary_json(result.summary);
@@ -100,6 +126,33 @@ Result<int> run_replay(const ReplayOptions& options) {
   } else {
     print_summary(result.summary, policy, options.machine);
   }
+  return kExitOk;
+}
+
+Result<int> run_import(const ImportOptions& options) {
+  TRY_ASSIGN(sim::TraceFormat format, sim::parse_trace_format(options.format));
+  TRY_ASSIGN(Machine machine, fixture_machine(options.machine));
+  TRY_ASSIGN(std::string text, sim::read_text_file(options.input));
+  Result<sim::RecordedTrace> recorded = sim::read_recorded_trace(format, text);
+  if (!recorded) return fail("{}: {}", options.input, recorded.error().message);
+  sim::FitOptions fit;
+  fit.machine_gpus = static_cast<unsigned>(machine.gpus.size());
+  for (const Gpu& gpu : machine.gpus)
+    fit.gpu_memory_mib = std::max(fit.gpu_memory_mib, gpu.memory_total_mib.value_or(0));
+  fit.target_load = options.load;
+  fit.offset = options.offset;
+  fit.count = options.count;
+  size_t read = recorded->jobs.size() + recorded->unusable;
+  TRY_ASSIGN(sim::FittedTrace fitted, sim::fit_to_machine(std::move(recorded->jobs), fit));
+  std::string csv = sim::format_trace(fitted.jobs);
+  if (options.output.empty()) fmt::print("{}", csv);
+  else TRY(write_text_file(options.output, csv, "the trace"));
+  fmt::print(stderr,
+             "{} jobs read: {} kept, {} never ran or have no times, {} CPU-only, {} wider than "
+             "{} GPUs; load {:.2f} at the recorded arrivals, {:.2f} after scaling the gaps by "
+             "{:.4g}\n",
+             read, fitted.jobs.size(), recorded->unusable, fitted.cpu_only, fitted.too_wide,
+             fit.machine_gpus, fitted.offered_load, options.load, fitted.arrival_scale);
   return kExitOk;
 }
 
@@ -180,10 +233,7 @@ Result<int> run_capture(const CaptureOptions& options) {
     fmt::print("{}", text);
     return kExitOk;
   }
-  std::ofstream out(options.output);
-  out << text;
-  out.close();
-  if (!out) return fail("cannot write the fixture to {}", options.output);
+  TRY(write_text_file(options.output, text, "the fixture"));
   fmt::print(stderr, "{} GPU{} written to {}: use it with GPUPOOL_SIM={}\n", machine.gpus.size(),
              machine.gpus.size() == 1 ? "" : "s", options.output, options.output);
   return kExitOk;
@@ -218,9 +268,36 @@ void add_sim_command(CLI::App& app, int& exit_code) {
       ->type_name("FILE");
   replay->add_flag(
       "--json", replay_options->json,
-      "Print jobs, makespan_s, lower_bound_s, utilization, mean/p95/max_wait_s, users");
+      "Print the summary as JSON (docs/scheduling.md lists its fields)");
   replay->callback([&exit_code, replay_options] {
     run_command(exit_code, [&] { return run_replay(*replay_options); });
+  });
+
+  auto* import = sim->add_subcommand(
+      "import", "Read a public GPU cluster trace and fit it to a fixture machine as a trace CSV");
+  auto import_options = std::make_shared<ImportOptions>();
+  import->add_option("--format", import_options->format, "alibaba-gpu, helios or philly")
+      ->required()
+      ->check(CLI::IsMember({"alibaba-gpu", "helios", "philly"}));
+  import->add_option("input", import_options->input,
+                     "openb_pod_list_*.csv, cluster_log.csv or cluster_job_log")
+      ->required()
+      ->type_name("FILE");
+  import->add_option("--machine", import_options->machine,
+                     "Fixture to fit to: its GPU count and card memory (default hgx-h200)");
+  import->add_option("--load", import_options->load,
+                     "Offered GPU time over what the GPUs serve, set by scaling arrival gaps "
+                     "(default 1.3)")
+      ->check(CLI::PositiveNumber);
+  import->add_option("--offset", import_options->offset,
+                     "Jobs to pass over first, in arrival order");
+  import->add_option("--jobs", import_options->count, "Jobs to keep after them (default: all)")
+      ->check(CLI::PositiveNumber);
+  import->add_option("-o,--output", import_options->output,
+                     "Write the trace here (default: standard output)")
+      ->type_name("FILE");
+  import->callback([&exit_code, import_options] {
+    run_command(exit_code, [&] { return run_import(*import_options); });
   });
 
   auto* place = sim->add_subcommand(

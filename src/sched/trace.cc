@@ -1,9 +1,10 @@
 #include "sched/trace.h"
 
+#include "base/csv.h"
+
 #include <fmt/format.h>
 
 #include <array>
-#include <charconv>
 #include <cmath>
 #include <unordered_map>
 
@@ -13,33 +14,6 @@ namespace {
 constexpr std::array<std::string_view, 8> kColumns = {
     "id", "submit_s", "duration_s", "gpus", "gpu_mem_mib", "user", "priority", "time_limit_s"};
 constexpr size_t kRequiredColumns = 4;
-
-std::string_view trim(std::string_view text) {
-  while (!text.empty() && (text.front() == ' ' || text.front() == '\t')) text.remove_prefix(1);
-  while (!text.empty() && (text.back() == ' ' || text.back() == '\t' || text.back() == '\r')) {
-    text.remove_suffix(1);
-  }
-  return text;
-}
-
-std::vector<std::string_view> split_fields(std::string_view line) {
-  std::vector<std::string_view> fields;
-  size_t start = 0;
-  while (true) {
-    size_t comma = line.find(',', start);
-    fields.push_back(trim(line.substr(start, comma - start)));
-    if (comma == std::string_view::npos) return fields;
-    start = comma + 1;
-  }
-}
-
-template <typename Number>
-std::optional<Number> parse_number(std::string_view text) {
-  Number value{};
-  auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (error != std::errc() || end != text.data() + text.size()) return std::nullopt;
-  return value;
-}
 
 // A finite, non-negative time in seconds (positive when `positive`).
 Result<double> parse_seconds(std::string_view column, std::string_view text, bool positive) {
@@ -83,15 +57,40 @@ Result<TraceJob> parse_row(const std::vector<std::string_view>& fields) {
 }
 
 Result<size_t> parse_header(std::string_view line) {
-  std::vector<std::string_view> names = split_fields(line);
+  std::vector<std::string_view> names = csv_fields(line);
   bool prefix = names.size() >= kRequiredColumns && names.size() <= kColumns.size();
   for (size_t i = 0; prefix && i < names.size(); ++i) prefix = names[i] == kColumns[i];
   if (!prefix) {
     return fail(
         "line 1: expected the header '{}' (the last four columns may be left out), got '{}'",
-        fmt::join(kColumns, ","), trim(line));
+        fmt::join(kColumns, ","), trim_field(line));
   }
   return names.size();
+}
+
+// One line of the trace: the header (line 1, which sets `columns`) or a job.
+Result<void> read_line(size_t line_number, std::string_view line, size_t& columns,
+                       std::vector<TraceJob>& jobs,
+                       std::unordered_map<std::string, size_t>& line_of_id) {
+  if (line_number == 1) {
+    TRY_ASSIGN(columns, parse_header(line));
+    return {};
+  }
+  if (trim_field(line).empty()) return {};
+  std::vector<std::string_view> fields = csv_fields(line);
+  if (fields.size() < kRequiredColumns || fields.size() > columns) {
+    return fail("line {}: expected {} to {} fields, got {}", line_number, kRequiredColumns, columns,
+                fields.size());
+  }
+  Result<TraceJob> job = parse_row(fields);
+  if (!job) return fail("line {}: {}", line_number, job.error().message);
+  auto [previous, inserted] = line_of_id.try_emplace(job->id, line_number);
+  if (!inserted) {
+    return fail("line {}: id '{}' is already used on line {}", line_number, job->id,
+                previous->second);
+  }
+  if (job->gpus > 0) jobs.push_back(std::move(*job));
+  return {};
 }
 
 }  // namespace
@@ -100,33 +99,15 @@ Result<std::vector<TraceJob>> parse_trace(std::string_view csv) {
   std::vector<TraceJob> jobs;
   std::unordered_map<std::string, size_t> line_of_id;
   size_t columns = 0;
-  size_t line_number = 0;
-  size_t start = 0;
-  while (start < csv.size()) {
-    size_t newline = csv.find('\n', start);
-    std::string_view line = csv.substr(start, newline - start);
-    start = newline == std::string_view::npos ? csv.size() : newline + 1;
-    ++line_number;
-    if (line_number == 1) {
-      TRY_ASSIGN(columns, parse_header(line));
-      continue;
-    }
-    if (trim(line).empty()) continue;
-    std::vector<std::string_view> fields = split_fields(line);
-    if (fields.size() < kRequiredColumns || fields.size() > columns) {
-      return fail("line {}: expected {} to {} fields, got {}", line_number, kRequiredColumns,
-                  columns, fields.size());
-    }
-    Result<TraceJob> job = parse_row(fields);
-    if (!job) return fail("line {}: {}", line_number, job.error().message);
-    auto [previous, inserted] = line_of_id.try_emplace(job->id, line_number);
-    if (!inserted) {
-      return fail("line {}: id '{}' is already used on line {}", line_number, job->id,
-                  previous->second);
-    }
-    if (job->gpus > 0) jobs.push_back(std::move(*job));
-  }
-  if (line_number == 0) return fail("the trace is empty: expected a header line");
+  size_t lines = 0;
+  Result<void> outcome;
+  for_each_line(csv, [&](size_t line_number, std::string_view line) {
+    lines = line_number;
+    outcome = read_line(line_number, line, columns, jobs, line_of_id);
+    return static_cast<bool>(outcome);
+  });
+  TRY(outcome);
+  if (lines == 0) return fail("the trace is empty: expected a header line");
   return jobs;
 }
 

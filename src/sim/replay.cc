@@ -25,6 +25,100 @@ double gpu_weight(const TraceJob& job, uint64_t largest_gpu_mib) {
   return job.gpus * static_cast<double>(*job.gpu_mem_mib) / static_cast<double>(largest_gpu_mib);
 }
 
+// Nearest rank: the smallest value that at least `fraction` of them do not exceed.
+double nearest_rank(std::vector<double> values, double fraction) {
+  if (values.empty()) return 0;
+  size_t rank = std::max<size_t>(
+      1, static_cast<size_t>(std::ceil(fraction * static_cast<double>(values.size()))));
+  std::nth_element(values.begin(), values.begin() + static_cast<std::ptrdiff_t>(rank - 1),
+                   values.end());
+  return values[rank - 1];
+}
+
+double mean(const std::vector<double>& values) {
+  if (values.empty()) return 0;
+  return std::accumulate(values.begin(), values.end(), 0.0) / static_cast<double>(values.size());
+}
+
+struct Contention {
+  double unallocated_while_waiting = 0;
+  double jain_index = 1;
+};
+
+// Sweeps the schedule in time order, integrating over the spans in which some job waits how
+// much of the GPUs nobody held and how evenly the users with work shared them.
+Contention measure_contention(const std::vector<TraceJob>& trace,
+                              const std::vector<ScheduledJob>& schedule, double gpus,
+                              uint64_t largest_gpu_mib) {
+  enum class Change { Submit, Start, End };
+  struct Event {
+    double at;
+    Change change;
+    size_t job;
+  };
+  std::vector<Event> events;
+  events.reserve(3 * trace.size());
+  std::map<std::string, size_t> user_numbers;
+  std::vector<size_t> user_of(trace.size());
+  for (size_t i = 0; i < trace.size(); ++i) {
+    events.push_back({trace[i].submit_s, Change::Submit, i});
+    events.push_back({schedule[i].start_s, Change::Start, i});
+    events.push_back({schedule[i].end_s, Change::End, i});
+    user_of[i] = user_numbers.try_emplace(trace[i].user, user_numbers.size()).first->second;
+  }
+  std::sort(events.begin(), events.end(),
+            [](const Event& a, const Event& b) { return a.at < b.at; });
+  struct UserLoad {
+    double held = 0, waiting = 0;  // GPUs
+    size_t running_jobs = 0, waiting_jobs = 0;
+  };
+  std::vector<UserLoad> users(user_numbers.size());
+  size_t waiting_jobs = 0;
+  double held = 0, contended_time = 0, capacity = 0, allocated = 0, jain_time = 0;
+  for (size_t e = 0; e < events.size();) {
+    double now = events[e].at;
+    for (; e < events.size() && events[e].at == now; ++e) {
+      size_t job = events[e].job;
+      double weight = gpu_weight(trace[job], largest_gpu_mib);
+      UserLoad& user = users[user_of[job]];
+      switch (events[e].change) {
+        case Change::Submit:
+          ++waiting_jobs, ++user.waiting_jobs, user.waiting += weight;
+          break;
+        case Change::Start:
+          --waiting_jobs, --user.waiting_jobs, user.waiting -= weight;
+          ++user.running_jobs, user.held += weight, held += weight;
+          break;
+        case Change::End:
+          --user.running_jobs, user.held -= weight, held -= weight;
+          break;
+      }
+    }
+    if (waiting_jobs == 0 || e == events.size()) continue;
+    double span = events[e].at - now;
+    contended_time += span;
+    capacity += gpus * span;
+    allocated += std::min(held, gpus) * span;
+    size_t active = 0;
+    for (const UserLoad& user : users) active += user.running_jobs + user.waiting_jobs > 0;
+    double equal_split = gpus / static_cast<double>(active), sum = 0, sum_of_squares = 0;
+    for (const UserLoad& user : users) {
+      if (user.running_jobs + user.waiting_jobs == 0) continue;
+      double share = std::max(0.0, user.held) / std::min(user.held + user.waiting, equal_split);
+      sum += share;
+      sum_of_squares += share * share;
+    }
+    double jain = sum_of_squares > 0 ? sum * sum / (static_cast<double>(active) * sum_of_squares) : 1;
+    jain_time += jain * span;
+  }
+  Contention contention;
+  if (contended_time > 0) {
+    contention.unallocated_while_waiting = 1 - allocated / capacity;
+    contention.jain_index = jain_time / contended_time;
+  }
+  return contention;
+}
+
 ReplaySummary summarize(const Machine& machine, const std::vector<TraceJob>& trace,
                         const std::vector<ScheduledJob>& schedule) {
   uint64_t largest_gpu_mib = 0;
@@ -33,8 +127,9 @@ ReplaySummary summarize(const Machine& machine, const std::vector<TraceJob>& tra
   }
   ReplaySummary summary;
   summary.jobs = trace.size();
-  std::vector<double> waits;
+  std::vector<double> waits, completions;
   waits.reserve(trace.size());
+  completions.reserve(trace.size());
   double gpu_seconds = 0;
   double latest_possible_end = 0;
   std::map<std::string, UserFigures> users;
@@ -43,6 +138,7 @@ ReplaySummary summarize(const Machine& machine, const std::vector<TraceJob>& tra
     double wait = schedule[i].start_s - job.submit_s;
     double used = gpu_weight(job, largest_gpu_mib) * run_time(job);
     waits.push_back(wait);
+    completions.push_back(schedule[i].end_s - job.submit_s);
     gpu_seconds += used;
     latest_possible_end = std::max(latest_possible_end, job.submit_s + run_time(job));
     summary.makespan_s = std::max(summary.makespan_s, schedule[i].end_s);
@@ -53,30 +149,31 @@ ReplaySummary summarize(const Machine& machine, const std::vector<TraceJob>& tra
     user.gpu_hours += used / 3600;
     user.mean_wait_s += wait;  // a sum until divided below
     user.max_wait_s = std::max(user.max_wait_s, wait);
+    user.mean_completion_s += completions.back();  // a sum until divided below
   }
   double gpus = static_cast<double>(machine.gpus.size());
   summary.lower_bound_s = std::max(gpu_seconds / gpus, latest_possible_end);
   summary.utilization = summary.makespan_s > 0 ? gpu_seconds / (gpus * summary.makespan_s) : 0;
-  if (!waits.empty()) {
-    summary.mean_wait_s =
-        std::accumulate(waits.begin(), waits.end(), 0.0) / static_cast<double>(waits.size());
-    // Nearest rank: the smallest wait that at least 95 % of the jobs do not exceed.
-    size_t rank = static_cast<size_t>(std::ceil(0.95 * static_cast<double>(waits.size())));
-    std::nth_element(waits.begin(), waits.begin() + (rank - 1), waits.end());
-    summary.p95_wait_s = waits[rank - 1];
-    summary.max_wait_s = *std::max_element(waits.begin(), waits.end());
-  }
+  summary.mean_wait_s = mean(waits);
+  summary.p95_wait_s = nearest_rank(waits, 0.95);
+  summary.max_wait_s = waits.empty() ? 0 : *std::max_element(waits.begin(), waits.end());
+  summary.mean_completion_s = mean(completions);
+  summary.p99_completion_s = nearest_rank(completions, 0.99);
+  Contention contention = measure_contention(trace, schedule, gpus, largest_gpu_mib);
+  summary.unallocated_while_waiting = contention.unallocated_while_waiting;
+  summary.jain_index = contention.jain_index;
   for (auto& [name, user] : users) {
     user.mean_wait_s /= static_cast<double>(user.jobs);
+    user.mean_completion_s /= static_cast<double>(user.jobs);
     summary.users.push_back(std::move(user));
   }
   return summary;
 }
 
-}  // namespace
-
-Result<ReplayResult> replay(const Machine& machine, const std::vector<TraceJob>& trace,
-                            const SchedulerConfig& config) {
+// The schedule the scheduler makes of the trace; the durations stay here.
+Result<std::vector<ScheduledJob>> run_schedule(const Machine& machine,
+                                               const std::vector<TraceJob>& trace,
+                                               const SchedulerConfig& config) {
   TRY_ASSIGN(Scheduler scheduler, Scheduler::create(machine, config));
   std::vector<size_t> arrivals(trace.size());
   std::iota(arrivals.begin(), arrivals.end(), 0);
@@ -116,7 +213,45 @@ Result<ReplayResult> replay(const Machine& machine, const std::vector<TraceJob>&
     return fail("trace job '{}' was never scheduled",
                 trace[static_cast<size_t>(never - started.begin())].id);
   }
+  return schedule;
+}
+
+// Each user's mean completion time alone on a private machine of their share: their jobs only,
+// on the same machine, every duration (and limit) stretched by the number of users.
+Result<void> measure_finish_time_fairness(const Machine& machine,
+                                          const std::vector<TraceJob>& trace,
+                                          const SchedulerConfig& config, ReplaySummary& summary) {
+  double stretch = static_cast<double>(summary.users.size());
+  for (UserFigures& user : summary.users) {
+    std::vector<TraceJob> own;
+    for (const TraceJob& job : trace) {
+      if (job.user != user.user) continue;
+      TraceJob& alone = own.emplace_back(job);
+      alone.duration_s *= stretch;
+      if (alone.time_limit_s) *alone.time_limit_s *= stretch;
+    }
+    TRY_ASSIGN(std::vector<ScheduledJob> schedule, run_schedule(machine, own, config));
+    double private_completion = 0;
+    for (size_t i = 0; i < own.size(); ++i) private_completion += schedule[i].end_s - own[i].submit_s;
+    private_completion /= static_cast<double>(own.size());
+    user.finish_time_fairness =
+        private_completion > 0 ? user.mean_completion_s / private_completion : 1;
+    summary.max_finish_time_fairness =
+        std::max(summary.max_finish_time_fairness, user.finish_time_fairness);
+  }
+  return {};
+}
+
+}  // namespace
+
+Result<ReplayResult> replay(const Machine& machine, const std::vector<TraceJob>& trace,
+                            const SchedulerConfig& config) {
+  TRY_ASSIGN(std::vector<ScheduledJob> schedule, run_schedule(machine, trace, config));
   ReplaySummary summary = summarize(machine, trace, schedule);
+  if (summary.users.size() > 1) {
+    summary.max_finish_time_fairness = 0;
+    TRY(measure_finish_time_fairness(machine, trace, config, summary));
+  }
   return ReplayResult{std::move(schedule), std::move(summary)};
 }
 
@@ -137,7 +272,9 @@ nlohmann::json summary_json(const ReplaySummary& summary) {
                      {"jobs", user.jobs},
                      {"gpu_hours", user.gpu_hours},
                      {"mean_wait_s", user.mean_wait_s},
-                     {"max_wait_s", user.max_wait_s}});
+                     {"max_wait_s", user.max_wait_s},
+                     {"mean_completion_s", user.mean_completion_s},
+                     {"finish_time_fairness", user.finish_time_fairness}});
   }
   return {{"jobs", summary.jobs},
           {"makespan_s", summary.makespan_s},
@@ -146,6 +283,11 @@ nlohmann::json summary_json(const ReplaySummary& summary) {
           {"mean_wait_s", summary.mean_wait_s},
           {"p95_wait_s", summary.p95_wait_s},
           {"max_wait_s", summary.max_wait_s},
+          {"mean_completion_s", summary.mean_completion_s},
+          {"p99_completion_s", summary.p99_completion_s},
+          {"unallocated_while_waiting", summary.unallocated_while_waiting},
+          {"jain_index", summary.jain_index},
+          {"max_finish_time_fairness", summary.max_finish_time_fairness},
           {"ended_at_time_limit", summary.ended_at_time_limit},
           {"users", users}};
 }

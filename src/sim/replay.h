@@ -26,6 +26,11 @@ struct UserFigures {
   double gpu_hours = 0;  // slices as fractions of the GPU
   double mean_wait_s = 0;
   double max_wait_s = 0;
+  double mean_completion_s = 0;
+  // Themis' finish-time fairness: the user's mean completion time here over that on a private
+  // machine of their share (the same machine, every duration stretched by the number of users).
+  // Above 1: the user fared worse than alone on their share.
+  double finish_time_fairness = 1;
 };
 
 struct ReplaySummary {
@@ -36,6 +41,15 @@ struct ReplaySummary {
   double mean_wait_s = 0;
   double p95_wait_s = 0;
   double max_wait_s = 0;
+  double mean_completion_s = 0;  // submit to end
+  double p99_completion_s = 0;
+  // FGD's measure: of the GPU capacity while some job waited, the share nobody held (a slice
+  // holds its fraction of the card).
+  double unallocated_while_waiting = 0;
+  // Jain's index over the active users' shares, time-averaged while some job waited: a user's
+  // share is what they held over the lesser of their demand and an equal split. 1: all equal.
+  double jain_index = 1;
+  double max_finish_time_fairness = 1;  // the worst user's (UserFigures::finish_time_fairness)
   size_t ended_at_time_limit = 0;  // jobs that would have run longer than their limit
   std::vector<UserFigures> users;  // sorted by name
 };

@@ -58,11 +58,40 @@ TEST(ReplayTest, ReplaysInVirtualTimeAndSummarizes) {
   EXPECT_EQ(s.users[1].user, "bob");
   EXPECT_EQ(s.users[1].jobs, 2u);
   EXPECT_DOUBLE_EQ(s.users[1].mean_wait_s, 90);
+  // Completions 100, 140 and 110 s.
+  EXPECT_DOUBLE_EQ(s.mean_completion_s, 350.0 / 3);
+  EXPECT_EQ(s.p99_completion_s, 140);
+  // While bob waited (10 to 100 s) alice held both GPUs: nothing was unallocated, and of an
+  // equal split of one GPU each alice held twice hers and bob none: Jain's index 2² / (2 x 4).
+  EXPECT_EQ(s.unallocated_while_waiting, 0);
+  EXPECT_DOUBLE_EQ(s.jain_index, 0.5);
+  // Alone with every duration doubled (two users), alice's job ends at 200 s: 100 s here is
+  // half of that. Bob's two jobs would run side by side from 10 s, ending after 100 and 40 s
+  // (mean 70), against 140 and 110 here (mean 125).
+  EXPECT_DOUBLE_EQ(s.users[0].finish_time_fairness, 0.5);
+  EXPECT_DOUBLE_EQ(s.users[1].finish_time_fairness, 125.0 / 70);
+  EXPECT_DOUBLE_EQ(s.max_finish_time_fairness, 125.0 / 70);
   nlohmann::json encoded = summary_json(s);
-  for (const char* field : {"jobs", "makespan_s", "lower_bound_s", "utilization", "mean_wait_s",
-                            "p95_wait_s", "max_wait_s", "users"}) {
+  for (const char* field :
+       {"jobs", "makespan_s", "lower_bound_s", "utilization", "mean_wait_s", "p95_wait_s",
+        "max_wait_s", "mean_completion_s", "p99_completion_s", "unallocated_while_waiting",
+        "jain_index", "max_finish_time_fairness", "users"}) {
     EXPECT_TRUE(encoded.contains(field)) << field;
   }
+}
+
+TEST(ReplayTest, GpusLeftIdleWhileAJobWaitsCountAsUnallocated) {
+  // FIFO: the 2-GPU job b waits for a (10 to 100 s) with one GPU idle, and c waits behind b
+  // until 110 s with both GPUs held: 90 of the 200 GPU-seconds contended were unallocated.
+  std::vector<TraceJob> trace = {trace_job("a", 0, 100, 1), trace_job("b", 10, 10, 2),
+                                 trace_job("c", 20, 5, 1)};
+  auto result = replay(two_gpus(), trace, policy(Policy::Fifo));
+  ASSERT_TRUE(result.ok()) << result.error().message;
+  EXPECT_EQ(result->schedule[2].start_s, 110);
+  EXPECT_DOUBLE_EQ(result->summary.unallocated_while_waiting, 0.45);
+  // One user: shares are equal by definition, and alone is the same as here.
+  EXPECT_EQ(result->summary.jain_index, 1);
+  EXPECT_EQ(result->summary.max_finish_time_fairness, 1);
 }
 
 TEST(ReplayTest, AJobEndsAtItsTimeLimit) {

@@ -105,6 +105,52 @@ class ReplayTest(unittest.TestCase):
         self.assertIn("no-such-box", proc.stderr)
 
 
+class ImportTest(unittest.TestCase):
+    HELIOS = ("job_id,user,vc,gpu_num,cpu_num,node_num,state,submit_time,start_time,end_time,duration,queue\n"
+              "1,ua,vc1,1,1,1,COMPLETED,2020-06-09 18:00:00,2020-06-09 18:00:00,2020-06-09 19:00:00,3600,0\n"
+              "2,ub,vc1,4,8,1,FAILED,2020-06-09 18:10:00,2020-06-09 18:10:00,2020-06-09 18:40:00,1800,0\n"
+              "3,ua,vc1,32,64,4,COMPLETED,2020-06-09 18:20:00,2020-06-09 18:20:00,2020-06-09 20:20:00,7200,0\n"
+              "4,ub,vc1,0,4,1,COMPLETED,2020-06-09 18:25:00,2020-06-09 18:25:00,2020-06-09 18:26:00,60,0\n"
+              "5,uc,vc1,8,16,1,COMPLETED,2020-06-09 18:30:00,2020-06-09 18:30:00,2020-06-09 19:30:00,3600,0\n")
+
+    def setUp(self):
+        self.dir = tempfile.mkdtemp()
+        self.addCleanup(lambda: [os.unlink(os.path.join(self.dir, f)) for f in os.listdir(self.dir)]
+                        and os.rmdir(self.dir))
+        self.recorded = os.path.join(self.dir, "cluster_log.csv")
+        with open(self.recorded, "w") as f:
+            f.write(self.HELIOS)
+
+    def test_a_helios_log_is_fitted_to_the_machine_and_replays(self):
+        fitted = os.path.join(self.dir, "fitted.csv")
+        proc = sim("import", "--format", "helios", self.recorded, "--machine", "hgx-h200", "--load", "1.1",
+                   "-o", fitted)
+        # 1 + 2 + 8 GPU-hours over 30 min of arrivals on 8 GPUs: load 2.75; to 1.1, gaps x 2.5.
+        self.assertEqual(proc.stderr.strip(),
+                         "5 jobs read: 3 kept, 0 never ran or have no times, 1 CPU-only, 1 wider than 8 GPUs; "
+                         "load 2.75 at the recorded arrivals, 1.10 after scaling the gaps by 2.5")
+        with open(fitted) as f:
+            rows = list(csv.DictReader(f))
+        self.assertEqual([(r["id"], r["submit_s"], r["gpus"], r["user"]) for r in rows],
+                         [("1", "0", "1", "ua"), ("2", "1500", "4", "ub"), ("5", "4500", "8", "uc")])
+        summary = json.loads(sim("replay", "--machine", "hgx-h200", "--trace", fitted, "--json").stdout)
+        self.assertEqual(summary["jobs"], 3)
+        for field in ["mean_completion_s", "p99_completion_s", "unallocated_while_waiting", "jain_index",
+                      "max_finish_time_fairness"]:
+            self.assertIn(field, summary)
+        self.assertEqual(len(summary["users"]), 3)
+
+    def test_a_malformed_log_is_one_line_and_writes_nothing(self):
+        with open(self.recorded, "a") as f:
+            f.write("6,ua,vc1,many,1,1,COMPLETED,2020-06-09 18:40:00,,,10,0\n")
+        fitted = os.path.join(self.dir, "fitted.csv")
+        proc = sim("import", "--format", "helios", self.recorded, "-o", fitted, check=False)
+        self.assertNotEqual(proc.returncode, 0)
+        self.assertEqual(proc.stderr.strip(),
+                         f"gpupool: {self.recorded}: line 7: gpu_num: expected a number, got 'many'")
+        self.assertFalse(os.path.exists(fitted))
+
+
 class PlaceTest(unittest.TestCase):
     def test_json_names_the_chosen_set_its_score_and_the_runner_up(self):
         out = json.loads(sim("place", "--machine", "dgx1-v100", "--free", "0-7", "-g", "4",

@@ -1,0 +1,32 @@
+"""The scheduler's regression gate: the gpupool policy replayed on a real cluster trace (3,000
+jobs of Alibaba's GPU-sharing trace, fitted to hgx-h200 by `gpupool sim import`) and on a
+generated one must do no worse than the results recorded in tests/data/traces/gate-bounds.json.
+Replays are deterministic, so the tolerance only absorbs floating-point noise between builds."""
+import json
+import os
+import unittest
+
+from harness import main
+from test_sim import TRACES, sim
+
+
+class TraceGateTest(unittest.TestCase):
+    def test_the_policy_does_no_worse_than_recorded(self):
+        with open(os.path.join(TRACES, "gate-bounds.json")) as f:
+            gate = json.load(f)
+        tolerance = gate["tolerance"]
+        for trace, bounds in gate["traces"].items():
+            summary = json.loads(sim("replay", "--machine", gate["machine"], "--policy", gate["policy"],
+                                     "--trace", os.path.join(TRACES, trace), "--json").stdout)
+            for metric, bound in bounds["at_most"].items():
+                with self.subTest(trace=trace, metric=metric):
+                    self.assertLessEqual(summary[metric], bound * (1 + tolerance),
+                                         f"{metric} got worse than the recorded {bound}")
+            for metric, bound in bounds["at_least"].items():
+                with self.subTest(trace=trace, metric=metric):
+                    self.assertGreaterEqual(summary[metric], bound * (1 - tolerance),
+                                            f"{metric} got worse than the recorded {bound}")
+
+
+if __name__ == "__main__":
+    main()
