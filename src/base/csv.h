@@ -2,10 +2,10 @@
 // quoting, one record per line.
 #pragma once
 
-#include <charconv>
-#include <optional>
 #include <string_view>
 #include <vector>
+
+#include "base/text.h"
 
 namespace gpupool {
 
@@ -27,15 +27,6 @@ void for_each_line(std::string_view text, Visit&& visit) {
     start = newline == std::string_view::npos ? text.size() : newline + 1;
     if (!visit(++line_number, line)) return;
   }
-}
-
-// The whole of `text` as a number; nullopt when any of it is not.
-template <typename Number>
-std::optional<Number> parse_number(std::string_view text) {
-  Number value{};
-  auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (error != std::errc() || end != text.data() + text.size()) return std::nullopt;
-  return value;
 }
 
 }  // namespace gpupool

@@ -29,12 +29,5 @@ TEST(Csv, AVisitThatReturnsFalseStopsTheWalk) {
   EXPECT_EQ(visited, 2u);
 }
 
-TEST(Csv, NumbersMustFillTheWholeField) {
-  EXPECT_EQ(parse_number<unsigned>("12"), 12u);
-  EXPECT_EQ(parse_number<unsigned>("12x"), std::nullopt);
-  EXPECT_EQ(parse_number<unsigned>(""), std::nullopt);
-  EXPECT_EQ(parse_number<double>("2.5"), 2.5);
-}
-
 }  // namespace
 }  // namespace gpupool

@@ -1,6 +1,7 @@
 // Small text helpers shared by the parsers of user input.
 #pragma once
 
+#include <charconv>
 #include <cstdint>
 #include <deque>
 #include <optional>
@@ -15,6 +16,15 @@ std::string lowercase(std::string_view text);
 bool all_digits(std::string_view text);
 // A non-empty run of decimal digits as a number; nullopt for anything else or past 64 bits.
 std::optional<uint64_t> parse_decimal(std::string_view text);
+
+// The whole of `text` as a number; nullopt when any of it is not.
+template <typename Number>
+std::optional<Number> parse_number(std::string_view text) {
+  Number value{};
+  auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (error != std::errc() || end != text.data() + text.size()) return std::nullopt;
+  return value;
+}
 
 // Levenshtein distance: the insertions, deletions and substitutions that turn one into the other
 // (for "did you mean" hints).

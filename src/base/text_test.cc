@@ -61,5 +61,12 @@ TEST(Text, LastLinesKeepsTheLastLinesOfPieces) {
   EXPECT_EQ(none.text(), "");
 }
 
+TEST(Text, NumbersMustFillTheWholeText) {
+  EXPECT_EQ(parse_number<unsigned>("12"), 12u);
+  EXPECT_EQ(parse_number<unsigned>("12x"), std::nullopt);
+  EXPECT_EQ(parse_number<unsigned>(""), std::nullopt);
+  EXPECT_EQ(parse_number<double>("2.5"), 2.5);
+}
+
 }  // namespace
 }  // namespace gpupool

@@ -31,6 +31,7 @@ struct ReplayOptions {
   std::string policy = "gpupool";
   std::string schedule_out;
   std::optional<double> quota;
+  std::optional<size_t> runtime_history;
   bool json = false;
 };
 
@@ -114,6 +115,7 @@ Result<int> run_replay(const ReplayOptions& options) {
   SchedulerConfig config;
   config.policy = policy;
   config.quota_gpus = options.quota;
+  if (options.runtime_history) config.runtime_history = *options.runtime_history;
   TRY_ASSIGN(sim::ReplayResult result, sim::replay(machine, *trace, config));
   if (!options.schedule_out.empty()) {
     TRY(write_text_file(options.schedule_out, sim::schedule_csv(*trace, result.schedule),
@@ -263,6 +265,9 @@ void add_sim_command(CLI::App& app, int& exit_code) {
       ->check(CLI::IsMember({"fifo", "backfill", "gpupool"}));
   replay->add_option("--quota", replay_options->quota,
                      "GPUs one user may hold at once (a memory slice counts as its fraction)");
+  replay->add_option("--runtime-history", replay_options->runtime_history,
+                     "Ended jobs per user whose run times estimate a job without a time limit "
+                     "(default 50; 0: such jobs never backfill)");
   replay->add_option("--schedule-out", replay_options->schedule_out,
                      "Write id,start_s,end_s,gpus (indices joined by ';') to this CSV file")
       ->type_name("FILE");

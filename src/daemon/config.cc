@@ -27,6 +27,8 @@ constexpr double kMaxKillGraceS = 3600;
 // The samples the monitor keeps per GPU (history / sample_interval_s): about 80 MB per GPU.
 constexpr double kMaxSamplesKept = 1'000'000;
 constexpr int64_t kMaxCount = 1'000'000;  // backfill_depth, max_queued_jobs_per_user
+// Each user's run times are kept and sorted at every job end: a few thousand is plenty.
+constexpr int64_t kMaxRuntimeHistory = 10'000;
 // HTTP connections kept open: half of Linux's usual soft descriptor limit (1024), so that HTTP
 // never takes what the job side needs even in a daemon started by hand (docs/security.md).
 constexpr int64_t kMaxHttpConnections = 512;
@@ -52,10 +54,11 @@ Result<double> hours_in_seconds(const toml::node& node, std::string_view key) {
   return hours * 3600;
 }
 
-Result<size_t> count_of(const toml::node& node, std::string_view key, int64_t most = kMaxCount) {
+Result<size_t> count_of(const toml::node& node, std::string_view key, int64_t most = kMaxCount,
+                        int64_t least = 1) {
   std::optional<int64_t> count = node.is_integer() ? node.value<int64_t>() : std::nullopt;
-  if (!count || *count < 1 || *count > most) {
-    return fail("{} must be a whole number from 1 to {}", quote(key), most);
+  if (!count || *count < least || *count > most) {
+    return fail("{} must be a whole number from {} to {}", quote(key), least, most);
   }
   return static_cast<size_t>(*count);
 }
@@ -331,6 +334,19 @@ const Key kSchedulerKeys[] = {
     {"max_queued_jobs_per_user",
      [](const toml::node& node, std::string_view key, DaemonConfig& config) -> Result<void> {
        TRY_ASSIGN(config.max_queued_jobs_per_user, count_of(node, key));
+       return {};
+     }},
+    {"runtime_history",
+     [](const toml::node& node, std::string_view key, DaemonConfig& config) -> Result<void> {
+       TRY_ASSIGN(config.scheduler.runtime_history, count_of(node, key, kMaxRuntimeHistory, 0));
+       return {};
+     }},
+    {"runtime_estimate_quantile",
+     [](const toml::node& node, std::string_view key, DaemonConfig& config) -> Result<void> {
+       TRY_ASSIGN(double quantile, number_of(node, key));
+       if (!(quantile > 0 && quantile <= 1))
+         return fail("{} must be a number above 0 and at most 1", quote(key));
+       config.scheduler.runtime_estimate_quantile = quantile;
        return {};
      }},
 };

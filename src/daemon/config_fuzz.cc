@@ -41,5 +41,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   check(positive_finite(scheduler.fair_share_half_life_s));
   check(positive_finite(scheduler.default_runtime_s));
   check(scheduler.backfill_depth >= 1);
+  check(scheduler.runtime_estimate_quantile > 0 && scheduler.runtime_estimate_quantile <= 1);
   return 0;
 }

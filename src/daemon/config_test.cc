@@ -97,6 +97,8 @@ fair_share_half_life_h = 12
 default_runtime_h = 0.5
 backfill_depth = 50
 max_queued_jobs_per_user = 200
+runtime_history = 0
+runtime_estimate_quantile = 0.5
 
 [monitor]
 http_max_connections = 100
@@ -123,6 +125,8 @@ alice = 8
   EXPECT_EQ(config.scheduler.default_runtime_s, 1800.0);
   EXPECT_EQ(config.scheduler.backfill_depth, 50u);
   EXPECT_EQ(config.max_queued_jobs_per_user, 200u);
+  EXPECT_EQ(config.scheduler.runtime_history, 0u);
+  EXPECT_EQ(config.scheduler.runtime_estimate_quantile, 0.5);
   EXPECT_EQ(config.http_max_connections, 100u);
   EXPECT_EQ(config.http_max_connections_per_address, 100u);
   EXPECT_EQ(config.job_mapping_dir, "/run/dcgm-job-map");
@@ -235,6 +239,12 @@ TEST(ConfigTest, ValuesOutOfRangeOrOfTheWrongTypeNameTheKeyAndLine) {
        "gpupool.toml:2: 'fair_share_half_life_h' must be a number greater than 0"},
       {"[scheduler]\ndefault_runtime_h = -1\n",
        "gpupool.toml:2: 'default_runtime_h' must be a number greater than 0"},
+      {"[scheduler]\nruntime_history = -1\n",
+       "gpupool.toml:2: 'runtime_history' must be a whole number from 0 to 10000"},
+      {"[scheduler]\nruntime_estimate_quantile = 0\n",
+       "gpupool.toml:2: 'runtime_estimate_quantile' must be a number above 0 and at most 1"},
+      {"[scheduler]\nruntime_estimate_quantile = nan\n",
+       "gpupool.toml:2: 'runtime_estimate_quantile' must be a number above 0 and at most 1"},
       {"[scheduler]\nbackfill_depth = 0\n",
        "gpupool.toml:2: 'backfill_depth' must be a whole number from 1 to 1000000"},
       {"[scheduler]\nbackfill_depth = 2.5\n",
@@ -270,7 +280,8 @@ TEST(ConfigTest, ValuesOutOfRangeOrOfTheWrongTypeNameTheKeyAndLine) {
 TEST(ConfigTest, UnknownKeysAndTablesAreErrorsNotIgnored) {
   EXPECT_EQ(error_of("# tuning\n\n[scheduler]\npolicy = \"fifo\"\npolcy = \"fifo\"\n"),
             "gpupool.toml:5: unknown key 'polcy' in [scheduler] (known: policy, quota_gpus, "
-            "fair_share_half_life_h, default_runtime_h, backfill_depth, max_queued_jobs_per_user)");
+            "fair_share_half_life_h, default_runtime_h, backfill_depth, max_queued_jobs_per_user, "
+            "runtime_history, runtime_estimate_quantile)");
   EXPECT_EQ(
       error_of("[daemon]\nadmin = \"wheel\"\n"),
       "gpupool.toml:2: unknown key 'admin' in [daemon] (known: admin_group, private_data, sample_interval_s, kill_grace_s, "
@@ -285,7 +296,8 @@ TEST(ConfigTest, UnknownKeysAndTablesAreErrorsNotIgnored) {
       "gpupool.toml:1: unknown key 'two\\nlines' outside a table (known tables: daemon, scheduler, quotas, monitor, events)");
   EXPECT_EQ(error_of("[scheduler.extra]\nx = 1\n"),
             "gpupool.toml:1: unknown key 'extra' in [scheduler] (known: policy, quota_gpus, "
-            "fair_share_half_life_h, default_runtime_h, backfill_depth, max_queued_jobs_per_user)");
+            "fair_share_half_life_h, default_runtime_h, backfill_depth, max_queued_jobs_per_user, "
+            "runtime_history, runtime_estimate_quantile)");
 }
 
 TEST(ConfigTest, SyntaxErrorsGiveTheLine) {

@@ -38,6 +38,9 @@ namespace {
 
 bool restricted(const JobRequest& job) { return !job.gpus.allowed.empty() || !job.gpus.excluded.empty(); }
 
+// Fewer ended jobs than this say too little of what a user's next job will run.
+constexpr size_t kRunTimesForAnEstimate = 5;
+
 double limit_or_never(const JobRequest& job) {
   return job.time_limit_s.value_or(std::numeric_limits<double>::infinity());
 }
@@ -134,7 +137,7 @@ Result<Scheduler> Scheduler::create(Machine machine, SchedulerConfig config) {
 
 size_t Scheduler::user_index(const std::string& name) {
   auto [entry, inserted] = user_by_name_.try_emplace(name, users_.size());
-  if (inserted) users_.push_back(UserState{name, quota_of(name), 0, 0});
+  if (inserted) users_.push_back(UserState{.name = name, .quota = quota_of(name)});
   return entry->second;
 }
 
@@ -261,6 +264,7 @@ void Scheduler::enqueue(const QueuedJob& job) {
   groups_[entry->second].jobs.emplace(job.arrival, job);
   queued_.emplace(request.id, std::pair{entry->second, job.arrival});
   queued_limits_.insert(limit_or_never(request));
+  if (!request.time_limit_s) ++users_[job.user].queued_without_limit;
 }
 
 Result<void> Scheduler::remove(JobId id) {
@@ -269,6 +273,7 @@ Result<void> Scheduler::remove(JobId id) {
   auto [group, arrival] = where->second;
   auto job = groups_[group].jobs.find(arrival);
   queued_limits_.erase(queued_limits_.find(limit_or_never(job->second.request)));
+  if (!job->second.request.time_limit_s) --users_[job->second.user].queued_without_limit;
   groups_[group].jobs.erase(job);
   queued_.erase(where);
   if (reservation_ && reservation_->id == id) reservation_.reset();
@@ -290,8 +295,36 @@ Result<void> Scheduler::finish(JobId id, double now) {
   auto job = running_.find(id);
   if (job == running_.end()) return fail("job {} is not running", id);
   account_usage(now);
+  record_run_time(users_[job->second.user], now - job->second.start_s);
   release(job);
   return {};
+}
+
+void Scheduler::record_run_time(UserState& user, double run_time) {
+  if (config_.runtime_history == 0) return;
+  user.run_times.push_back(std::max(0.0, run_time));
+  if (user.run_times.size() > config_.runtime_history) user.run_times.pop_front();
+  if (user.run_times.size() < kRunTimesForAnEstimate) return;
+  std::vector<double> sorted(user.run_times.begin(), user.run_times.end());
+  auto at = sorted.begin() + static_cast<std::ptrdiff_t>(std::ceil(
+                                 config_.runtime_estimate_quantile * static_cast<double>(sorted.size())) -
+                             1);
+  std::nth_element(sorted.begin(), at, sorted.end());
+  user.expected_run_time = *at;
+}
+
+std::optional<double> Scheduler::backfill_run_time(const QueuedJob& job) const {
+  if (job.request.time_limit_s) return job.request.time_limit_s;
+  return users_[job.user].expected_run_time;
+}
+
+double Scheduler::shortest_queued_run_time() const {
+  double shortest = queued_limits_.empty() ? std::numeric_limits<double>::infinity() : *queued_limits_.begin();
+  for (const UserState& user : users_) {
+    if (user.queued_without_limit > 0 && user.expected_run_time)
+      shortest = std::min(shortest, *user.expected_run_time);
+  }
+  return shortest;
 }
 
 Result<void> Scheduler::requeue(JobId id, double now) {
@@ -411,11 +444,14 @@ std::optional<Scheduler::Waiting> Scheduler::waiting(JobId id, double now) const
     auto [group, arrival] = queued_.at(reservation_->id);
     const QueuedJob& holder = groups_[group].jobs.at(arrival);
     // It would fit but for the reservation: only a job that ends before the holder starts may
-    // use the reserved GPUs (backfill), which its time limit must say.
-    std::string how = job.request.time_limit_s
-                          ? fmt::format("its time limit ({}) ends after that",
-                                        rough_duration_text(*job.request.time_limit_s))
-                          : fmt::format("with a time limit (--time) under {} it could start now", starts_in);
+    // use the reserved GPUs (backfill), which its time limit, or its user's recent jobs, must say.
+    std::optional<double> expected = backfill_run_time(job);
+    std::string how =
+        job.request.time_limit_s
+            ? fmt::format("its time limit ({}) ends after that", rough_duration_text(*job.request.time_limit_s))
+        : expected ? fmt::format("{}'s recent jobs ran up to {}; with a time limit (--time) under {} it could start now",
+                                 user.name, rough_duration_text(*expected), starts_in)
+                   : fmt::format("with a time limit (--time) under {} it could start now", starts_in);
     return Waiting{WaitReason::Reservation,
                    fmt::format("GPU {} reserved for job {} of {}, expected to start in {}; {}",
                                gpu_list_text(reservation_->gpus), reservation_->id, users_[holder.user].name,
@@ -469,6 +505,7 @@ std::string Scheduler::start(const QueuedJob& job, std::vector<unsigned> gpus, d
   users_[job.user].held += job.weight;
   queued_.erase(job.request.id);
   queued_limits_.erase(queued_limits_.find(limit_or_never(job.request)));
+  if (!job.request.time_limit_s) --users_[job.user].queued_without_limit;
   if (job.request.array) ++array_running_[job.request.array->array_id];
   running_.emplace(job.request.id, RunningJob{job, now, std::move(gpus), mig_uuid});
   return mig_uuid;
@@ -510,6 +547,7 @@ class Scheduler::Pass {
         }
         std::string mig_uuid = s_.start(job, *gpus, now_);
         room_.reset();
+        shortest_run_time_.reset();
         started_.push_back(JobStart{job.request.id, std::move(*gpus), std::move(mig_uuid)});
         cursor.job = s_.groups_[cursor.group].jobs.erase(cursor.job);
         if (drained_for_it && width > 1) hand_over(width);
@@ -648,13 +686,14 @@ class Scheduler::Pass {
   }
 
   // False when no queued job can start: no GPU has room, or only reserved ones do and even the
-  // shortest time limit queued would not end before the reservation.
-  bool anything_can_start() const {
+  // shortest run time queued (limit or estimate) would not end before the reservation.
+  bool anything_can_start() {
     const Room& room = this->room();
     if (room.shared_outside || room.mig_free || room.whole_outside > unplaced_gpus_) return true;
     const std::optional<Reservation>& reservation = reservation_;
-    return room.inside && (!reservation || s_.queued_limits_.empty() ||
-                           now_ + *s_.queued_limits_.begin() <= reservation->start_s);
+    if (!room.inside || !reservation || s_.queued_.empty()) return room.inside;
+    if (!shortest_run_time_) shortest_run_time_ = s_.shortest_queued_run_time();
+    return now_ + *shortest_run_time_ <= reservation->start_s;
   }
 
   // What has room, outside the reserved GPUs and on all of them: worked out once per change of
@@ -784,8 +823,8 @@ class Scheduler::Pass {
     // A whole-GPU job kept to some GPUs is placed at once; those promised to the deferred jobs
     // are placed first, so that it cannot take one of theirs.
     if (!request.gpus.slice_mib && !unplaced_.empty()) place_unplaced();
-    bool ends_in_time =
-        reservation && request.time_limit_s && now_ + *request.time_limit_s <= reservation->start_s;
+    std::optional<double> run_time = s_.backfill_run_time(job);
+    bool ends_in_time = reservation && run_time && now_ + *run_time <= reservation->start_s;
     bool anywhere = !reservation || ends_in_time || reservation->id == request.id;
     if (!may_fit(request, !anywhere)) return std::nullopt;
     return place_in(s_.availability_, request, anywhere ? std::vector<bool>{} : reserved_mask_);
@@ -869,6 +908,7 @@ class Scheduler::Pass {
   std::vector<JobStart> started_;
   std::vector<bool> reserved_mask_;
   mutable std::optional<Room> room_;
+  std::optional<double> shortest_run_time_;  // of the queued jobs, while none starts
   std::vector<size_t> unplaced_;  // positions in started_ of jobs not yet given GPUs
   unsigned unplaced_gpus_ = 0;    // the whole GPUs they need
   std::optional<JobId> holder_;             // of the last pass's reservation

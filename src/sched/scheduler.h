@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <optional>
 #include <set>
@@ -66,6 +67,11 @@ struct SchedulerConfig {
   // How many queued jobs a pass examines for backfill behind a reservation (Slurm's
   // bf_max_job_test): bounds the cost of a pass whatever the length of the queue.
   size_t backfill_depth = 1000;
+  // A queued job without a time limit may backfill when its user's recent jobs say it will end
+  // before the reservation: its expected run time is this quantile of the run times of the
+  // user's last `runtime_history` ended jobs (once there are 5). 0: such jobs never backfill.
+  size_t runtime_history = 50;
+  double runtime_estimate_quantile = 0.97;
 };
 
 struct JobStart {
@@ -165,6 +171,9 @@ class Scheduler {
     std::optional<double> quota;  // GPU-equivalents
     double held = 0;              // GPU-equivalents of the running jobs
     double usage = 0;             // decayed GPU-seconds
+    std::deque<double> run_times = {};  // of the last runtime_history jobs that ended, oldest first
+    std::optional<double> expected_run_time = {};  // of a job without a time limit (see config)
+    size_t queued_without_limit = 0;  // queued jobs that rely on expected_run_time
   };
   struct QueuedJob {
     JobRequest request;
@@ -192,6 +201,12 @@ class Scheduler {
   bool at_array_limit(const QueuedJob& job) const;
   // Kept from starting whatever GPUs are free: over quota, or its array's limit reached.
   bool held_back(const QueuedJob& job) const;
+  // How long a queued job is expected to run, for backfill: its time limit, else its user's
+  // estimate; nullopt when there is neither.
+  std::optional<double> backfill_run_time(const QueuedJob& job) const;
+  // The shortest backfill_run_time() of the queued jobs (infinity for none).
+  double shortest_queued_run_time() const;
+  void record_run_time(UserState& user, double run_time);
   void enqueue(const QueuedJob& job);
   // Returns the MIG device a --mig job takes (empty for others).
   std::string start(const QueuedJob& job, std::vector<unsigned> gpus, double now);

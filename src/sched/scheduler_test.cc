@@ -41,6 +41,66 @@ TEST(SchedulerTest, GpupoolBackfillsOnlyJobsThatEndBeforeTheReservation) {
   EXPECT_TRUE(behind_a_big_job(Policy::Gpupool, std::nullopt).empty());
 }
 
+// Four GPUs; `user` ran five 1-GPU jobs of `run_time` each (one at a time, from t=0), then the
+// setting of behind_a_big_job: job 1 holds two GPUs until 100 s past `now`, job 2 wants all four,
+// job 3, without a time limit, wants one.
+std::vector<JobId> behind_a_big_job_after_history(double run_time, size_t history = 50,
+                                                  std::string user = "u") {
+  SchedulerConfig config;
+  config.runtime_history = history;
+  Scheduler s = *Scheduler::create(make_machine(4), config);
+  double now = 0;
+  for (JobId id = 10; id < 15; ++id, now += run_time) {
+    EXPECT_TRUE(s.submit(job(id, 1, std::nullopt, user), now).ok());
+    EXPECT_EQ(ids(s.schedule(now)), std::vector<JobId>{id});
+    EXPECT_TRUE(s.finish(id, now + run_time).ok());
+  }
+  EXPECT_TRUE(s.submit(job(1, 2, 100), now).ok());
+  EXPECT_EQ(ids(s.schedule(now)), std::vector<JobId>{1});
+  EXPECT_TRUE(s.submit(job(2, 4, 100), now + 1).ok());
+  EXPECT_TRUE(s.submit(job(3, 1), now + 2).ok());
+  return ids(s.schedule(now + 2));
+}
+
+TEST(SchedulerTest, AJobWithoutALimitBackfillsWhenItsUsersRecentJobsEndInTime) {
+  EXPECT_EQ(behind_a_big_job_after_history(30), std::vector<JobId>{3});  // 30 s < 98 s left
+  EXPECT_TRUE(behind_a_big_job_after_history(300).empty());             // too long
+  EXPECT_TRUE(behind_a_big_job_after_history(30, 0).empty());           // estimates off
+  EXPECT_TRUE(behind_a_big_job_after_history(30, 50, "someone else").empty());  // not its user's
+}
+
+TEST(SchedulerTest, TheEstimateIsAHighQuantileOfTheUsersLastRunTimes) {
+  SchedulerConfig config;
+  config.runtime_history = 5;
+  config.runtime_estimate_quantile = 0.8;
+  Scheduler s = *Scheduler::create(make_machine(4), config);
+  // Run times 10, 20, 30, 40, 5000, then 50 minutes (the oldest, 10, drops out): the 80th
+  // percentile of {20, 30, 40, 5000, 50} is 50, the fourth of five.
+  constexpr double kMinute = 60;
+  double now = 0;
+  JobId id = 10;
+  for (double minutes : {10.0, 20.0, 30.0, 40.0, 5000.0, 50.0}) {
+    ASSERT_TRUE(s.submit(job(id, 4), now).ok());
+    ASSERT_EQ(ids(s.schedule(now)), std::vector<JobId>{id});
+    ASSERT_TRUE(s.finish(id++, now += minutes * kMinute).ok());
+  }
+  ASSERT_TRUE(s.submit(job(1, 2, 100 * kMinute), now).ok());
+  ASSERT_EQ(ids(s.schedule(now)), std::vector<JobId>{1});
+  ASSERT_TRUE(s.submit(job(2, 4, 100 * kMinute), now).ok());
+  ASSERT_TRUE(s.submit(job(3, 1), now).ok());
+  ASSERT_TRUE(s.submit(job(4, 1, 60 * kMinute), now).ok());
+  EXPECT_EQ(ids(s.schedule(now)), (std::vector<JobId>{3, 4}));  // 50 and 60 minutes end in time
+  // Job 3's hour joins the history ({30, 40, 5000, 50, 60}: 60 now), and a job that can no
+  // longer end in time says what its user's jobs ran.
+  now += 60 * kMinute;
+  ASSERT_TRUE(s.submit(job(5, 1), now).ok());
+  ASSERT_TRUE(s.finish(3, now).ok());
+  ASSERT_TRUE(s.schedule(now).empty());
+  EXPECT_EQ(s.waiting(5, now)->detail,
+            "GPU 0-3 reserved for job 2 of u, expected to start in 40m; u's recent jobs ran up to 1h00m; with a "
+            "time limit (--time) under 40m it could start now");
+}
+
 TEST(SchedulerTest, TheReservationNamesTheWaitingJobAndWhenItStarts) {
   Scheduler s = make_scheduler(4, Policy::Gpupool);
   ASSERT_TRUE(s.submit(job(1, 2, 100), 0).ok());

@@ -66,10 +66,11 @@ Result<double> parse_timestamp(std::string_view column, std::string_view text) {
   return static_cast<double>(days) * 86400 + *hour * 3600 + *minute * 60 + *second;
 }
 
-// Reads each record of a CSV trace with `read(fields, columns, trace)`; errors carry the line.
+// Reads each record of a CSV trace with `read_record(fields, columns, trace)`; errors carry the
+// line.
 template <typename ReadRecord>
 Result<RecordedTrace> read_csv_trace(std::string_view text, std::vector<std::string_view> wanted,
-                                     ReadRecord read) {
+                                     ReadRecord read_record) {
   RecordedTrace trace;
   std::optional<CsvColumns> columns;
   Result<void> outcome;
@@ -81,7 +82,7 @@ Result<RecordedTrace> read_csv_trace(std::string_view text, std::vector<std::str
       return static_cast<bool>(outcome);
     }
     if (trim_field(line).empty()) return true;
-    Result<void> record = read(csv_fields(line), *columns, trace);
+    Result<void> record = read_record(csv_fields(line), *columns, trace);
     if (!record) outcome = fail("line {}: {}", line_number, record.error().message);
     return static_cast<bool>(outcome);
   });

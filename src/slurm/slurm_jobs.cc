@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <array>
 #include <cctype>
-#include <charconv>
 #include <cmath>
 #include <map>
 
@@ -31,18 +30,10 @@ std::string_view trimmed(std::string_view text) {
   return text;
 }
 
-template <typename Number>
-std::optional<Number> number_of(std::string_view text) {
-  Number value{};
-  auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (error != std::errc() || end != text.data() + text.size()) return std::nullopt;
-  return value;
-}
-
 // A job id of 1 to 18 digits (always fits), as parse_job_ids takes them.
 std::optional<JobId> job_number_of(std::string_view text) {
   if (!all_digits(text) || text.size() > 18) return std::nullopt;
-  std::optional<JobId> id = number_of<JobId>(text);
+  std::optional<JobId> id = parse_number<JobId>(text);
   return id && *id > 0 ? id : std::nullopt;
 }
 
@@ -68,7 +59,7 @@ std::string value_or_empty(std::string_view text) { return says_nothing(text) ? 
 // A time printed with SLURM_TIME_FORMAT=%s; Slurm's words for none (and 0) are no time.
 Result<std::optional<double>> unix_time(std::string_view text, std::string_view what) {
   if (says_nothing(text) || text == "0") return std::optional<double>();
-  std::optional<int64_t> seconds = all_digits(text) ? number_of<int64_t>(text) : std::nullopt;
+  std::optional<int64_t> seconds = all_digits(text) ? parse_number<int64_t>(text) : std::nullopt;
   if (!seconds) return fail("{} {} is not a Unix time", what, quote(text));
   return std::optional<double>(static_cast<double>(*seconds));
 }
@@ -77,8 +68,8 @@ Result<std::optional<double>> unix_time(std::string_view text, std::string_view 
 Result<void> read_exit_pair(std::string_view text, SlurmJob& job) {
   if (says_nothing(text)) return {};
   size_t colon = text.find(':');
-  std::optional<int> code = colon == std::string_view::npos ? std::nullopt : number_of<int>(text.substr(0, colon));
-  std::optional<int> signal = colon == std::string_view::npos ? std::nullopt : number_of<int>(text.substr(colon + 1));
+  std::optional<int> code = colon == std::string_view::npos ? std::nullopt : parse_number<int>(text.substr(0, colon));
+  std::optional<int> signal = colon == std::string_view::npos ? std::nullopt : parse_number<int>(text.substr(colon + 1));
   if (!code || !signal || *code < 0 || *code > 255 || *signal < 0 || *signal > 127) {
     return fail("exit code {} is not CODE:SIGNAL", quote(text));
   }
@@ -90,7 +81,7 @@ Result<void> read_exit_pair(std::string_view text, SlurmJob& job) {
 // squeue's exit_code: the wait status itself (768 is exit 3, 9 is SIGKILL).
 Result<void> read_wait_status(std::string_view text, SlurmJob& job) {
   if (says_nothing(text)) return {};
-  std::optional<int> status = all_digits(text) ? number_of<int>(text) : std::nullopt;
+  std::optional<int> status = all_digits(text) ? parse_number<int>(text) : std::nullopt;
   if (!status) return fail("exit code {} is not a wait status", quote(text));
   int signal = *status & 0x7f;
   job.exit_code = signal > 0 ? 128 + signal : (*status >> 8) & 0xff;
@@ -370,7 +361,7 @@ Result<std::string> expand_slurm_filename(std::string_view pattern, const SlurmF
     std::string_view digits = pattern.substr(i + 1, digits_end - i - 1);
     char letter = digits_end < pattern.size() ? pattern[digits_end] : '\0';
     // Slurm pads numbers to at most 10 digits.
-    size_t width = digits.empty() ? 0 : std::min<size_t>(10, number_of<size_t>(digits).value_or(10));
+    size_t width = digits.empty() ? 0 : std::min<size_t>(10, parse_number<size_t>(digits).value_or(10));
     if (letter == 'j' || letter == 'A') {
       std::string id = std::to_string(fields.id);
       name += std::string(width > id.size() ? width - id.size() : 0, '0') + id;

@@ -87,7 +87,7 @@ class BashCompletion(unittest.TestCase):
         self.assertIn("--gpu-count", options)
         self.assertEqual(complete(["gpupool", "run", "--"]), sorted(options))
         self.assertEqual(complete(["gpupool", "run", "-g", "2", "--me"]), ["--mem"])
-        self.assertEqual(complete(["gpupool", "sim", ""]), ["capture", "list", "place", "replay"])
+        self.assertEqual(complete(["gpupool", "sim", ""]), ["capture", "import", "list", "place", "replay"])
         self.assertIn("--schedule-out", complete(["gpupool", "sim", "replay", "--machine", "h200-1", "--"]))
 
     def test_values_from_choice_lists(self):
@@ -193,7 +193,7 @@ class EveryScriptAndPage(unittest.TestCase):
             driver = f"source {script('fish', 'gpupool')}; complete -C 'gpupool sim '"
             out = subprocess.run(["fish", "--no-config", "-c", driver], capture_output=True, text=True, check=True)
             self.assertEqual(sorted(line.split("\t")[0] for line in out.stdout.splitlines()),
-                             ["capture", "list", "place", "replay"])
+                             ["capture", "import", "list", "place", "replay"])
 
     def test_man_pages_render_without_warnings(self):
         pages = [os.path.join(SHARE, "man", d, f) for d in ("man1", "man8") for f in os.listdir(os.path.join(SHARE, "man", d))]
