@@ -10,6 +10,7 @@
 #include <set>
 #include <tuple>
 
+#include "base/statistics.h"
 #include "jobs/job_text.h"
 #include "sched/mps.h"
 
@@ -305,12 +306,8 @@ void Scheduler::record_run_time(UserState& user, double run_time) {
   user.run_times.push_back(std::max(0.0, run_time));
   if (user.run_times.size() > config_.runtime_history) user.run_times.pop_front();
   if (user.run_times.size() < kRunTimesForAnEstimate) return;
-  std::vector<double> sorted(user.run_times.begin(), user.run_times.end());
-  auto at = sorted.begin() + static_cast<std::ptrdiff_t>(std::ceil(
-                                 config_.runtime_estimate_quantile * static_cast<double>(sorted.size())) -
-                             1);
-  std::nth_element(sorted.begin(), at, sorted.end());
-  user.expected_run_time = *at;
+  user.expected_run_time = nearest_rank({user.run_times.begin(), user.run_times.end()},
+                                        config_.runtime_estimate_quantile);
 }
 
 std::optional<double> Scheduler::backfill_run_time(const QueuedJob& job) const {

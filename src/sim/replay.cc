@@ -11,6 +11,8 @@
 #include <queue>
 #include <utility>
 
+#include "base/statistics.h"
+
 namespace gpupool::sim {
 namespace {
 
@@ -23,21 +25,6 @@ double run_time(const TraceJob& job) {
 double gpu_weight(const TraceJob& job, uint64_t largest_gpu_mib) {
   if (!job.gpu_mem_mib) return job.gpus;
   return job.gpus * static_cast<double>(*job.gpu_mem_mib) / static_cast<double>(largest_gpu_mib);
-}
-
-// Nearest rank: the smallest value that at least `fraction` of them do not exceed.
-double nearest_rank(std::vector<double> values, double fraction) {
-  if (values.empty()) return 0;
-  size_t rank = std::max<size_t>(
-      1, static_cast<size_t>(std::ceil(fraction * static_cast<double>(values.size()))));
-  std::nth_element(values.begin(), values.begin() + static_cast<std::ptrdiff_t>(rank - 1),
-                   values.end());
-  return values[rank - 1];
-}
-
-double mean(const std::vector<double>& values) {
-  if (values.empty()) return 0;
-  return std::accumulate(values.begin(), values.end(), 0.0) / static_cast<double>(values.size());
 }
 
 struct Contention {
