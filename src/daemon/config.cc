@@ -88,6 +88,13 @@ Result<double> duration_of(const toml::node& node, std::string_view key) {
               quote(key));
 }
 
+// A switch: "on" is true, "off" false.
+Result<bool> on_off_of(const toml::node& node, std::string_view key) {
+  auto text = node.value<std::string_view>();
+  if (!node.is_string() || (*text != "on" && *text != "off")) return fail("{} must be \"on\" or \"off\"", quote(key));
+  return *text == "on";
+}
+
 // --- the tables ---
 
 // A key of a table, and how its value lands in the configuration.
@@ -233,11 +240,14 @@ const Key kMonitorKeys[] = {
        config.job_mapping_dir = std::move(dir);
        return {};
      }},
+    {"profiling",
+     [](const toml::node& node, std::string_view key, DaemonConfig& config) -> Result<void> {
+       TRY_ASSIGN(config.profiling, on_off_of(node, key));
+       return {};
+     }},
     {"quarantine",
      [](const toml::node& node, std::string_view key, DaemonConfig& config) -> Result<void> {
-       auto text = node.value<std::string_view>();
-       if (!node.is_string() || (*text != "on" && *text != "off")) return fail("{} must be \"on\" or \"off\"", quote(key));
-       config.quarantine.enabled = *text == "on";
+       TRY_ASSIGN(config.quarantine.enabled, on_off_of(node, key));
        return {};
      }},
     {"quarantine_clean_window",

@@ -78,6 +78,8 @@ struct DaemonConfig {
   double idle_flag_after_s = 1800;  // a job at about 0 % utilisation this long is flagged idle
   // Where dcgm-exporter's HPC job-mapping files are kept (monitor/job_mapping.h); empty: none.
   std::string job_mapping_dir;
+  // [monitor] profiling: the GPM activity counters (DCGM_FI_PROF_*) sampled where GPUs have them.
+  bool profiling = true;
   // [monitor] quarantine, quarantine_clean_window: GPUs whose health fails get no new jobs.
   QuarantinePolicy quarantine;
   EventsConfig events;

@@ -51,6 +51,7 @@ TEST(ConfigTest, NothingGivenMeansTheDefaults) {
     EXPECT_EQ(config.max_queued_jobs_per_user, 10'000u);
     EXPECT_EQ(config.max_log_bytes, uint64_t{4096} << 20);
     EXPECT_EQ(config.state_reserve_bytes, uint64_t{512} << 20);
+    EXPECT_TRUE(config.profiling);
   }
 }
 
@@ -104,6 +105,7 @@ runtime_estimate_quantile = 0.5
 http_max_connections = 100
 http_max_connections_per_address = 100
 job_mapping_dir = "/run/dcgm-job-map"
+profiling = "off"
 
 [quotas]
 alice = 8
@@ -130,6 +132,7 @@ alice = 8
   EXPECT_EQ(config.http_max_connections, 100u);
   EXPECT_EQ(config.http_max_connections_per_address, 100u);
   EXPECT_EQ(config.job_mapping_dir, "/run/dcgm-job-map");
+  EXPECT_FALSE(config.profiling);
   EXPECT_EQ(config.scheduler.user_quota_gpus,
             (std::map<std::string, double>{{"alice", 8}, {"bob.smith", 0.5}}));
 }
@@ -212,6 +215,7 @@ TEST(ConfigTest, ValuesOutOfRangeOrOfTheWrongTypeNameTheKeyAndLine) {
       {"[daemon]\nslice_overrun = \"kill\"\n", "gpupool.toml:2: 'slice_overrun' must be \"warn\" or \"stop\""},
       {"[daemon]\nslice_overrun = 1\n", "gpupool.toml:2: 'slice_overrun' must be \"warn\" or \"stop\""},
       {"[monitor]\nquarantine = true\n", "gpupool.toml:2: 'quarantine' must be \"on\" or \"off\""},
+      {"[monitor]\nprofiling = \"yes\"\n", "gpupool.toml:2: 'profiling' must be \"on\" or \"off\""},
       {"[monitor]\njob_mapping_dir = \"run/map\"\n",
        "gpupool.toml:2: 'job_mapping_dir' must be an absolute path (e.g. \"/run/dcgm-job-map\")"},
       {"[events]\non_event = \" \"\n",
@@ -348,6 +352,7 @@ TEST(ConfigTest, TheShippedExample) {
   EXPECT_EQ(every_key.admin_group, "gpuadmin");
   EXPECT_EQ(every_key.sample_interval_s, 1.0);
   EXPECT_TRUE(every_key.quarantine.enabled);
+  EXPECT_TRUE(every_key.profiling);
   EXPECT_EQ(every_key.quarantine.clean_window_s, 1800);
   EXPECT_EQ(every_key.events.keep_s, 30 * 86400);
   EXPECT_EQ(every_key.events.on_event, (std::vector<std::string>{"/bin/sh", "-c", "/usr/local/sbin/gpupool-notify"}));

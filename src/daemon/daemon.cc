@@ -210,7 +210,7 @@ Result<void> Daemon::Impl::open_monitor(UsageStore usage) {
   MonitorSettings settings{settings_.config.sample_interval_s, settings_.config.history_s,
                            settings_.config.idle_flag_after_s, host_name(), settings_.state_dir,
                            settings_.config.state_reserve_bytes, settings_.config.private_data,
-                           settings_.config.job_mapping_dir};
+                           settings_.config.job_mapping_dir, settings_.config.profiling};
   monitor_ = std::make_unique<Monitor>(settings, machine_, *backend_, std::move(usage),
                                        [this](Machine machine, std::vector<XidEvent> xids) {
                                          asio::post(io_, [this, machine = std::move(machine), xids = std::move(xids)] {

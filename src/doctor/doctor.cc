@@ -378,6 +378,41 @@ Finding check_ecc(const DoctorFacts& f) {
   return finding(id, CheckStatus::Ok, "no ECC errors or pending memory repairs (or n/a)", evidence);
 }
 
+// Link errors the driver counts since it loaded: PCIe replays and the NVLink error totals. None
+// loses data (the link retransmits), but a rising count is a failing link, riser or cable.
+Finding check_link_errors(const DoctorFacts& f) {
+  const std::string id = "link-errors";
+  if (!f.machine) return not_checked(id);
+  std::vector<std::string> evidence;
+  std::set<unsigned> nvlink, pcie;
+  for (const Gpu& gpu : f.machine->gpus) {
+    evidence.push_back(fmt::format("GPU {}: PCIe replays {}; NVLink CRC errors {} (flow control), {} (data), "
+                                   "replays {}, recoveries {}",
+                                   gpu.index, or_na(gpu.pcie_replay_count), or_na(gpu.nvlink_crc_flit_errors),
+                                   or_na(gpu.nvlink_crc_data_errors), or_na(gpu.nvlink_replay_errors),
+                                   or_na(gpu.nvlink_recovery_errors)));
+    if (gpu.nvlink_crc_flit_errors.value_or(0) + gpu.nvlink_crc_data_errors.value_or(0) +
+            gpu.nvlink_replay_errors.value_or(0) + gpu.nvlink_recovery_errors.value_or(0) > 0) {
+      nvlink.insert(gpu.index);
+    }
+    if (gpu.pcie_replay_count.value_or(0) > 0) pcie.insert(gpu.index);
+  }
+  if (!nvlink.empty()) {
+    return finding(id, CheckStatus::Warning, fmt::format("NVLink errors on GPU {}", list_indices(nvlink)), evidence,
+                   "The link retransmitted (CRC errors, replays) or retrained (recoveries): nothing is lost, but "
+                   "collectives slow down, and a link that keeps failing ends in XID 74. Watch `nvidia-smi nvlink "
+                   "-e -i N` (and DCGM_FI_DEV_NVLINK_*_ERROR_COUNT_TOTAL); if the count rises, have the GPU "
+                   "baseboard or NVLink cabling serviced.");
+  }
+  if (!pcie.empty()) {
+    return finding(id, CheckStatus::Warning, fmt::format("PCIe replays on GPU {}", list_indices(pcie)), evidence,
+                   "The PCIe link retransmitted: nothing is lost, but transfers slow down. Watch `nvidia-smi -q -d "
+                   "PCIE -i N` (Replays) or DCGM_FI_DEV_PCIE_REPLAY_COUNTER; if the count rises, reseat the GPU or "
+                   "its riser, or try another slot.");
+  }
+  return finding(id, CheckStatus::Ok, "no PCIe replays or NVLink errors (or n/a)", evidence);
+}
+
 // Memory in use that no listed process holds (health/quarantine.h): what ended processes left
 // behind, which no job can use until the GPU is reset.
 Finding check_unattributed_memory(const DoctorFacts& f) {
@@ -798,7 +833,8 @@ std::vector<Finding> diagnose(const DoctorFacts& facts) {
                               check_nvml(facts),               check_gpus(facts),
                               check_cuda_version(facts),       check_container(facts),
                               check_cuda_visible_devices(facts), check_persistence(facts),
-                              check_ecc(facts),                check_unattributed_memory(facts),
+                              check_ecc(facts),                check_link_errors(facts),
+                              check_unattributed_memory(facts),
                               check_display_servers(facts),
                               check_outside_processes(facts),  check_leases(facts),
                               check_daemon(facts),             check_quarantine(facts),

@@ -80,7 +80,7 @@ TEST(DoctorTest, AHealthyMachinePassesEveryCheckInOrder) {
   }
   EXPECT_EQ(ids, (std::vector<std::string>{"kernel-module", "device-nodes", "nvml", "gpus", "cuda-version",
                                            "container", "cuda-visible-devices", "persistence-mode", "ecc",
-                                           "stray-memory", "display-server", "outside-processes", "leases", "daemon", "quarantine", "state-space",
+                                           "link-errors", "stray-memory", "display-server", "outside-processes", "leases", "daemon", "quarantine", "state-space",
                                            "mps", "slurm"}));
   EXPECT_EQ(doctor_exit_code(findings), 0);
 }
@@ -347,6 +347,28 @@ TEST(DoctorTest, Ecc) {
   Finding bad = run(f, "ecc");
   EXPECT_EQ(bad.status, CheckStatus::Problem);
   EXPECT_THAT(bad.summary, HasSubstr("uncorrected ECC errors on GPU 1"));
+}
+
+TEST(DoctorTest, LinkErrors) {
+  DoctorFacts f = healthy();
+  Finding na = run(f, "link-errors");
+  EXPECT_EQ(na.status, CheckStatus::Ok);
+  EXPECT_EQ(na.evidence.front(), "GPU 0: PCIe replays n/a; NVLink CRC errors n/a (flow control), n/a (data), "
+                                 "replays n/a, recoveries n/a");
+  f.machine->gpus[0].nvlink_crc_flit_errors = 0;
+  f.machine->gpus[0].nvlink_recovery_errors = 0;
+  EXPECT_EQ(run(f, "link-errors").status, CheckStatus::Ok);
+  f.machine->gpus[1].pcie_replay_count = 5;
+  Finding pcie = run(f, "link-errors");
+  EXPECT_EQ(pcie.status, CheckStatus::Warning);
+  EXPECT_EQ(pcie.summary, "PCIe replays on GPU 1");
+  EXPECT_THAT(pcie.fix, HasSubstr("reseat"));
+  // NVLink errors come first: a failing link ends in XID 74.
+  f.machine->gpus[0].nvlink_recovery_errors = 2;
+  Finding nvlink = run(f, "link-errors");
+  EXPECT_EQ(nvlink.summary, "NVLink errors on GPU 0");
+  EXPECT_THAT(nvlink.fix, HasSubstr("XID 74"));
+  EXPECT_THAT(nvlink.evidence.front(), HasSubstr("recoveries 2"));
 }
 
 TEST(DoctorTest, MemoryNoProcessHolds) {

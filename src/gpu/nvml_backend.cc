@@ -3,7 +3,9 @@
 #include <cstdlib>
 #include <map>
 #include <optional>
+#include <iterator>
 #include <tuple>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -32,6 +34,23 @@ constexpr auto kGpmMinimumGap = std::chrono::milliseconds(100);
 template <typename Fn, typename... Args>
 bool call_ok(Fn fn, Args... args) {
   return fn != nullptr && fn(args...) == NVML_SUCCESS;
+}
+
+// A count the driver gave as a field value; nullopt where it refused the field or gave no count.
+std::optional<uint64_t> field_count(const nvmlFieldValue_t& field) {
+  if (field.nvmlReturn != NVML_SUCCESS) return std::nullopt;
+  switch (field.valueType) {
+    case NVML_VALUE_TYPE_UNSIGNED_INT: return field.value.uiVal;
+    case NVML_VALUE_TYPE_UNSIGNED_LONG: return field.value.ulVal;
+    case NVML_VALUE_TYPE_UNSIGNED_LONG_LONG: return field.value.ullVal;
+    case NVML_VALUE_TYPE_SIGNED_LONG_LONG:
+      if (field.value.sllVal >= 0) return static_cast<uint64_t>(field.value.sllVal);
+      return std::nullopt;
+    case NVML_VALUE_TYPE_SIGNED_INT:
+      if (field.value.siVal >= 0) return static_cast<uint64_t>(field.value.siVal);
+      return std::nullopt;
+    default: return std::nullopt;
+  }
 }
 
 using PciAddress = std::tuple<unsigned, unsigned, unsigned>;
@@ -257,6 +276,7 @@ class NvmlBackend final : public GpuBackend {
     if (call_ok(api.device_get_clocks_event_reasons, handle, &reasons)) gpu.clocks_event_reasons = reasons;
     unsigned replays = 0;
     if (call_ok(api.device_get_pcie_replay_counter, handle, &replays)) gpu.pcie_replay_count = replays;
+    read_nvlink_errors(handle, gpu);
     unsigned long long energy = 0;
     if (call_ok(api.device_get_total_energy_consumption, handle, &energy)) gpu.energy_mj = energy;
     int major = 0, minor = 0;
@@ -268,6 +288,25 @@ class NvmlBackend final : public GpuBackend {
     }
     read_affinity(handle, gpu);
     if (scope.processes) read_processes(handle, gpu);
+  }
+
+  // The NVLink error totals, in one field-values call; each left out where the driver refuses
+  // it (no NVLink on the GPU, or a field it does not know).
+  void read_nvlink_errors(nvmlDevice_t handle, Gpu& gpu) const {
+    const NvmlEntryPoints& api = lib_->api();
+    if (api.device_get_field_values == nullptr) return;
+    std::pair<unsigned, std::optional<uint64_t> Gpu::*> fields[] = {
+        {NVML_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL, &Gpu::nvlink_crc_flit_errors},
+        {NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL, &Gpu::nvlink_crc_data_errors},
+        {NVML_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL, &Gpu::nvlink_replay_errors},
+        {NVML_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL, &Gpu::nvlink_recovery_errors},
+    };
+    nvmlFieldValue_t values[std::size(fields)] = {};
+    for (size_t i = 0; i < std::size(fields); ++i) values[i].fieldId = fields[i].first;
+    if (api.device_get_field_values(handle, static_cast<int>(std::size(values)), values) != NVML_SUCCESS) return;
+    for (size_t i = 0; i < std::size(fields); ++i) {
+      if (auto count = field_count(values[i])) gpu.*fields[i].second = *count;
+    }
   }
 
   void read_memory(nvmlDevice_t handle, Gpu& gpu) const {

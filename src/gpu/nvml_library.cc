@@ -79,6 +79,7 @@ Result<std::unique_ptr<NvmlLibrary>> NvmlLibrary::open(const std::vector<std::st
     lib->bind(a.device_get_clocks_event_reasons,
               {"nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClocksThrottleReasons"});
     lib->bind(a.device_get_pcie_replay_counter, {"nvmlDeviceGetPcieReplayCounter"});
+    lib->bind(a.device_get_field_values, {"nvmlDeviceGetFieldValues"});
     lib->bind(a.device_get_total_energy_consumption, {"nvmlDeviceGetTotalEnergyConsumption"});
     lib->bind(a.event_set_create, {"nvmlEventSetCreate"});
     lib->bind(a.event_set_free, {"nvmlEventSetFree"});

@@ -47,9 +47,10 @@ struct NvmlEntryPoints {
   nvml::DeviceGetEnableStateFn device_get_retired_pages_pending_status = nullptr;
   nvml::DeviceGetRemappedRowsFn device_get_remapped_rows = nullptr;
   // Health beyond memory: why the clocks are held down (a bitmask of nvmlClocksEventReasons),
-  // PCIe link replays.
+  // PCIe link replays, NVLink error counts (as field values).
   nvml::DeviceGetUint64Fn device_get_clocks_event_reasons = nullptr;
   nvml::DeviceGetUintFn device_get_pcie_replay_counter = nullptr;
+  nvml::DeviceGetFieldValuesFn device_get_field_values = nullptr;
   // Energy used since the driver loaded, in mJ (Volta on): what a job's energy is counted from.
   nvml::DeviceGetUint64Fn device_get_total_energy_consumption = nullptr;
   // Critical XID events; all four or none are used.

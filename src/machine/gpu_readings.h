@@ -99,6 +99,15 @@
     "Current clock throttle reasons.")                                                            \
   R(unsigned, pcie_replay_count, Zero, NotInJson, SampledForMetrics, "DCGM_FI_DEV_PCIE_REPLAY_COUNTER", \
     "Total number of PCIe retries.")                                                              \
+  /* NVLink errors summed over the GPU's links since the driver loaded; absent without NVLink. */ \
+  R(uint64_t, nvlink_crc_flit_errors, Null, NotInJson, SampledForMetrics,                         \
+    "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL", "Total number of NVLink flow-control CRC errors.") \
+  R(uint64_t, nvlink_crc_data_errors, Null, NotInJson, SampledForMetrics,                         \
+    "DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL", "Total number of NVLink data CRC errors.")   \
+  R(uint64_t, nvlink_replay_errors, Null, NotInJson, SampledForMetrics,                           \
+    "DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL", "Total number of NVLink retries.")            \
+  R(uint64_t, nvlink_recovery_errors, Null, NotInJson, SampledForMetrics,                         \
+    "DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL", "Total number of NVLink recovery errors.")  \
   R(int, numa_node, ByHand, InJson, NotSampled, "", "")                                           \
   /* A CPU list, as in /sys: "0-15,32-47". */                                                     \
   R(std::string, cpu_affinity, ByHand, InJson, NotSampled, "", "")                                \

@@ -225,7 +225,7 @@ void Monitor::sample_loop() {
 
 void Monitor::take_sample() {
   auto began = Clock::now();
-  auto machine = backend_.discover(DiscoveryScope{.links = false, .processes = true, .activity = true});
+  auto machine = backend_.discover(DiscoveryScope{.links = false, .processes = true, .activity = settings_.profiling});
   double took = std::chrono::duration<double>(Clock::now() - began).count();
   double now = to_millis(unix_now());
   if (!machine) {

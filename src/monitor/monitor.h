@@ -72,6 +72,7 @@ struct MonitorSettings {
   // HTTP has no users: its pages show only what anyone may see of the jobs.
   PrivateData private_data;
   std::string job_mapping_dir = {};  // dcgm-exporter's job-mapping files kept there; empty: none
+  bool profiling = true;             // GPM activity sampled where the GPUs have it
 };
 
 // A usage report as `viewer` may see it: under private_data, other users' lines left out

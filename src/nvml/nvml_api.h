@@ -135,6 +135,38 @@ struct nvmlProcessUtilizationSample_t {
   unsigned int decUtil;
 };
 
+// Field values (nvmlDeviceGetFieldValues): the caller fills fieldId (and scopeId), the driver
+// the rest. valueType says which member of `value` holds the answer.
+using nvmlValueType_t = int;
+constexpr nvmlValueType_t NVML_VALUE_TYPE_DOUBLE = 0;
+constexpr nvmlValueType_t NVML_VALUE_TYPE_UNSIGNED_INT = 1;
+constexpr nvmlValueType_t NVML_VALUE_TYPE_UNSIGNED_LONG = 2;
+constexpr nvmlValueType_t NVML_VALUE_TYPE_UNSIGNED_LONG_LONG = 3;
+constexpr nvmlValueType_t NVML_VALUE_TYPE_SIGNED_LONG_LONG = 4;
+constexpr nvmlValueType_t NVML_VALUE_TYPE_SIGNED_INT = 5;
+union nvmlValue_t {
+  double dVal;
+  int siVal;
+  unsigned int uiVal;
+  unsigned long ulVal;
+  unsigned long long ullVal;
+  long long sllVal;
+};
+struct nvmlFieldValue_t {
+  unsigned int fieldId;
+  unsigned int scopeId;
+  long long timestamp;
+  long long latencyUsec;
+  nvmlValueType_t valueType;
+  nvmlReturn_t nvmlReturn;
+  nvmlValue_t value;
+};
+// NVLink error counts summed over every link (nvml.h's _TOTAL fields; NVLink 1 to 4).
+constexpr unsigned NVML_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL = 38;
+constexpr unsigned NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL = 45;
+constexpr unsigned NVML_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL = 52;
+constexpr unsigned NVML_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL = 59;
+
 // What nvmlDeviceGetAttributes_v2 reports about a MIG device (a compute instance in its GPU
 // instance); NVML answers it for MIG device handles only.
 struct nvmlDeviceAttributes_t {
@@ -274,6 +306,7 @@ using GpmSampleGetFn = nvmlReturn_t (*)(nvmlDevice_t, nvmlGpmSample_t);
 using GpmMigSampleGetFn = nvmlReturn_t (*)(nvmlDevice_t, unsigned int, nvmlGpmSample_t);
 using GpmMetricsGetFn = nvmlReturn_t (*)(nvmlGpmMetricsGet_t*);
 using DeviceGetUint64Fn = nvmlReturn_t (*)(nvmlDevice_t, unsigned long long*);
+using DeviceGetFieldValuesFn = nvmlReturn_t (*)(nvmlDevice_t, int, nvmlFieldValue_t*);
 using EventSetCreateFn = nvmlReturn_t (*)(nvmlEventSet_t*);
 using EventSetFreeFn = nvmlReturn_t (*)(nvmlEventSet_t);
 using DeviceRegisterEventsFn = nvmlReturn_t (*)(nvmlDevice_t, unsigned long long, nvmlEventSet_t);

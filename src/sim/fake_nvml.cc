@@ -16,6 +16,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -729,6 +730,29 @@ GPUPOOL_NVML_EXPORT nvmlReturn_t nvmlDeviceGetCurrentClocksThrottleReasons(nvmlD
 GPUPOOL_NVML_EXPORT nvmlReturn_t nvmlDeviceGetPcieReplayCounter(nvmlDevice_t device, unsigned int* count) {
   return simulator().device(device, Needs::Health,
                             [&](const Query& query) { return report(query.gpu.pcie_replay_count, count); });
+}
+
+// Field values: the NVLink error totals, each answered on its own as the driver does (a GPU
+// whose fixture lacks a count refuses that field); any other field is not supported.
+GPUPOOL_NVML_EXPORT nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t device, int count, nvmlFieldValue_t* values) {
+  return simulator().device(device, Needs::Health, [&](const Query& query) {
+    if (count < 0 || (count > 0 && values == nullptr)) return NVML_ERROR_INVALID_ARGUMENT;
+    for (nvmlFieldValue_t& field : std::span(values, static_cast<size_t>(count))) {
+      const std::optional<uint64_t>* reading = nullptr;
+      switch (field.fieldId) {
+        case NVML_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL: reading = &query.gpu.nvlink_crc_flit_errors; break;
+        case NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL: reading = &query.gpu.nvlink_crc_data_errors; break;
+        case NVML_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL: reading = &query.gpu.nvlink_replay_errors; break;
+        case NVML_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL: reading = &query.gpu.nvlink_recovery_errors; break;
+        default: break;
+      }
+      field.valueType = NVML_VALUE_TYPE_UNSIGNED_LONG_LONG;
+      unsigned long long value = 0;
+      field.nvmlReturn = reading == nullptr ? NVML_ERROR_NOT_SUPPORTED : report(*reading, &value);
+      field.value.ullVal = value;
+    }
+    return NVML_SUCCESS;
+  });
 }
 
 // Events: an event set delivers the critical XIDs a registered GPU's fixture lists (`xid_events`)

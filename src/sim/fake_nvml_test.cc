@@ -69,16 +69,37 @@ class SimulatedNvml {
 };
 
 // Points the simulated library at a fixture for the length of a test.
+// Replaces the overlay file atomically, as tests that drive the simulator should.
+void write_overlay(const std::string& path, std::string_view text) {
+  std::string temporary = path + ".new";
+  std::ofstream(temporary) << text;
+  std::filesystem::rename(temporary, path);
+}
+
 class FixtureNvml : public ::testing::Test {
  protected:
   void SetUp() override { unsetenv("GPUPOOL_SIM_STATE"); }
   void TearDown() override {
     unsetenv("GPUPOOL_SIM");
     unsetenv("GPUPOOL_SIM_STATE");
+    if (!overlay_.empty()) std::filesystem::remove(overlay_);
   }
   static void use(const std::string& fixture_path) {
     setenv("GPUPOOL_SIM", fixture_path.c_str(), 1);
   }
+  // Serves `fixture_path` with `overlay_json` as the live overlay, a file of the test's own that
+  // goes with the test; returns its path, for the test to rewrite.
+  std::string use_with_overlay(const std::string& fixture_path, std::string_view overlay_json) {
+    overlay_ = ::testing::TempDir() + "gpupool-fake-nvml-" +
+               ::testing::UnitTest::GetInstance()->current_test_info()->name() + ".json";
+    write_overlay(overlay_, overlay_json);
+    setenv("GPUPOOL_SIM_STATE", overlay_.c_str(), 1);
+    use(fixture_path);
+    return overlay_;
+  }
+
+ private:
+  std::string overlay_;
 };
 
 TEST_F(FixtureNvml, AnswersFromTheFixture) {
@@ -319,19 +340,10 @@ TEST_F(FixtureNvml, FindsFixturesByNameBesideTheLibraryAndRefusesBadOnes) {
   EXPECT_EQ(nvml.init(), NVML_ERROR_DRIVER_NOT_LOADED);
 }
 
-// Replaces the overlay file atomically, as tests that drive the simulator should.
-void write_overlay(const std::string& path, const std::string& text) {
-  std::string temporary = path + ".new";
-  std::ofstream(temporary) << text;
-  std::filesystem::rename(temporary, path);
-}
-
 TEST_F(FixtureNvml, MemoryRepairsAreOptional) {
-  std::string overlay = ::testing::TempDir() + "gpupool-fake-nvml-repairs.json";
-  write_overlay(overlay, R"({"gpus": {"0": {"retired_pages": 3, "retired_pages_pending": true},
+  use_with_overlay(kFixtureDir + "/hgx-h200.json",
+                   R"({"gpus": {"0": {"retired_pages": 3, "retired_pages_pending": true},
                                       "1": {"remapped_rows": 2, "row_remapping_failed": true}}})");
-  setenv("GPUPOOL_SIM_STATE", overlay.c_str(), 1);
-  use(kFixtureDir + "/hgx-h200.json");
 
   SimulatedNvml nvml("current");
   ASSERT_EQ(nvml.init(), NVML_SUCCESS);
@@ -363,15 +375,12 @@ TEST_F(FixtureNvml, MemoryRepairsAreOptional) {
   EXPECT_EQ(remapped(nvml.device(0), &correctable, &uncorrectable, &remap_pending, &failed),
             NVML_ERROR_NOT_SUPPORTED);
   EXPECT_EQ(nvml.shutdown(), NVML_SUCCESS);
-  std::filesystem::remove(overlay);
 }
 
 TEST_F(FixtureNvml, HealthCountersComeFromTheFixture) {
-  std::string overlay = ::testing::TempDir() + "gpupool-fake-nvml-health.json";
-  write_overlay(overlay, R"({"gpus": {"1": {"ecc_corrected_aggregate": 12, "ecc_uncorrected_aggregate": 1,
+  use_with_overlay(kFixtureDir + "/hgx-h200.json",
+                   R"({"gpus": {"1": {"ecc_corrected_aggregate": 12, "ecc_uncorrected_aggregate": 1,
                                             "clocks_event_reasons": 36, "pcie_replay_count": 7}}})");
-  setenv("GPUPOOL_SIM_STATE", overlay.c_str(), 1);
-  use(kFixtureDir + "/hgx-h200.json");
   SimulatedNvml nvml("current");
   ASSERT_EQ(nvml.init(), NVML_SUCCESS);
   auto ecc = nvml.get<nvml::DeviceGetTotalEccErrorsFn>("nvmlDeviceGetTotalEccErrors");
@@ -390,15 +399,42 @@ TEST_F(FixtureNvml, HealthCountersComeFromTheFixture) {
   ASSERT_EQ(nvml.get<nvml::DeviceGetUintFn>("nvmlDeviceGetPcieReplayCounter")(nvml.device(1), &replays), NVML_SUCCESS);
   EXPECT_EQ(replays, 7u);
   EXPECT_EQ(nvml.shutdown(), NVML_SUCCESS);
+}
+
+TEST_F(FixtureNvml, NvlinkErrorTotalsAreFieldValues) {
+  use_with_overlay(kFixtureDir + "/hgx-h200.json",
+                   R"({"gpus": {"2": {"nvlink_replay_errors": 7, "nvlink_recovery_errors": 1}}})");
+  SimulatedNvml nvml("current");
+  ASSERT_EQ(nvml.init(), NVML_SUCCESS);
+  auto get = nvml.get<nvml::DeviceGetFieldValuesFn>("nvmlDeviceGetFieldValues");
+  nvmlFieldValue_t values[3] = {};
+  values[0].fieldId = NVML_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL;
+  values[1].fieldId = NVML_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL;
+  values[2].fieldId = 1;  // ECC mode: a field the simulated driver does not answer
+  ASSERT_EQ(get(nvml.device(2), 3, values), NVML_SUCCESS);
+  EXPECT_EQ(values[0].nvmlReturn, NVML_SUCCESS);
+  EXPECT_EQ(values[0].valueType, NVML_VALUE_TYPE_UNSIGNED_LONG_LONG);
+  EXPECT_EQ(values[0].value.ullVal, 7u);
+  EXPECT_EQ(values[1].value.ullVal, 1u);
+  EXPECT_EQ(values[2].nvmlReturn, NVML_ERROR_NOT_SUPPORTED);
+  EXPECT_EQ(get(nvml.device(2), 1, nullptr), NVML_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(nvml.shutdown(), NVML_SUCCESS);
   unsetenv("GPUPOOL_SIM_STATE");
-  std::filesystem::remove(overlay);
+
+  // A GPU whose fixture has no NVLink counts refuses each field, and the call still succeeds.
+  use(kFixtureDir + "/h200-1.json");
+  SimulatedNvml single("current");
+  ASSERT_EQ(single.init(), NVML_SUCCESS);
+  nvmlFieldValue_t replay = {};
+  replay.fieldId = NVML_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL;
+  ASSERT_EQ(single.get<nvml::DeviceGetFieldValuesFn>("nvmlDeviceGetFieldValues")(single.device(0), 1, &replay),
+            NVML_SUCCESS);
+  EXPECT_EQ(replay.nvmlReturn, NVML_ERROR_NOT_SUPPORTED);
+  EXPECT_EQ(single.shutdown(), NVML_SUCCESS);
 }
 
 TEST_F(FixtureNvml, TheEnergyCounterIntegratesThePowerDrawFromVoltaOn) {
-  std::string overlay = ::testing::TempDir() + "gpupool-fake-nvml-energy.json";
-  write_overlay(overlay, R"({"gpus": {"0": {"power_w": 500}}})");
-  setenv("GPUPOOL_SIM_STATE", overlay.c_str(), 1);
-  use(kFixtureDir + "/hgx-h200.json");
+  use_with_overlay(kFixtureDir + "/hgx-h200.json", R"({"gpus": {"0": {"power_w": 500}}})");
   SimulatedNvml nvml("current");
   ASSERT_EQ(nvml.init(), NVML_SUCCESS);
   auto energy = nvml.get<nvml::DeviceGetUint64Fn>("nvmlDeviceGetTotalEnergyConsumption");
@@ -414,7 +450,6 @@ TEST_F(FixtureNvml, TheEnergyCounterIntegratesThePowerDrawFromVoltaOn) {
   EXPECT_EQ(energy(nvml.device(0), nullptr), NVML_ERROR_INVALID_ARGUMENT);
   EXPECT_EQ(nvml.shutdown(), NVML_SUCCESS);
   unsetenv("GPUPOOL_SIM_STATE");
-  std::filesystem::remove(overlay);
 
   // Before Volta the driver keeps no such counter.
   use(kTestFixtureDir + "/old-driver.json");
@@ -426,10 +461,7 @@ TEST_F(FixtureNvml, TheEnergyCounterIntegratesThePowerDrawFromVoltaOn) {
 }
 
 TEST_F(FixtureNvml, AnEventSetDeliversTheXidsAppendedAfterItRegistered) {
-  std::string overlay = ::testing::TempDir() + "gpupool-fake-nvml-xids.json";
-  write_overlay(overlay, R"({"gpus": {"2": {"xid_events": [48]}}})");
-  setenv("GPUPOOL_SIM_STATE", overlay.c_str(), 1);
-  use(kFixtureDir + "/hgx-h200.json");
+  std::string overlay = use_with_overlay(kFixtureDir + "/hgx-h200.json", R"({"gpus": {"2": {"xid_events": [48]}}})");
   SimulatedNvml nvml("current");
   ASSERT_EQ(nvml.init(), NVML_SUCCESS);
   nvmlEventSet_t set = nullptr;
@@ -453,8 +485,6 @@ TEST_F(FixtureNvml, AnEventSetDeliversTheXidsAppendedAfterItRegistered) {
   EXPECT_EQ(wait(set, &data, 0), NVML_ERROR_TIMEOUT) << "each event once";
   EXPECT_EQ(nvml.get<nvml::EventSetFreeFn>("nvmlEventSetFree")(set), NVML_SUCCESS);
   EXPECT_EQ(nvml.shutdown(), NVML_SUCCESS);
-  unsetenv("GPUPOOL_SIM_STATE");
-  std::filesystem::remove(overlay);
 }
 
 TEST_F(FixtureNvml, ClocksAnswerSmAndMemoryOnly) {
@@ -520,10 +550,8 @@ TEST_F(FixtureNvml, LiveOverlayIsReadWhenItChanges) {
 }
 
 TEST_F(FixtureNvml, GpmOnHopperOnlyFromTwoSamplesInNvmlUnits) {
-  std::string overlay = ::testing::TempDir() + "gpupool-fake-nvml-gpm-overlay.json";
-  write_overlay(overlay, R"({"gpus": {"0": {"sm_active": 0.85, "nvlink_tx_bytes_per_s": 2097152}}})");
-  setenv("GPUPOOL_SIM_STATE", overlay.c_str(), 1);
-  use(kFixtureDir + "/hgx-h200.json");
+  use_with_overlay(kFixtureDir + "/hgx-h200.json",
+                   R"({"gpus": {"0": {"sm_active": 0.85, "nvlink_tx_bytes_per_s": 2097152}}})");
   SimulatedNvml nvml("current");
   ASSERT_EQ(nvml.init(), NVML_SUCCESS);
   auto support = nvml.get<nvml::GpmQueryDeviceSupportFn>("nvmlGpmQueryDeviceSupport");
@@ -567,7 +595,6 @@ TEST_F(FixtureNvml, GpmOnHopperOnlyFromTwoSamplesInNvmlUnits) {
   EXPECT_EQ(release(earlier), NVML_SUCCESS);
   EXPECT_EQ(nvml.shutdown(), NVML_SUCCESS);
   EXPECT_FALSE(SimulatedNvml("legacy").has("nvmlGpmSampleGet"));  // an old driver
-  std::filesystem::remove(overlay);
 }
 
 TEST_F(FixtureNvml, GpmPerGpuInstanceOfAMigGpu) {
@@ -606,10 +633,8 @@ TEST_F(FixtureNvml, GpmPerGpuInstanceOfAMigGpu) {
 }
 
 TEST_F(FixtureNvml, TheBackendMeasuresActivityFromItsSecondSnapshot) {
-  std::string overlay = ::testing::TempDir() + "gpupool-backend-gpm-overlay.json";
-  write_overlay(overlay, R"({"gpus": {"0": {"sm_active": 0.5, "pcie_rx_bytes_per_s": 1048576}}})");
-  setenv("GPUPOOL_SIM_STATE", overlay.c_str(), 1);
-  use(kFixtureDir + "/hgx-h200.json");
+  use_with_overlay(kFixtureDir + "/hgx-h200.json",
+                   R"({"gpus": {"0": {"sm_active": 0.5, "pcie_rx_bytes_per_s": 1048576}}})");
   unsetenv("GPUPOOL_NVML_LIBRARY");
   auto backend = open_gpu_backend();
   ASSERT_TRUE(backend.ok()) << backend.error().message;
@@ -627,7 +652,6 @@ TEST_F(FixtureNvml, TheBackendMeasuresActivityFromItsSecondSnapshot) {
   auto without = (*backend)->discover(DiscoveryScope{});
   ASSERT_TRUE(without.ok());
   EXPECT_FALSE(without->gpus[0].sm_active);  // not asked
-  std::filesystem::remove(overlay);
 }
 
 // The NVML backend, driven through the simulated library, must discover exactly the machine

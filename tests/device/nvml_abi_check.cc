@@ -29,6 +29,10 @@ constexpr unsigned gpm_support_version = ours::NVML_GPM_SUPPORT_VERSION;
 constexpr unsigned mig_disable = ours::NVML_DEVICE_MIG_DISABLE;
 constexpr unsigned mig_enable = ours::NVML_DEVICE_MIG_ENABLE;
 constexpr unsigned long long xid_critical_error = ours::nvmlEventTypeXidCriticalError;
+constexpr unsigned nvlink_crc_flit_total = ours::NVML_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL;
+constexpr unsigned nvlink_crc_data_total = ours::NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL;
+constexpr unsigned nvlink_replay_total = ours::NVML_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL;
+constexpr unsigned nvlink_recovery_total = ours::NVML_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL;
 }  // namespace captured
 
 #define NVML_NO_UNVERSIONED_FUNC_DEFS
@@ -50,6 +54,10 @@ static_assert(captured::gpm_support_version == NVML_GPM_SUPPORT_VERSION);
 static_assert(captured::mig_disable == NVML_DEVICE_MIG_DISABLE);
 static_assert(captured::mig_enable == NVML_DEVICE_MIG_ENABLE);
 static_assert(captured::xid_critical_error == nvmlEventTypeXidCriticalError);
+static_assert(captured::nvlink_crc_flit_total == NVML_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL);
+static_assert(captured::nvlink_crc_data_total == NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL);
+static_assert(captured::nvlink_replay_total == NVML_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL);
+static_assert(captured::nvlink_recovery_total == NVML_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL);
 
 #define SAME_VALUE(name) static_assert(static_cast<long long>(ours::name) == static_cast<long long>(::name), #name)
 SAME_VALUE(NVML_SUCCESS);
@@ -97,6 +105,12 @@ SAME_VALUE(NVML_GPM_METRIC_DRAM_BW_UTIL);
 SAME_VALUE(NVML_GPM_METRIC_FP64_UTIL);
 SAME_VALUE(NVML_GPM_METRIC_FP32_UTIL);
 SAME_VALUE(NVML_GPM_METRIC_FP16_UTIL);
+SAME_VALUE(NVML_VALUE_TYPE_DOUBLE);
+SAME_VALUE(NVML_VALUE_TYPE_UNSIGNED_INT);
+SAME_VALUE(NVML_VALUE_TYPE_UNSIGNED_LONG);
+SAME_VALUE(NVML_VALUE_TYPE_UNSIGNED_LONG_LONG);
+SAME_VALUE(NVML_VALUE_TYPE_SIGNED_LONG_LONG);
+SAME_VALUE(NVML_VALUE_TYPE_SIGNED_INT);
 SAME_VALUE(NVML_GPM_METRIC_PCIE_TX_PER_SEC);
 SAME_VALUE(NVML_GPM_METRIC_PCIE_RX_PER_SEC);
 SAME_VALUE(NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC);
@@ -117,6 +131,7 @@ INT_SIZED(nvmlPageRetirementCause_t);
 INT_SIZED(nvmlEccCounterType_t);
 INT_SIZED(nvmlIntNvLinkDeviceType_t);
 INT_SIZED(nvmlGpmMetricId_t);
+INT_SIZED(nvmlValueType_t);
 
 #define SAME_LAYOUT(type) static_assert(sizeof(ours::type) == sizeof(::type) && alignof(ours::type) == alignof(::type), #type)
 #define SAME_FIELD(type, field) static_assert(offsetof(ours::type, field) == offsetof(::type, field) && sizeof(ours::type::field) == sizeof(::type::field), #type "." #field)
@@ -172,6 +187,21 @@ SAME_FIELD(nvmlGpmMetricsGet_t, sample2);
 static_assert(offsetof(ours::nvmlGpmMetricsGet_t, metrics) == offsetof(::nvmlGpmMetricsGet_t, metrics));
 static_assert(sizeof(ours::nvmlGpmMetricsGet_t::metrics[0]) == sizeof(::nvmlGpmMetricsGet_t::metrics[0]));
 SAME_LAYOUT(nvmlGpmSupport_t);
+SAME_LAYOUT(nvmlValue_t);
+SAME_FIELD(nvmlValue_t, dVal);
+SAME_FIELD(nvmlValue_t, siVal);
+SAME_FIELD(nvmlValue_t, uiVal);
+SAME_FIELD(nvmlValue_t, ulVal);
+SAME_FIELD(nvmlValue_t, ullVal);
+SAME_FIELD(nvmlValue_t, sllVal);
+SAME_LAYOUT(nvmlFieldValue_t);
+SAME_FIELD(nvmlFieldValue_t, fieldId);
+SAME_FIELD(nvmlFieldValue_t, scopeId);
+SAME_FIELD(nvmlFieldValue_t, timestamp);
+SAME_FIELD(nvmlFieldValue_t, latencyUsec);
+SAME_FIELD(nvmlFieldValue_t, valueType);
+SAME_FIELD(nvmlFieldValue_t, nvmlReturn);
+SAME_FIELD(nvmlFieldValue_t, value);
 SAME_FIELD(nvmlGpmSupport_t, version);
 SAME_FIELD(nvmlGpmSupport_t, isSupportedDevice);
 SAME_LAYOUT(nvmlEventData_t);
@@ -225,6 +255,7 @@ MAP(nvmlGpmMetricsGet_t, ours::nvmlGpmMetricsGet_t);
 MAP(nvmlDeviceAttributes_t, ours::nvmlDeviceAttributes_t);
 MAP(nvmlEventSet_st, ours::nvmlEventSet_st);
 MAP(nvmlEventData_t, ours::nvmlEventData_t);
+MAP(nvmlFieldValue_t, ours::nvmlFieldValue_t);
 
 namespace fn = ours::gpupool::nvml;
 #define SAME_SIGNATURE(mine, real) static_assert(std::is_same_v<fn::mine, to_ours<decltype(&::real)>::type>, #real)
@@ -294,6 +325,7 @@ SAME_SIGNATURE(DeviceGetUint64Fn, nvmlDeviceGetCurrentClocksEventReasons);
 SAME_SIGNATURE(DeviceGetUint64Fn, nvmlDeviceGetCurrentClocksThrottleReasons);
 SAME_SIGNATURE(DeviceGetUint64Fn, nvmlDeviceGetTotalEnergyConsumption);
 SAME_SIGNATURE(DeviceGetUintFn, nvmlDeviceGetPcieReplayCounter);
+SAME_SIGNATURE(DeviceGetFieldValuesFn, nvmlDeviceGetFieldValues);
 SAME_SIGNATURE(EventSetCreateFn, nvmlEventSetCreate);
 SAME_SIGNATURE(EventSetFreeFn, nvmlEventSetFree);
 SAME_SIGNATURE(DeviceRegisterEventsFn, nvmlDeviceRegisterEvents);

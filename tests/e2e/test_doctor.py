@@ -51,7 +51,7 @@ class DoctorTest(unittest.TestCase):
     def test_healthy_machine_is_all_ok(self):
         found = self.findings(expect=0)
         self.assertEqual(list(found), ["kernel-module", "device-nodes", "nvml", "gpus", "cuda-version", "container",
-                                       "cuda-visible-devices", "persistence-mode", "ecc", "stray-memory", "display-server",
+                                       "cuda-visible-devices", "persistence-mode", "ecc", "link-errors", "stray-memory", "display-server",
                                        "outside-processes", "leases", "daemon", "quarantine", "state-space", "mps", "slurm"])
         self.assertIn("580.159.04", found["kernel-module"]["summary"])
         self.assertIsNone(found["kernel-module"]["fix"])
@@ -63,13 +63,13 @@ class DoctorTest(unittest.TestCase):
         self.assertEqual(text.returncode, 0, text.stderr)
         lines = text.stdout.splitlines()
         # A healthy machine: one line per check, then the counts.
-        self.assertEqual(len(lines), 18 + 3, text.stdout)
+        self.assertEqual(len(lines), 19 + 3, text.stdout)
         self.assertTrue(lines[0].startswith("ok       kernel-module"), lines[0])
         self.assertTrue(lines[1].startswith("ok       device-nodes"), lines[1])
-        self.assertEqual(lines[-2:], ["18 ok, 0 warning(s), 0 problem(s)", "(--verbose shows what each check read)"])
+        self.assertEqual(lines[-2:], ["19 ok, 0 warning(s), 0 problem(s)", "(--verbose shows what each check read)"])
         verbose = self.doctor("--verbose").stdout.splitlines()
         self.assertIn("/proc/driver/nvidia/version: NVRM version", verbose[1])
-        self.assertEqual(verbose[-1], "18 ok, 0 warning(s), 0 problem(s)")
+        self.assertEqual(verbose[-1], "19 ok, 0 warning(s), 0 problem(s)")
 
     def test_no_kernel_module(self):
         os.remove(os.path.join(self.root, "proc", "driver", "nvidia", "version"))

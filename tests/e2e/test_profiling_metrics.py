@@ -32,8 +32,8 @@ class ProfilingMetricsTest(unittest.TestCase):
     def tearDown(self):
         shutil.rmtree(self.scratch, ignore_errors=True)
 
-    def daemon(self, sim="hgx-h200"):
-        return Daemon(sim=sim, http="127.0.0.1:0", env={"GPUPOOL_SIM_STATE": self.overlay})
+    def daemon(self, sim="hgx-h200", config=""):
+        return Daemon(sim=sim, http="127.0.0.1:0", config=config, env={"GPUPOOL_SIM_STATE": self.overlay})
 
     def test_hopper_reports_activity_in_dcgm_units(self):
         with self.daemon() as d:
@@ -141,8 +141,12 @@ class ProfilingMetricsTest(unittest.TestCase):
             with self.subTest(sim=sim):
                 self.expect_no_profiling_series(sim)
 
-    def expect_no_profiling_series(self, sim):
-        with self.daemon(sim=sim) as d:
+    def test_profiling_off_leaves_the_counters_unread(self):
+        # GPU 0 of the Hopper machine is busy (BUSY, from setUp) but [monitor] profiling is off.
+        self.expect_no_profiling_series("hgx-h200", config='[monitor]\nprofiling = "off"\n')
+
+    def expect_no_profiling_series(self, sim, config=""):
+        with self.daemon(sim=sim, config=config) as d:
             address = d.http_address()
             # Three samples taken, so any activity there was would have been measured.
             wait_until(lambda: len(get_json(address, "/api/history?seconds=60")["gpus"][0]["time"]) >= 3,

@@ -46,6 +46,27 @@ def smi_values():
     return dict(zip(SMI_FIELDS.values(), values)) if proc.returncode == 0 and len(values) == len(SMI_FIELDS) else {}
 
 
+NVLINK_SERIES = ("DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL", "DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL",
+                 "DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL", "DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL")
+
+
+def check_nvlink_errors(s, metrics):
+    """The NVLink error series are there where nvidia-smi lists active NVLinks for GPU 0; without
+    any, the driver may still answer (0) or not (absent): either is right."""
+    proc = subprocess.run(["nvidia-smi", "nvlink", "-s", "-i", "0"], capture_output=True, text=True)
+    links = re.findall(r"^\s*Link \d+: (?!<inactive>)", proc.stdout, re.M)  # active links
+    print(f"$ nvidia-smi nvlink -s -i 0 -> exit {proc.returncode}, {len(links)} links\n{proc.stdout}{proc.stderr}",
+          flush=True)
+    errors = subprocess.run(["nvidia-smi", "nvlink", "-e", "-i", "0"], capture_output=True, text=True)
+    print(f"$ nvidia-smi nvlink -e -i 0 -> exit {errors.returncode}\n{errors.stdout}{errors.stderr}", flush=True)
+    ours = {name: gpu0(metrics, name) for name in NVLINK_SERIES}
+    present = [value is not None for value in ours.values()]
+    s.check("NVLink error series present where nvidia-smi lists active NVLinks",
+            all(present) if links else all(present) or not any(present),
+            f"{len(links)} active links; " + ", ".join(f"{name.removeprefix('DCGM_FI_DEV_NVLINK_')} {value}"
+                                                 for name, value in ours.items()))
+
+
 def step_health(s):
     hooked = os.path.join(s.args.out, "health-hook.jsonl")
     config = f"[events]\non_event = 'cat >> {hooked}'\n"
@@ -66,6 +87,7 @@ def step_health(s):
         s.check("ECC counts as nvidia-smi reads them",
                 bool(smi) and all(smi[name] in ("[N/A]", "N/A") or float(smi[name]) == ours[name] for name in smi),
                 f"nvidia-smi {smi}")
+        check_nvlink_errors(s, metrics)
         s.check("a healthy GPU 0 is not quarantined", gpu0(metrics, "gpupool_gpu_quarantined") == 0,
                 f"gpupool_gpu_quarantined {gpu0(metrics, 'gpupool_gpu_quarantined')}")
 

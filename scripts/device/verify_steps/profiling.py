@@ -191,3 +191,45 @@ def step_nsight(s):
         after = gpu0_values(server.get("/metrics"))
         s.check("GPM sampled after the profile", len(after) == 12, f"{len(after)} DCGM_FI_PROF_* series for GPU 0")
         server.connection.close()
+
+
+def cpu_seconds(pid):
+    """User plus system CPU seconds of a process so far, from /proc."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def step_monitor_cpu(s, seconds=20, interval_s=0.2):
+    """gpupoold's CPU with the GPM counters sampled against `[monitor] profiling = "off"`: two
+    daemons one after the other, each sampling every `interval_s` (five times the default rate,
+    so the difference stands above the noise) for `seconds`, with a matmul loop on GPU 0."""
+    env = dict(os.environ, **GPU0)
+    load = subprocess.Popen([*PLAIN, sys.executable, "-c", LOOP.format(setup=WORKLOADS["matmul"]), str(4 * seconds + 60)],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    per_sample_ms = {}
+    try:
+        s.check("the matmul load started", load.stdout.readline().strip() == "steady", "")
+        for profiling in ("on", "off"):
+            config = f'[daemon]\nsample_interval_s = {interval_s}\n[monitor]\nprofiling = "{profiling}"\n'
+            with s.daemon(config, http="127.0.0.1:0") as d:
+                server = Http(d.http_address())
+                d.wait_for_samples()
+                series = len(gpu0_values(server.get("/metrics")))
+                s.check(f"profiling {profiling}: {12 if profiling == 'on' else 0} DCGM_FI_PROF_* series for GPU 0",
+                        series == (12 if profiling == "on" else 0), f"{series}")
+                server.connection.close()
+                samples_before, cpu_before = d.status()["samples"], cpu_seconds(d.proc.pid)
+                time.sleep(seconds)  # a measurement, not a wait for an event
+                samples, cpu = d.status()["samples"] - samples_before, cpu_seconds(d.proc.pid) - cpu_before
+            per_sample_ms[profiling] = 1000 * cpu / max(samples, 1)
+            print(f"profiling {profiling}: {cpu:.2f} CPU s over {seconds} s, {samples} samples: "
+                  f"{per_sample_ms[profiling]:.3f} ms a sample", flush=True)
+    finally:
+        load.kill()
+        load.wait()
+    extra = per_sample_ms["on"] - per_sample_ms["off"]
+    # At the default 1 s interval, a sample's CPU in ms over 10 is the share of a core in %.
+    s.check("GPM costs under 1 % of a core at the default 1 s interval", extra / 10 < 1,
+            f"{per_sample_ms['on']:.3f} ms a sample with GPM, {per_sample_ms['off']:.3f} ms without: "
+            f"{extra:+.3f} ms, {extra / 10:+.3f} % of a core at 1 s")
