@@ -114,6 +114,12 @@ Result<void> Daemon::Impl::recover() {
     for (const Gpu& gpu : machine_.gpus) uuids.push_back(gpu.uuid);
     mps_.adopt(uuids);
   }
+  // Before adoption: jobs that ended while no daemon ran are recorded as adoption finds them.
+  if (auto run_times = store_.recent_run_times(settings_.config.scheduler.runtime_history)) {
+    scheduler_.import_run_times(*run_times);
+  } else {
+    fmt::print(stderr, "gpupoold: run-time estimates start afresh: {}\n", run_times.error().message);
+  }
   TRY_ASSIGN(std::vector<Job> jobs, store_.unfinished());
   TRY_ASSIGN(std::vector<JobId> waiting, dispatcher_.adopt_running(std::move(jobs)));
   fair_share_.restore();  // after adoption: the adopted jobs add what they ran while it was down

@@ -671,6 +671,24 @@ Result<std::vector<Job>> JobStore::unfinished() const {
   return list(filter);
 }
 
+Result<std::map<std::string, std::vector<double>>> JobStore::recent_run_times(size_t per_user) const {
+  std::map<std::string, std::vector<double>> by_user;
+  if (per_user == 0) return by_user;
+  TRY_ASSIGN(Statement statement,
+             prepare(db_, fmt::format("SELECT user, end_time - start_time FROM (SELECT user, start_time, end_time, "
+                                      "ROW_NUMBER() OVER (PARTITION BY user ORDER BY end_time DESC, id DESC) AS newest "
+                                      "FROM jobs WHERE state IN ('{}', '{}', '{}') AND start_time IS NOT NULL AND "
+                                      "end_time IS NOT NULL) WHERE newest <= {} ORDER BY user, newest DESC",
+                                      to_string(JobState::Done), to_string(JobState::Failed),
+                                      to_string(JobState::Cancelled), per_user)));
+  int rc = SQLITE_ROW;
+  while ((rc = sqlite3_step(statement.get())) == SQLITE_ROW) {
+    by_user[sqlite::column_text(statement.get(), 0)].push_back(sqlite3_column_double(statement.get(), 1));
+  }
+  if (rc != SQLITE_DONE) return database_error(db_, "reading the recent jobs' run times");
+  return by_user;
+}
+
 Result<std::optional<StoredSubmission>> JobStore::find_submission(uid_t uid, const std::string& token) const {
   StatementUse statement(statements_->by_token);
   Binder parameters(statement.get());

@@ -5,6 +5,7 @@
 // Only the daemon's thread uses it; finished jobs live here, not in the daemon's memory.
 #pragma once
 
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -58,6 +59,10 @@ class JobStore {
   Result<std::vector<Job>> list(const JobFilter& filter) const;
   // Queued, held and running jobs: what the daemon loads at start.
   Result<std::vector<Job>> unfinished() const;
+  // How long each user's last `per_user` ended jobs ran (end minus start, seconds), oldest
+  // first; jobs that never started are left out. What the scheduler's run-time estimates are
+  // taken up from after a restart.
+  Result<std::map<std::string, std::vector<double>>> recent_run_times(size_t per_user) const;
   // The jobs a user stored with a submission token (one, or an array's tasks), if any.
   Result<std::optional<StoredSubmission>> find_submission(uid_t uid, const std::string& token) const;
   // The largest id of the jobs submitted before `unix_time` (0: none was), as a list's

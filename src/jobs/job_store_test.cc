@@ -232,6 +232,29 @@ TEST_F(JobStoreTest, IdsIncreaseAndAreNeverReused) {
   EXPECT_EQ(insert(job_of("ana", JobState::Queued)), 4u);
 }
 
+TEST_F(JobStoreTest, RecentRunTimesAreEachUsersNewestEndedJobsOldestFirst) {
+  ASSERT_NO_FATAL_FAILURE(open_store());
+  auto ran = [&](const std::string& user, JobState state, double start, double end) {
+    Job job = job_of(user, state);
+    job.start_time = start;
+    job.end_time = end;
+    insert(job);
+  };
+  ran("ana", JobState::Done, 100, 110);     // the oldest of ana's four: left out with 3 per user
+  ran("ana", JobState::Failed, 200, 230);
+  ran("bob", JobState::Done, 0, 1000);
+  ran("ana", JobState::Cancelled, 300, 350);
+  ran("ana", JobState::Done, 50, 450);      // started first, ended last: the newest
+  Job never_ran = job_of("ana", JobState::Cancelled);
+  never_ran.end_time = 500;
+  insert(never_ran);
+  insert(job_of("ana", JobState::Running));
+  auto recent = store_->recent_run_times(3);
+  ASSERT_TRUE(recent.ok()) << recent.error().message;
+  EXPECT_EQ(*recent, (std::map<std::string, std::vector<double>>{{"ana", {30, 50, 400}}, {"bob", {1000}}}));
+  EXPECT_TRUE(store_->recent_run_times(0)->empty());
+}
+
 TEST_F(JobStoreTest, IdsStayAboveTheLargestUsedOutsideTheDatabase) {
   ASSERT_NO_FATAL_FAILURE(open_store());
   ASSERT_TRUE(store_->keep_ids_above(41).ok());  // a fresh database beside records of job 41

@@ -492,6 +492,15 @@ Result<void> Scheduler::import_fair_share(const FairShareUsage& saved, double no
   return {};
 }
 
+void Scheduler::import_run_times(const std::map<std::string, std::vector<double>>& by_user) {
+  for (const auto& [user, run_times] : by_user) {
+    UserState& state = users_[user_index(user)];
+    for (double run_time : run_times) {
+      if (std::isfinite(run_time) && run_time >= 0) record_run_time(state, run_time);
+    }
+  }
+}
+
 std::string Scheduler::start(const QueuedJob& job, std::vector<unsigned> gpus, double now) {
   std::string mig_uuid;
   if (job.request.gpus.mig && gpus.size() == 1) {

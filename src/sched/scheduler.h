@@ -164,6 +164,11 @@ class Scheduler {
   // add what they ran since then (what they ran before, it holds already). Replaces every
   // user's usage. An error when `saved` has a negative or non-finite value.
   Result<void> import_fair_share(const FairShareUsage& saved, double now);
+  // Takes up the run times (seconds) of jobs that ended before a restart, each user's oldest
+  // first, so that jobs without a time limit backfill on their users' record at once rather
+  // than after five more of their jobs end (SchedulerConfig::runtime_history). Negative or
+  // non-finite times are left out.
+  void import_run_times(const std::map<std::string, std::vector<double>>& by_user);
 
  private:
   struct UserState {

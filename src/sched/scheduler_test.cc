@@ -69,6 +69,27 @@ TEST(SchedulerTest, AJobWithoutALimitBackfillsWhenItsUsersRecentJobsEndInTime) {
   EXPECT_TRUE(behind_a_big_job_after_history(30, 50, "someone else").empty());  // not its user's
 }
 
+TEST(SchedulerTest, RunTimesFromBeforeARestartGiveTheEstimateAtOnce) {
+  // The setting of behind_a_big_job_after_history, with u's record taken up instead of run.
+  auto third_job_backfills = [](const std::map<std::string, std::vector<double>>& record) {
+    SchedulerConfig config;
+    config.runtime_history = 5;
+    Scheduler s = *Scheduler::create(make_machine(4), config);
+    s.import_run_times(record);
+    EXPECT_TRUE(s.submit(job(1, 2, 100), 0).ok());
+    EXPECT_EQ(ids(s.schedule(0)), std::vector<JobId>{1});
+    EXPECT_TRUE(s.submit(job(2, 4, 100), 1).ok());
+    EXPECT_TRUE(s.submit(job(3, 1), 2).ok());
+    return ids(s.schedule(2)) == std::vector<JobId>{3};
+  };
+  EXPECT_TRUE(third_job_backfills({{"u", {30, 30, 30, 30, 30}}}));
+  EXPECT_FALSE(third_job_backfills({{"u", {30, 30, 30, 30}}}));  // four: too few for an estimate
+  EXPECT_FALSE(third_job_backfills({{"someone else", {30, 30, 30, 30, 30}}}));
+  // Only the newest five count: the two long ones, oldest, drop out; a bad figure is left out.
+  EXPECT_TRUE(third_job_backfills({{"u", {9000, 9000, 30, 30, 30, 30, -1, 30}}}));
+  EXPECT_FALSE(third_job_backfills({{"u", {30, 30, 30, 30, 9000}}}));
+}
+
 TEST(SchedulerTest, TheEstimateIsAHighQuantileOfTheUsersLastRunTimes) {
   SchedulerConfig config;
   config.runtime_history = 5;

@@ -251,6 +251,30 @@ class RestartTest(unittest.TestCase):
             d.request({"op": "release", "ids": [mine, theirs]})
             self.assertEqual([j["state"] for j in d.finish(mine, theirs)], ["done", "done"])
             self.assertLess(d.show(theirs)["start_time"], d.show(mine)["start_time"])
+    def test_run_time_estimates_outlive_a_restart(self):
+        other = 54321  # a user without a record
+        with Daemon(mode=0o755) as d:
+            # Five ended jobs: enough for an estimate of this user's run times (a fraction of a second).
+            ran = d.finish(*[d.enqueue(["true"]) for _ in range(5)])
+            self.assertEqual([j["state"] for j in ran], ["done"] * 5)
+            self.assertEqual(d.stop(), 0)
+            d.start()
+            # Seven GPUs held for up to 10 minutes, the whole machine reserved for the job after.
+            blocker = d.enqueue(["sleep", "600"], gpus=7, time_limit_s=600)
+            d.wait_state(blocker, "running")
+            whole = d.enqueue(["true"], gpus=8, time_limit_s=60)
+            # Neither says how long it runs: only the one whose user has a record may take the
+            # eighth GPU meanwhile.
+            theirs = d.enqueue(["sleep", "600"], uid=other)
+            d.wait_for_samples()
+            self.assertEqual(d.show(whole)["state"], "queued")
+            shown = d.show(theirs)
+            self.assertEqual(shown["state"], "queued")
+            self.assertIn("with a time limit (--time) under", shown["reason"])
+            mine = d.enqueue(["sleep", "600"])
+            d.wait_state(mine, "running")
+            self.assertEqual((d.show(theirs)["state"], d.show(whole)["state"]), ("queued", "queued"))
+
 
 if __name__ == "__main__":
     main()
