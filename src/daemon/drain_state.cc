@@ -54,11 +54,7 @@ Result<DrainState> parse_drain_state(std::string_view text) {
 
 void mark_drained_gpus(const DrainState& state, std::vector<GpuAvailability>& gpus) {
   for (const auto& [index, note] : state.gpus) {
-    if (index >= gpus.size()) continue;
-    GpuAvailability& gpu = gpus[index];
-    gpu.usable = false;
-    std::string drained = DrainState::describe(note);
-    gpu.holders = gpu.holders.empty() ? drained : gpu.holders + "; " + drained;
+    if (index < gpus.size()) take_out_of_service(gpus[index], DrainState::describe(note));
   }
 }
 

@@ -176,11 +176,7 @@ std::string describe_quarantine(const QuarantineNote& note) { return "quarantine
 
 void mark_quarantined_gpus(const QuarantineState& state, std::vector<GpuAvailability>& gpus) {
   for (const auto& [uuid, note] : state.gpus) {
-    if (note.index >= gpus.size()) continue;
-    GpuAvailability& gpu = gpus[note.index];
-    gpu.usable = false;
-    std::string quarantined = describe_quarantine(note);
-    gpu.holders = gpu.holders.empty() ? quarantined : gpu.holders + "; " + quarantined;
+    if (note.index < gpus.size()) take_out_of_service(gpus[note.index], describe_quarantine(note));
   }
 }
 

@@ -30,6 +30,11 @@ bool mig_device_held(const Gpu& gpu, const GpuAvailability& state, const MigDevi
 
 }  // namespace
 
+void take_out_of_service(GpuAvailability& gpu, const std::string& why) {
+  gpu.usable = false;
+  gpu.holders = gpu.holders.empty() ? why : gpu.holders + "; " + why;
+}
+
 bool may_use(const GpuRequest& request, unsigned index) {
   if (!request.allowed.empty() &&
       std::find(request.allowed.begin(), request.allowed.end(), index) == request.allowed.end()) {

@@ -35,6 +35,10 @@ struct GpuAvailability {
   std::vector<std::string> mig_external = {};  // held outside the scheduler (leases without the daemon)
 };
 
+// Keeps every job off the GPU (drained, quarantined), `why` beside whoever else holds it in the
+// waiting line.
+void take_out_of_service(GpuAvailability& gpu, const std::string& why);
+
 // Whether the request's allowed and excluded GPUs let it use GPU `index`.
 bool may_use(const GpuRequest& request, unsigned index);
 
