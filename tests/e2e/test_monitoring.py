@@ -202,6 +202,20 @@ class MonitoringTest(unittest.TestCase):
             held = wait_until(lambda: query(f'DCGM_FI_DEV_GPU_UTIL{{job_id="{job}"}}'), 30,
                               what="the job's series in Prometheus")
             self.assertEqual(len(held), 2)
+            # The panels of NVIDIA's Grafana board for dcgm-exporter, its variables (instance, gpu)
+            # filled in: each draws every GPU, the power total one line.
+            selector = f'{{instance="{address}", gpu=~".*"}}'
+            for expression, lines in [(f"DCGM_FI_DEV_GPU_TEMP{selector}", 8), (f"DCGM_FI_DEV_POWER_USAGE{selector}", 8),
+                                      (f"sum(DCGM_FI_DEV_POWER_USAGE{selector})", 1),
+                                      (f"DCGM_FI_DEV_SM_CLOCK{selector} * 1000000", 8),
+                                      (f"DCGM_FI_DEV_MEM_CLOCK{selector} * 1000000", 8),
+                                      (f"DCGM_FI_DEV_GPU_UTIL{selector}", 8), (f"DCGM_FI_DEV_MEM_COPY_UTIL{selector}", 8),
+                                      (f"DCGM_FI_DEV_FB_USED{selector}", 8),
+                                      (f"DCGM_FI_PROF_GR_ENGINE_ACTIVE{selector}", 8),
+                                      (f"DCGM_FI_PROF_PIPE_TENSOR_ACTIVE{selector}", 8)]:
+                with self.subTest(panel=expression):
+                    drawn = wait_until(lambda: query(expression), 30, what=f"{expression} answered by Prometheus")
+                    self.assertEqual(len(drawn), lines)
         finally:
             server.terminate()
             server.wait(30)
