@@ -29,6 +29,10 @@ buf = ctypes.create_string_buffer(256)
 u = ctypes.c_uint()
 ul = (ctypes.c_ulong * 64)()
 big = ctypes.create_string_buffer(4096)
+# Four nvmlFieldValue_t records (40 bytes each, fieldId first): the NVLink error totals.
+fields = ctypes.create_string_buffer(40 * 4)
+for i, field in enumerate((38, 45, 52, 59)):
+    ctypes.memmove(ctypes.addressof(fields) + 40 * i, ctypes.byref(ctypes.c_uint(field)), 4)
 calls = {
     "GetName": lambda: nvml.nvmlDeviceGetName(device, buf, 96),
     "GetUUID": lambda: nvml.nvmlDeviceGetUUID(device, buf, 96),
@@ -53,6 +57,7 @@ calls = {
                                               nvml.nvmlDeviceGetComputeRunningProcesses_v3(device, ctypes.byref(u), big)),
     "GetGraphicsRunningProcesses_v3": lambda: (ctypes.memmove(ctypes.byref(u), ctypes.byref(ctypes.c_uint(32)), 4),
                                                nvml.nvmlDeviceGetGraphicsRunningProcesses_v3(device, ctypes.byref(u), big)),
+    "GetFieldValues(4 NVLink error totals)": lambda: nvml.nvmlDeviceGetFieldValues(device, 4, fields),
     "GetNvLinkState(link 0)": lambda: nvml.nvmlDeviceGetNvLinkState(device, 0, ctypes.byref(u)),
     "SystemGetDriverVersion": lambda: nvml.nvmlSystemGetDriverVersion(buf, 80),
     "SystemGetCudaDriverVersion_v2": lambda: nvml.nvmlSystemGetCudaDriverVersion_v2(ctypes.byref(ctypes.c_int())),
