@@ -108,7 +108,7 @@ struct ListOptions {
 Result<void> print_once(GpuBackend& backend, const ListOptions& options) {
   // Watching, each table measures the activity since the one before.
   TRY_ASSIGN(Machine machine,
-             backend.discover(DiscoveryScope{.links = false, .processes = true, .activity = options.watch}));
+             backend.discover(DiscoveryScope{.links = false, .processes = true, .activity = options.watch, .health = false}));
   if (options.json) {
     nlohmann::json out = nlohmann::json::array();
     for (const Gpu& gpu : machine.gpus) out.push_back(to_json(gpu));

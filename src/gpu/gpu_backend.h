@@ -23,6 +23,10 @@ struct DiscoveryScope {
   // first such snapshot has none: a rate takes two samples, so only a repeated caller (the
   // monitor's sampler) asks.
   bool activity = false;
+  // The health counters beyond volatile ECC (aggregate ECC, memory repairs, clocks event
+  // reasons, PCIe replays, NVLink errors) and the energy counter: what the monitor, doctor and
+  // fixtures need. Each call's first use costs the driver milliseconds, which `list` does not pay.
+  bool health = true;
 };
 
 // Critical XID events as the driver reports them, waited for on the caller's thread.

@@ -265,6 +265,22 @@ class NvmlBackend final : public GpuBackend {
     if (call_ok(api.device_get_total_ecc_errors, handle, NVML_MEMORY_ERROR_TYPE_UNCORRECTED, NVML_VOLATILE_ECC, &errors)) {
       gpu.ecc_uncorrected_volatile = errors;
     }
+    if (scope.health) read_health(handle, gpu);
+    int major = 0, minor = 0;
+    if (call_ok(api.device_get_cuda_compute_capability, handle, &major, &minor)) {
+      gpu.compute_capability = ComputeCapability{major, minor};
+      unsigned cores = 0;
+      unsigned per_sm = cores_per_multiprocessor(major, minor);
+      if (per_sm > 0 && call_ok(api.device_get_num_gpu_cores, handle, &cores)) gpu.multiprocessors = cores / per_sm;
+    }
+    read_affinity(handle, gpu);
+    if (scope.processes) read_processes(handle, gpu);
+  }
+
+  // DiscoveryScope::health's readings.
+  void read_health(nvmlDevice_t handle, Gpu& gpu) const {
+    const NvmlEntryPoints& api = lib_->api();
+    unsigned long long errors = 0;
     if (call_ok(api.device_get_total_ecc_errors, handle, NVML_MEMORY_ERROR_TYPE_CORRECTED, NVML_AGGREGATE_ECC, &errors)) {
       gpu.ecc_corrected_aggregate = errors;
     }
@@ -279,15 +295,6 @@ class NvmlBackend final : public GpuBackend {
     read_nvlink_errors(handle, gpu);
     unsigned long long energy = 0;
     if (call_ok(api.device_get_total_energy_consumption, handle, &energy)) gpu.energy_mj = energy;
-    int major = 0, minor = 0;
-    if (call_ok(api.device_get_cuda_compute_capability, handle, &major, &minor)) {
-      gpu.compute_capability = ComputeCapability{major, minor};
-      unsigned cores = 0;
-      unsigned per_sm = cores_per_multiprocessor(major, minor);
-      if (per_sm > 0 && call_ok(api.device_get_num_gpu_cores, handle, &cores)) gpu.multiprocessors = cores / per_sm;
-    }
-    read_affinity(handle, gpu);
-    if (scope.processes) read_processes(handle, gpu);
   }
 
   // The NVLink error totals, in one field-values call; each left out where the driver refuses

@@ -654,6 +654,28 @@ TEST_F(FixtureNvml, TheBackendMeasuresActivityFromItsSecondSnapshot) {
   EXPECT_FALSE(without->gpus[0].sm_active);  // not asked
 }
 
+TEST_F(FixtureNvml, TheBackendReadsHealthCountersOnlyWhenAsked) {
+  // No overlay: the process keeps NVML loaded from the first backend on, with that one's overlay.
+  use(kFixtureDir + "/hgx-h200.json");
+  unsetenv("GPUPOOL_NVML_LIBRARY");
+  auto backend = open_gpu_backend();
+  ASSERT_TRUE(backend.ok()) << backend.error().message;
+  auto with = (*backend)->discover(DiscoveryScope{.links = false, .processes = false});
+  ASSERT_TRUE(with.ok()) << with.error().message;
+  const Gpu& full = with->gpus[0];
+  EXPECT_TRUE(full.ecc_corrected_aggregate && full.pcie_replay_count && full.nvlink_replay_errors &&
+              full.clocks_event_reasons && full.energy_mj);
+  // As `gpupool list` asks: what it shows (volatile ECC among it), none of the rest.
+  auto without = (*backend)->discover(DiscoveryScope{.links = false, .processes = false, .health = false});
+  ASSERT_TRUE(without.ok()) << without.error().message;
+  const Gpu& listed = without->gpus[0];
+  EXPECT_EQ(listed.ecc_corrected_volatile, full.ecc_corrected_volatile);
+  EXPECT_EQ(listed.temperature_c, full.temperature_c);
+  EXPECT_FALSE(listed.ecc_corrected_aggregate || listed.pcie_replay_count || listed.nvlink_replay_errors ||
+               listed.clocks_event_reasons || listed.energy_mj || listed.row_remapping_pending ||
+               listed.remapped_rows);
+}
+
 // The NVML backend, driven through the simulated library, must discover exactly the machine
 // the fixture describes.
 class FixtureCrossCheck : public ::testing::TestWithParam<std::string> {
