@@ -101,14 +101,15 @@ Result<ReconnectingClient> ReconnectingClient::connect(const std::string& runtim
   auto client = DaemonClient::connect_if_running(runtime_dir);
   if (client && *client) return ReconnectingClient(runtime_dir, std::move(**client), comeback);
   auto status = link_status(protocol::socket_path(runtime_dir));
-  if (!status) {
+  if (!status && client) {
     TRY_ASSIGN(DaemonClient started_since, DaemonClient::connect(runtime_dir));  // the "no daemon" line
     return ReconnectingClient(runtime_dir, std::move(started_since), comeback);
   }
-  // A socket nobody should trust is an answer at once. One that did not answer, or broke off
-  // the greeting, is a daemon going away or coming back (a restart): the first request waits
-  // for it as for one lost later.
-  if (!client && !trusted_socket(*status)) return client.error();
+  // A socket nobody should trust is an answer at once. One that did not answer, or a greeting
+  // broken off (even where the daemon has removed its socket since, as a stopping one does), is
+  // a daemon going away or coming back (a restart): the first request waits for it as for one
+  // lost later.
+  if (status && !client && !trusted_socket(*status)) return client.error();
   return ReconnectingClient(runtime_dir, std::nullopt, comeback);
 }
 
