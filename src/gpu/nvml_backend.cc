@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "base/cpu_list.h"
+#include "gpu/field_values.h"
 #include "gpu/gpm_metrics.h"
 #include "gpu/gpu_backend.h"
 #include "gpu/nvml_library.h"
@@ -302,12 +303,9 @@ class NvmlBackend final : public GpuBackend {
   void read_nvlink_errors(nvmlDevice_t handle, Gpu& gpu) const {
     const NvmlEntryPoints& api = lib_->api();
     if (api.device_get_field_values == nullptr) return;
-    std::pair<unsigned, std::optional<uint64_t> Gpu::*> fields[] = {
-        {NVML_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL, &Gpu::nvlink_crc_flit_errors},
-        {NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL, &Gpu::nvlink_crc_data_errors},
-        {NVML_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL, &Gpu::nvlink_replay_errors},
-        {NVML_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL, &Gpu::nvlink_recovery_errors},
-    };
+#define GPUPOOL_FIELD(id, reading) std::pair{id, &Gpu::reading},
+    constexpr std::pair<unsigned, std::optional<uint64_t> Gpu::*> fields[] = {GPUPOOL_NVLINK_ERROR_FIELDS(GPUPOOL_FIELD)};
+#undef GPUPOOL_FIELD
     nvmlFieldValue_t values[std::size(fields)] = {};
     for (size_t i = 0; i < std::size(fields); ++i) values[i].fieldId = fields[i].first;
     if (api.device_get_field_values(handle, static_cast<int>(std::size(values)), values) != NVML_SUCCESS) return;

@@ -23,6 +23,7 @@
 #include <fmt/format.h>
 
 #include "base/cpu_list.h"
+#include "gpu/field_values.h"
 #include "gpu/gpm_metrics.h"
 #include "nvml/nvml_api.h"
 #include "sim/fake_nvml_simulator.h"
@@ -740,10 +741,10 @@ GPUPOOL_NVML_EXPORT nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t device, i
     for (nvmlFieldValue_t& field : std::span(values, static_cast<size_t>(count))) {
       const std::optional<uint64_t>* reading = nullptr;
       switch (field.fieldId) {
-        case NVML_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL: reading = &query.gpu.nvlink_crc_flit_errors; break;
-        case NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL: reading = &query.gpu.nvlink_crc_data_errors; break;
-        case NVML_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL: reading = &query.gpu.nvlink_replay_errors; break;
-        case NVML_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL: reading = &query.gpu.nvlink_recovery_errors; break;
+#define GPUPOOL_FIELD(id, name) \
+  case id: reading = &query.gpu.name; break;
+        GPUPOOL_NVLINK_ERROR_FIELDS(GPUPOOL_FIELD)
+#undef GPUPOOL_FIELD
         default: break;
       }
       field.valueType = NVML_VALUE_TYPE_UNSIGNED_LONG_LONG;
