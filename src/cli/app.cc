@@ -48,6 +48,7 @@ std::unique_ptr<CLI::App> make_app(int& exit_code, const std::vector<std::string
   add_top_command(app, exit_code);
   add_queue_commands(app, exit_code, program);
   add_wait_command(app, exit_code);
+  add_suspend_command(app, exit_code);
   add_report_command(app, exit_code);
   add_events_command(app, exit_code);
   add_sim_command(app, exit_code);

@@ -27,6 +27,10 @@ void add_top_command(CLI::App& app, int& exit_code);
 void add_sim_command(CLI::App& app, int& exit_code);
 void add_queue_commands(CLI::App& app, int& exit_code, const std::vector<std::string>& program);
 void add_wait_command(CLI::App& app, int& exit_code);
+void add_suspend_command(CLI::App& app, int& exit_code);
+// `gpupool resume JOB...` (registered with the queue's resume): restores suspended jobs, waiting
+// until they run again unless `wait` is false.
+Result<int> resume_jobs(const std::vector<std::string>& ids, bool wait);
 void add_report_command(CLI::App& app, int& exit_code);
 void add_events_command(CLI::App& app, int& exit_code);
 void add_completion_command(CLI::App& app, int& exit_code);

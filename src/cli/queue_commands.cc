@@ -747,10 +747,20 @@ void add_queue_commands(CLI::App& app, int& exit_code, const std::vector<std::st
     });
   }
   {
-    auto* cmd = app.add_subcommand("resume", "Start jobs again after `gpupool drain`; administrators only");
+    auto* cmd = app.add_subcommand(
+        "resume", "Start jobs again after `gpupool drain` (administrators only), or resume suspended jobs");
     auto gpus = std::make_shared<std::string>();
-    cmd->add_option("--gpu", *gpus, "Only these drained GPUs (indices, comma-separated)")->type_name("GPUS");
-    cmd->callback([&exit_code, gpus] {
+    auto ids = std::make_shared<std::vector<std::string>>();
+    auto no_wait = std::make_shared<bool>(false);
+    cmd->add_option("ids", *ids, "Suspended jobs to resume (`gpupool suspend`), on their GPUs once free")
+        ->type_name("JOB_ID")
+        ->check(job_ids_value());
+    auto* gpu_option =
+        cmd->add_option("--gpu", *gpus, "Only these drained GPUs (indices, comma-separated)")->type_name("GPUS");
+    cmd->add_flag("--no-wait", *no_wait, "With job ids: return once they wait for their GPUs")->excludes(gpu_option);
+    cmd->callback([&exit_code, gpus, ids, no_wait] {
+      if (!ids->empty() && !gpus->empty()) throw CLI::ValidationError("give job ids or --gpu, not both");
+      if (!ids->empty()) return run_command(exit_code, [&] { return resume_jobs(*ids, !*no_wait); });
       run_command(exit_code, [&] { return admin(proto::AdminAction::Resume, "", *gpus); });
     });
   }

@@ -33,6 +33,7 @@ Group group_of(const WaitedJob& waited) {
     case JobState::Queued:
     case JobState::Held:
     case JobState::Running:
+    case JobState::Suspended:
       break;
   }
   return Group::NotEnded;

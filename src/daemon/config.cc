@@ -72,6 +72,14 @@ Result<uint64_t> megabytes_of(const toml::node& node, std::string_view key, int6
   return static_cast<uint64_t>(*count) << 20;
 }
 
+// No limit only when said in words: a 0 would more likely be a mistake.
+Result<std::optional<uint64_t>> megabytes_or_unlimited(const toml::node& node, std::string_view key, int64_t least) {
+  if (node.is_string() && *node.value<std::string_view>() == "unlimited") return std::optional<uint64_t>();
+  auto bytes = megabytes_of(node, key, least);
+  if (!bytes) return fail("{} or \"unlimited\"", bytes.error().message);
+  return std::optional<uint64_t>(*bytes);
+}
+
 Result<std::string> text_of(const toml::node& node, std::string_view key) {
   if (!node.is_string()) return fail("{} must be a string", quote(key));
   return *node.value<std::string>();
@@ -184,19 +192,18 @@ const Key kDaemonKeys[] = {
      }},
     {"max_log_mb",
      [](const toml::node& node, std::string_view key, DaemonConfig& config) -> Result<void> {
-       // No limit only when said in words: a 0 would more likely be a mistake.
-       if (node.is_string() && *node.value<std::string_view>() == "unlimited") {
-         config.max_log_bytes.reset();
-         return {};
-       }
-       auto bytes = megabytes_of(node, key, 1);
-       if (!bytes) return fail("{} or \"unlimited\"", bytes.error().message);
-       config.max_log_bytes = *bytes;
+       TRY_ASSIGN(config.max_log_bytes, megabytes_or_unlimited(node, key, 1));
        return {};
      }},
     {"state_reserve_mb",
      [](const toml::node& node, std::string_view key, DaemonConfig& config) -> Result<void> {
        TRY_ASSIGN(config.state_reserve_bytes, megabytes_of(node, key, 0));
+       return {};
+     }},
+    {"suspend_host_memory_mb",
+     [](const toml::node& node, std::string_view key, DaemonConfig& config) -> Result<void> {
+       TRY_ASSIGN(std::optional<uint64_t> bytes, megabytes_or_unlimited(node, key, 0));
+       config.suspend_host_memory_mib = bytes ? std::optional(*bytes >> 20) : std::nullopt;
        return {};
      }},
 };

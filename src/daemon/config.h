@@ -62,6 +62,10 @@ struct DaemonConfig {
   std::optional<uint64_t> max_log_bytes = uint64_t{4096} << 20;
   // state_reserve_mb: job output stops while less is free, so the database can still grow.
   uint64_t state_reserve_bytes = uint64_t{512} << 20;
+  // suspend_host_memory_mb: the GPU memory suspended jobs may hold in host memory together
+  // (docs/suspend.md); a suspend past it is refused. nullopt ("unlimited"): the host's memory
+  // is the bound, and a checkpoint that does not fit fails and is undone.
+  std::optional<uint64_t> suspend_host_memory_mib;
   // [scheduler]: policy, fair_share_half_life_h, default_runtime_h, backfill_depth, quota_gpus;
   // [quotas]: user = GPUs, into scheduler.user_quota_gpus
   SchedulerConfig scheduler;

@@ -60,6 +60,9 @@ TEST(ConfigTest, OutputLimitAndReserveInMiB) {
   EXPECT_EQ(config.max_log_bytes, uint64_t{3} << 20);
   EXPECT_EQ(config.state_reserve_bytes, 0u);
   EXPECT_FALSE(parsed("[daemon]\nmax_log_mb = \"unlimited\"\n").max_log_bytes);
+  EXPECT_EQ(parsed("[daemon]\nsuspend_host_memory_mb = 262144\n").suspend_host_memory_mib, uint64_t{262144});
+  EXPECT_FALSE(parsed("[daemon]\nsuspend_host_memory_mb = \"unlimited\"\n").suspend_host_memory_mib);
+  EXPECT_FALSE(parsed("").suspend_host_memory_mib);
 }
 
 TEST(ConfigTest, SliceEnforcementByName) {
@@ -202,6 +205,8 @@ TEST(ConfigTest, ValuesOutOfRangeOrOfTheWrongTypeNameTheKeyAndLine) {
        "gpupool.toml:2: 'max_log_mb' must be a whole number of MiB from 1 to 16777216 or \"unlimited\""},
       {"[daemon]\nmax_log_mb = \"lots\"\n",
        "gpupool.toml:2: 'max_log_mb' must be a whole number of MiB from 1 to 16777216 or \"unlimited\""},
+      {"[daemon]\nsuspend_host_memory_mb = \"half\"\n",
+       "gpupool.toml:2: 'suspend_host_memory_mb' must be a whole number of MiB from 0 to 16777216 or \"unlimited\""},
       {"[daemon]\nstate_reserve_mb = 1.5\n",
        "gpupool.toml:2: 'state_reserve_mb' must be a whole number of MiB from 0 to 16777216"},
       {"[daemon]\nstate_reserve_mb = 16777217\n",
@@ -226,8 +231,8 @@ TEST(ConfigTest, ValuesOutOfRangeOrOfTheWrongTypeNameTheKeyAndLine) {
        "gpupool.toml:2: 'on_event' must be a command line (a string) or a list of its words, the first not empty"},
       {"[events]\non_event_kinds = [\"job_done\"]\n",
        "gpupool.toml:2: 'on_event_kinds': unknown event 'job_done' (one of job_started, job_ended, job_failed, "
-       "job_cancelled, job_requeued, job_idle, slice_overrun, gpu_quarantined, gpu_returned, gpu_drained, "
-       "gpu_resumed, queue_drained, queue_resumed)"},
+       "job_cancelled, job_requeued, job_idle, job_suspended, job_resumed, job_suspend_failed, slice_overrun, "
+       "gpu_quarantined, gpu_returned, gpu_drained, gpu_resumed, queue_drained, queue_resumed)"},
       {"[events]\nkeep = \"forever\"\n",
        "gpupool.toml:2: 'keep' must be a duration such as \"30m\", \"2h\" or \"1d\", or a number of seconds (at most 100 years)"},
       {"[events]\nkeep_max = 0\n", "gpupool.toml:2: 'keep_max' must be a whole number from 1 to 100000000"},
@@ -290,7 +295,7 @@ TEST(ConfigTest, UnknownKeysAndTablesAreErrorsNotIgnored) {
       error_of("[daemon]\nadmin = \"wheel\"\n"),
       "gpupool.toml:2: unknown key 'admin' in [daemon] (known: admin_group, private_data, sample_interval_s, kill_grace_s, "
       "default_time_limit, max_time_limit, device_isolation, slice_enforcement, slice_overrun, max_log_mb, "
-      "state_reserve_mb)");
+      "state_reserve_mb, suspend_host_memory_mb)");
   EXPECT_EQ(error_of("[daemon]\n\n[schedular]\npolicy = \"fifo\"\n"),
             "gpupool.toml:3: unknown table 'schedular' (known: daemon, scheduler, quotas, monitor, events)");
   EXPECT_EQ(error_of("policy = \"fifo\"\n"),

@@ -71,6 +71,22 @@ Daemon::Impl::Impl(DaemonSettings settings, JobStore store, LeaseDirectory lease
                       .mps_fault_reason = [this](JobId id) { return mps_fault_reason(id); },
                       .started = [this](const Job& job) { events_->add(job_started_event(job, unix_now())); },
                       .requeued = [this](const Job& job) { events_->add(job_requeued_event(job, unix_now())); },
+                      .call_checkpoint =
+                          [this](JobId id, CheckpointStep step, const std::vector<pid_t>& pids) {
+                            checkpoints_.call(id, step, pids);
+                          },
+                      .suspended =
+                          [this](const Job& job) {
+                            events_->add(job_event(EventKind::JobSuspended, job, unix_now(), suspension_text(job)));
+                          },
+                      .resumed =
+                          [this](const Job& job) {
+                            events_->add(job_event(EventKind::JobResumed, job, unix_now(), ""));
+                          },
+                      .suspend_failed =
+                          [this](const Job& job, const std::string& why) {
+                            events_->add(job_event(EventKind::JobSuspendFailed, job, unix_now(), why));
+                          },
                   }) {}
 
 // ---------------------------------------------------------------------------------------------
@@ -316,6 +332,7 @@ void Daemon::Impl::on_sample(const Machine& machine, const std::vector<XidEvent>
   }
   survey_ = std::move(*survey);
   watch_slices(machine);
+  let_go_of_checkpointed(machine);
   stop_unneeded_mps_controls();
   apply_survey();
   tell_idle_jobs();
@@ -428,6 +445,44 @@ std::optional<std::string> Daemon::Impl::mps_fault_reason(JobId id) {
   std::string why = std::move(reason->second);
   mps_fault_reasons_.erase(reason);
   return why;
+}
+
+std::vector<SliceUse> Daemon::Impl::gpu_use_of(const Job& job, const Machine& sample) const {
+  if (!job.pid) return {};
+  return slice_uses(sample, {WatchedSlice{job.id, static_cast<uint32_t>(*job.pid), job.gpus, 0}},
+                    [this](uint32_t pid) { return host_.parent_pid(pid); });
+}
+
+void Daemon::Impl::let_go_of_checkpointed(const Machine& sample) {
+  dispatcher_.let_go_of_checkpointed([&](const Job& job) {
+    std::vector<std::string> listed;
+    for (const SliceUse& use : gpu_use_of(job, sample)) {
+      for (uint32_t pid : use.pids) listed.push_back(fmt::format("pid {} on GPU {}", pid, use.gpu));
+    }
+    return listed;
+  });
+}
+
+std::optional<std::string> Daemon::Impl::suspend(JobId id, const std::string& by) {
+  const Job& job = dispatcher_.active().at(id);
+  std::set<pid_t> pids;
+  uint64_t gpu_mib = 0;
+  for (const SliceUse& use : gpu_use_of(job, last_reading_)) {
+    pids.insert(use.pids.begin(), use.pids.end());
+    gpu_mib += use.used_mib;
+  }
+  if (std::optional<uint64_t> limit = settings_.config.suspend_host_memory_mib) {
+    uint64_t held = 0;
+    for (const auto& [other, suspended] : dispatcher_.active()) {
+      if (suspended.suspension) held += suspended.suspension->host_mib;
+    }
+    if (held + gpu_mib > *limit) {
+      return fmt::format("job {} holds {} GiB of GPU memory, and suspended jobs hold {} GiB of the {} GiB that "
+                         "suspend_host_memory_mb allows them",
+                         id, gib_text(gpu_mib), gib_text(held), gib_text(*limit));
+    }
+  }
+  return dispatcher_.suspend(id, by, {pids.begin(), pids.end()}, gpu_mib);
 }
 
 void Daemon::Impl::watch_slices(const Machine& sample) {
@@ -583,6 +638,7 @@ Result<std::unique_ptr<Daemon>> Daemon::create(DaemonSettings settings) {
   TRY(take_back_runtime_directory(settings.runtime_dir));
   TRY_ASSIGN(LeaseDirectory leases, LeaseDirectory::open(settings.runtime_dir));
   TRY_ASSIGN(auto backend, open_pool_backend());
+  settings.checkpoint_program = checkpoint_program();
   TRY_ASSIGN(Machine machine, backend->discover(DiscoveryScope{.links = true, .processes = false}));
   TRY_ASSIGN(Scheduler scheduler, Scheduler::create(machine, settings.config.scheduler));
   auto impl = std::make_unique<Impl>(std::move(settings), std::move(store), std::move(leases), std::move(backend),

@@ -13,6 +13,7 @@
 
 #include "base/result.h"
 #include "daemon/config.h"
+#include "gpu/process_checkpoint.h"
 
 namespace gpupool {
 
@@ -24,6 +25,8 @@ struct DaemonSettings {
   // The process this daemon lives for (a Slurm job's shell, docs/slurm.md): when it exits, every
   // job is cancelled and the daemon stops once none runs. nullopt: serve until a signal.
   std::optional<pid_t> end_with;
+  // The CUDA driver that suspends and resumes jobs: the system's, or the simulated one.
+  CheckpointProgram checkpoint_program = {};
 };
 
 class Daemon {

@@ -21,6 +21,7 @@
 
 #include <asio.hpp>
 
+#include "daemon/checkpoint_calls.h"
 #include "daemon/daemon.h"
 #include "daemon/dispatcher.h"
 #include "daemon/event_stream.h"
@@ -120,6 +121,13 @@ class Daemon::Impl {
   // The slice watchdog on a sample: each running slice job's use, shown by the monitor, and the
   // jobs past their slice stopped under slice_overrun = "stop".
   void watch_slices(const Machine& sample);
+  // The processes of `job` (its supervisor's descendants) that `sample` lists on its GPUs.
+  std::vector<SliceUse> gpu_use_of(const Job& job, const Machine& sample) const;
+  // `gpupool suspend`: the running job's GPU processes, as the latest sample lists them, are
+  // checkpointed (within suspend_host_memory_mb); an error: nothing was touched.
+  std::optional<std::string> suspend(JobId id, const std::string& by);
+  // The jobs whose processes are checkpointed have their GPUs let go once a sample shows them free.
+  void let_go_of_checkpointed(const Machine& sample);
   // The MPS control daemons of GPUs where no MPS slice job runs any more, told to quit.
   void stop_unneeded_mps_controls();
   // Why a failed MPS job ended, when a fault in its GPU's MPS server did it (a dispatcher hook):
@@ -158,6 +166,11 @@ class Daemon::Impl {
   FairShareKeeper fair_share_{io_, store_, scheduler_};
   ServiceNotifier service_{io_};
   SupervisedRunner runner_{supervisors_, processes_, groups_, machine_, settings_.config.device_isolation};
+  // The checkpoint calls of suspend and resume, each on a thread, their ends posted to io_.
+  CheckpointCalls checkpoints_{io_, settings_.checkpoint_program,
+                               [this](JobId id, CheckpointOutcome outcome) {
+                                 dispatcher_.checkpoint_done(id, std::move(outcome));
+                               }};
   Dispatcher dispatcher_;
   std::optional<gid_t> admin_gid_;
   // What is drained (the queue, single GPUs), by whom, when and why: kept in the store's settings.

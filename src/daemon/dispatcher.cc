@@ -5,6 +5,7 @@
 #include <utility>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "base/text.h"
 #include "isolation/device_rules.h"
@@ -72,6 +73,19 @@ Result<std::vector<JobId>> Dispatcher::adopt_running(std::vector<Job> jobs) {
   for (Job& job : jobs) {
     JobId id = job.id;
     Job& stored = active_[id] = std::move(job);
+    if (stored.state == JobState::Suspended) {
+      // Its processes live on, checkpointed; it holds no GPU, so the scheduler has nothing of it
+      // until it is resumed.
+      TRY_ASSIGN(AttemptRecord record, runner_.read_record(record_path(stored)));
+      adopt(stored);
+      if (record.progress == AttemptProgress::Running && record.supervisor_pid) {
+        stored.pid = record.supervisor_pid;
+        runner_.watch(id, *record.supervisor_pid);
+      } else {
+        on_exit(id);
+      }
+      continue;
+    }
     if (stored.state != JobState::Running) {
       waiting.push_back(id);
       continue;
@@ -122,7 +136,7 @@ void Dispatcher::adopt_waiting(const std::vector<JobId>& ids) {
 
 void Dispatcher::adopt(const Job& job) {
   feed(lifecycle::Adopted{job.id, job.spec.kind, job.spec.retries, job.spec.after, job.state, job.attempts,
-                          job.reason});
+                          job.reason, job.suspension});
 }
 
 void Dispatcher::submitted(Job job) {
@@ -162,7 +176,9 @@ std::optional<std::string> Dispatcher::carry_out(const lifecycle::Effect& effect
   return std::visit(
       Overloaded{
           [&](const lifecycle::EnterQueue& e) -> std::optional<std::string> {
-            if (auto submitted = scheduler_.submit(scheduler_request(active_.at(e.id), settings_.mps_slices), unix_now()); !submitted) {
+            const Job& job = active_.at(e.id);
+            if (job.state == JobState::Suspended) return queue_to_resume(job);
+            if (auto submitted = scheduler_.submit(scheduler_request(job, settings_.mps_slices), unix_now()); !submitted) {
               return feed(lifecycle::Refused{e.id, submitted.error().message});
             }
             return std::nullopt;
@@ -187,12 +203,43 @@ std::optional<std::string> Dispatcher::carry_out(const lifecycle::Effect& effect
             job.state = e.state;
             job.reason = e.reason;
             job.attempts = e.attempts;
+            if (e.state == JobState::Queued) job.suspension.reset();  // its processes are gone
             save(job);
             if (requeued && hooks_.requeued) hooks_.requeued(job);
             return std::nullopt;
           },
           [&](const lifecycle::Finished& e) -> std::optional<std::string> {
             finished(e.id, e.state, e.reason);
+            return std::nullopt;
+          },
+          [&](const lifecycle::CallCheckpoint& e) -> std::optional<std::string> {
+            hooks_.call_checkpoint(e.id, e.step, e.pids);
+            return std::nullopt;
+          },
+          [&](const lifecycle::Suspended& e) -> std::optional<std::string> {
+            Job& job = active_.at(e.id);
+            checkpointed_samples_.erase(e.id);
+            if (auto suspended = scheduler_.suspend(e.id, unix_now()); !suspended) return suspended.error().message;
+            if (hooks_.suspended) hooks_.suspended(job);
+            return std::nullopt;
+          },
+          [&](const lifecycle::SuspendFailed& e) -> std::optional<std::string> {
+            Job& job = active_.at(e.id);
+            checkpointed_samples_.erase(e.id);
+            const TrackedJob* tracked = lifecycle_.find(e.id);
+            if (tracked != nullptr && !tracked->suspension) {  // undone: it runs on as before
+              job.suspension.reset();
+              save(job);
+            }
+            fmt::print(stderr, "gpupoold: job {}: {}\n", e.id, e.why);
+            if (hooks_.suspend_failed) hooks_.suspend_failed(job, e.why);
+            return std::nullopt;
+          },
+          [&](const lifecycle::Resumed& e) -> std::optional<std::string> {
+            Job& job = active_.at(e.id);
+            job.suspension.reset();
+            save(job);
+            if (hooks_.resumed) hooks_.resumed(job);
             return std::nullopt;
           },
       },
@@ -307,6 +354,10 @@ void Dispatcher::stop_slice_overruns(const std::map<JobId, SliceUse>& worst, Sli
 // lifecycle grants them.
 void Dispatcher::start(const JobStart& decision) {
   Job& job = active_.at(decision.id);
+  if (job.state == JobState::Suspended) {
+    resume_on_its_gpus(job, decision);
+    return;
+  }
   // A batch job's leases name its supervisor from the start; a run's, its client.
   std::optional<pid_t> supervisor;
   if (job.spec.kind == JobKind::Batch) {
@@ -356,6 +407,91 @@ void Dispatcher::start(const JobStart& decision) {
     reserved_.reset();
     if (supervisor) runner_.unreserve(decision.id);
   }
+}
+
+// A suspended job's turn: the locks of the leases its processes still hold are taken again, then
+// the lifecycle restores them.
+void Dispatcher::resume_on_its_gpus(Job& job, const JobStart& decision) {
+  LeaseHolder holder{job.pid.value_or(0), job.owner.user, lease_job_name(job.id), static_cast<int64_t>(unix_now())};
+  auto taken = job.pid ? leases_.take_again(*job.pid, claims_for(machine_, leased_devices(job)), holder)
+                       : Result<bool>(fail("it has no process holding its leases"));
+  if (!taken || !*taken) {
+    (void)scheduler_.requeue(job.id, unix_now());
+    if (!taken) fmt::print(stderr, "gpupoold: job {}: cannot lease its GPUs again: {}\n", job.id, taken.error().message);
+    hooks_.look_again_soon();
+    return;
+  }
+  if (auto refused = feed(lifecycle::Granted{decision.id, decision.gpus})) {
+    fmt::print(stderr, "gpupoold: job {}: {}\n", decision.id, *refused);
+  }
+}
+
+std::optional<std::string> Dispatcher::queue_to_resume(const Job& job) {
+  if (scheduler_.resume(job.id)) return std::nullopt;
+  // Suspended before a restart: the scheduler learns of it now, for the GPUs it ran on.
+  JobRequest request = scheduler_request(job, settings_.mps_slices);
+  request.gpus.allowed = job.gpus;
+  request.gpus.excluded.clear();
+  if (auto submitted = scheduler_.submit(request, unix_now()); !submitted) return submitted.error().message;
+  return std::nullopt;
+}
+
+std::optional<std::string> Dispatcher::suspend(JobId id, const std::string& by, std::vector<pid_t> pids,
+                                               uint64_t gpu_mib) {
+  auto it = active_.find(id);
+  if (it == active_.end()) return fmt::format("no job {} is queued, held or running", id);
+  Job& job = it->second;
+  if (job.state != JobState::Running) return fmt::format("job {} is {}, not running", id, to_string(job.state));
+  if (job.spec.gpus.mig) return fmt::format("job {} holds a MIG device: suspending one is not supported", id);
+  if (lost_.count(id) > 0 || !job.pid) {
+    return fmt::format("job {} has lost its supervisor, which holds its leases: it cannot be suspended", id);
+  }
+  std::optional<Suspension> before = job.suspension;
+  job.suspension = Suspension{pids, by, unix_now(), gpu_mib, false};
+  if (auto refused = feed(lifecycle::Suspend{id, by, std::move(pids)})) {
+    job.suspension = before;
+    return refused;
+  }
+  return std::nullopt;
+}
+
+std::optional<std::string> Dispatcher::resume(JobId id) {
+  if (auto refused = feed(lifecycle::ResumeJob{id})) return refused;
+  Job& job = active_.at(id);
+  if (job.suspension && !job.suspension->resume) {
+    job.suspension->resume = true;
+    save(job);
+  }
+  dispatch();
+  return std::nullopt;
+}
+
+void Dispatcher::checkpoint_done(JobId id, CheckpointOutcome outcome) {
+  if (auto problem = feed(lifecycle::CheckpointDone{id, std::move(outcome)})) {
+    fmt::print(stderr, "gpupoold: job {}: {}\n", id, *problem);
+  }
+  dispatch();
+}
+
+void Dispatcher::let_go_of_checkpointed(const std::function<std::vector<std::string>(const Job& job)>& listed) {
+  std::vector<JobId> ready;
+  for (const auto& [id, tracked] : lifecycle_.jobs()) {
+    if (!tracked.suspension || tracked.suspension->phase() != SuspensionPhase::Checkpointed) continue;
+    if (tracked.cancel_by || tracked.told_to_end_for) continue;
+    if (++checkpointed_samples_[id] >= 2) ready.push_back(id);
+  }
+  for (JobId id : ready) {
+    checkpointed_samples_.erase(id);
+    const Job& job = active_.at(id);
+    std::optional<std::string> problem;
+    if (std::vector<std::string> still = listed(job); !still.empty()) {
+      problem = fmt::format("its processes were still on its GPUs after their checkpoint ({})", fmt::join(still, ", "));
+    } else if (auto let = leases_.let_go(*job.pid, claims_for(machine_, leased_devices(job))); !let) {
+      problem = fmt::format("its GPUs could not be let go: {}", let.error().message);
+    }
+    if (auto refused = feed(lifecycle::GpusLetGo{id, problem})) fmt::print(stderr, "gpupoold: job {}: {}\n", id, *refused);
+  }
+  if (!ready.empty()) dispatch();
 }
 
 void Dispatcher::start_attempt(const lifecycle::StartAttempt& start) {
@@ -474,7 +610,9 @@ void Dispatcher::attempt_ended(JobId id, lifecycle::AttemptExited ended) {
   auto it = active_.find(id);
   if (it == active_.end()) return;
   Job& job = it->second;
-  (void)scheduler_.finish(id, unix_now());
+  // A suspended job's place, if it has one, goes too.
+  if (!scheduler_.finish(id, unix_now())) (void)scheduler_.remove(id);
+  checkpointed_samples_.erase(id);
   runner_.forget(id);
   lost_.erase(id);
   kill_at_.erase(id);
@@ -496,7 +634,7 @@ void Dispatcher::attempt_ended(JobId id, lifecycle::AttemptExited ended) {
 
 void Dispatcher::on_exit(JobId id) {
   auto it = active_.find(id);
-  if (it == active_.end() || it->second.state != JobState::Running) return;
+  if (it == active_.end() || (it->second.state != JobState::Running && it->second.state != JobState::Suspended)) return;
   Job& job = it->second;
   if (job.spec.kind == JobKind::Interactive) {
     if (hooks_.client_connected(id)) return;  // the connection reports for it
@@ -569,7 +707,8 @@ void Dispatcher::never_ran(Job& job) {
 std::set<std::string> Dispatcher::running_batch_groups() const {
   std::set<std::string> running;
   for (const auto& [id, job] : active_) {
-    if (job.state == JobState::Running && job.spec.kind == JobKind::Batch) {
+    // A suspended job's processes live on in their cgroup.
+    if ((job.state == JobState::Running || job.state == JobState::Suspended) && job.spec.kind == JobKind::Batch) {
       running.insert(attempt_group_name(id, job.attempts));
     }
   }

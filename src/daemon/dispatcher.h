@@ -70,6 +70,13 @@ struct DispatcherHooks {
   std::function<void(const Job& job)> started = {};
   // A failed attempt with retries left: the job is queued again for its next one.
   std::function<void(const Job& job)> requeued = {};
+  // Makes one checkpoint call on a job's processes (docs/suspend.md), without waiting: its
+  // outcome comes back through Dispatcher::checkpoint_done.
+  std::function<void(JobId id, CheckpointStep step, const std::vector<pid_t>& pids)> call_checkpoint = {};
+  // The job is suspended (its GPUs let go), resumed, or a suspend or resume of it failed (`why`).
+  std::function<void(const Job& job)> suspended = {};
+  std::function<void(const Job& job)> resumed = {};
+  std::function<void(const Job& job, const std::string& why)> suspend_failed = {};
 };
 
 class Dispatcher {
@@ -112,6 +119,17 @@ class Dispatcher {
   // the old one, so the daemon takes their GPUs' locks in the new one for them, and holds them
   // until each job ends. A GPU someone else took meanwhile is said, loudly.
   void relock_running();
+  // `gpupool suspend`: checkpoints the running batch job's processes `pids` (those NVML lists on
+  // its GPUs, holding `gpu_mib` together), then lets its GPUs go. An error: nothing was touched.
+  std::optional<std::string> suspend(JobId id, const std::string& by, std::vector<pid_t> pids, uint64_t gpu_mib);
+  // `gpupool resume JOB`: the suspended job waits for its GPUs, then is restored on them.
+  std::optional<std::string> resume(JobId id);
+  // A checkpoint call made through hooks.call_checkpoint ended.
+  void checkpoint_done(JobId id, CheckpointOutcome outcome);
+  // Called at every sample: each job whose processes are checkpointed has its GPUs let go once a
+  // sample taken after the checkpoint no longer lists them there (`listed` gives the job's
+  // processes NVML lists on its GPUs, "pid 12 on GPU 3"); while one is listed it is undone.
+  void let_go_of_checkpointed(const std::function<std::vector<std::string>(const Job& job)>& listed);
   // The attempt (or the interactive job) has ended: its GPUs are free, and the lifecycle decides.
   void attempt_ended(JobId id, lifecycle::AttemptExited ended);
   // The watched process of a running job has ended (from the runner).
@@ -143,6 +161,9 @@ class Dispatcher {
   std::optional<std::string> carry_out(const lifecycle::Effect& effect);
   void finished(JobId id, JobState state, std::string reason);
   void start(const JobStart& decision);
+  void resume_on_its_gpus(Job& job, const JobStart& decision);
+  // Puts a suspended job in the scheduler's queue for the GPUs it ran on.
+  std::optional<std::string> queue_to_resume(const Job& job);
   void start_attempt(const lifecycle::StartAttempt& start);
   void start_batch(Job& job, HeldLeases held, pid_t supervisor, const std::vector<std::string>& mps_environment);
   void start_interactive(Job& job, HeldLeases held, const std::vector<std::string>& mps_environment);
@@ -177,6 +198,9 @@ class Dispatcher {
     std::string mig_uuid;                      // a --mig job's MIG device
   };
   std::optional<Reserved> reserved_;
+  // Jobs whose processes are checkpointed, with the samples seen since: the first may have been
+  // taken before the checkpoint ended, so the second decides.
+  std::map<JobId, unsigned> checkpointed_samples_;
   // Lost batch attempts: the job's process group, which the daemon limits and cancels itself.
   std::map<JobId, pid_t> lost_;
   // When the daemon itself SIGKILLs what it told to end with SIGTERM (a lost attempt's group, a

@@ -318,9 +318,16 @@ void Daemon::Impl::handle(const SessionPtr& s, const protocol::JobActionRequest&
       case protocol::JobAction::Release:
         outcome.error = dispatcher_.feed(lifecycle::Release{id});
         break;
+      case protocol::JobAction::Suspend:
+        outcome.error = suspend(id, s->owner.user);
+        break;
+      case protocol::JobAction::Resume:
+        outcome.error = dispatcher_.resume(id);
+        break;
     }
     auto after = dispatcher_.active().find(id);
     outcome.state = after != dispatcher_.active().end() ? after->second.state : JobState::Cancelled;
+    if (outcome.state == JobState::Suspended && s->protocol < 3) outcome.state = JobState::Running;
     response.outcomes.push_back(outcome);
   }
   sessions_.send(s, response);
@@ -552,8 +559,10 @@ Job Daemon::Impl::for_client(Job job, const Session& session, const std::map<Job
   } else if (job.state == JobState::Held) {
     job.wait_reason = WaitReason::Held;
   } else if (job.start_time && (theirs || !settings_.config.private_data.usage)) {
-    job.usage = monitor_->usage_of(job.id);  // running, or what it used when it ran
+    job.usage = monitor_->usage_of(job.id);  // running, suspended, or what it used when it ran
   }
+  // An older client knows no suspended state: running, as the reason says ("suspended by ana").
+  if (job.state == JobState::Suspended && session.protocol < 3) job.state = JobState::Running;
   return job;
 }
 

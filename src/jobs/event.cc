@@ -19,6 +19,9 @@ const char* to_string(EventKind kind) {
     case EventKind::JobCancelled: return "job_cancelled";
     case EventKind::JobRequeued: return "job_requeued";
     case EventKind::JobIdle: return "job_idle";
+    case EventKind::JobSuspended: return "job_suspended";
+    case EventKind::JobResumed: return "job_resumed";
+    case EventKind::JobSuspendFailed: return "job_suspend_failed";
     case EventKind::SliceOverrun: return "slice_overrun";
     case EventKind::GpuQuarantined: return "gpu_quarantined";
     case EventKind::GpuReturned: return "gpu_returned";
@@ -112,6 +115,9 @@ std::string describe_event(const Event& event) {
     case EventKind::JobCancelled: text = label + " was cancelled" + on_gpus; break;
     case EventKind::JobRequeued: text = label + " is queued again"; break;
     case EventKind::JobIdle: text = label + " is idle" + on_gpus; break;
+    case EventKind::JobSuspended: text = label + " was suspended" + on_gpus; break;
+    case EventKind::JobResumed: text = label + " resumed" + on_gpus; break;
+    case EventKind::JobSuspendFailed: text = label + " was not suspended or resumed"; break;
     case EventKind::SliceOverrun: text = label + " is past its slice" + on_gpus; break;
     case EventKind::GpuQuarantined: text = gpu + " quarantined"; break;
     case EventKind::GpuReturned: text = gpu + " is back from quarantine"; break;

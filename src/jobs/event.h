@@ -23,6 +23,9 @@ enum class EventKind {
   JobCancelled,
   JobRequeued,   // failed with retries left: queued for its next attempt
   JobIdle,       // flagged idle by the monitor
+  JobSuspended,  // its processes checkpointed to host memory, its GPUs let go (docs/suspend.md)
+  JobResumed,    // restored on its GPUs
+  JobSuspendFailed,  // a suspend undone (it runs on), or a suspension that went wrong (it ends)
   SliceOverrun,  // uses more GPU memory than its slice
   GpuQuarantined,
   GpuReturned,   // back from quarantine
@@ -33,7 +36,8 @@ enum class EventKind {
 };
 inline constexpr EventKind kAllEventKinds[] = {
     EventKind::JobStarted,    EventKind::JobEnded,       EventKind::JobFailed,   EventKind::JobCancelled,
-    EventKind::JobRequeued,   EventKind::JobIdle,        EventKind::SliceOverrun, EventKind::GpuQuarantined,
+    EventKind::JobRequeued,   EventKind::JobIdle,        EventKind::JobSuspended, EventKind::JobResumed,
+    EventKind::JobSuspendFailed, EventKind::SliceOverrun, EventKind::GpuQuarantined,
     EventKind::GpuReturned,   EventKind::GpuDrained,     EventKind::GpuResumed,  EventKind::QueueDrained,
     EventKind::QueueResumed};
 // "job_started", "gpu_quarantined", ...

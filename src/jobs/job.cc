@@ -13,10 +13,11 @@
 namespace gpupool {
 namespace {
 
-constexpr std::array<std::pair<JobState, const char*>, 6> kStateNames = {{
+constexpr std::array<std::pair<JobState, const char*>, 7> kStateNames = {{
     {JobState::Queued, "queued"},
     {JobState::Held, "held"},
     {JobState::Running, "running"},
+    {JobState::Suspended, "suspended"},
     {JobState::Done, "done"},
     {JobState::Failed, "failed"},
     {JobState::Cancelled, "cancelled"},
@@ -55,7 +56,7 @@ const char* to_string(JobState state) { return name_in(kStateNames, state); }
 
 Result<JobState> parse_job_state(std::string_view text) {
   if (auto state = named_in(kStateNames, text)) return *state;
-  return fail("unknown job state {} (queued, held, running, done, failed or cancelled)", quote(text));
+  return fail("unknown job state {} (queued, held, running, suspended, done, failed or cancelled)", quote(text));
 }
 
 bool is_finished(JobState state) {

@@ -23,6 +23,9 @@ enum class JobState {
   Queued,     // waiting for GPUs (or for the jobs it runs after)
   Held,       // kept out of the queue by `gpupool hold` until `gpupool release`
   Running,    // started (or being started) on its GPUs
+  // Its GPU processes checkpointed to host memory by the CUDA driver (`gpupool suspend`): alive,
+  // blocked at their next CUDA call, holding no GPU until `gpupool resume` restores them.
+  Suspended,
   Done,       // exited 0
   Failed,     // exited non-zero, was killed, could not start, or a job it depends on failed
   Cancelled,  // by `gpupool cancel`
@@ -149,6 +152,17 @@ struct JobUsage {
   GpuEfficiency efficiency = {};
 };
 
+// A suspended job's checkpoint (docs/suspend.md): stored with it, so that a restarted daemon
+// knows which processes to restore, and whether a resume was asked for.
+struct Suspension {
+  std::vector<pid_t> pids;  // its processes that held GPU state, checkpointed together
+  std::string by;           // who suspended it
+  double since = 0;         // Unix seconds
+  uint64_t host_mib = 0;    // the GPU memory they held, now in host memory
+  bool resume = false;      // `gpupool resume` asked: it waits for its GPUs to be free
+  friend bool operator==(const Suspension&, const Suspension&) = default;
+};
+
 struct Job {
   JobId id = 0;
   JobSpec spec;
@@ -179,6 +193,8 @@ struct Job {
   // The client's token of the submission (protocol `token`): the same one sent again, after a
   // connection lost before the answer, finds this job instead of storing another.
   std::optional<std::string> submit_token = std::nullopt;
+  // Set while it is suspended (and while it is being suspended or resumed).
+  std::optional<Suspension> suspension = std::nullopt;
   // Shown to another user under `private_data = ["jobs"]`: name, command, working directory and
   // the rest are left out (jobs/private_data.h). Never stored.
   bool details_withheld = false;

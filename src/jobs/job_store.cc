@@ -25,7 +25,7 @@ using sqlite::exec;
 using sqlite::prepare;
 using sqlite::Statement;
 
-constexpr int kSchemaVersion = 5;
+constexpr int kSchemaVersion = 6;
 
 struct Column {
   const char* name;
@@ -34,7 +34,7 @@ struct Column {
 
 // The columns of `jobs` after `id`, in the order bind_job binds and decode_job reads them.
 // Lists are JSON arrays, the state and kind their names. Changing this changes the schema.
-constexpr std::array<Column, 37> kJobColumns = {{
+constexpr std::array<Column, 38> kJobColumns = {{
     {"name", "TEXT NOT NULL"},
     {"argv", "TEXT NOT NULL"},
     {"environment", "TEXT NOT NULL"},
@@ -76,6 +76,8 @@ constexpr std::array<Column, 37> kJobColumns = {{
     // Schema 5: --mig, a MIG device's profile ('' for any) and least memory; NULL: no MIG device.
     {"mig_profile", "TEXT"},
     {"mig_min_mib", "INTEGER"},
+    // Schema 6: a suspended job's checkpoint, a JSON object (jobs/job.h, Suspension); NULL: none.
+    {"suspension", "TEXT"},
 }};
 
 // What schema 1 lacks, added in place: its rows are jobs of no array.
@@ -99,7 +101,12 @@ constexpr const char* kSchema4To5 =
     "ALTER TABLE jobs ADD COLUMN mig_min_mib INTEGER;"
     "UPDATE meta SET value = '5' WHERE name = 'schema_version';";
 
-constexpr std::array<JobState, 3> kUnfinishedStates = {JobState::Queued, JobState::Held, JobState::Running};
+constexpr const char* kSchema5To6 =
+    "ALTER TABLE jobs ADD COLUMN suspension TEXT;"
+    "UPDATE meta SET value = '6' WHERE name = 'schema_version';";
+
+constexpr std::array<JobState, 4> kUnfinishedStates = {JobState::Queued, JobState::Held, JobState::Running,
+                                                       JobState::Suspended};
 
 std::string schema_sql() {
   std::string columns;
@@ -154,7 +161,7 @@ constexpr std::array<StateMatch, 3> kStateMatches = {StateMatch::Any, StateMatch
 std::string list_sql(bool by_user, StateMatch states, bool with_environment) {
   std::vector<std::string> conditions;
   if (states == StateMatch::One) conditions.emplace_back("state = ?");
-  if (states == StateMatch::Unfinished) conditions.emplace_back("state IN (?, ?, ?)");
+  if (states == StateMatch::Unfinished) conditions.emplace_back("state IN (?, ?, ?, ?)");
   // A user's history may be long, their jobs in one state usually are not: with a state given,
   // the unary + keeps SQLite on the state index rather than the user index.
   if (by_user) conditions.emplace_back(states == StateMatch::Any ? "user = ?" : "+user = ?");
@@ -238,6 +245,37 @@ class Binder {
   bool ok_ = true;
 };
 
+std::string suspension_json(const Suspension& suspension) {
+  return nlohmann::json{{"pids", suspension.pids},
+                        {"by", suspension.by},
+                        {"since", suspension.since},
+                        {"host_mib", suspension.host_mib},
+                        {"resume", suspension.resume}}
+      .dump();
+}
+
+Result<Suspension> parse_suspension(const std::string& text) {
+  auto json = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!json.is_object() || !json.contains("pids") || !json["pids"].is_array() || !json.contains("by") ||
+      !json["by"].is_string() || !json.contains("since") || !json["since"].is_number() ||
+      !json.contains("host_mib") || !json["host_mib"].is_number_unsigned() || !json.contains("resume") ||
+      !json["resume"].is_boolean()) {
+    return fail("column 'suspension' is not a suspension: {}", text);
+  }
+  Suspension suspension;
+  for (const auto& pid : json["pids"]) {
+    if (!pid.is_number_unsigned() || !std::in_range<pid_t>(pid.get<uint64_t>()) || pid.get<uint64_t>() == 0) {
+      return fail("column 'suspension' holds a pid out of range: {}", text);
+    }
+    suspension.pids.push_back(pid.get<pid_t>());
+  }
+  suspension.by = json["by"].get<std::string>();
+  suspension.since = json["since"].get<double>();
+  suspension.host_mib = json["host_mib"].get<uint64_t>();
+  suspension.resume = json["resume"].get<bool>();
+  return suspension;
+}
+
 // Binds every column of kJobColumns, in order.
 Result<void> bind_job(Binder& row, const Job& job) {
   TRY_ASSIGN(std::string argv, encode_list(job.spec.argv, "command"));
@@ -281,6 +319,7 @@ Result<void> bind_job(Binder& row, const Job& job) {
   const std::optional<MigRequest>& mig = job.spec.gpus.mig;
   row.add(mig ? std::optional(mig->profile) : std::nullopt);
   row.add(mig ? std::optional(mig->min_memory_mib) : std::nullopt);
+  row.add(job.suspension ? std::optional(suspension_json(*job.suspension)) : std::nullopt);
   return {};
 }
 
@@ -434,6 +473,10 @@ Result<Job> decode_job(sqlite3_stmt* statement) {
   TRY_ASSIGN(std::optional<std::string> mig_profile, row.optional_text());
   TRY_ASSIGN(std::optional<uint64_t> mig_min_mib, row.optional_integer<uint64_t>());
   if (mig_profile) job.spec.gpus.mig = MigRequest{*mig_profile, mig_min_mib.value_or(0)};
+  TRY_ASSIGN(std::optional<std::string> suspension, row.optional_text());
+  if (suspension) {
+    TRY_ASSIGN(job.suspension, parse_suspension(*suspension));
+  }
   return job;
 }
 
@@ -475,7 +518,11 @@ Result<void> create_or_check_schema(sqlite3* db) {
     TRY(exec(db, kSchema3To4, "adding compute shares to the schema"));
     version = "4";
   }
-  if (version == "4") return exec(db, kSchema4To5, "adding MIG devices to the schema");
+  if (version == "4") {
+    TRY(exec(db, kSchema4To5, "adding MIG devices to the schema"));
+    version = "5";
+  }
+  if (version == "5") return exec(db, kSchema5To6, "adding suspended jobs to the schema");
   if (version != std::to_string(kSchemaVersion)) {
     return fail("state database {} has schema {}; this gpupoold reads {}", database_name(db),
                 version.value_or("(none)"), kSchemaVersion);

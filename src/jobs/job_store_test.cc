@@ -449,10 +449,10 @@ TEST_F(JobStoreTest, UsesWriteAheadLogging) {
 TEST_F(JobStoreTest, RefusesAnotherSchemaVersion) {
   ASSERT_NO_FATAL_FAILURE(open_store());
   store_.reset();
-  raw_sql("UPDATE meta SET value = '6' WHERE name = 'schema_version'");
+  raw_sql("UPDATE meta SET value = '7' WHERE name = 'schema_version'");
   auto store = JobStore::open(path_);
   ASSERT_FALSE(store.ok());
-  EXPECT_EQ(store.error().message, "state database " + path_ + " has schema 6; this gpupoold reads 5");
+  EXPECT_EQ(store.error().message, "state database " + path_ + " has schema 7; this gpupoold reads 6");
 }
 
 TEST_F(JobStoreTest, StoresAnArrayInOneStepNamedAfterItsFirstTask) {
@@ -480,7 +480,8 @@ TEST_F(JobStoreTest, TakesUpASchema1DatabaseAsJobsOfNoArray) {
   Job before = job_of("ana", JobState::Queued);
   before.id = insert(before);
   store_.reset();
-  raw_sql("ALTER TABLE jobs DROP COLUMN mig_profile; ALTER TABLE jobs DROP COLUMN mig_min_mib;"
+  raw_sql("ALTER TABLE jobs DROP COLUMN suspension;"
+          "ALTER TABLE jobs DROP COLUMN mig_profile; ALTER TABLE jobs DROP COLUMN mig_min_mib;"
           "ALTER TABLE jobs DROP COLUMN sm_percent; DROP INDEX jobs_by_token; ALTER TABLE jobs DROP COLUMN submit_token;"
           "ALTER TABLE jobs DROP COLUMN array_id; ALTER TABLE jobs DROP COLUMN array_index;"
           "ALTER TABLE jobs DROP COLUMN array_limit; UPDATE meta SET value = '1' WHERE name = 'schema_version'");
@@ -493,6 +494,27 @@ TEST_F(JobStoreTest, TakesUpASchema1DatabaseAsJobsOfNoArray) {
   auto ids = store_->insert_array({task});
   ASSERT_TRUE(ids.ok()) << ids.error().message;
   EXPECT_EQ((*store_->get(ids->front()))->array, (ArrayTask{ids->front(), 4, 0}));
+}
+
+TEST_F(JobStoreTest, KeepsASuspendedJobsCheckpointAmongTheUnfinished) {
+  ASSERT_NO_FATAL_FAILURE(open_store());
+  Job suspended = job_of("ana", JobState::Suspended);
+  suspended.suspension = Suspension{{4242, 4250}, "ana", 1700000000.5, 9316, true};
+  suspended.id = insert(suspended);
+  insert(job_of("ana", JobState::Done));
+  auto unfinished = store_->unfinished();
+  ASSERT_TRUE(unfinished.ok()) << unfinished.error().message;
+  ASSERT_EQ(unfinished->size(), 1u);
+  EXPECT_EQ(unfinished->front().state, JobState::Suspended);
+  EXPECT_EQ(unfinished->front().suspension, suspended.suspension);
+  // A checkpoint that is not one is the column's error, named, rather than a job without it.
+  store_.reset();
+  raw_sql(fmt::format("UPDATE jobs SET suspension = '{{\"pids\": [-1]}}' WHERE id = {}", suspended.id));
+  ASSERT_NO_FATAL_FAILURE(open_store());
+  auto broken = store_->get(suspended.id);
+  ASSERT_FALSE(broken.ok());
+  EXPECT_NE(broken.error().message.find("column 'suspension' is not a suspension"), std::string::npos)
+      << broken.error().message;
 }
 
 TEST_F(JobStoreTest, FindsASubmissionByItsUsersToken) {
@@ -524,14 +546,15 @@ TEST_F(JobStoreTest, FindsASubmissionByItsUsersToken) {
 
 // What each schema added, undone newest first: `downgrade_to(N)` makes a store of schema N.
 std::string downgrade_to(int version) {
-  std::string sql = "ALTER TABLE jobs DROP COLUMN mig_profile; ALTER TABLE jobs DROP COLUMN mig_min_mib;";
+  std::string sql = "ALTER TABLE jobs DROP COLUMN suspension;";
+  if (version <= 4) sql += "ALTER TABLE jobs DROP COLUMN mig_profile; ALTER TABLE jobs DROP COLUMN mig_min_mib;";
   if (version <= 3) sql += "ALTER TABLE jobs DROP COLUMN sm_percent;";
   if (version <= 2) sql += "DROP INDEX jobs_by_token; ALTER TABLE jobs DROP COLUMN submit_token;";
   return sql + fmt::format("UPDATE meta SET value = '{}' WHERE name = 'schema_version'", version);
 }
 
 TEST_F(JobStoreTest, TakesUpAnOlderSchemaWithItsJobsAsTheyWere) {
-  for (int version : {2, 3, 4}) {
+  for (int version : {2, 3, 4, 5}) {
     SCOPED_TRACE(version);
     ASSERT_NO_FATAL_FAILURE(open_store());
     Job before = job_of("ana", JobState::Queued);

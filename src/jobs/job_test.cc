@@ -101,7 +101,7 @@ TEST(JobNames, StatesAndKindsReadBackWhatTheyWrite) {
   EXPECT_EQ(std::string(to_string(WaitReason::QuotaLimit)), "QuotaLimit");
   EXPECT_FALSE(parse_wait_reason("resources").ok());
   EXPECT_EQ(parse_job_state("lost\nfound").error().message,
-            "unknown job state 'lost\\nfound' (queued, held, running, done, failed or cancelled)");
+            "unknown job state 'lost\\nfound' (queued, held, running, suspended, done, failed or cancelled)");
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cmath>
 #include <cstdint>
 
 #include <fmt/format.h>
@@ -20,6 +21,19 @@ std::string rough_duration_text(double seconds) {
   if (minutes < 60) return fmt::format("{}m", minutes);
   if (minutes < 24 * 60) return fmt::format("{}h{:02}m", minutes / 60, minutes % 60);
   return fmt::format("{}d{:02}h", minutes / (24 * 60), minutes % (24 * 60) / 60);
+}
+
+std::string gib_text(uint64_t mib) {
+  double tenths = std::floor(static_cast<double>(mib) * 10 / 1024);
+  if (std::fmod(tenths, 10) == 0) return fmt::format("{:.0f}", tenths / 10);
+  return fmt::format("{:.1f}", tenths / 10);
+}
+
+std::string suspension_text(const Job& job) {
+  if (!job.suspension) return "";
+  const Suspension& s = *job.suspension;
+  return fmt::format("{} GiB of GPU memory of {} process{} in host memory, suspended by {}{}", gib_text(s.host_mib),
+                     s.pids.size(), s.pids.size() == 1 ? "" : "es", s.by, s.resume ? "; waiting to resume" : "");
 }
 
 std::string gpu_list_text(std::vector<unsigned> gpus) {

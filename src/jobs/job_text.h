@@ -18,6 +18,12 @@ std::string rough_duration_text(double seconds);
 
 // "0-3,6": runs of consecutive indices shortened, as Slurm prints node lists; "-" when empty.
 std::string gpu_list_text(std::vector<unsigned> gpus);
+// "20", "31.2": MiB as GiB to one decimal, without a trailing ".0". Rounded down, so a use just
+// past a limit never reads as the limit itself.
+std::string gib_text(uint64_t mib);
+// A suspended job's checkpoint in words: "9.1 GiB of GPU memory of 1 process in host memory,
+// suspended by ana"; empty for a job that is not suspended.
+std::string suspension_text(const Job& job);
 
 // What the job asked for: "2" whole GPUs, or slices "2x20G", "1x1536M" (whole GiB in G), with a
 // compute share "1x20G/25%".

@@ -34,6 +34,16 @@ Result<TrackedJob*> JobLifecycle::tracked(JobId id, JobState expected) {
   return &it->second;
 }
 
+Result<TrackedJob*> JobLifecycle::with_attempt(JobId id) {
+  auto it = jobs_.find(id);
+  if (it == jobs_.end()) return fail("no job {} is queued, held or running", id);
+  if (it->second.state != JobState::Running && it->second.state != JobState::Suspended) {
+    return fail("job {} is {}, not running", id, to_string(it->second.state));
+  }
+  changed_.push_back(id);
+  return &it->second;
+}
+
 Result<void> JobLifecycle::on(const Submitted& e, Effects& out) {
   if (jobs_.count(e.id) > 0) return fail("job {} exists already", e.id);
   TrackedJob job;
@@ -61,6 +71,16 @@ Result<void> JobLifecycle::on(const Adopted& e, Effects& out) {
   job.retries = e.retries;
   job.after = e.after;
   changed_.push_back(e.id);
+  if (e.state == JobState::Suspended) {
+    if (!e.suspension) return fail("job {} is suspended, but its checkpoint is not known", e.id);
+    job.suspension = SuspensionSteps::suspended(e.suspension->pids);
+    job.suspended_by = e.suspension->by;
+    if (e.suspension->resume) {
+      job.in_queue = true;
+      out.push_back(EnterQueue{e.id});
+    }
+    return {};
+  }
   enqueue(e.id, out);
   return {};
 }
@@ -74,6 +94,16 @@ Result<void> JobLifecycle::on(const Refused& e, Effects& out) {
 
 Result<void> JobLifecycle::on(const Granted& e, Effects& out) {
   if (drained_) return fail("the queue is drained: job {} may not start", e.id);
+  if (const TrackedJob* found = find(e.id); found && found->state == JobState::Suspended) {
+    TRY_ASSIGN(TrackedJob * job, tracked(e.id, JobState::Suspended));
+    if (!job->in_queue) return fail("job {} was not queued for GPUs", e.id);
+    TRY_ASSIGN(SuspensionMove restore, job->suspension->resume());
+    job->in_queue = false;
+    job->reason = "resuming";
+    out.push_back(Record{e.id, job->state, job->reason, job->attempts});
+    follow(e.id, *job, restore, out);
+    return {};
+  }
   TRY_ASSIGN(TrackedJob * job, tracked(e.id, JobState::Queued));
   if (!job->in_queue) return fail("job {} was not queued for GPUs", e.id);
   job->in_queue = false;
@@ -95,7 +125,11 @@ Result<void> JobLifecycle::on(const StartFailed& e, Effects& out) {
 }
 
 Result<void> JobLifecycle::on(const AttemptExited& e, Effects& out) {
-  TRY_ASSIGN(TrackedJob * job, tracked(e.id, JobState::Running));
+  TRY_ASSIGN(TrackedJob * job, with_attempt(e.id));
+  // However far a suspension got, the processes it was for are gone.
+  job->suspension.reset();
+  if (job->in_queue) out.push_back(LeaveQueue{e.id});
+  job->in_queue = false;
   // A supervisor says "cancelled" of any stop it was asked for; one the daemon asked for at a
   // limit is that limit's end.
   if (job->cancel_by || (e.cancelled && !job->told_to_end_for)) {
@@ -146,10 +180,13 @@ Result<void> JobLifecycle::on(const Cancel& e, Effects& out) {
   if (it == jobs_.end()) return fail("no job {} is queued, held or running", e.id);
   TrackedJob& job = it->second;
   changed_.push_back(e.id);
-  if (job.state != JobState::Running) {
+  if (job.state != JobState::Running && job.state != JobState::Suspended) {
     finish(e.id, JobState::Cancelled, fmt::format("cancelled by {}", e.by), out);
     return {};
   }
+  // A suspended job's processes live, blocked: they are ended as a running job's are.
+  if (job.in_queue) out.push_back(LeaveQueue{e.id});
+  job.in_queue = false;
   // It ends cancelled however the attempt ends, even if it never ran.
   job.cancel_by = e.by;
   job.reason = fmt::format("cancelled by {}", e.by);
@@ -162,6 +199,7 @@ Result<void> JobLifecycle::on(const Hold& e, Effects& out) {
   if (it == jobs_.end()) return fail("no job {} is queued, held or running", e.id);
   TrackedJob& job = it->second;
   if (job.state == JobState::Running) return fail("job {} is running: cancel it instead", e.id);
+  if (job.state == JobState::Suspended) return fail("job {} is suspended: resume or cancel it instead", e.id);
   if (job.state == JobState::Held) return {};
   changed_.push_back(e.id);
   if (job.in_queue) out.push_back(LeaveQueue{e.id});
@@ -205,11 +243,96 @@ Result<void> JobLifecycle::on(const SliceOverrun& e, Effects& out) {
 }
 
 Result<void> JobLifecycle::tell_to_end(JobId id, std::string why, SignalWhy signal_why, Effects& out) {
-  TRY_ASSIGN(TrackedJob * job, tracked(id, JobState::Running));
+  TRY_ASSIGN(TrackedJob * job, with_attempt(id));
   if (job->told_to_end_for) return fail("job {} has been told to end already", id);
   job->told_to_end_for = std::move(why);
   out.push_back(SignalAttempt{id, signal_why});
   return {};
+}
+
+Result<void> JobLifecycle::on(const Suspend& e, Effects& out) {
+  TRY_ASSIGN(TrackedJob * job, tracked(e.id, JobState::Running));
+  if (job->kind != JobKind::Batch) {
+    return fail("job {} is interactive: its client holds its GPUs, so only a batch job can be suspended", e.id);
+  }
+  if (job->cancel_by || job->told_to_end_for) return fail("job {} is being ended", e.id);
+  if (job->suspension) return fail("job {} is being suspended or resumed already ({})", e.id, to_string(job->suspension->phase()));
+  if (e.pids.empty()) {
+    return fail("no process of job {} holds GPU state yet: there is nothing to checkpoint, and once it started "
+                "using its GPUs it would hold them unleased",
+                e.id);
+  }
+  job->suspension = SuspensionSteps::suspend(e.pids);
+  job->suspended_by = e.by;
+  job->reason = fmt::format("being suspended by {}", e.by);
+  out.push_back(Record{e.id, job->state, job->reason, job->attempts});
+  follow(e.id, *job, job->suspension->first_call(), out);
+  return {};
+}
+
+Result<void> JobLifecycle::on(const CheckpointDone& e, Effects& out) {
+  TRY_ASSIGN(TrackedJob * job, with_attempt(e.id));
+  if (!job->suspension) return fail("job {} is not being suspended or resumed", e.id);
+  // Told to end meanwhile: its processes are being ended, whatever state the driver left them in.
+  if (job->cancel_by || job->told_to_end_for) return {};
+  follow(e.id, *job, job->suspension->on_outcome(e.outcome), out);
+  return {};
+}
+
+Result<void> JobLifecycle::on(const GpusLetGo& e, Effects& out) {
+  TRY_ASSIGN(TrackedJob * job, tracked(e.id, JobState::Running));
+  if (!job->suspension) return fail("job {} is not being suspended", e.id);
+  if (e.problem) {
+    TRY_ASSIGN(SuspensionMove undo, job->suspension->not_freed(*e.problem));
+    follow(e.id, *job, undo, out);
+    return {};
+  }
+  TRY(job->suspension->freed());
+  job->state = JobState::Suspended;
+  job->reason = fmt::format("suspended by {}", job->suspended_by);
+  out.push_back(Record{e.id, job->state, job->reason, job->attempts});
+  out.push_back(lifecycle::Suspended{e.id});
+  return {};
+}
+
+Result<void> JobLifecycle::on(const ResumeJob& e, Effects& out) {
+  TRY_ASSIGN(TrackedJob * job, tracked(e.id, JobState::Suspended));
+  if (job->suspension->phase() != SuspensionPhase::Suspended) return fail("job {} is being resumed already", e.id);
+  if (job->in_queue) return {};  // as releasing a queued job: it asks for what is
+  job->in_queue = true;
+  job->reason = "waiting for its GPUs to resume";
+  out.push_back(Record{e.id, job->state, job->reason, job->attempts});
+  out.push_back(EnterQueue{e.id});
+  return {};
+}
+
+void JobLifecycle::follow(JobId id, TrackedJob& job, const SuspensionMove& move, Effects& out) {
+  switch (move.kind) {
+    case SuspensionMove::Kind::Call:
+      out.push_back(CallCheckpoint{id, move.call, move.pids});
+      return;
+    case SuspensionMove::Kind::Suspended:
+      job.reason = fmt::format("being suspended by {}: checkpointed, its GPUs not yet seen free", job.suspended_by);
+      out.push_back(Record{id, job.state, job.reason, job.attempts});
+      return;
+    case SuspensionMove::Kind::Undone:
+      job.suspension.reset();
+      job.reason = fmt::format("not suspended: {}", move.why);
+      out.push_back(Record{id, job.state, job.reason, job.attempts});
+      out.push_back(SuspendFailed{id, move.why});
+      return;
+    case SuspensionMove::Kind::Broken:
+      out.push_back(SuspendFailed{id, move.why});
+      (void)tell_to_end(id, move.why, SignalWhy::CheckpointFailed, out);
+      return;
+    case SuspensionMove::Kind::Resumed:
+      job.suspension.reset();
+      job.state = JobState::Running;
+      job.reason.clear();
+      out.push_back(Record{id, job.state, job.reason, job.attempts});
+      out.push_back(lifecycle::Resumed{id});
+      return;
+  }
 }
 
 void JobLifecycle::enqueue(JobId id, Effects& out) {

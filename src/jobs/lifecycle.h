@@ -6,7 +6,8 @@
 // The rules it owns: a held job waits for its release; a job whose --after jobs are not all
 // done waits for them, and fails when one of them did not end done; a failed batch attempt runs
 // again while --retries allow; a cancel wins over however the attempt ends, including an attempt
-// that never ran; a job ends exactly once; a drained queue starts nothing.
+// that never ran; a job ends exactly once; a drained queue starts nothing; a suspended job holds
+// no GPU, and is resumed only on its own GPUs, through the scheduler like any start.
 #pragma once
 
 #include <functional>
@@ -18,6 +19,7 @@
 
 #include "base/result.h"
 #include "jobs/job.h"
+#include "jobs/suspension.h"
 
 namespace gpupool {
 
@@ -43,6 +45,8 @@ struct Adopted {
   JobState state = JobState::Queued;
   unsigned attempts = 0;
   std::string reason;
+  // A suspended job's checkpoint (its processes, who suspended it, whether a resume was asked).
+  std::optional<Suspension> suspension = std::nullopt;
 };
 // The scheduler refused a queued job for good (it can never run here).
 struct Refused {
@@ -94,8 +98,32 @@ struct SliceOverrun {
   std::string why;
 };
 
+// `gpupool suspend`: checkpoint the running batch job's processes that hold GPU state (`pids`, found
+// on its GPUs by the daemon) and let its GPUs go.
+struct Suspend {
+  JobId id = 0;
+  std::string by;
+  std::vector<pid_t> pids;
+};
+// A checkpoint call made for the job (a CallCheckpoint effect) ended.
+struct CheckpointDone {
+  JobId id = 0;
+  CheckpointOutcome outcome;
+};
+// After the checkpoint: a sample showed the job's processes gone from its GPUs and its leases
+// were let go (`problem` nullopt), or one of them did not happen (`problem` says which).
+struct GpusLetGo {
+  JobId id = 0;
+  std::optional<std::string> problem;
+};
+// `gpupool resume JOB`: the suspended job waits for its GPUs, then is restored on them.
+struct ResumeJob {
+  JobId id = 0;
+};
+
 using Event = std::variant<Submitted, Adopted, Refused, Granted, StartFailed, AttemptExited, AttemptNeverRan,
-                           Cancel, Hold, Release, Drain, Resume, TimeLimitReached, SliceOverrun>;
+                           Cancel, Hold, Release, Drain, Resume, TimeLimitReached, SliceOverrun, Suspend,
+                           CheckpointDone, GpusLetGo, ResumeJob>;
 
 // --- Effects --------------------------------------------------------------------------------
 
@@ -114,7 +142,7 @@ struct StartAttempt {
   std::vector<unsigned> gpus;
 };
 // The attempt the job is in should end: SIGTERM, the grace period, SIGKILL.
-enum class SignalWhy { Cancel, TimeLimit, SliceOverrun };
+enum class SignalWhy { Cancel, TimeLimit, SliceOverrun, CheckpointFailed };
 struct SignalAttempt {
   JobId id = 0;
   SignalWhy why = SignalWhy::Cancel;
@@ -134,7 +162,31 @@ struct Finished {
   std::string reason;
 };
 
-using Effect = std::variant<EnterQueue, LeaveQueue, StartAttempt, SignalAttempt, Record, Finished>;
+// Make one checkpoint call on the job's processes (gpupool-cuda-checkpoint); its end comes back
+// as CheckpointDone.
+struct CallCheckpoint {
+  JobId id = 0;
+  CheckpointStep step = CheckpointStep::Lock;
+  std::vector<pid_t> pids;
+};
+// The job's processes are checkpointed and its GPUs let go: the scheduler has its GPUs back, and
+// keeps its place for its resumption.
+struct Suspended {
+  JobId id = 0;
+};
+// A suspend that did not happen (undone: the job runs on), or a suspension gone wrong (the job
+// is told to end): `why`, for those told.
+struct SuspendFailed {
+  JobId id = 0;
+  std::string why;
+};
+// The suspended job's processes are restored on its GPUs and run again.
+struct Resumed {
+  JobId id = 0;
+};
+
+using Effect = std::variant<EnterQueue, LeaveQueue, StartAttempt, SignalAttempt, Record, Finished, CallCheckpoint,
+                            Suspended, SuspendFailed, Resumed>;
 
 }  // namespace lifecycle
 
@@ -151,6 +203,9 @@ struct TrackedJob {
   // Its attempt was told to end at its time limit ("time limit") or past its slice: it ends
   // failed with this reason however it ends.
   std::optional<std::string> told_to_end_for;
+  // Being suspended, suspended, or being resumed; by whom.
+  std::optional<SuspensionSteps> suspension;
+  std::string suspended_by;
 };
 
 class JobLifecycle {
@@ -188,9 +243,17 @@ class JobLifecycle {
   Result<void> on(const lifecycle::Resume& e, Effects& out);
   Result<void> on(const lifecycle::TimeLimitReached& e, Effects& out);
   Result<void> on(const lifecycle::SliceOverrun& e, Effects& out);
+  Result<void> on(const lifecycle::Suspend& e, Effects& out);
+  Result<void> on(const lifecycle::CheckpointDone& e, Effects& out);
+  Result<void> on(const lifecycle::GpusLetGo& e, Effects& out);
+  Result<void> on(const lifecycle::ResumeJob& e, Effects& out);
+  // Carries out what the suspension's steps decided.
+  void follow(JobId id, TrackedJob& job, const SuspensionMove& move, Effects& out);
   Result<void> tell_to_end(JobId id, std::string why, lifecycle::SignalWhy signal_why, Effects& out);
 
   Result<TrackedJob*> tracked(JobId id, JobState expected);
+  // A job whose attempt lives: running, or suspended.
+  Result<TrackedJob*> with_attempt(JobId id);
   // Queues the job for GPUs once every job it runs after is done; fails it when one cannot be.
   void enqueue(JobId id, Effects& out);
   void finish(JobId id, JobState state, std::string reason, Effects& out);

@@ -227,6 +227,94 @@ TEST_F(LifecycleTest, AdoptedJobsGoOnWhereThePreviousDaemonLeftThem) {
   EXPECT_EQ(refusal(Adopted{3, JobKind::Batch, 0, {}, JobState::Done, 1, ""}), "job 3 has already ended (done)");
 }
 
+// Suspending, suspended, resumed: the job's processes live throughout, and no second attempt starts.
+TEST_F(LifecycleTest, ASuspendedJobLetsItsGpusGoAndIsRestoredOnceGrantedThemAgain) {
+  start(1);
+  EXPECT_EQ(refusal(Suspend{1, "ana", {}}),
+            "no process of job 1 holds GPU state yet: there is nothing to checkpoint, and once it started using its "
+            "GPUs it would hold them unleased");
+  auto locking = handle(Suspend{1, "ana", {40, 41}});
+  ASSERT_EQ(locking.size(), 2u);
+  EXPECT_EQ(std::get<Record>(locking[0]).reason, "being suspended by ana");
+  EXPECT_EQ(std::get<CallCheckpoint>(locking[1]).step, CheckpointStep::Lock);
+  EXPECT_EQ(refusal(Suspend{1, "ana", {40}}), "job 1 is being suspended or resumed already (locking)");
+  auto pids = [](ProcessCheckpointState state) {
+    return CheckpointOutcome{{{40, "ok", state, 0.1}, {41, "ok", state, 0.1}}};
+  };
+  EXPECT_EQ(std::get<CallCheckpoint>(handle(CheckpointDone{1, pids(ProcessCheckpointState::Locked)})[0]).step,
+            CheckpointStep::Checkpoint);
+  handle(CheckpointDone{1, pids(ProcessCheckpointState::Checkpointed)});
+  EXPECT_EQ(state(1), JobState::Running);  // until a sample shows its GPUs free
+  auto suspended = handle(GpusLetGo{1, std::nullopt});
+  ASSERT_EQ(suspended.size(), 2u);
+  EXPECT_EQ(std::get<Record>(suspended[0]).state, JobState::Suspended);
+  EXPECT_EQ(std::get<Record>(suspended[0]).reason, "suspended by ana");
+  EXPECT_TRUE(std::holds_alternative<Suspended>(suspended[1]));
+  EXPECT_EQ(refusal(Hold{1, "ana"}), "job 1 is suspended: resume or cancel it instead");
+  EXPECT_EQ(refusal(Granted{1, {0}}), "job 1 was not queued for GPUs");  // not before a resume
+  auto queued = handle(ResumeJob{1});
+  ASSERT_EQ(queued.size(), 2u);
+  EXPECT_TRUE(std::holds_alternative<EnterQueue>(queued[1]));
+  auto restoring = handle(Granted{1, {0}});
+  ASSERT_EQ(restoring.size(), 2u);
+  EXPECT_EQ(std::get<CallCheckpoint>(restoring[1]).step, CheckpointStep::Restore);
+  EXPECT_EQ(std::get<CallCheckpoint>(handle(CheckpointDone{1, pids(ProcessCheckpointState::Locked)})[0]).step,
+            CheckpointStep::Unlock);
+  auto resumed = handle(CheckpointDone{1, pids(ProcessCheckpointState::Running)});
+  ASSERT_EQ(resumed.size(), 2u);
+  EXPECT_EQ(std::get<Record>(resumed[0]).state, JobState::Running);
+  EXPECT_TRUE(std::holds_alternative<Resumed>(resumed[1]));
+  EXPECT_EQ(jobs.find(1)->attempts, 1u);  // the same attempt throughout
+}
+
+TEST_F(LifecycleTest, ASuspendThatFailsIsUndoneAndTheJobRunsOnWithWhy) {
+  start(1);
+  handle(Suspend{1, "ana", {40}});
+  auto undone = handle(CheckpointDone{1, {{{40, "CUDA_ERROR_NOT_SUPPORTED", ProcessCheckpointState::Running, 0}}}});
+  ASSERT_EQ(undone.size(), 2u);
+  EXPECT_EQ(std::get<Record>(undone[0]).reason, "not suspended: lock failed: pid 40: CUDA_ERROR_NOT_SUPPORTED");
+  EXPECT_EQ(std::get<SuspendFailed>(undone[1]).why, "lock failed: pid 40: CUDA_ERROR_NOT_SUPPORTED");
+  EXPECT_EQ(state(1), JobState::Running);
+  handle(Suspend{1, "ana", {40}});  // and may be suspended again
+}
+
+TEST_F(LifecycleTest, AResumeThatFailsEndsTheJobFailedWithTheDriversError) {
+  start(1);
+  handle(Adopted{2, JobKind::Batch, 0, {}, JobState::Suspended, 1, "suspended by ana",
+                 Suspension{{50}, "ana", 1.0, 100, true}});
+  auto restoring = handle(Granted{2, {1}});
+  ASSERT_EQ(restoring.size(), 2u);
+  auto broken = handle(CheckpointDone{2, {{{50, "CUDA_ERROR_OUT_OF_MEMORY", ProcessCheckpointState::Checkpointed, 0}}}});
+  ASSERT_EQ(broken.size(), 2u);
+  EXPECT_EQ(std::get<SuspendFailed>(broken[0]).why, "restore failed: pid 50: CUDA_ERROR_OUT_OF_MEMORY");
+  EXPECT_EQ(std::get<SignalAttempt>(broken[1]).why, SignalWhy::CheckpointFailed);
+  auto ended = handle(AttemptExited{2, std::nullopt, 15, "", true});
+  EXPECT_EQ(only<Finished>(ended)->state, JobState::Failed);
+  EXPECT_EQ(only<Finished>(ended)->reason, "restore failed: pid 50: CUDA_ERROR_OUT_OF_MEMORY");
+}
+
+TEST_F(LifecycleTest, ACancelledSuspendedJobLeavesTheQueueAndItsProcessesAreEnded) {
+  handle(Adopted{2, JobKind::Batch, 0, {}, JobState::Suspended, 1, "suspended by ana",
+                 Suspension{{50}, "ana", 1.0, 100, true}});
+  auto cancel = handle(Cancel{2, "ana"});
+  ASSERT_EQ(cancel.size(), 2u);
+  EXPECT_TRUE(std::holds_alternative<LeaveQueue>(cancel[0]));
+  EXPECT_EQ(std::get<SignalAttempt>(cancel[1]).why, SignalWhy::Cancel);
+  EXPECT_EQ(only<Finished>(handle(AttemptExited{2, std::nullopt, 15, "", true}))->state, JobState::Cancelled);
+}
+
+TEST_F(LifecycleTest, OnlyARunningBatchJobMayBeSuspended) {
+  handle(Submitted{1, JobKind::Batch, 0, {}, std::nullopt});
+  EXPECT_EQ(refusal(Suspend{1, "ana", {40}}), "job 1 is queued, not running");
+  handle(Submitted{2, JobKind::Interactive, 0, {}, std::nullopt});
+  handle(Granted{2, {0}});
+  EXPECT_EQ(refusal(Suspend{2, "ana", {40}}),
+            "job 2 is interactive: its client holds its GPUs, so only a batch job can be suspended");
+  start(3);
+  handle(Cancel{3, "ana"});
+  EXPECT_EQ(refusal(Suspend{3, "ana", {40}}), "job 3 is being ended");
+}
+
 // Random events, valid or not, for a few jobs: whatever happens, a job ends once, never runs two
 // attempts at once, never more than 1 + its retries, never starts again once cancelled, and
 // nothing starts while the queue is drained.
@@ -243,7 +331,7 @@ RC_GTEST_PROP(LifecycleProperties, InvariantsHoldForAnyEvents, ()) {
   for (size_t step = 0; step < steps; ++step) {
     JobId id = *rc::gen::inRange<JobId>(1, kJobs + 1);
     Event event;
-    switch (*rc::gen::inRange(0, 12)) {
+    switch (*rc::gen::inRange(0, 16)) {
       case 0: {
         unsigned allowed = *rc::gen::inRange(0u, 3u);
         std::vector<JobId> after;
@@ -268,6 +356,22 @@ RC_GTEST_PROP(LifecycleProperties, InvariantsHoldForAnyEvents, ()) {
       case 8: event = *rc::gen::arbitrary<bool>() ? Event(Drain{}) : Event(Resume{}); break;
       case 9: event = StartFailed{id, "could not start"}; break;
       case 10: event = SliceOverrun{id, "used 2 GiB of its 1 GiB slice"}; break;
+      case 12: event = Suspend{id, "someone", {100 + static_cast<pid_t>(id)}}; break;
+      case 13: {
+        // The call on the job's one process went well or not, leaving it in any state.
+        pid_t pid = 100 + static_cast<pid_t>(id);
+        auto state = *rc::gen::element(ProcessCheckpointState::Running, ProcessCheckpointState::Locked,
+                                       ProcessCheckpointState::Checkpointed, ProcessCheckpointState::Failed);
+        event = CheckpointDone{id, {{{pid, *rc::gen::element<std::string>("ok", "CUDA_ERROR_UNKNOWN"), state, 0.1}}}};
+        break;
+      }
+      case 14: {
+        std::optional<std::string> problem;
+        if (*rc::gen::arbitrary<bool>()) problem = "still listed";
+        event = GpusLetGo{id, problem};
+        break;
+      }
+      case 15: event = ResumeJob{id}; break;
       default: event = TimeLimitReached{id}; break;
     }
     if (finished.count(id) > 0 && std::holds_alternative<Submitted>(event)) continue;  // ids are not reused
@@ -301,8 +405,16 @@ RC_GTEST_PROP(LifecycleProperties, InvariantsHoldForAnyEvents, ()) {
           effect);
     }
     for (const auto& [job_id, job] : jobs.jobs()) {
-      RC_ASSERT(!job.in_queue || job.state == JobState::Queued);
-      RC_ASSERT((job.state == JobState::Running) == (running.count(job_id) > 0));
+      RC_ASSERT(!job.in_queue || job.state == JobState::Queued || job.state == JobState::Suspended);
+      // A suspended job's attempt lives on (never a second one); it holds no GPU but to resume.
+      RC_ASSERT((job.state == JobState::Running || job.state == JobState::Suspended) == (running.count(job_id) > 0));
+      if (job.state == JobState::Suspended) {
+        RC_ASSERT(job.suspension.has_value());
+        RC_ASSERT(job.suspension->phase() == SuspensionPhase::Suspended ||
+                  job.suspension->phase() == SuspensionPhase::Restoring ||
+                  job.suspension->phase() == SuspensionPhase::Unlocking);
+        RC_ASSERT(!job.in_queue || job.suspension->phase() == SuspensionPhase::Suspended);
+      }
       if (job.kind == JobKind::Batch) RC_ASSERT(job.attempts <= job.retries + 1);
     }
   }

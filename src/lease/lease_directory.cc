@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <functional>
 #include <map>
 
 #include <fmt/format.h>
@@ -318,6 +319,12 @@ Result<Fd> LeaseDirectory::open_lock(const std::string& uuid) const {
 
 Result<std::optional<HeldLeases>> LeaseDirectory::try_acquire(const std::vector<LeaseClaim>& claims,
                                                              const LeaseHolder& holder) const {
+  return lock_claims(claims, holder, [this](const LeaseClaim& claim) { return open_lock(claim.uuid); });
+}
+
+Result<std::optional<HeldLeases>> LeaseDirectory::lock_claims(
+    const std::vector<LeaseClaim>& claims, const LeaseHolder& holder,
+    const std::function<Result<Fd>(const LeaseClaim&)>& description_for) const {
   HeldLeases held;
   // A fixed order (by UUID) so that two acquirers never each hold what the other waits for.
   std::vector<const LeaseClaim*> ordered;
@@ -326,11 +333,19 @@ Result<std::optional<HeldLeases>> LeaseDirectory::try_acquire(const std::vector<
   std::vector<std::vector<ByteRange>> taken(ordered.size());
   for (size_t i = 0; i < ordered.size(); ++i) {
     const LeaseClaim& claim = *ordered[i];
-    TRY_ASSIGN(Fd lock, open_lock(claim.uuid));
+    TRY_ASSIGN(Fd lock, description_for(claim));
     int fd = lock.get();
     held.fds_.push_back(std::move(lock));
+    // Closing our descriptors unlocks only a description no one else shares: a refusal drops
+    // what it took itself.
+    auto refused = [&] {
+      for (size_t k = 0; k <= i; ++k) {
+        for (const ByteRange& range : taken[k]) unlock_range(held.fds_[k].get(), range);
+      }
+      return std::optional<HeldLeases>();
+    };
     if (!claim.slice_mib) {
-      if (!try_lock_range(fd, ByteRange{0, kWholeFile})) return std::optional<HeldLeases>();
+      if (!try_lock_range(fd, ByteRange{0, kWholeFile})) return refused();
       taken[i].push_back(ByteRange{0, kWholeFile});
       continue;
     }
@@ -345,13 +360,13 @@ Result<std::optional<HeldLeases>> LeaseDirectory::try_acquire(const std::vector<
       off_t gap_end = k < locked.size() ? std::min(locked[k].start, total) : total;
       if (gap_end > position) {
         off_t length = std::min(need, gap_end - position);
-        if (!try_lock_range(fd, ByteRange{position, length})) return std::optional<HeldLeases>();
+        if (!try_lock_range(fd, ByteRange{position, length})) return refused();
         taken[i].push_back(ByteRange{position, length});
         need -= length;
       }
       if (k < locked.size()) position = std::max(position, locked[k].end());
     }
-    if (need > 0) return std::optional<HeldLeases>();  // closing the descriptors unlocks
+    if (need > 0) return refused();
   }
   for (size_t i = 0; i < ordered.size(); ++i) {
     std::string path =
@@ -362,6 +377,38 @@ Result<std::optional<HeldLeases>> LeaseDirectory::try_acquire(const std::vector<
     held.record_texts_.push_back(text);
   }
   return std::optional<HeldLeases>(std::move(held));
+}
+
+Result<std::map<std::string, Fd>> LeaseDirectory::descriptions_held_by(pid_t holder,
+                                                                       const std::vector<LeaseClaim>& claims) const {
+  TRY_ASSIGN(std::vector<OpenDescriptor> open, open_descriptors_of(holder));
+  std::map<std::string, Fd> found;
+  for (const LeaseClaim& claim : claims) {
+    std::string path = lock_path(claim.uuid);
+    auto it = std::find_if(open.begin(), open.end(), [&](const OpenDescriptor& d) { return d.target == path; });
+    if (it == open.end()) return fail("process {} holds no lease of GPU {}", holder, claim.index);
+    TRY_ASSIGN(Fd copy, copy_descriptor_of(holder, it->fd));
+    found.emplace(claim.uuid, std::move(copy));
+  }
+  return found;
+}
+
+Result<void> LeaseDirectory::let_go(pid_t holder, const std::vector<LeaseClaim>& claims) const {
+  TRY_ASSIGN(auto descriptions, descriptions_held_by(holder, claims));
+  // Its records go stale with the locks: list() drops them.
+  for (auto& [uuid, fd] : descriptions) unlock_range(fd.get(), ByteRange{0, kWholeFile});
+  return {};
+}
+
+Result<bool> LeaseDirectory::take_again(pid_t holder, const std::vector<LeaseClaim>& claims,
+                                        const LeaseHolder& record) const {
+  TRY_ASSIGN(auto descriptions, descriptions_held_by(holder, claims));
+  TRY_ASSIGN(auto held, lock_claims(claims, record, [&](const LeaseClaim& claim) -> Result<Fd> {
+               return std::move(descriptions.at(claim.uuid));
+             }));
+  if (!held) return false;
+  held->hand_over();  // the holder's copies keep the locks; the records name it
+  return true;
 }
 
 Result<GpuHold> LeaseDirectory::hold(const std::string& uuid, uint64_t memory_total_mib) const {

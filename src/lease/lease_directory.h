@@ -17,6 +17,8 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -102,6 +104,14 @@ class LeaseDirectory {
   // Takes every claim or none, without waiting. nullopt: some GPU is busy right now.
   Result<std::optional<HeldLeases>> try_acquire(const std::vector<LeaseClaim>& claims,
                                                const LeaseHolder& holder) const;
+  // A running job's leases while it is suspended (docs/suspend.md). `holder` (a batch job's
+  // supervisor) holds one lock descriptor per claim; the job's processes share its open file
+  // descriptions. let_go drops their locks, so the GPUs are free; take_again locks the same
+  // descriptions again (false: some GPU is busy; nothing is taken), so the processes that hold
+  // them hold the GPUs again, and writes the records. An error when the holder's descriptors
+  // cannot be found or copied.
+  Result<void> let_go(pid_t holder, const std::vector<LeaseClaim>& claims) const;
+  Result<bool> take_again(pid_t holder, const std::vector<LeaseClaim>& claims, const LeaseHolder& record) const;
   // The leases held now (stale records are skipped).
   Result<std::vector<LeaseRecord>> list() const;
   // What the locks say is held on one GPU.
@@ -118,6 +128,11 @@ class LeaseDirectory {
  private:
   LeaseDirectory(std::string path, FileIdentity locks) : path_(std::move(path)), locks_(locks) {}
   Result<Fd> open_lock(const std::string& uuid) const;
+  // Locks every claim or none, each on the description `description_for` gives.
+  Result<std::optional<HeldLeases>> lock_claims(const std::vector<LeaseClaim>& claims, const LeaseHolder& holder,
+                                                const std::function<Result<Fd>(const LeaseClaim&)>& description_for) const;
+  // Copies of `holder`'s descriptors of the claims' lock files, by UUID.
+  Result<std::map<std::string, Fd>> descriptions_held_by(pid_t holder, const std::vector<LeaseClaim>& claims) const;
   std::string lock_path(const std::string& uuid) const;
   std::string path_;
   FileIdentity locks_;  // locks/ as opened

@@ -2,7 +2,10 @@
 
 #include <sys/stat.h>
 #include <sys/types.h>
+#include <sys/wait.h>
 #include <unistd.h>
+
+#include <csignal>
 
 #include <cstdlib>
 #include <filesystem>
@@ -114,6 +117,49 @@ TEST_F(LeaseDirectoryTest, AcquiresAllOrNothing) {
   ASSERT_TRUE(both.ok());
   EXPECT_FALSE(*both);
   EXPECT_FALSE(dir_->hold("GPU-a", kMemory)->exclusive) << "GPU-a must not stay half-taken";
+}
+
+// A suspended job's leases: another process holds the descriptions, the daemon drops and retakes
+// their locks through copies of its descriptors.
+TEST_F(LeaseDirectoryTest, AHoldersLeasesAreLetGoAndTakenAgainOnItsOwnDescriptions) {
+  std::vector<LeaseClaim> claims = {LeaseClaim{"GPU-a", 0, kMemory, std::nullopt},
+                                    LeaseClaim{"GPU-b", 1, kMemory, uint64_t{300}}};
+  LeaseHolder record{0, "tester", "7", 100};
+  auto held = dir_->try_acquire(claims, record);
+  ASSERT_TRUE(held.ok() && *held);
+  pid_t holder = fork();
+  if (holder == 0) {
+    pause();  // holds the inherited descriptors until killed
+    _exit(0);
+  }
+  (**held).hand_over();  // only the child holds them now
+  ASSERT_FALSE(take("GPU-a", std::nullopt, "other"));
+  ASSERT_TRUE(dir_->let_go(holder, claims).ok());
+  EXPECT_FALSE(dir_->hold("GPU-a", kMemory)->exclusive);
+  EXPECT_EQ(dir_->hold("GPU-b", kMemory)->shared_mib, 0u);
+  {
+    // Someone takes one of its GPUs meanwhile: nothing is taken, not even the other GPU.
+    auto other = take("GPU-b", uint64_t{800}, "other");
+    ASSERT_TRUE(other);
+    auto again = dir_->take_again(holder, claims, record);
+    ASSERT_TRUE(again.ok()) << again.error().message;
+    EXPECT_FALSE(*again);
+    EXPECT_FALSE(dir_->hold("GPU-a", kMemory)->exclusive);
+  }
+  auto again = dir_->take_again(holder, claims, record);
+  ASSERT_TRUE(again.ok()) << again.error().message;
+  EXPECT_TRUE(*again);
+  EXPECT_TRUE(dir_->hold("GPU-a", kMemory)->exclusive);
+  EXPECT_EQ(dir_->hold("GPU-b", kMemory)->shared_mib, 300u);
+  EXPECT_EQ(dir_->list()->size(), 2u);
+  EXPECT_FALSE(take("GPU-a", std::nullopt, "other"));
+  // The holder's end releases them, as with any lease.
+  kill(holder, SIGKILL);
+  waitpid(holder, nullptr, 0);
+  EXPECT_TRUE(take("GPU-a", std::nullopt, "other"));
+  auto gone = dir_->let_go(holder, claims);
+  ASSERT_FALSE(gone.ok());
+  EXPECT_NE(gone.error().message.find(fmt::format("process {}", holder)), std::string::npos) << gone.error().message;
 }
 
 TEST_F(LeaseDirectoryTest, ListsHoldersAndSkipsStaleRecords) {

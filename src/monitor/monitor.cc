@@ -87,6 +87,7 @@ QueueEntry queue_entry(const Job& job) {
     entry.mig_profile = job.spec.gpus.mig->profile;
     if (!job.gpu_uuids.empty()) entry.mig_uuid = job.gpu_uuids.front();
   }
+  if (job.state == JobState::Suspended && job.suspension) entry.suspended_host_mib = job.suspension->host_mib;
   return entry;
 }
 
@@ -344,6 +345,12 @@ void Monitor::publish(QueueView view) {
   {
     std::lock_guard lock(mutex_);
     for (const auto& [job, stored] : earlier) accounting_.seed_job(job->id, job->user, stored.usage, stored.first_time);
+    std::set<JobId> listed;
+    for (const QueueEntry& job : shared->jobs) {
+      listed.insert(job.id);
+      if (job.state == JobState::Suspended) suspended_.insert(job.id);
+    }
+    std::erase_if(suspended_, [&](JobId id) { return listed.count(id) == 0; });
     for (const RunningJob& job : running) {
       if (known_running_.count(job.id) > 0) continue;
       // From its start, or from where an earlier daemon's accounting of it stopped.
@@ -352,6 +359,7 @@ void Monitor::publish(QueueView view) {
           it != earlier.end()) {
         since = std::clamp(it->second.last_time, since, now);
       }
+      if (suspended_.erase(job.id) > 0) since = now;  // resumed: it held no GPU while suspended
       accounting_.started(job, since, now);
     }
     for (const QueueEntry& job : shared->jobs) {
@@ -557,6 +565,8 @@ std::string Monitor::metrics_text() {
     if (job.state == JobState::Queued) ++view.queued;
     if (job.state == JobState::Held) ++view.held;
     if (job.state == JobState::Running) ++view.running;
+    if (job.state == JobState::Suspended) ++view.suspended;
+    view.suspended_host_mib += job.suspended_host_mib;
   }
   view.user_usage = accounting_.user_usage();
   view.withhold_usage = settings_.private_data.usage;
@@ -611,11 +621,12 @@ std::string Monitor::jobs_json() {
   std::lock_guard lock(mutex_);
   double now = unix_now();
   json jobs = json::array();
-  unsigned queued = 0, held = 0, running = 0;
+  unsigned queued = 0, held = 0, running = 0, suspended = 0;
   for (const QueueEntry& job : view_->jobs) {
     if (job.state == JobState::Queued) ++queued;
     if (job.state == JobState::Held) ++held;
     if (job.state == JobState::Running) ++running;
+    if (job.state == JobState::Suspended) ++suspended;
     json entry = {{"id", job.id},
                   {"name", settings_.private_data.jobs ? "" : job.name},
                   {"user", job.user},
@@ -639,7 +650,7 @@ std::string Monitor::jobs_json() {
   }
   return json{{"time", to_millis(now)},
               {"drained", view_->drained},
-              {"counts", {{"queued", queued}, {"held", held}, {"running", running}}},
+              {"counts", {{"queued", queued}, {"held", held}, {"running", running}, {"suspended", suspended}}},
               {"idle_flag_after_s", accounting_.idle_flag_after_s()},
               {"jobs", std::move(jobs)}}
       .dump();

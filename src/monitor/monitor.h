@@ -52,6 +52,8 @@ struct QueueEntry {
   std::optional<WaitReason> wait_reason;  // queued or held
   std::optional<std::string> mig_profile = std::nullopt;  // a --mig job's ("" for any profile)
   std::string mig_uuid = {};                               // its MIG device while it runs
+  // A suspended job's GPU memory, held in host memory (docs/suspend.md); 0 for the others.
+  uint64_t suspended_host_mib = 0;
 };
 
 QueueEntry queue_entry(const Job& job);
@@ -152,6 +154,9 @@ class Monitor {
   double started_ = 0;   // Unix seconds
   std::chrono::steady_clock::time_point last_saved_;
   std::set<JobId> known_running_;  // running at the previous publish, or ended unseen since
+  // Suspended jobs seen since they last ran: their GPU time counts again from their resumption,
+  // not from where their accounting stopped.
+  std::set<JobId> suspended_;
   uint64_t samples_surveyed_ = 0;
 
   std::mutex mutex_;  // guards everything below

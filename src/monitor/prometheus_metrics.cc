@@ -210,8 +210,11 @@ std::string render_metrics(const MetricsView& view) {
 
   header(out, "gpupool_jobs", "gauge", "Jobs in gpupoold's queue, by state.");
   fmt::format_to(put, "gpupool_jobs{{state=\"queued\"}} {}\ngpupool_jobs{{state=\"held\"}} {}\n"
-                      "gpupool_jobs{{state=\"running\"}} {}\n",
-                 view.queued, view.held, view.running);
+                      "gpupool_jobs{{state=\"running\"}} {}\ngpupool_jobs{{state=\"suspended\"}} {}\n",
+                 view.queued, view.held, view.running, view.suspended);
+  header(out, "gpupool_suspended_host_memory_bytes", "gauge",
+         "GPU memory of suspended jobs, held in host memory (suspend_host_memory_mb bounds it).");
+  fmt::format_to(put, "gpupool_suspended_host_memory_bytes {}\n", view.suspended_host_mib << 20);
 
   struct PoolMetric {
     const char* name;

@@ -76,7 +76,8 @@ struct StateSpaceView {
 struct MetricsView {
   std::string hostname;
   std::vector<MetricsGpu> gpus;
-  unsigned queued = 0, held = 0, running = 0;
+  unsigned queued = 0, held = 0, running = 0, suspended = 0;
+  uint64_t suspended_host_mib = 0;  // the GPU memory suspended jobs hold in host memory
   std::vector<MetricsJob> running_jobs;
   std::map<std::string, UsageTally> user_usage;
   // private_data's usage: per-user and per-job series are left out (the idle count stays).

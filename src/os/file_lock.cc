@@ -27,6 +27,11 @@ bool try_lock_range(int fd, ByteRange range) {
   return fcntl(fd, F_OFD_SETLK, &lock) == 0;
 }
 
+void unlock_range(int fd, ByteRange range) {
+  struct flock lock = range_lock(F_UNLCK, range);
+  (void)fcntl(fd, F_OFD_SETLK, &lock);  // cannot fail on a valid descriptor
+}
+
 Result<std::optional<ByteRange>> find_range_lock(int fd, ByteRange range) {
   struct flock lock = range_lock(F_WRLCK, range);
   if (fcntl(fd, F_OFD_GETLK, &lock) != 0) {

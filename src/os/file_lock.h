@@ -23,6 +23,8 @@ struct ByteRange {
 // Takes a write lock on `range` without waiting; false when another description holds part of it
 // (or the lock cannot be taken at all).
 bool try_lock_range(int fd, ByteRange range);
+// Drops whatever this description locks in `range` (for every copy of the descriptor).
+void unlock_range(int fd, ByteRange range);
 // One lock held through another open file description that overlaps `range`; the kernel reports
 // one at a time, in no particular order. nullopt when there is none.
 Result<std::optional<ByteRange>> find_range_lock(int fd, ByteRange range);

@@ -1,5 +1,6 @@
 #include "os/process.h"
 
+#include <dirent.h>
 #include <pwd.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -9,6 +10,7 @@
 
 #include <cerrno>
 #include <climits>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -50,6 +52,30 @@ Result<Fd> open_process_fd(pid_t pid) {
   int fd = static_cast<int>(syscall(SYS_pidfd_open, pid, 0));
   if (fd < 0) return fail("cannot watch process {}: {}", pid, std::strerror(errno));
   return Fd(fd);
+}
+
+Result<std::vector<OpenDescriptor>> open_descriptors_of(pid_t pid) {
+  std::string directory = "/proc/" + std::to_string(pid) + "/fd";
+  DIR* listing = opendir(directory.c_str());
+  if (listing == nullptr) return fail("cannot list the descriptors of process {}: {}", pid, std::strerror(errno));
+  std::vector<OpenDescriptor> found;
+  while (const dirent* entry = readdir(listing)) {
+    if (entry->d_name[0] == '.') continue;
+    char target[PATH_MAX];
+    std::string link = directory + "/" + entry->d_name;
+    ssize_t length = readlink(link.c_str(), target, sizeof(target) - 1);
+    if (length < 0) continue;  // closed meanwhile
+    found.push_back({std::atoi(entry->d_name), std::string(target, static_cast<size_t>(length))});
+  }
+  closedir(listing);
+  return found;
+}
+
+Result<Fd> copy_descriptor_of(pid_t pid, int fd) {
+  TRY_ASSIGN(Fd process, open_process_fd(pid));
+  int copy = static_cast<int>(syscall(SYS_pidfd_getfd, process.get(), fd, 0));
+  if (copy < 0) return fail("cannot take a copy of descriptor {} of process {}: {}", fd, pid, std::strerror(errno));
+  return Fd(copy);
 }
 
 mode_t current_umask() {

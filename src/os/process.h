@@ -6,6 +6,7 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "base/result.h"
 #include "os/fd.h"
@@ -35,6 +36,17 @@ void set_process_name(const char* name);
 // A pidfd: readable once the process has ended, whether or not it is our child, and never
 // confused with a later process that gets the same pid.
 Result<Fd> open_process_fd(pid_t pid);
+
+// Another process's open descriptors and what each names (the links in /proc/PID/fd): "/path",
+// "socket:[123]", ... An error when they cannot be read (no such process, not permitted).
+struct OpenDescriptor {
+  int fd = -1;
+  std::string target;
+};
+Result<std::vector<OpenDescriptor>> open_descriptors_of(pid_t pid);
+// A copy of another process's descriptor, sharing its open file description (pidfd_getfd):
+// locks taken or dropped through it are that process's too. Needs the right to ptrace it.
+Result<Fd> copy_descriptor_of(pid_t pid, int fd);
 
 // The file mode creation mask, left as it is.
 mode_t current_umask();

@@ -6,6 +6,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+
 #include <gtest/gtest.h>
 
 #include "os/fd.h"
@@ -83,6 +85,34 @@ TEST(Process, APidfdTurnsReadableWhenTheProcessEnds) {
   waitpid(child, nullptr, 0);
   EXPECT_FALSE(send_signal(child, 0).ok());  // reaped: no such process
   EXPECT_FALSE(open_process_fd(child).ok());
+}
+
+TEST(Process, FindsAnotherProcesssDescriptorAndSharesItsOpenFileDescription) {
+  char path[] = "/tmp/gpupool-process-test-XXXXXX";
+  int file = mkstemp(path);
+  ASSERT_GE(file, 0);
+  pid_t child = fork();
+  if (child == 0) {
+    pause();
+    _exit(0);
+  }
+  close(file);  // the child's copy is the only one
+  auto open = open_descriptors_of(child);
+  ASSERT_TRUE(open.ok()) << open.error().message;
+  auto it = std::find_if(open->begin(), open->end(), [&](const OpenDescriptor& d) { return d.target == path; });
+  ASSERT_NE(it, open->end());
+  auto copy = copy_descriptor_of(child, it->fd);
+  ASSERT_TRUE(copy.ok()) << copy.error().message;
+  // One description: the offset moved through the copy is the child's too.
+  ASSERT_EQ(lseek(copy->get(), 42, SEEK_SET), 42);
+  auto again = copy_descriptor_of(child, it->fd);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(lseek(again->get(), 0, SEEK_CUR), 42);
+  kill(child, SIGKILL);
+  waitpid(child, nullptr, 0);
+  unlink(path);
+  EXPECT_FALSE(open_descriptors_of(child).ok());
+  EXPECT_FALSE(copy_descriptor_of(child, it->fd).ok());
 }
 
 TEST(Process, FindsTheHomeOfRoot) {

@@ -142,8 +142,8 @@ Result<Enum> as_name_of(const json& value, const Field& field, const std::array<
 
 Result<JobState> as_state(const json& value, const Field& field) {
   return as_name_of(value, field,
-                    std::array{JobState::Queued, JobState::Held, JobState::Running, JobState::Done,
-                               JobState::Failed, JobState::Cancelled});
+                    std::array{JobState::Queued, JobState::Held, JobState::Running, JobState::Suspended,
+                               JobState::Done, JobState::Failed, JobState::Cancelled});
 }
 
 Result<WaitReason> as_wait_reason(const json& value, const Field& field) {
@@ -300,6 +300,17 @@ auto spec_of_kind(JobKind kind) {
   };
 }
 
+Result<Suspension> as_suspension(const json& value, const Field& field) {
+  TRY(require_object(value, field));
+  Suspension suspension;
+  TRY_ASSIGN(suspension.pids, defaulted(value, "pids", std::vector<pid_t>(), list_of(whole_from<pid_t>(1))));
+  TRY_ASSIGN(suspension.by, defaulted(value, "by", std::string(), as_text));
+  TRY_ASSIGN(suspension.since, defaulted(value, "since", 0.0, as_time));
+  TRY_ASSIGN(suspension.host_mib, defaulted(value, "host_mib", uint64_t{0}, whole_from<uint64_t>(0)));
+  TRY_ASSIGN(suspension.resume, defaulted(value, "resume", false, as_flag));
+  return suspension;
+}
+
 Result<Job> as_job(const json& value, const Field& field) {
   TRY(require_object(value, field));
   return job_from_json(value);
@@ -324,8 +335,11 @@ Result<Hello> hello_from_json(const json& object) {
 
 // --- requests ---
 
-constexpr std::array<std::pair<JobAction, const char*>, 3> kJobActions = {
-    {{JobAction::Cancel, "cancel"}, {JobAction::Hold, "hold"}, {JobAction::Release, "release"}}};
+constexpr std::array<std::pair<JobAction, const char*>, 5> kJobActions = {{{JobAction::Cancel, "cancel"},
+                                                                          {JobAction::Hold, "hold"},
+                                                                          {JobAction::Release, "release"},
+                                                                          {JobAction::Suspend, "suspend"},
+                                                                          {JobAction::Resume, "resume_job"}}};
 constexpr std::array<std::pair<AdminAction, const char*>, 2> kAdminActions = {
     {{AdminAction::Drain, "drain"}, {AdminAction::Resume, "resume"}}};
 constexpr std::array<std::pair<LogStream, const char*>, 2> kLogStreams = {
@@ -989,6 +1003,13 @@ nlohmann::json job_to_json(const Job& job) {
     object["array_index"] = job.array->index;
     object["array_limit"] = job.array->limit;
   }
+  if (job.suspension) {
+    object["suspension"] = {{"pids", job.suspension->pids},
+                            {"by", job.suspension->by},
+                            {"since", job.suspension->since},
+                            {"host_mib", job.suspension->host_mib},
+                            {"resume", job.suspension->resume}};
+  }
   return object;
 }
 
@@ -1023,6 +1044,7 @@ Result<Job> job_from_json(const nlohmann::json& object) {
     TRY_ASSIGN(task.limit, defaulted(object, "array_limit", 0u, whole<unsigned>(0, kMaxArrayIndex)));
     job.array = task;
   }
+  TRY_ASSIGN(job.suspension, maybe(object, "suspension", as_suspension));
   return job;
 }
 

@@ -27,7 +27,9 @@ namespace gpupool::protocol {
 
 // 2: another user's job may come with `"private": true` and without what it runs and where
 // (private_data). A daemon never sends such a job to a client of version 1.
-inline constexpr int kVersion = 2;
+// 3: a job may be `suspended` (with its `suspension`), and `suspend` and `resume` act on jobs. A
+// daemon shows a suspended job to clients of version 1 and 2 as running, its reason saying so.
+inline constexpr int kVersion = 3;
 inline constexpr int kOldestVersion = 1;  // the oldest the daemon still speaks
 inline constexpr size_t kMaxMessageBytes = 1 << 20;
 // The most jobs in one answer to `jobs`: a client pages through longer listings. The daemon
@@ -67,7 +69,7 @@ struct JobsRequest {
 struct ShowRequest {
   JobId id = 0;
 };
-enum class JobAction { Cancel, Hold, Release };
+enum class JobAction { Cancel, Hold, Release, Suspend, Resume };
 struct JobActionRequest {
   JobAction action = JobAction::Cancel;
   std::vector<JobId> ids;

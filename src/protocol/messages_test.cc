@@ -141,10 +141,10 @@ void expect_same_spec(const JobSpec& actual, const JobSpec& expected) {
 TEST(ProtocolHelloTest, HasTheDocumentedShapeAndRoundTrips) {
   Hello hello{kVersion, "gpupool 0.1.0", ""};
   const std::string line = encode(hello);
-  EXPECT_EQ(line, R"({"hello":"gpupool","protocol":2,"software":"gpupool 0.1.0","user":""})");
+  EXPECT_EQ(line, R"({"hello":"gpupool","protocol":3,"software":"gpupool 0.1.0","user":""})");
   auto parsed = parse_hello(line);
   ASSERT_TRUE(parsed.ok()) << parsed.error().message;
-  EXPECT_EQ(parsed->protocol, 2);
+  EXPECT_EQ(parsed->protocol, 3);
   EXPECT_EQ(parsed->software, "gpupool 0.1.0");
   EXPECT_EQ(parsed->user, "");
 
@@ -523,7 +523,7 @@ TEST(ProtocolRequestTest, EveryValidationErrorNamesTheField) {
       {R"({"op":"jobs","all":"yes"})", "'all' must be true or false"},
       {R"({"op":"jobs","user":7})", "'user' must be a string"},
       {R"({"op":"jobs","state":"sleeping"})",
-       "'state' must be queued, held, running, done, failed or cancelled"},
+       "'state' must be queued, held, running, suspended, done, failed or cancelled"},
       {R"({"op":"jobs","limit":0})", "'limit' must be a whole number from 1 to 1000"},
       {R"({"op":"jobs","limit":1001})", "'limit' must be a whole number from 1 to 1000"},
       {R"({"op":"jobs","limit":"10"})", "'limit' must be a whole number from 1 to 1000"},

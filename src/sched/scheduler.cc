@@ -250,7 +250,7 @@ Result<void> Scheduler::admissible(const JobRequest& request) const {
 
 Result<void> Scheduler::submit(const JobRequest& request, double now) {
   TRY(admissible(request));
-  if (queued_.contains(request.id) || running_.contains(request.id)) {
+  if (queued_.contains(request.id) || running_.contains(request.id) || suspended_.contains(request.id)) {
     return fail("job {} is already submitted", request.id);
   }
   account_usage(now);
@@ -268,7 +268,30 @@ void Scheduler::enqueue(const QueuedJob& job) {
   if (!request.time_limit_s) ++users_[job.user].queued_without_limit;
 }
 
+Result<void> Scheduler::suspend(JobId id, double now) {
+  auto job = running_.find(id);
+  if (job == running_.end()) return fail("job {} is not running", id);
+  if (job->second.request.gpus.mig) return fail("job {} holds a MIG device, which cannot be resumed on", id);
+  account_usage(now);
+  QueuedJob kept = job->second;
+  // Its processes' state refers to these GPUs: it resumes on them.
+  kept.request.gpus.allowed = job->second.gpus;
+  kept.request.gpus.excluded.clear();
+  release(job);
+  suspended_.emplace(id, std::move(kept));
+  return {};
+}
+
+Result<void> Scheduler::resume(JobId id) {
+  auto job = suspended_.find(id);
+  if (job == suspended_.end()) return fail("job {} is not suspended", id);
+  enqueue(job->second);
+  suspended_.erase(job);
+  return {};
+}
+
 Result<void> Scheduler::remove(JobId id) {
+  if (suspended_.erase(id) > 0) return {};
   auto where = queued_.find(id);
   if (where == queued_.end()) return fail("job {} is not queued", id);
   auto [group, arrival] = where->second;

@@ -107,12 +107,18 @@ class Scheduler {
   std::vector<JobStart> schedule(double now);
 
   // The daemon's needs beyond the simulator's:
-  // Takes a queued job out of the queue (cancelled, held); an error when it is not queued.
+  // Takes a queued (or suspended) job out (cancelled, held); an error when it is neither.
   Result<void> remove(JobId id);
   // Puts a job that was returned by schedule() back in the queue with its original place
   // (its GPUs turned out to be taken by someone outside the scheduler); its GPUs are free.
   // An error when it is not running.
   Result<void> requeue(JobId id, double now);
+  // A running job suspended at `now` (docs/suspend.md): its GPUs are free, its user's fair share
+  // stops growing, and it keeps its request and its place for resume(), which queues it again
+  // for the GPUs it ran on. remove() forgets it. An error when it is not running, or holds a MIG
+  // device.
+  Result<void> suspend(JobId id, double now);
+  Result<void> resume(JobId id);
   // Records a job that is already running on `gpus` since `start_s` (adopted after a daemon
   // restart); it is not subject to quotas, which it may exceed, and counts towards its user's
   // fair share from `start_s`. An error when its id is known, a GPU index is out of range or
@@ -238,6 +244,7 @@ class Scheduler {
   std::multiset<double> queued_limits_;
   uint64_t arrivals_ = 0;
   std::unordered_map<JobId, RunningJob> running_;
+  std::unordered_map<JobId, QueuedJob> suspended_;
   std::unordered_map<JobId, unsigned> array_running_;  // running tasks by array id
   std::optional<Reservation> reservation_;
   double last_accounted_s_ = 0;

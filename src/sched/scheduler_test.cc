@@ -149,6 +149,41 @@ TEST(SchedulerTest, JobsOffTheReservedGpusMayRunLonger) {
   EXPECT_EQ(std::count(reserved.begin(), reserved.end(), starts[0].gpus[0]), 0);
 }
 
+TEST(SchedulerTest, ASuspendedJobFreesItsGpusAndResumesOnThemAtItsOldPlace) {
+  Scheduler s = make_scheduler(2, Policy::Gpupool);
+  ASSERT_TRUE(s.submit(job(1, 1), 0).ok());
+  auto first = s.schedule(0);
+  ASSERT_EQ(ids(first), std::vector<JobId>{1});
+  unsigned its_gpu = first[0].gpus[0];
+  ASSERT_TRUE(s.suspend(1, 10).ok());
+  EXPECT_FALSE(s.suspend(1, 10).ok());
+  EXPECT_DOUBLE_EQ(s.held_gpus("u"), 0);
+  // Its GPU goes to others meanwhile.
+  ASSERT_TRUE(s.submit(job(2, 2), 20).ok());
+  EXPECT_EQ(ids(s.schedule(20)), std::vector<JobId>{2});
+  EXPECT_FALSE(s.submit(job(1, 1), 20).ok());  // known: suspended
+  ASSERT_TRUE(s.resume(1).ok());
+  EXPECT_FALSE(s.resume(1).ok());
+  ASSERT_TRUE(s.submit(job(3, 1), 30).ok());
+  EXPECT_TRUE(s.schedule(30).empty());
+  ASSERT_TRUE(s.finish(2, 40).ok());
+  // Its place comes before job 3's, and only its own GPU will do.
+  auto resumed = s.schedule(40);
+  ASSERT_EQ(ids(resumed), (std::vector<JobId>{1, 3}));
+  EXPECT_EQ(resumed[0].gpus, std::vector<unsigned>{its_gpu});
+}
+
+TEST(SchedulerTest, ASuspendedJobIsForgottenWhenRemoved) {
+  Scheduler s = make_scheduler(1, Policy::Gpupool);
+  ASSERT_TRUE(s.submit(job(1, 1), 0).ok());
+  s.schedule(0);
+  ASSERT_TRUE(s.suspend(1, 5).ok());
+  ASSERT_TRUE(s.remove(1).ok());
+  EXPECT_FALSE(s.resume(1).ok());
+  ASSERT_TRUE(s.submit(job(2, 1), 6).ok());
+  EXPECT_EQ(ids(s.schedule(6)), std::vector<JobId>{2});
+}
+
 TEST(SchedulerTest, PriorityThenFairShareThenArrival) {
   Scheduler s = make_scheduler(1, Policy::Gpupool);
   ASSERT_TRUE(s.submit(job(1, 1, 10, "heavy"), 0).ok());

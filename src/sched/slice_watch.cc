@@ -4,19 +4,13 @@
 
 #include <fmt/format.h>
 
+#include "jobs/job_text.h"
+
 namespace gpupool {
 namespace {
 
 // Deeper process trees than this are not followed: a loop in a stale /proc reading ends here.
 constexpr int kMaxAncestors = 64;
-
-// "20", "31.2": GiB to one decimal, without a trailing ".0". Rounded down, so a use just past
-// the slice never reads as the slice itself.
-std::string gib_text(uint64_t mib) {
-  double tenths = std::floor(static_cast<double>(mib) * 10 / 1024);
-  if (std::fmod(tenths, 10) == 0) return fmt::format("{:.0f}", tenths / 10);
-  return fmt::format("{:.1f}", tenths / 10);
-}
 
 }  // namespace
 

@@ -26,6 +26,7 @@
 #include "gpu/field_values.h"
 #include "gpu/gpm_metrics.h"
 #include "nvml/nvml_api.h"
+#include "sim/fake_cuda_state.h"
 #include "sim/fake_nvml_simulator.h"
 #include "sim/fixture.h"
 
@@ -178,7 +179,9 @@ nvmlReturn_t memory_info(nvmlDevice_t device, nvmlMemory_t* memory) {
   });
 }
 
-// Lists the processes of one kind; compute+graphics processes appear in both lists.
+// Lists the processes of one kind; compute+graphics processes appear in both lists. A process the
+// simulated CUDA driver checkpointed is left out, here and in the utilisation samples: the real
+// driver frees its GPU memory and contexts, and NVML then lists it nowhere.
 // `mps_clients_only`: nvmlDeviceGetMPSComputeRunningProcesses, the compute processes that are
 // clients of an MPS server.
 template <typename Record>
@@ -188,6 +191,7 @@ nvmlReturn_t running_processes(nvmlDevice_t device, unsigned* count, Record* inf
     if (count == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
     std::vector<const FixtureProcess*> listed;
     for (const FixtureProcess& process : query.gpu.processes) {
+      if (is_checkpointed(static_cast<int>(process.pid))) continue;
       if ((process.kind == kind || process.kind == ProcessKind::ComputeAndGraphics) &&
           (!mps_clients_only || process.mps_client))
         listed.push_back(&process);
@@ -224,7 +228,9 @@ nvmlReturn_t process_utilization(nvmlDevice_t device, nvmlProcessUtilizationSamp
         std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch())
             .count());
     for (const FixtureProcess& process : query.gpu.processes) {
-      if (process.sm_utilization > 0) taken.push_back({process.pid, now_us, process.sm_utilization, 0, 0, 0});
+      if (process.sm_utilization > 0 && !is_checkpointed(static_cast<int>(process.pid))) {
+        taken.push_back({process.pid, now_us, process.sm_utilization, 0, 0, 0});
+      }
     }
     if (taken.empty()) return NVML_ERROR_NOT_FOUND;
     if (samples == nullptr || *count < taken.size()) {

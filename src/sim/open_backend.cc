@@ -17,11 +17,17 @@ std::vector<std::string> fixture_search_dirs() {
 
 namespace {
 
+// GPUPOOL_SIM, unless GPUPOOL_NVML_LIBRARY names the NVML library to load; "" when neither.
+std::string simulated_machine() {
+  if (!environment_variable("GPUPOOL_NVML_LIBRARY").value_or("").empty()) return "";
+  return environment_variable("GPUPOOL_SIM").value_or("");
+}
+
 Result<NvmlSource> nvml_source() {
   if (std::string library = environment_variable("GPUPOOL_NVML_LIBRARY").value_or(""); !library.empty()) {
     return NvmlSource{.libraries = {library}, .simulated_machine = ""};
   }
-  if (std::string sim = environment_variable("GPUPOOL_SIM").value_or(""); !sim.empty()) {
+  if (std::string sim = simulated_machine(); !sim.empty()) {
     // Read here for its name and its library generation; the simulated library finds the same
     // fixture by the same search (GPUPOOL_FIXTURE_DIR, then beside itself).
     TRY_ASSIGN(std::string path, sim::locate_fixture(sim, fixture_search_dirs()));
@@ -38,6 +44,11 @@ Result<NvmlSource> nvml_source() {
 Result<std::unique_ptr<GpuBackend>> open_gpu_backend() {
   TRY_ASSIGN(NvmlSource source, nvml_source());
   return open_nvml_backend(source);
+}
+
+CheckpointProgram checkpoint_program() {
+  if (simulated_machine().empty()) return CheckpointProgram{};
+  return CheckpointProgram{.library = private_library_directory() + "/sim/libcuda.so.1"};
 }
 
 Result<std::unique_ptr<GpuBackend>> open_pool_backend() {

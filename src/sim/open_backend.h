@@ -10,6 +10,7 @@
 
 #include "base/result.h"
 #include "gpu/gpu_backend.h"
+#include "gpu/process_checkpoint.h"
 
 namespace gpupool {
 
@@ -24,6 +25,10 @@ Result<std::unique_ptr<GpuBackend>> open_gpu_backend();
 // that lease GPUs; the commands that describe the hardware (list, topo, resolve) look at the
 // whole machine.
 Result<std::unique_ptr<GpuBackend>> open_pool_backend();
+
+// The CUDA driver that suspends and resumes jobs (gpu/process_checkpoint.h): the simulated
+// libcuda.so.1 beside the simulated NVML where open_gpu_backend loads that, else the system's.
+CheckpointProgram checkpoint_program();
 
 // Directories searched for fixtures by name: $GPUPOOL_FIXTURE_DIR, then share/gpupool/fixtures
 // beside the executable. The simulated library searches the same way from where it lies.

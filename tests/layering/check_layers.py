@@ -45,8 +45,13 @@ OS_EXCEPTIONS = {
     # other processes and links none of gpupool's libraries above the fixtures.
     'sim/fake_nvml.cc',
     'sim/fake_nvml_simulator.cc',
-    # The CUDA driver probe is built on GPU machines with a bare compiler and depends on nothing.
+    # The simulated libcuda.so.1 likewise, and the state files it shares with the simulated NVML.
+    'sim/fake_cuda.cc',
+    'sim/fake_cuda_state.cc',
+    # The CUDA driver probe and checkpoint helper are built on GPU machines with a bare compiler
+    # and depend on nothing.
     'gpu/cuda_probe_main.cc',
+    'gpu/cuda_checkpoint_main.cc',
 }
 
 

@@ -1,0 +1,153 @@
+"""The `suspend` step of scripts/device/verify: `gpupool suspend` and `resume` on the real CUDA
+driver (its checkpoint API), with torch.
+
+For each size (8, 32 and, where the GPU has the memory, 100 GiB): a batch job fills that much of
+its GPU with seeded random values and sums them; `gpupool suspend` must free that memory on the
+GPU (nvidia-smi's memory.used, and the process gone from --query-compute-apps); another torch job
+then runs on the same GPU and ends; `gpupool resume` restores the first, which sums its values
+again and exits 0 only if they are the same. On the first size, `resume` is asked while the other
+job still holds the GPU: the suspended job must wait its turn, then resume. Suspend and resume
+times against size go to OUT/suspend.json and the summary.
+"""
+import json
+import os
+import subprocess
+import time
+
+from verify_steps import PLAIN
+
+# argv: GiB, a file for the first sum, a file that says "go on", a file for the second sum.
+HOLDER = """
+import os, sys, time, torch
+gib = int(sys.argv[1])
+torch.manual_seed(7)
+values = torch.randint(0, 2 ** 31 - 1, (gib << 28,), dtype=torch.int32, device='cuda')
+def checksum():
+    return sum(int(chunk.sum(dtype=torch.int64)) for chunk in values.split(1 << 26))
+first = checksum()
+open(sys.argv[2], 'w').write(str(first))
+while not os.path.exists(sys.argv[3]):
+    time.sleep(0.05)
+second = checksum()
+open(sys.argv[4], 'w').write(str(second))
+sys.exit(0 if first == second else 3)
+"""
+# Another job on the GPU while the first is suspended: 4 GiB, a matmul, then waits for argv[1].
+OTHER = """
+import os, sys, time, torch
+x = torch.ones(1 << 30, device='cuda'); a = torch.randn(4096, 4096, device='cuda'); (a @ a).sum().item()
+while not os.path.exists(sys.argv[1]):
+    time.sleep(0.05)
+"""
+
+
+def gpu_memory_mib(index):
+    out = subprocess.run(["nvidia-smi", "-i", str(index), "--query-gpu=memory.used,memory.total",
+                          "--format=csv,noheader,nounits"], capture_output=True, text=True).stdout
+    used, total = (int(v) for v in out.strip().split(","))
+    return used, total
+
+
+def listed_pids():
+    out = subprocess.run(["nvidia-smi", "--query-compute-apps=pid", "--format=csv,noheader"],
+                         capture_output=True, text=True).stdout
+    return {int(line) for line in out.split() if line.strip().isdigit()}
+
+
+def wait_file(path, timeout):
+    deadline = time.monotonic() + timeout
+    while not os.path.exists(path):
+        if time.monotonic() > deadline:
+            return None
+        time.sleep(0.1)
+    with open(path) as f:
+        return f.read().strip()
+
+
+def one_size(s, d, gib, busy_resume):
+    tag = f"{gib} GiB"
+    paths = {name: d.path(f"{gib}-{name}") for name in ("first", "go", "second", "other-go")}
+    job = d.submit("--name", f"hold{gib}", "--", *PLAIN, "python3", "-c", HOLDER, str(gib), paths["first"],
+                   paths["go"], paths["second"])
+    gpu = d.wait_state(job, "running", timeout=60)["gpus"][0]
+    first = wait_file(paths["first"], 300)
+    if first is None:
+        s.check(f"suspend {tag}: the job filled its GPU", False, d.gp("logs", "-e", str(job)).stdout[-400:])
+        return None
+    d.wait_for_samples(2)
+    used_before, total = gpu_memory_mib(gpu)
+    began = time.monotonic()
+    suspended = d.gp("suspend", str(job), timeout=900)
+    suspend_s = time.monotonic() - began
+    print(f"$ gpupool suspend {job}  -> exit {suspended.returncode}\n{suspended.stdout}{suspended.stderr}", flush=True)
+    shown = d.show(job)
+    used_during, _ = gpu_memory_mib(gpu)
+    pid_gone = not (set(shown.get("suspension", {}).get("pids", [])) & listed_pids())
+    s.check(f"suspend {tag}: suspended, its GPU memory freed",
+            suspended.returncode == 0 and shown["state"] == "suspended" and used_before - used_during >= gib * 1024 * 0.9
+            and pid_gone,
+            f"{suspend_s:.2f} s; GPU {gpu} memory.used {used_before} -> {used_during} MiB of {total}; "
+            f"process listed: {not pid_gone}; {suspended.stdout.strip() or suspended.stderr.strip()}")
+    if suspended.returncode != 0:
+        open(paths["go"], "w").close()
+        d.finish(job, timeout=300)
+        return None
+
+    other = d.submit("--name", f"other{gib}", "--", *PLAIN, "python3", "-c", OTHER, paths["other-go"])
+    other_gpu = d.wait_state(other, "running", timeout=60)["gpus"][0]
+    if busy_resume:
+        waiting = d.gp("resume", str(job), "--no-wait")
+        d.wait_for_samples(3)
+        state = d.show(job)
+        s.check(f"resume {tag} while GPU {gpu} is busy: waits its turn",
+                other_gpu != gpu or (waiting.returncode == 0 and state["state"] == "suspended"),
+                f"other job on GPU {other_gpu}; {state['state']}: {state['reason']}")
+        began = time.monotonic()
+        open(paths["other-go"], "w").close()
+        d.finish(other, timeout=120)
+        resumed = d.wait_state(job, "running", timeout=900)
+        resume_s = time.monotonic() - began
+        resume_ok = resumed["state"] == "running"
+    else:
+        open(paths["other-go"], "w").close()
+        other_end = d.finish(other, timeout=120)[0]
+        s.check(f"suspend {tag}: another job ran on GPU {gpu} meanwhile", other_gpu == gpu and other_end["state"] == "done",
+                f"other job on GPU {other_gpu}: {other_end['state']}")
+        began = time.monotonic()
+        resumed_proc = d.gp("resume", str(job), timeout=900)
+        resume_s = time.monotonic() - began
+        print(f"$ gpupool resume {job}  -> exit {resumed_proc.returncode}\n{resumed_proc.stdout}{resumed_proc.stderr}",
+              flush=True)
+        resume_ok = resumed_proc.returncode == 0
+    used_after, _ = gpu_memory_mib(gpu)
+    open(paths["go"], "w").close()
+    ended = d.finish(job, timeout=300)[0]
+    second = wait_file(paths["second"], 5)
+    s.check(f"resume {tag}: restored, its values intact, it ends done",
+            resume_ok and ended["state"] == "done" and ended["exit_code"] == 0 and first == second,
+            f"{resume_s:.2f} s; memory.used back to {used_after} MiB; sums {first} / {second}; "
+            f"{ended['state']} exit {ended['exit_code']} {ended['reason']}")
+    return {"gib": gib, "gpu": gpu, "suspend_s": round(suspend_s, 2), "resume_s": round(resume_s, 2),
+            "memory_used_mib": [used_before, used_during, used_after], "values_intact": first == second}
+
+
+def step_suspend(s):
+    config = "[daemon]\nsample_interval_s = 1.0\n"
+    rows = []
+    with s.daemon(config) as d:
+        d.protocol = 3
+        _, total = gpu_memory_mib(0)
+        sizes = [gib for gib in s.args.sizes if gib * 1024 + 6000 < total]
+        for gib in s.args.sizes:
+            if gib not in sizes:
+                s.result("SKIP", f"suspend {gib} GiB", f"the GPU has {total} MiB")
+        for i, gib in enumerate(sizes):
+            row = one_size(s, d, gib, busy_resume=i == 0)
+            if row:
+                rows.append(row)
+        events = [json.loads(line) for line in d.gp("events", "--json").stdout.splitlines()]
+        print("events:", [(e["kind"], e["job"], e["detail"]) for e in events if "suspend" in e["kind"] or
+                          e["kind"] == "job_resumed"], flush=True)
+    with open(os.path.join(s.args.out, "suspend.json"), "w") as f:
+        json.dump(rows, f, indent=1)
+    print(json.dumps(rows, indent=1), flush=True)

@@ -1,0 +1,195 @@
+#include "jobs/suspension.h"
+
+#include <fmt/format.h>
+
+namespace gpupool {
+
+const char* to_string(CheckpointStep step) {
+  switch (step) {
+    case CheckpointStep::Lock: return "lock";
+    case CheckpointStep::Checkpoint: return "checkpoint";
+    case CheckpointStep::Restore: return "restore";
+    case CheckpointStep::Unlock: return "unlock";
+  }
+  return "unknown";
+}
+
+const char* to_string(ProcessCheckpointState state) {
+  switch (state) {
+    case ProcessCheckpointState::Running: return "running";
+    case ProcessCheckpointState::Locked: return "locked";
+    case ProcessCheckpointState::Checkpointed: return "checkpointed";
+    case ProcessCheckpointState::Failed: return "failed";
+    case ProcessCheckpointState::Unknown: return "unknown";
+  }
+  return "unknown";
+}
+
+ProcessCheckpointState parse_process_checkpoint_state(std::string_view text) {
+  for (auto state : {ProcessCheckpointState::Running, ProcessCheckpointState::Locked,
+                     ProcessCheckpointState::Checkpointed, ProcessCheckpointState::Failed}) {
+    if (text == to_string(state)) return state;
+  }
+  return ProcessCheckpointState::Unknown;
+}
+
+const char* to_string(SuspensionPhase phase) {
+  switch (phase) {
+    case SuspensionPhase::Locking: return "locking";
+    case SuspensionPhase::Checkpointing: return "checkpointing";
+    case SuspensionPhase::Checkpointed: return "checkpointed";
+    case SuspensionPhase::Suspended: return "suspended";
+    case SuspensionPhase::Restoring: return "restoring";
+    case SuspensionPhase::Unlocking: return "unlocking";
+    case SuspensionPhase::Undoing: return "undoing";
+  }
+  return "unknown";
+}
+
+bool CheckpointOutcome::ok(size_t expected) const {
+  if (error || pids.size() != expected) return false;
+  for (const CheckpointPidOutcome& pid : pids) {
+    if (pid.result != "ok") return false;
+  }
+  return true;
+}
+
+std::string CheckpointOutcome::failure() const {
+  if (error) return *error;
+  for (const CheckpointPidOutcome& pid : pids) {
+    if (pid.result != "ok") return fmt::format("pid {}: {}", pid.pid, pid.result);
+  }
+  return "";
+}
+
+double CheckpointOutcome::seconds() const {
+  double total = 0;
+  for (const CheckpointPidOutcome& pid : pids) total += pid.seconds;
+  return total;
+}
+
+SuspensionSteps::SuspensionSteps(SuspensionPhase phase, std::vector<pid_t> pids, ProcessCheckpointState state)
+    : phase_(phase), pids_(std::move(pids)), called_(pids_.size()) {
+  for (pid_t pid : pids_) states_[pid] = state;
+}
+
+SuspensionSteps SuspensionSteps::suspend(std::vector<pid_t> pids) {
+  return SuspensionSteps(SuspensionPhase::Locking, std::move(pids), ProcessCheckpointState::Running);
+}
+
+SuspensionSteps SuspensionSteps::suspended(std::vector<pid_t> pids) {
+  return SuspensionSteps(SuspensionPhase::Suspended, std::move(pids), ProcessCheckpointState::Checkpointed);
+}
+
+SuspensionMove SuspensionSteps::first_call() const {
+  return SuspensionMove{SuspensionMove::Kind::Call,
+                        phase_ == SuspensionPhase::Restoring ? CheckpointStep::Restore : CheckpointStep::Lock, pids_,
+                        ""};
+}
+
+SuspensionMove SuspensionSteps::call(CheckpointStep step, std::vector<pid_t> pids) {
+  called_ = pids.size();
+  return SuspensionMove{SuspensionMove::Kind::Call, step, std::move(pids), ""};
+}
+
+Result<SuspensionMove> SuspensionSteps::resume() {
+  if (phase_ != SuspensionPhase::Suspended) return fail("it is {}, not suspended", to_string(phase_));
+  phase_ = SuspensionPhase::Restoring;
+  called_ = pids_.size();
+  return first_call();
+}
+
+void SuspensionSteps::note(const CheckpointOutcome& outcome) {
+  // A state the driver did not report is taken to be what it was: a refused call changes nothing.
+  for (const CheckpointPidOutcome& reached : outcome.pids) {
+    if (states_.count(reached.pid) > 0 && reached.state != ProcessCheckpointState::Unknown) {
+      states_[reached.pid] = reached.state;
+    }
+  }
+}
+
+std::vector<pid_t> SuspensionSteps::in_state(ProcessCheckpointState state) const {
+  std::vector<pid_t> found;
+  for (pid_t pid : pids_) {
+    if (states_.at(pid) == state) found.push_back(pid);
+  }
+  return found;
+}
+
+SuspensionMove SuspensionSteps::on_outcome(const CheckpointOutcome& outcome) {
+  note(outcome);
+  const bool ok = outcome.ok(called_);
+  switch (phase_) {
+    case SuspensionPhase::Locking:
+      if (ok) {
+        phase_ = SuspensionPhase::Checkpointing;
+        return call(CheckpointStep::Checkpoint, pids_);
+      }
+      failure_ = fmt::format("lock failed: {}", outcome.failure());
+      phase_ = SuspensionPhase::Undoing;
+      return undo_move();
+    case SuspensionPhase::Checkpointing:
+      if (ok) {
+        phase_ = SuspensionPhase::Checkpointed;
+        return SuspensionMove{SuspensionMove::Kind::Suspended, CheckpointStep::Checkpoint, {}, ""};
+      }
+      failure_ = fmt::format("checkpoint failed: {}", outcome.failure());
+      phase_ = SuspensionPhase::Undoing;
+      return undo_move();
+    case SuspensionPhase::Undoing:
+      if (!ok) {
+        return SuspensionMove{SuspensionMove::Kind::Broken, CheckpointStep::Lock, {},
+                              fmt::format("{}, and undoing it failed: {}", failure_, outcome.failure())};
+      }
+      return undo_move();
+    case SuspensionPhase::Restoring:
+      if (ok) {
+        phase_ = SuspensionPhase::Unlocking;
+        return call(CheckpointStep::Unlock, pids_);
+      }
+      return SuspensionMove{SuspensionMove::Kind::Broken, CheckpointStep::Restore, {},
+                            fmt::format("restore failed: {}", outcome.failure())};
+    case SuspensionPhase::Unlocking:
+      if (ok) return SuspensionMove{SuspensionMove::Kind::Resumed, CheckpointStep::Unlock, {}, ""};
+      return SuspensionMove{SuspensionMove::Kind::Broken, CheckpointStep::Unlock, {},
+                            fmt::format("unlock failed: {}", outcome.failure())};
+    case SuspensionPhase::Checkpointed:
+    case SuspensionPhase::Suspended:
+      break;
+  }
+  return SuspensionMove{SuspensionMove::Kind::Broken, CheckpointStep::Lock, {},
+                        fmt::format("a checkpoint call ended while {}", to_string(phase_))};
+}
+
+SuspensionMove SuspensionSteps::undo_move() {
+  // Restore before unlock: a checkpointed process must get its GPU memory back before it may run.
+  if (auto checkpointed = in_state(ProcessCheckpointState::Checkpointed); !checkpointed.empty()) {
+    return call(CheckpointStep::Restore, checkpointed);
+  }
+  if (auto locked = in_state(ProcessCheckpointState::Locked); !locked.empty()) {
+    return call(CheckpointStep::Unlock, locked);
+  }
+  // A process the driver reports failed (or in a state it did not say) cannot be trusted to run on.
+  for (pid_t pid : pids_) {
+    if (states_.at(pid) != ProcessCheckpointState::Running) {
+      return SuspensionMove{SuspensionMove::Kind::Broken, CheckpointStep::Lock, {},
+                            fmt::format("{}, and pid {} is left {}", failure_, pid, to_string(states_.at(pid)))};
+    }
+  }
+  return SuspensionMove{SuspensionMove::Kind::Undone, CheckpointStep::Lock, {}, failure_};
+}
+
+Result<SuspensionMove> SuspensionSteps::not_freed(std::string why) {
+  if (phase_ != SuspensionPhase::Checkpointed) return fail("it is {}, not checkpointed", to_string(phase_));
+  failure_ = std::move(why);
+  phase_ = SuspensionPhase::Undoing;
+  return undo_move();
+}
+
+Result<void> SuspensionSteps::freed() {
+  if (phase_ != SuspensionPhase::Checkpointed) return fail("it is {}, not checkpointed", to_string(phase_));
+  phase_ = SuspensionPhase::Suspended;
+  return {};
+}
+
+}  // namespace gpupool

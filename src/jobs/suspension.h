@@ -1,0 +1,119 @@
+// The steps of suspending and resuming a job's GPU processes through the CUDA driver's
+// checkpoint API (docs/suspend.md), as pure logic: the outcome of each call in, the next call
+// out. No driver, no process: the daemon runs the calls (gpupool-cuda-checkpoint) and hands
+// their outcomes here, so every failure path is tested without a GPU (suspension_test.cc).
+//
+// Suspending: lock every process (each then blocks at its next CUDA call), then checkpoint every
+// one (its GPU memory goes to host memory and its GPU is released). Resuming: restore every one,
+// then unlock it. A failure while suspending is undone (restore what was checkpointed, unlock
+// what was locked) so the job runs on as before; a failure that cannot be undone, or one while
+// resuming, leaves processes that cannot go on, and the job is to be ended.
+#pragma once
+
+#include <sys/types.h>
+
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "base/result.h"
+
+namespace gpupool {
+
+enum class CheckpointStep { Lock, Checkpoint, Restore, Unlock };
+const char* to_string(CheckpointStep step);
+
+// A process's checkpoint state as the driver reports it (cuCheckpointProcessGetState).
+enum class ProcessCheckpointState { Running, Locked, Checkpointed, Failed, Unknown };
+const char* to_string(ProcessCheckpointState state);
+ProcessCheckpointState parse_process_checkpoint_state(std::string_view text);  // Unknown for anything else
+
+// What one call on a list of processes did: the processes it reached, in order, each with the
+// driver's answer and its state after the call. It stops at the first failure.
+struct CheckpointPidOutcome {
+  pid_t pid = 0;
+  std::string result;  // "ok", or the driver's error ("CUDA_ERROR_NOT_SUPPORTED")
+  ProcessCheckpointState state = ProcessCheckpointState::Unknown;
+  double seconds = 0;
+  friend bool operator==(const CheckpointPidOutcome&, const CheckpointPidOutcome&) = default;
+};
+struct CheckpointOutcome {
+  std::vector<CheckpointPidOutcome> pids;
+  // Set when the call could not be made at all ("the CUDA driver has no checkpoint API", the
+  // helper timed out): no process was reached, as far as anyone knows.
+  std::optional<std::string> error = std::nullopt;
+
+  bool ok(size_t expected) const;
+  // "pid 123: CUDA_ERROR_NOT_SUPPORTED", or the error; empty when it went well.
+  std::string failure() const;
+  double seconds() const;  // of every call together
+};
+
+enum class SuspensionPhase {
+  Locking,        // suspend: lock calls under way
+  Checkpointing,  // suspend: checkpoint calls under way
+  Checkpointed,   // every process checkpointed; its GPUs are let go once a sample shows them free
+  Suspended,      // holds no GPU
+  Restoring,      // resume: restore calls under way (its GPUs are held again)
+  Unlocking,      // resume: unlock calls under way
+  Undoing,        // a suspend that failed, being undone
+};
+const char* to_string(SuspensionPhase phase);
+
+// What to do after an outcome.
+struct SuspensionMove {
+  enum class Kind {
+    Call,       // make `call` on `pids`
+    Suspended,  // every process checkpointed: confirm the GPUs are free, then let them go
+    Resumed,    // every process restored and unlocked: the job runs again
+    Undone,     // the failed suspend is undone: the job runs on as before, `why` it was not suspended
+    Broken,     // processes left unable to go on: the job is to be ended, `why`
+  };
+  Kind kind = Kind::Call;
+  CheckpointStep call = CheckpointStep::Lock;
+  std::vector<pid_t> pids;
+  std::string why;
+};
+
+// One job's suspension, from the first lock to its resumption.
+class SuspensionSteps {
+ public:
+  // A suspend of these processes, all running: the first move locks them.
+  static SuspensionSteps suspend(std::vector<pid_t> pids);
+  // A job found suspended (a restarted daemon): the processes checkpointed.
+  static SuspensionSteps suspended(std::vector<pid_t> pids);
+
+  SuspensionPhase phase() const { return phase_; }
+  const std::vector<pid_t>& pids() const { return pids_; }
+  // The call that starts the phase: lock (after suspend()) or restore (after resume()).
+  SuspensionMove first_call() const;
+  // Resuming a suspended job: its GPUs are held again; the first move restores the processes.
+  Result<SuspensionMove> resume();
+  // The outcome of the call last asked for.
+  SuspensionMove on_outcome(const CheckpointOutcome& outcome);
+  // The GPUs did not show the checkpointed processes gone (`why`): the suspend is undone.
+  Result<SuspensionMove> not_freed(std::string why);
+  // The GPUs showed them gone, and were let go.
+  Result<void> freed();
+
+ private:
+  SuspensionSteps(SuspensionPhase phase, std::vector<pid_t> pids, ProcessCheckpointState state);
+
+  // Records the states the outcome reports.
+  void note(const CheckpointOutcome& outcome);
+  // The next call of an undo, or its end.
+  SuspensionMove undo_move();
+  std::vector<pid_t> in_state(ProcessCheckpointState state) const;
+  // A call on `pids`, whose outcome is complete when it reached them all.
+  SuspensionMove call(CheckpointStep step, std::vector<pid_t> pids);
+
+  SuspensionPhase phase_;
+  std::vector<pid_t> pids_;
+  std::map<pid_t, ProcessCheckpointState> states_;
+  std::string failure_;  // what an undo is undoing
+  size_t called_ = 0;    // how many processes the call under way was for
+};
+
+}  // namespace gpupool

@@ -1,0 +1,200 @@
+#!/usr/bin/env python3
+"""Suspend and resume (docs/suspend.md): gpupoold checkpoints a running job's GPU processes through
+the CUDA driver's checkpoint API (here the simulated libcuda.so.1, whose per-process states are
+files in GPUPOOL_SIM_CUDA_STATE), lets its GPU go to another job, and restores it there once the
+GPU is free; what the driver refuses is undone, or ends the job with the driver's error; a
+restarted daemon keeps a suspended job."""
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import unittest
+
+from harness import Daemon, main, until_exists, wait_until
+from test_monitoring import write_overlay
+
+GPU_MIB = 9316  # what the 8 GiB PyTorch process of the H200 runs listed
+
+
+class SuspendTest(unittest.TestCase):
+    def setUp(self):
+        self.scratch = tempfile.mkdtemp(prefix="gpupool-suspend-")
+        self.overlay = os.path.join(self.scratch, "overlay.json")
+        self.cuda = os.path.join(self.scratch, "cuda")
+        os.mkdir(self.cuda)
+        write_overlay(self.overlay, {})
+
+    def tearDown(self):
+        shutil.rmtree(self.scratch, ignore_errors=True)
+
+    def daemon(self, config=""):
+        # One GPU: another job can only run while the first is suspended.
+        d = Daemon(sim="h200-1", config=config,
+                   env={"GPUPOOL_SIM_STATE": self.overlay, "GPUPOOL_SIM_CUDA_STATE": self.cuda})
+        d.protocol = 3  # which knows the suspended state
+        return d
+
+    def driver_state(self, pid):
+        return _read(os.path.join(self.cuda, str(pid))) or "running"
+
+    def fail_next(self, step, code="801"):
+        with open(os.path.join(self.cuda, f"fail-{step}"), "w") as f:
+            f.write(code)
+
+    def gpu_job(self, d, name):
+        """A job whose process the simulated GPU lists with GPU_MIB, running until `name`-go exists;
+        returns (id, pid) once the daemon has sampled the process on the GPU."""
+        job = d.enqueue(["sh", "-c", f"echo $$ > {d.path(name)}.pid; {until_exists(d.path(name + '-go'))}"], name=name)
+        d.wait_state(job, "running")
+        pid = int(wait_until(lambda: _read(d.path(f"{name}.pid")), what=f"{name}'s pid"))
+        # Only the process: the simulated GPU's memory in use would stay while it is checkpointed.
+        write_overlay(self.overlay, {0: {"processes": [{"pid": pid, "used_memory_mib": GPU_MIB, "kind": "compute"}]}})
+        d.wait_for_samples(2)
+        return job, pid
+
+    def events(self, d, job):
+        return [(e["kind"], e["detail"]) for e in
+                map(json.loads, d.gp("events", "--job", str(job), "--json", check=True).stdout.splitlines())
+                if e["kind"].startswith("job_suspend") or e["kind"] == "job_resumed"]
+
+    def test_a_suspended_job_lets_another_use_its_gpu_and_resumes_intact(self):
+        with self.daemon() as d:
+            first, pid = self.gpu_job(d, "first")
+            suspended = d.gp("suspend", str(first), check=True)
+            self.assertRegex(suspended.stdout, rf"^suspended job {first} in [0-9.]+ s: 9 GiB of GPU memory of 1 process "
+                                               r"in host memory, suspended by root\n$")
+            self.assertEqual(self.driver_state(pid), "checkpointed")
+            shown = d.show(first)
+            self.assertEqual((shown["state"], shown["reason"]), ("suspended", "suspended by root"))
+            self.assertEqual((shown["suspension"]["pids"], shown["suspension"]["host_mib"]), ([pid], GPU_MIB))
+            self.assertEqual(d.held_gpus(), [])
+            self.assertIn("suspended", d.gp("jobs", check=True).stdout)
+
+            # The GPU is another job's meanwhile; the suspended one waits for it to resume.
+            second = d.enqueue(["sh", "-c", until_exists(d.path("second-go"))], name="second")
+            d.wait_state(second, "running")
+            resuming = d.gp("resume", str(first), "--no-wait", check=True)
+            self.assertEqual(resuming.stdout, f"resuming job {first}\n")
+            self.assertEqual(d.show(first)["reason"], "waiting for its GPUs to resume")
+            d.wait_for_samples(2)
+            self.assertEqual((d.job_state(first), self.driver_state(pid)), ("suspended", "checkpointed"))
+            d.touch("second-go")
+            self.assertEqual(d.finish(second)[0]["state"], "done")
+
+            resumed = d.wait_state(first, "running")
+            self.assertEqual((resumed["reason"], resumed.get("suspension")), ("", None))
+            self.assertEqual(self.driver_state(pid), "running")
+            self.assertEqual(len(d.held_gpus()), 1)
+            self.assertEqual([kind for kind, _ in self.events(d, first)], ["job_suspended", "job_resumed"])
+            # The same process, and the same attempt, ends the job.
+            d.touch("first-go")
+            ended = d.finish(first)[0]
+            self.assertEqual((ended["state"], ended["attempts"]), ("done", 1))
+
+    def test_resume_waits_for_its_gpu_and_says_when_it_runs_again(self):
+        with self.daemon() as d:
+            first, pid = self.gpu_job(d, "first")
+            d.gp("suspend", str(first), check=True)
+            second = d.enqueue(["sh", "-c", until_exists(d.path("second-go"))], name="second")
+            d.wait_state(second, "running")
+            waiting = d.background("resume", str(first), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            wait_until(lambda: d.show(first)["reason"] == "waiting for its GPUs to resume", what="the resume queued")
+            d.touch("second-go")
+            out, err = waiting.communicate(timeout=60)
+            self.assertEqual(waiting.returncode, 0, err)
+            self.assertRegex(out, rf"^resumed job {first} on GPU 0 in [0-9.]+ s\n$")
+            self.assertIn(f"job {first} is waiting for its GPUs to resume (GPU 0)", err)
+            d.touch("first-go")
+            self.assertEqual(d.finish(first)[0]["state"], "done")
+
+    def test_a_checkpoint_the_driver_refuses_is_undone_and_the_job_runs_on(self):
+        with self.daemon() as d:
+            job, pid = self.gpu_job(d, "job")
+            self.fail_next("checkpoint")
+            refused = d.gp("suspend", str(job))
+            self.assertEqual(refused.returncode, 1)
+            why = f"checkpoint failed: pid {pid}: CUDA_ERROR_NOT_SUPPORTED"
+            self.assertEqual(refused.stderr, f"gpupool: job {job} not suspended: {why}\n")
+            self.assertEqual(self.driver_state(pid), "running")  # locked, then unlocked
+            self.assertEqual((d.job_state(job), len(d.held_gpus())), ("running", 1))
+            self.assertEqual(self.events(d, job), [("job_suspend_failed", why)])
+            os.remove(os.path.join(self.cuda, "fail-checkpoint"))
+            d.gp("suspend", str(job), check=True)  # and may be suspended once the driver allows
+            d.gp("resume", str(job), check=True)
+            d.touch("job-go")
+            self.assertEqual(d.finish(job)[0]["state"], "done")
+
+    def test_a_restore_the_driver_refuses_ends_the_job_with_its_error(self):
+        with self.daemon() as d:
+            job, pid = self.gpu_job(d, "job")
+            d.gp("suspend", str(job), check=True)
+            self.fail_next("restore")
+            failed = d.gp("resume", str(job))
+            self.assertEqual(failed.returncode, 1)
+            [ended] = d.finish(job)
+            why = f"restore failed: pid {pid}: CUDA_ERROR_NOT_SUPPORTED"
+            self.assertEqual((ended["state"], ended["reason"]), ("failed", why))
+            # Its processes are ended as a cancel ends them (the exit status says how).
+            self.assertRegex(failed.stderr, rf"gpupool: job {job} failed(\(\d+\))?: {why}\n$")
+
+    def test_what_cannot_be_suspended_is_refused_before_anything_is_touched(self):
+        with self.daemon('suspend_host_memory_mb = 8192\n') as d:
+            job, pid = self.gpu_job(d, "job")
+            refused = d.gp("suspend", str(job))
+            self.assertEqual((refused.returncode, refused.stderr),
+                             (1, f"gpupool: job {job} holds 9 GiB of GPU memory, and suspended jobs hold 0 GiB of the "
+                                 "8 GiB that suspend_host_memory_mb allows them\n"))
+            self.assertEqual(self.driver_state(pid), "running")
+            queued_behind = d.enqueue(["true"], name="behind")
+            refused = d.gp("suspend", str(queued_behind))
+            self.assertEqual(refused.stderr, f"gpupool: job {queued_behind} is queued, not running\n")
+            resumed = d.gp("resume", str(job))
+            self.assertEqual(resumed.stderr, f"gpupool: job {job} is running, not suspended\n")
+            d.touch("job-go")
+            self.assertEqual([j["state"] for j in d.finish(job, queued_behind)], ["done", "done"])
+
+    def test_a_job_whose_processes_hold_no_gpu_state_is_not_suspended(self):
+        with self.daemon() as d:
+            job = d.enqueue(["sh", "-c", until_exists(d.path("go"))])
+            d.wait_state(job, "running")
+            d.wait_for_samples(2)
+            refused = d.gp("suspend", str(job))
+            self.assertEqual(refused.returncode, 1)
+            self.assertIn(f"no process of job {job} holds GPU state yet", refused.stderr)
+            d.touch("go")
+            self.assertEqual(d.finish(job)[0]["state"], "done")
+
+    def test_a_restarted_daemon_keeps_a_suspended_job_and_resumes_it(self):
+        with self.daemon() as d:
+            job, pid = self.gpu_job(d, "job")
+            d.gp("suspend", str(job), check=True)
+            self.assertEqual(d.stop(), 0)
+            d.start()
+            shown = d.show(job)
+            self.assertEqual((shown["state"], shown["suspension"]["pids"]), ("suspended", [pid]))
+            self.assertEqual(d.held_gpus(), [])
+            d.gp("resume", str(job), check=True)
+            self.assertEqual(self.driver_state(pid), "running")
+            d.touch("job-go")
+            self.assertEqual(d.finish(job)[0]["state"], "done")
+
+    def test_a_cancelled_suspended_job_ends_cancelled(self):
+        with self.daemon() as d:
+            job, pid = self.gpu_job(d, "job")
+            d.gp("suspend", str(job), check=True)
+            d.gp("cancel", str(job), check=True)
+            [ended] = d.finish(job)
+            self.assertEqual(ended["state"], "cancelled")
+
+
+def _read(path):
+    try:
+        with open(path) as f:
+            return f.read().strip() or None
+    except FileNotFoundError:
+        return None
+
+
+if __name__ == "__main__":
+    main()
