@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "base/result.h"
+#include "cli/daemon_client.h"
 
 namespace gpupool::cli {
 
@@ -31,6 +32,9 @@ void add_suspend_command(CLI::App& app, int& exit_code);
 // `gpupool resume JOB...` (registered with the queue's resume): restores suspended jobs, waiting
 // until they run again unless `wait` is false.
 Result<int> resume_jobs(const std::vector<std::string>& ids, bool wait);
+// Waits until the daemon has suspended the job it began to suspend (0, saying so on stdout), or
+// says it did not (1, the reason on stderr).
+Result<int> await_suspend(DaemonClient& client, JobId id);
 void add_report_command(CLI::App& app, int& exit_code);
 void add_events_command(CLI::App& app, int& exit_code);
 void add_completion_command(CLI::App& app, int& exit_code);

@@ -584,7 +584,8 @@ Result<int> show_logs(const LogsOptions& options) {
 // --- drain / resume ---
 
 // Says what it did, on stdout: "drained: ...", "resumed: ...".
-Result<int> admin(proto::AdminAction action, const std::string& reason, const std::string& gpu_list) {
+Result<int> admin(proto::AdminAction action, const std::string& reason, const std::string& gpu_list,
+                  bool suspend = false) {
   if (reason.size() > proto::kMaxReasonBytes) return fail("--reason is longer than {} bytes", proto::kMaxReasonBytes);
   std::vector<unsigned> gpus;
   if (!gpu_list.empty()) {  // indices or UUIDs, as `run --gpus` takes them
@@ -593,16 +594,31 @@ Result<int> admin(proto::AdminAction action, const std::string& reason, const st
     TRY_ASSIGN(gpus, find_gpus(machine.gpus, split(gpu_list, ',')));
   }
   TRY_ASSIGN(DaemonClient client, DaemonClient::connect(runtime_directory()));
-  TRY_ASSIGN(proto::Response response, client.request(proto::AdminRequest{action, reason, gpus}));
-  TRY(expect<proto::Ack>(std::move(response)));
+  TRY_ASSIGN(proto::Response response, client.request(proto::AdminRequest{action, reason, gpus, suspend}));
+  int code = 0;
+  if (suspend) {
+    TRY_ASSIGN(proto::JobActionResponse suspended, expect<proto::JobActionResponse>(std::move(response)));
+    for (const proto::ActionOutcome& outcome : suspended.outcomes) {
+      if (outcome.error) {
+        fmt::print(stderr, "gpupool: job {} runs on: {}\n", outcome.id, printable(*outcome.error, kMaxShownBytes));
+        code = kExitError;
+        continue;
+      }
+      TRY_ASSIGN(int waited, await_suspend(client, outcome.id));
+      code = std::max(code, waited);
+    }
+  } else {
+    TRY(expect<proto::Ack>(std::move(response)));
+  }
   TRY_ASSIGN(response, client.request(proto::StatusRequest{}));
   TRY_ASSIGN(proto::StatusResponse status, expect<proto::StatusResponse>(std::move(response)));
   bool drain = action == proto::AdminAction::Drain;
   if (!gpus.empty()) {
     std::string which = fmt::format("GPU{} {}", gpus.size() == 1 ? "" : "s", fmt::join(gpus, ","));
     if (drain) {
-      fmt::print("drained {}: jobs running there go on; no new job starts there until `gpupool resume --gpu {}`\n",
-                 which, fmt::join(gpus, ","));
+      fmt::print("drained {}: {}; no new job starts there until `gpupool resume --gpu {}`\n", which,
+                 suspend ? "its batch jobs are suspended, to resume there" : "jobs running there go on",
+                 fmt::join(gpus, ","));
     } else {
       fmt::print("resumed {}: jobs may start there again{}\n", which,
                  status.drained ? " (the queue stays drained until `gpupool resume`)" : "");
@@ -615,7 +631,7 @@ Result<int> admin(proto::AdminAction action, const std::string& reason, const st
                status.drained_gpus.empty() ? "" : fmt::format("; {} GPU(s) stay drained (`gpupool resume --gpu`)",
                                                               status.drained_gpus.size()));
   }
-  return 0;
+  return code;
 }
 
 }  // namespace
@@ -738,12 +754,16 @@ void add_queue_commands(CLI::App& app, int& exit_code, const std::vector<std::st
     auto* cmd = app.add_subcommand("drain", "Start no more jobs (running ones go on); administrators only");
     auto reason = std::make_shared<std::string>();
     auto gpus = std::make_shared<std::string>();
+    auto suspend = std::make_shared<bool>(false);
     cmd->add_option("-r,--reason", *reason, "Why, shown to everyone who looks at the queue (jobs, show, top)")
         ->type_name("TEXT");
     cmd->add_option("--gpu", *gpus, "Only these GPUs (indices, comma-separated): for the maintenance of a card")
         ->type_name("GPUS");
-    cmd->callback([&exit_code, reason, gpus] {
-      run_command(exit_code, [&] { return admin(proto::AdminAction::Drain, *reason, *gpus); });
+    cmd->add_flag("--suspend", *suspend,
+                  "Also suspend the batch jobs running there (`gpupool suspend`): they resume on their GPUs once "
+                  "these are resumed and free");
+    cmd->callback([&exit_code, reason, gpus, suspend] {
+      run_command(exit_code, [&] { return admin(proto::AdminAction::Drain, *reason, *gpus, *suspend); });
     });
   }
   {

@@ -31,7 +31,8 @@ Result<Job> show(DaemonClient& client, JobId id) {
   return std::move(shown.jobs.front());
 }
 
-// Waits until the daemon has suspended the job (0), or says it did not (1, the reason on stderr).
+}  // namespace
+
 Result<int> await_suspend(DaemonClient& client, JobId id) {
   auto began = std::chrono::steady_clock::now();
   while (true) {
@@ -49,6 +50,8 @@ Result<int> await_suspend(DaemonClient& client, JobId id) {
     std::this_thread::sleep_for(kPoll);
   }
 }
+
+namespace {
 
 // Waits until the daemon has restored the job on its GPUs (0), or it ended (1).
 Result<int> await_resume(DaemonClient& client, JobId id) {

@@ -200,6 +200,11 @@ const Key kDaemonKeys[] = {
        TRY_ASSIGN(config.state_reserve_bytes, megabytes_of(node, key, 0));
        return {};
      }},
+    {"idle_suspend_after",
+     [](const toml::node& node, std::string_view key, DaemonConfig& config) -> Result<void> {
+       TRY_ASSIGN(config.idle_suspend_after_s, duration_of(node, key));
+       return {};
+     }},
     {"suspend_host_memory_mb",
      [](const toml::node& node, std::string_view key, DaemonConfig& config) -> Result<void> {
        TRY_ASSIGN(std::optional<uint64_t> bytes, megabytes_or_unlimited(node, key, 0));

@@ -63,6 +63,8 @@ TEST(ConfigTest, OutputLimitAndReserveInMiB) {
   EXPECT_EQ(parsed("[daemon]\nsuspend_host_memory_mb = 262144\n").suspend_host_memory_mib, uint64_t{262144});
   EXPECT_FALSE(parsed("[daemon]\nsuspend_host_memory_mb = \"unlimited\"\n").suspend_host_memory_mib);
   EXPECT_FALSE(parsed("").suspend_host_memory_mib);
+  EXPECT_EQ(parsed("[daemon]\nidle_suspend_after = \"2h\"\n").idle_suspend_after_s, 7200.0);
+  EXPECT_FALSE(parsed("").idle_suspend_after_s);
 }
 
 TEST(ConfigTest, SliceEnforcementByName) {
@@ -295,7 +297,7 @@ TEST(ConfigTest, UnknownKeysAndTablesAreErrorsNotIgnored) {
       error_of("[daemon]\nadmin = \"wheel\"\n"),
       "gpupool.toml:2: unknown key 'admin' in [daemon] (known: admin_group, private_data, sample_interval_s, kill_grace_s, "
       "default_time_limit, max_time_limit, device_isolation, slice_enforcement, slice_overrun, max_log_mb, "
-      "state_reserve_mb, suspend_host_memory_mb)");
+      "state_reserve_mb, idle_suspend_after, suspend_host_memory_mb)");
   EXPECT_EQ(error_of("[daemon]\n\n[schedular]\npolicy = \"fifo\"\n"),
             "gpupool.toml:3: unknown table 'schedular' (known: daemon, scheduler, quotas, monitor, events)");
   EXPECT_EQ(error_of("policy = \"fifo\"\n"),

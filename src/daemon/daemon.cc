@@ -336,6 +336,40 @@ void Daemon::Impl::on_sample(const Machine& machine, const std::vector<XidEvent>
   stop_unneeded_mps_controls();
   apply_survey();
   tell_idle_jobs();
+  suspend_idle_jobs();
+}
+
+void Daemon::Impl::suspend_idle_jobs() {
+  const std::optional<double> after = settings_.config.idle_suspend_after_s;
+  if (!after) return;
+  const double now = unix_now();
+  std::set<JobId> idle;
+  std::vector<std::pair<JobId, double>> due;  // and how long each has been idle
+  for (const auto& [id, job] : dispatcher_.active()) {
+    if (job.state != JobState::Running || job.spec.kind != JobKind::Batch || job.suspension) continue;
+    std::optional<JobUsage> usage = monitor_->usage_of(id);
+    if (!usage || !usage->idle_since) continue;
+    idle.insert(id);
+    if (now - *usage->idle_since >= *after && idle_suspend_tried_.count(id) == 0) {
+      due.emplace_back(id, now - *usage->idle_since);
+    }
+  }
+  std::erase_if(idle_suspend_tried_, [&](JobId id) { return idle.count(id) == 0; });
+  if (due.empty()) return;
+  // An idle job costs nothing on a machine that nobody waits for.
+  bool others_wait = std::ranges::any_of(dispatcher_.active(), [&](const auto& entry) {
+    if (entry.second.state != JobState::Queued) return false;
+    WaitReason why = waiting_for(entry.second).reason;
+    return why == WaitReason::Resources || why == WaitReason::Reservation || why == WaitReason::Priority;
+  });
+  if (!others_wait) return;
+  for (const auto& [id, idle_for] : due) {
+    idle_suspend_tried_.insert(id);
+    std::string by = fmt::format("gpupoold (idle for {}, jobs waiting)", rough_duration_text(idle_for));
+    if (auto refused = suspend(id, by, ResumeWhen::FreeAfterTheWaiting)) {
+      fmt::print(stderr, "gpupoold: job {} is idle but cannot be suspended: {}\n", id, *refused);
+    }
+  }
 }
 
 void Daemon::Impl::tell_idle_jobs() {
@@ -463,7 +497,7 @@ void Daemon::Impl::let_go_of_checkpointed(const Machine& sample) {
   });
 }
 
-std::optional<std::string> Daemon::Impl::suspend(JobId id, const std::string& by) {
+std::optional<std::string> Daemon::Impl::suspend(JobId id, const std::string& by, ResumeWhen resume_when) {
   const Job& job = dispatcher_.active().at(id);
   std::set<pid_t> pids;
   uint64_t gpu_mib = 0;
@@ -482,7 +516,7 @@ std::optional<std::string> Daemon::Impl::suspend(JobId id, const std::string& by
                          id, gib_text(gpu_mib), gib_text(held), gib_text(*limit));
     }
   }
-  return dispatcher_.suspend(id, by, {pids.begin(), pids.end()}, gpu_mib);
+  return dispatcher_.suspend(id, by, {pids.begin(), pids.end()}, gpu_mib, resume_when);
 }
 
 void Daemon::Impl::watch_slices(const Machine& sample) {

@@ -125,7 +125,10 @@ class Daemon::Impl {
   std::vector<SliceUse> gpu_use_of(const Job& job, const Machine& sample) const;
   // `gpupool suspend`: the running job's GPU processes, as the latest sample lists them, are
   // checkpointed (within suspend_host_memory_mb); an error: nothing was touched.
-  std::optional<std::string> suspend(JobId id, const std::string& by);
+  std::optional<std::string> suspend(JobId id, const std::string& by, ResumeWhen resume_when = ResumeWhen::Asked);
+  // idle_suspend_after: while jobs wait for GPUs, the batch jobs idle that long are suspended, to
+  // resume behind them (each idle spell is tried once).
+  void suspend_idle_jobs();
   // The jobs whose processes are checkpointed have their GPUs let go once a sample shows them free.
   void let_go_of_checkpointed(const Machine& sample);
   // The MPS control daemons of GPUs where no MPS slice job runs any more, told to quit.
@@ -181,6 +184,7 @@ class Daemon::Impl {
   std::optional<EventStream> events_;  // from open_events on
   std::set<JobId> told_idle_;          // running jobs whose idle flag was told, while it lasts
   std::set<JobId> told_overrun_;       // and those past their slice
+  std::set<JobId> idle_suspend_tried_;  // idle jobs the policy tried to suspend, while they stay idle
   std::set<JobId> idle_told_before_restart_;  // told idle by the daemon before this one
   // The last survey of the GPUs (leases, outside use), before the daemon's own jobs are taken
   // out: a drain of a GPU applies to it at once, without waiting for the next sample.

@@ -176,7 +176,7 @@ std::optional<std::string> Dispatcher::carry_out(const lifecycle::Effect& effect
   return std::visit(
       Overloaded{
           [&](const lifecycle::EnterQueue& e) -> std::optional<std::string> {
-            const Job& job = active_.at(e.id);
+            Job& job = active_.at(e.id);
             if (job.state == JobState::Suspended) return queue_to_resume(job);
             if (auto submitted = scheduler_.submit(scheduler_request(job, settings_.mps_slices), unix_now()); !submitted) {
               return feed(lifecycle::Refused{e.id, submitted.error().message});
@@ -426,8 +426,12 @@ void Dispatcher::resume_on_its_gpus(Job& job, const JobStart& decision) {
   }
 }
 
-std::optional<std::string> Dispatcher::queue_to_resume(const Job& job) {
-  if (scheduler_.resume(job.id)) return std::nullopt;
+std::optional<std::string> Dispatcher::queue_to_resume(Job& job) {
+  if (job.suspension && !job.suspension->resume) {
+    job.suspension->resume = true;
+    save(job);
+  }
+  if (scheduler_.resume(job.id, resume_behind_.erase(job.id) == 0)) return std::nullopt;
   // Suspended before a restart: the scheduler learns of it now, for the GPUs it ran on.
   JobRequest request = scheduler_request(job, settings_.mps_slices);
   request.gpus.allowed = job.gpus;
@@ -437,7 +441,7 @@ std::optional<std::string> Dispatcher::queue_to_resume(const Job& job) {
 }
 
 std::optional<std::string> Dispatcher::suspend(JobId id, const std::string& by, std::vector<pid_t> pids,
-                                               uint64_t gpu_mib) {
+                                               uint64_t gpu_mib, ResumeWhen resume_when) {
   auto it = active_.find(id);
   if (it == active_.end()) return fmt::format("no job {} is queued, held or running", id);
   Job& job = it->second;
@@ -448,20 +452,16 @@ std::optional<std::string> Dispatcher::suspend(JobId id, const std::string& by, 
   }
   std::optional<Suspension> before = job.suspension;
   job.suspension = Suspension{pids, by, unix_now(), gpu_mib, false};
-  if (auto refused = feed(lifecycle::Suspend{id, by, std::move(pids)})) {
+  if (auto refused = feed(lifecycle::Suspend{id, by, std::move(pids), resume_when != ResumeWhen::Asked})) {
     job.suspension = before;
     return refused;
   }
+  if (resume_when == ResumeWhen::FreeAfterTheWaiting) resume_behind_.insert(id);
   return std::nullopt;
 }
 
 std::optional<std::string> Dispatcher::resume(JobId id) {
   if (auto refused = feed(lifecycle::ResumeJob{id})) return refused;
-  Job& job = active_.at(id);
-  if (job.suspension && !job.suspension->resume) {
-    job.suspension->resume = true;
-    save(job);
-  }
   dispatch();
   return std::nullopt;
 }
@@ -613,6 +613,7 @@ void Dispatcher::attempt_ended(JobId id, lifecycle::AttemptExited ended) {
   // A suspended job's place, if it has one, goes too.
   if (!scheduler_.finish(id, unix_now())) (void)scheduler_.remove(id);
   checkpointed_samples_.erase(id);
+  resume_behind_.erase(id);
   runner_.forget(id);
   lost_.erase(id);
   kill_at_.erase(id);

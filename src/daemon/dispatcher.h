@@ -35,6 +35,13 @@ namespace gpupool {
 // MPS one (JobRequest::mps).
 JobRequest scheduler_request(const Job& job, bool mps_slices);
 
+// When a suspended job is queued to resume.
+enum class ResumeWhen {
+  Asked,                // `gpupool resume JOB`
+  Free,                 // at once, at its old place: once its GPUs are free (`drain --suspend`)
+  FreeAfterTheWaiting,  // at once, behind the jobs queued now (suspended for them: idle_suspend_after)
+};
+
 struct DispatcherSettings {
   std::string state_dir;  // logs/ and attempts/ are in it
   double kill_grace_s = 10;
@@ -121,7 +128,8 @@ class Dispatcher {
   void relock_running();
   // `gpupool suspend`: checkpoints the running batch job's processes `pids` (those NVML lists on
   // its GPUs, holding `gpu_mib` together), then lets its GPUs go. An error: nothing was touched.
-  std::optional<std::string> suspend(JobId id, const std::string& by, std::vector<pid_t> pids, uint64_t gpu_mib);
+  std::optional<std::string> suspend(JobId id, const std::string& by, std::vector<pid_t> pids, uint64_t gpu_mib,
+                                     ResumeWhen resume_when = ResumeWhen::Asked);
   // `gpupool resume JOB`: the suspended job waits for its GPUs, then is restored on them.
   std::optional<std::string> resume(JobId id);
   // A checkpoint call made through hooks.call_checkpoint ended.
@@ -163,7 +171,7 @@ class Dispatcher {
   void start(const JobStart& decision);
   void resume_on_its_gpus(Job& job, const JobStart& decision);
   // Puts a suspended job in the scheduler's queue for the GPUs it ran on.
-  std::optional<std::string> queue_to_resume(const Job& job);
+  std::optional<std::string> queue_to_resume(Job& job);
   void start_attempt(const lifecycle::StartAttempt& start);
   void start_batch(Job& job, HeldLeases held, pid_t supervisor, const std::vector<std::string>& mps_environment);
   void start_interactive(Job& job, HeldLeases held, const std::vector<std::string>& mps_environment);
@@ -201,6 +209,8 @@ class Dispatcher {
   // Jobs whose processes are checkpointed, with the samples seen since: the first may have been
   // taken before the checkpoint ended, so the second decides.
   std::map<JobId, unsigned> checkpointed_samples_;
+  // Suspended for the jobs waiting then: resumed behind them rather than at the old place.
+  std::set<JobId> resume_behind_;
   // Lost batch attempts: the job's process group, which the daemon limits and cancels itself.
   std::map<JobId, pid_t> lost_;
   // When the daemon itself SIGKILLs what it told to end with SIGTERM (a lost attempt's group, a

@@ -412,7 +412,21 @@ void Daemon::Impl::handle(const SessionPtr& s, const protocol::AdminRequest& r) 
   }
   if (queue_changed) dispatcher_.feed(drain ? lifecycle::Event(lifecycle::Drain{}) : lifecycle::Event(lifecycle::Resume{}));
   if (!r.gpus.empty()) apply_survey();  // the GPUs are kept from jobs (or given back) at once
-  sessions_.send(s, protocol::Ack{});
+  if (!r.suspend) return sessions_.send(s, protocol::Ack{});
+  // Emptied for maintenance without ending anything: each job there suspended, queued to resume.
+  protocol::JobActionResponse suspended;
+  std::vector<JobId> there;
+  for (const auto& [id, job] : dispatcher_.active()) {
+    bool on_drained = r.gpus.empty() || std::ranges::any_of(job.gpus, [&](unsigned gpu) {
+                        return std::ranges::find(r.gpus, gpu) != r.gpus.end();
+                      });
+    if (job.state == JobState::Running && on_drained) there.push_back(id);
+  }
+  for (JobId id : there) {
+    protocol::ActionOutcome outcome{id, suspend(id, s->owner.user, ResumeWhen::Free), JobState::Running};
+    suspended.outcomes.push_back(std::move(outcome));
+  }
+  sessions_.send(s, suspended);
 }
 
 void Daemon::Impl::handle(const SessionPtr& s, const protocol::EventsRequest& r) { events_->answer(s, r); }

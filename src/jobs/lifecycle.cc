@@ -264,6 +264,7 @@ Result<void> JobLifecycle::on(const Suspend& e, Effects& out) {
   }
   job->suspension = SuspensionSteps::suspend(e.pids);
   job->suspended_by = e.by;
+  job->resume_when_free = e.resume_when_free;
   job->reason = fmt::format("being suspended by {}", e.by);
   out.push_back(Record{e.id, job->state, job->reason, job->attempts});
   follow(e.id, *job, job->suspension->first_call(), out);
@@ -290,8 +291,13 @@ Result<void> JobLifecycle::on(const GpusLetGo& e, Effects& out) {
   TRY(job->suspension->freed());
   job->state = JobState::Suspended;
   job->reason = fmt::format("suspended by {}", job->suspended_by);
+  if (job->resume_when_free) job->reason += "; resumes when its GPUs are free";
   out.push_back(Record{e.id, job->state, job->reason, job->attempts});
   out.push_back(lifecycle::Suspended{e.id});
+  if (job->resume_when_free) {
+    job->in_queue = true;
+    out.push_back(EnterQueue{e.id});
+  }
   return {};
 }
 

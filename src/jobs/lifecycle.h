@@ -104,6 +104,9 @@ struct Suspend {
   JobId id = 0;
   std::string by;
   std::vector<pid_t> pids;
+  // Queued to resume as soon as it is suspended (`drain --suspend`): it runs again once its GPUs
+  // are free (and no longer drained).
+  bool resume_when_free = false;
 };
 // A checkpoint call made for the job (a CallCheckpoint effect) ended.
 struct CheckpointDone {
@@ -206,6 +209,7 @@ struct TrackedJob {
   // Being suspended, suspended, or being resumed; by whom.
   std::optional<SuspensionSteps> suspension;
   std::string suspended_by;
+  bool resume_when_free = false;
 };
 
 class JobLifecycle {

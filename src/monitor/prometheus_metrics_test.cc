@@ -165,6 +165,11 @@ TEST(PrometheusMetrics, RendersASmallMachineExactly) {
       "gpupool_jobs{state=\"queued\"} 2\n"
       "gpupool_jobs{state=\"held\"} 1\n"
       "gpupool_jobs{state=\"running\"} 1\n"
+      "gpupool_jobs{state=\"suspended\"} 0\n"
+      "# HELP gpupool_suspended_host_memory_bytes GPU memory of suspended jobs, held in host memory "
+      "(suspend_host_memory_mb bounds it).\n"
+      "# TYPE gpupool_suspended_host_memory_bytes gauge\n"
+      "gpupool_suspended_host_memory_bytes 0\n"
       "# HELP gpupool_gpu_leased 1 while an exclusive gpupool lease holds the GPU.\n"
       "# TYPE gpupool_gpu_leased gauge\n"
       "gpupool_gpu_leased{gpu=\"0\",UUID=\"GPU-0\"} 1\n"
@@ -230,12 +235,19 @@ TEST(PrometheusMetrics, RendersASmallMachineExactly) {
 
 TEST(PrometheusMetrics, EmptyViewHasOnlyTheQueue) {
   MetricsView view;
+  view.suspended = 1;  // a suspended job's GPU memory is counted in host memory
+  view.suspended_host_mib = 9316;
   EXPECT_EQ(render_metrics(view),
             "# HELP gpupool_jobs Jobs in gpupoold's queue, by state.\n"
             "# TYPE gpupool_jobs gauge\n"
             "gpupool_jobs{state=\"queued\"} 0\n"
             "gpupool_jobs{state=\"held\"} 0\n"
             "gpupool_jobs{state=\"running\"} 0\n"
+            "gpupool_jobs{state=\"suspended\"} 1\n"
+            "# HELP gpupool_suspended_host_memory_bytes GPU memory of suspended jobs, held in host memory "
+            "(suspend_host_memory_mb bounds it).\n"
+            "# TYPE gpupool_suspended_host_memory_bytes gauge\n"
+            "gpupool_suspended_host_memory_bytes 9768534016\n"
             "# HELP gpupool_idle_jobs Running jobs flagged idle.\n"
             "# TYPE gpupool_idle_jobs gauge\n"
             "gpupool_idle_jobs 0\n");

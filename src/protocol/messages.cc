@@ -407,6 +407,7 @@ json request_json(const AdminRequest& request) {
   json object = {{"op", name_of(request.action, kAdminActions)}};
   if (!request.reason.empty()) object["reason"] = request.reason;
   if (!request.gpus.empty()) object["gpus"] = request.gpus;
+  if (request.suspend) object["suspend"] = true;
   return object;
 }
 json request_json(const StatusRequest&) { return {{"op", "status"}}; }
@@ -511,7 +512,9 @@ Result<Request> request_from_json(const json& object) {
     TRY_ASSIGN(std::string reason, defaulted(object, "reason", std::string(), as_text));
     if (reason.size() > kMaxReasonBytes) return fail("'reason' is longer than {} bytes", kMaxReasonBytes);
     TRY_ASSIGN(std::vector<unsigned> gpus, defaulted(object, "gpus", std::vector<unsigned>(), list_of(gpu_index)));
-    return Request(AdminRequest{action, std::move(reason), std::move(gpus)});
+    TRY_ASSIGN(bool suspend, defaulted(object, "suspend", false, as_flag));
+    if (suspend && action != AdminAction::Drain) return fail("'suspend' goes with drain only");
+    return Request(AdminRequest{action, std::move(reason), std::move(gpus), suspend});
   }
   if (op == "status") return Request(StatusRequest{});
   if (op == "lease") {

@@ -91,6 +91,9 @@ struct AdminRequest {
   // Only these GPUs (nvidia-smi indices): no new job starts on them, running ones go on. Empty:
   // the whole queue.
   std::vector<unsigned> gpus;
+  // drain: the running batch jobs there are suspended too (docs/suspend.md), to resume once their
+  // GPUs are free and resumed; answered with one outcome per job instead of an acknowledgement.
+  bool suspend = false;
 };
 constexpr size_t kMaxReasonBytes = 200;
 struct StatusRequest {};

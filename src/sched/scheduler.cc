@@ -282,9 +282,10 @@ Result<void> Scheduler::suspend(JobId id, double now) {
   return {};
 }
 
-Result<void> Scheduler::resume(JobId id) {
+Result<void> Scheduler::resume(JobId id, bool keep_place) {
   auto job = suspended_.find(id);
   if (job == suspended_.end()) return fail("job {} is not suspended", id);
+  if (!keep_place) job->second.arrival = arrivals_++;
   enqueue(job->second);
   suspended_.erase(job);
   return {};

@@ -115,10 +115,10 @@ class Scheduler {
   Result<void> requeue(JobId id, double now);
   // A running job suspended at `now` (docs/suspend.md): its GPUs are free, its user's fair share
   // stops growing, and it keeps its request and its place for resume(), which queues it again
-  // for the GPUs it ran on. remove() forgets it. An error when it is not running, or holds a MIG
-  // device.
+  // for the GPUs it ran on, at its old place or (`keep_place` false) behind the jobs queued now.
+  // remove() forgets it. An error when it is not running, or holds a MIG device.
   Result<void> suspend(JobId id, double now);
-  Result<void> resume(JobId id);
+  Result<void> resume(JobId id, bool keep_place = true);
   // Records a job that is already running on `gpus` since `start_s` (adopted after a daemon
   // restart); it is not subject to quotas, which it may exceed, and counts towards its user's
   // fair share from `start_s`. An error when its id is known, a GPU index is out of range or

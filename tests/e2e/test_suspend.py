@@ -179,6 +179,44 @@ class SuspendTest(unittest.TestCase):
             d.touch("job-go")
             self.assertEqual(d.finish(job)[0]["state"], "done")
 
+    def test_drain_suspend_empties_a_gpu_and_its_job_resumes_when_the_gpu_does(self):
+        with self.daemon() as d:
+            job, pid = self.gpu_job(d, "job")
+            drained = d.gp("drain", "--gpu", "0", "--suspend", "--reason", "swap fan", check=True)
+            self.assertRegex(drained.stdout, rf"^suspended job {job} in [0-9.]+ s: 9 GiB of GPU memory of 1 process in "
+                                             r"host memory, suspended by root; waiting to resume\ndrained GPU 0: its "
+                                             r"batch jobs are suspended, to resume there;")
+            self.assertEqual((d.held_gpus(), self.driver_state(pid)), ([], "checkpointed"))
+            self.assertEqual(d.show(job)["reason"], "suspended by root; resumes when its GPUs are free")
+            d.wait_for_samples(2)
+            self.assertEqual(d.job_state(job), "suspended")  # the GPU is drained
+            d.gp("resume", "--gpu", "0", check=True)
+            d.wait_state(job, "running")
+            self.assertEqual(self.driver_state(pid), "running")
+            d.touch("job-go")
+            self.assertEqual(d.finish(job)[0]["state"], "done")
+
+    def test_an_idle_job_is_suspended_while_another_waits_and_resumes_behind_it(self):
+        config = 'idle_suspend_after = "1s"\n[monitor]\nidle_flag_after = "1s"\n'
+        with self.daemon(config) as d:
+            idle, pid = self.gpu_job(d, "idle")  # the simulated GPU is at 0 % utilisation
+            wait_until(lambda: (d.show(idle).get("usage") or {}).get("idle_since"), what="the job flagged idle")
+            d.wait_for_samples(2)
+            self.assertEqual(d.job_state(idle), "running")  # nobody waits: it keeps its GPU
+            waiting = d.enqueue(["sh", "-c", until_exists(d.path("waiting-go"))], name="waiting")
+            d.wait_state(waiting, "running")
+            shown = d.show(idle)
+            self.assertEqual(shown["state"], "suspended")
+            self.assertRegex(shown["reason"], r"^suspended by gpupoold \(idle for .+, jobs waiting\); resumes when its "
+                                              r"GPUs are free$")
+            self.assertEqual(self.driver_state(pid), "checkpointed")
+            d.touch("waiting-go")
+            self.assertEqual(d.finish(waiting)[0]["state"], "done")
+            d.wait_state(idle, "running")
+            self.assertEqual(self.driver_state(pid), "running")
+            d.touch("idle-go")
+            self.assertEqual(d.finish(idle)[0]["state"], "done")
+
     def test_a_cancelled_suspended_job_ends_cancelled(self):
         with self.daemon() as d:
             job, pid = self.gpu_job(d, "job")
