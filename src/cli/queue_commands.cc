@@ -119,6 +119,10 @@ void print_job_details(const Job& job, const std::string& id, const std::string&
                       : fmt::format("{} whole GPU(s)", job.spec.gpus.count));
   line("gpus", gpu_list_text(job.gpus));
   if (job.spec.gpus.mig && !job.gpu_uuids.empty()) line("mig device", job.gpu_uuids.front());
+  if (job.suspension) {
+    line("suspended", fmt::format("since {}: {}; pids {}", clock_time(job.suspension->since), suspension_text(job),
+                                  fmt::join(job.suspension->pids, ",")));
+  }
   if (job.spec.priority != 0) line("priority", std::to_string(job.spec.priority));
   if (!job.spec.after.empty()) line("after", fmt::format("{}", fmt::join(job.spec.after, ",")));
   if (job.spec.retries > 0) line("retries", fmt::format("{} (attempts so far: {})", job.spec.retries, job.attempts));

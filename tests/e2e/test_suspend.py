@@ -68,6 +68,9 @@ class SuspendTest(unittest.TestCase):
             shown = d.show(first)
             self.assertEqual((shown["state"], shown["reason"]), ("suspended", "suspended by root"))
             self.assertEqual((shown["suspension"]["pids"], shown["suspension"]["host_mib"]), ([pid], GPU_MIB))
+            self.assertRegex(d.gp("show", str(first), check=True).stdout,
+                             rf"\nsuspended +since .+: 9 GiB of GPU memory of 1 process in host memory, suspended by "
+                             rf"root; pids {pid}\n")
             self.assertEqual(d.held_gpus(), [])
             self.assertIn("suspended", d.gp("jobs", check=True).stdout)
 
