@@ -371,6 +371,15 @@ const Key kSchedulerKeys[] = {
        config.scheduler.runtime_estimate_quantile = quantile;
        return {};
      }},
+    {"preempt",
+     [](const toml::node& node, std::string_view key, DaemonConfig& config) -> Result<void> {
+       auto text = node.value<std::string_view>();
+       if (!node.is_string() || (*text != "suspend" && *text != "off")) {
+         return fail("{} must be \"suspend\" or \"off\"", quote(key));
+       }
+       config.preempt_by_suspending = *text == "suspend";
+       return {};
+     }},
 };
 
 std::string names_of(std::span<const Key> keys) {

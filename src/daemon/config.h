@@ -75,6 +75,9 @@ struct DaemonConfig {
   // [scheduler] max_queued_jobs_per_user: the daemon refuses a submission beyond it (queued and
   // held jobs count, running ones do not), so one user's runaway loop cannot bloat the queue.
   size_t max_queued_jobs_per_user = 10'000;
+  // [scheduler] preempt = "suspend": a job waiting for whole GPUs that jobs of lower priority hold
+  // has them suspended, to resume behind it (docs/suspend.md); "off" (the default): it waits.
+  bool preempt_by_suspending = false;
   // [monitor] (docs/monitoring.md)
   std::optional<std::string> http = std::string(kDefaultHttpAddress);  // HOST:PORT; nullopt: no HTTP
   // HTTP connections kept open, in all and from one client address; more are closed at once. A

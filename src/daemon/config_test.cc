@@ -65,6 +65,9 @@ TEST(ConfigTest, OutputLimitAndReserveInMiB) {
   EXPECT_FALSE(parsed("").suspend_host_memory_mib);
   EXPECT_EQ(parsed("[daemon]\nidle_suspend_after = \"2h\"\n").idle_suspend_after_s, 7200.0);
   EXPECT_FALSE(parsed("").idle_suspend_after_s);
+  EXPECT_TRUE(parsed("[scheduler]\npreempt = \"suspend\"\n").preempt_by_suspending);
+  EXPECT_FALSE(parsed("[scheduler]\npreempt = \"off\"\n").preempt_by_suspending);
+  EXPECT_EQ(error_of("[scheduler]\npreempt = \"kill\"\n"), "gpupool.toml:2: 'preempt' must be \"suspend\" or \"off\"");
 }
 
 TEST(ConfigTest, SliceEnforcementByName) {
@@ -292,7 +295,7 @@ TEST(ConfigTest, UnknownKeysAndTablesAreErrorsNotIgnored) {
   EXPECT_EQ(error_of("# tuning\n\n[scheduler]\npolicy = \"fifo\"\npolcy = \"fifo\"\n"),
             "gpupool.toml:5: unknown key 'polcy' in [scheduler] (known: policy, quota_gpus, "
             "fair_share_half_life_h, default_runtime_h, backfill_depth, max_queued_jobs_per_user, "
-            "runtime_history, runtime_estimate_quantile)");
+            "runtime_history, runtime_estimate_quantile, preempt)");
   EXPECT_EQ(
       error_of("[daemon]\nadmin = \"wheel\"\n"),
       "gpupool.toml:2: unknown key 'admin' in [daemon] (known: admin_group, private_data, sample_interval_s, kill_grace_s, "
@@ -308,7 +311,7 @@ TEST(ConfigTest, UnknownKeysAndTablesAreErrorsNotIgnored) {
   EXPECT_EQ(error_of("[scheduler.extra]\nx = 1\n"),
             "gpupool.toml:1: unknown key 'extra' in [scheduler] (known: policy, quota_gpus, "
             "fair_share_half_life_h, default_runtime_h, backfill_depth, max_queued_jobs_per_user, "
-            "runtime_history, runtime_estimate_quantile)");
+            "runtime_history, runtime_estimate_quantile, preempt)");
 }
 
 TEST(ConfigTest, SyntaxErrorsGiveTheLine) {

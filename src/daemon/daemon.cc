@@ -19,6 +19,7 @@
 #include "os/files.h"
 #include "os/process.h"
 #include "sched/mps.h"
+#include "sched/preemption.h"
 #include "sched/slice_watch.h"
 #include "sim/open_backend.h"
 
@@ -81,6 +82,7 @@ Daemon::Impl::Impl(DaemonSettings settings, JobStore store, LeaseDirectory lease
                           },
                       .resumed =
                           [this](const Job& job) {
+                            preempt_tried_.erase(job.id);  // it may give way again
                             events_->add(job_event(EventKind::JobResumed, job, unix_now(), ""));
                           },
                       .suspend_failed =
@@ -337,6 +339,7 @@ void Daemon::Impl::on_sample(const Machine& machine, const std::vector<XidEvent>
   apply_survey();
   tell_idle_jobs();
   suspend_idle_jobs();
+  preempt_by_suspending();
 }
 
 void Daemon::Impl::suspend_idle_jobs() {
@@ -368,6 +371,44 @@ void Daemon::Impl::suspend_idle_jobs() {
     std::string by = fmt::format("gpupoold (idle for {}, jobs waiting)", rough_duration_text(idle_for));
     if (auto refused = suspend(id, by, ResumeWhen::FreeAfterTheWaiting)) {
       fmt::print(stderr, "gpupoold: job {} is idle but cannot be suspended: {}\n", id, *refused);
+    }
+  }
+}
+
+void Daemon::Impl::preempt_by_suspending() {
+  if (!settings_.config.preempt_by_suspending) return;
+  // One preemption at a time: the GPUs it frees are seen before more is suspended.
+  for (const auto& [id, job] : dispatcher_.active()) {
+    if (job.state == JobState::Running && job.suspension) return;
+  }
+  // The first waiting job of the highest priority that waits for whole GPUs.
+  const Job* waiting = nullptr;
+  for (const auto& [id, job] : dispatcher_.active()) {
+    if (job.state != JobState::Queued || job.spec.gpus.slice_mib || job.spec.gpus.mig) continue;
+    if (waiting != nullptr && job.spec.priority <= waiting->spec.priority) continue;
+    WaitReason why = waiting_for(job).reason;
+    if (why == WaitReason::Resources || why == WaitReason::Reservation) waiting = &job;
+  }
+  if (waiting == nullptr) return;
+  unsigned free = 0;
+  for (const GpuAvailability& gpu : scheduler_.availability()) {
+    free += gpu.usable && !gpu.mig_mode && !gpu.exclusive_held && gpu.shared_mib == 0 && !gpu.external_busy &&
+            gpu.external_mib == 0;
+  }
+  std::vector<PreemptionCandidate> candidates;
+  for (const auto& [id, job] : dispatcher_.active()) {
+    if (job.state != JobState::Running || job.spec.kind != JobKind::Batch || job.spec.gpus.slice_mib ||
+        job.spec.gpus.mig || preempt_tried_.count(id) > 0) {
+      continue;
+    }
+    candidates.push_back({id, job.spec.priority, static_cast<unsigned>(job.gpus.size()), job.start_time.value_or(0)});
+  }
+  const JobId for_id = waiting->id;
+  const std::string by = fmt::format("gpupoold (for job {} of priority {})", for_id, waiting->spec.priority);
+  for (JobId id : jobs_to_preempt(waiting->spec.priority, waiting->spec.gpus.count, free, std::move(candidates))) {
+    preempt_tried_.insert(id);  // a job the driver refuses once is not tried again
+    if (auto refused = suspend(id, by, ResumeWhen::FreeAfterTheWaiting)) {
+      fmt::print(stderr, "gpupoold: job {} cannot be suspended for job {}: {}\n", id, for_id, *refused);
     }
   }
 }

@@ -129,6 +129,9 @@ class Daemon::Impl {
   // idle_suspend_after: while jobs wait for GPUs, the batch jobs idle that long are suspended, to
   // resume behind them (each idle spell is tried once).
   void suspend_idle_jobs();
+  // preempt = "suspend": the first waiting job of the highest priority, waiting for whole GPUs,
+  // has jobs of lower priority suspended to make room (sched/preemption.h).
+  void preempt_by_suspending();
   // The jobs whose processes are checkpointed have their GPUs let go once a sample shows them free.
   void let_go_of_checkpointed(const Machine& sample);
   // The MPS control daemons of GPUs where no MPS slice job runs any more, told to quit.
@@ -185,6 +188,7 @@ class Daemon::Impl {
   std::set<JobId> told_idle_;          // running jobs whose idle flag was told, while it lasts
   std::set<JobId> told_overrun_;       // and those past their slice
   std::set<JobId> idle_suspend_tried_;  // idle jobs the policy tried to suspend, while they stay idle
+  std::set<JobId> preempt_tried_;       // jobs preemption tried to suspend (kept until they end)
   std::set<JobId> idle_told_before_restart_;  // told idle by the daemon before this one
   // The last survey of the GPUs (leases, outside use), before the daemon's own jobs are taken
   // out: a drain of a GPU applies to it at once, without waiting for the next sample.

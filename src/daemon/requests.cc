@@ -499,6 +499,7 @@ void Daemon::Impl::job_finished(const Job& job) {
   told_idle_.erase(job.id);
   told_overrun_.erase(job.id);
   idle_told_before_restart_.erase(job.id);
+  preempt_tried_.erase(job.id);
   std::erase_if(mps_clients_, [&](const auto& client) { return client.second == job.id; });
   mps_fault_reasons_.erase(job.id);
   if (auto session = lease_sessions_.find(job.id); session != lease_sessions_.end()) {

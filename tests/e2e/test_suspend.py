@@ -220,6 +220,23 @@ class SuspendTest(unittest.TestCase):
             d.touch("idle-go")
             self.assertEqual(d.finish(idle)[0]["state"], "done")
 
+    def test_a_job_of_higher_priority_has_one_of_lower_priority_suspended_for_it(self):
+        with self.daemon('[scheduler]\npreempt = "suspend"\n') as d:
+            low, pid = self.gpu_job(d, "low")
+            urgent = d.submit("--priority", "5", "--name", "urgent", "--", "sh", "-c", until_exists(d.path("urgent-go")))
+            d.wait_state(urgent, "running")
+            shown = d.show(low)
+            self.assertEqual(shown["state"], "suspended")
+            self.assertEqual(shown["reason"], f"suspended by gpupoold (for job {urgent} of priority 5); resumes when its "
+                                              "GPUs are free")
+            self.assertEqual(self.driver_state(pid), "checkpointed")
+            d.touch("urgent-go")
+            self.assertEqual(d.finish(urgent)[0]["state"], "done")
+            d.wait_state(low, "running")
+            self.assertEqual(self.driver_state(pid), "running")
+            d.touch("low-go")
+            self.assertEqual(d.finish(low)[0]["state"], "done")
+
     def test_a_cancelled_suspended_job_ends_cancelled(self):
         with self.daemon() as d:
             job, pid = self.gpu_job(d, "job")
