@@ -2,6 +2,8 @@
 
 #include <utility>
 
+#include <fmt/format.h>
+
 namespace gpupool {
 namespace {
 
@@ -43,7 +45,13 @@ void CheckpointCalls::call(JobId id, CheckpointStep step, const std::vector<pid_
   worker.thread = std::thread([this, &worker, id, step, pids] {
     CheckpointOutcome outcome =
         checkpoint_outcome(run_checkpoint_step(program_, cuda_step(step), pids, kLockWait, kCallLimit));
-    asio::post(io_, [this, id, outcome = std::move(outcome)]() mutable { done_(id, std::move(outcome)); });
+    asio::post(io_, [this, id, step, outcome = std::move(outcome)]() mutable {
+      // The driver's own time, beside what the job's owner sees end to end.
+      fmt::print(stderr, "gpupoold: job {}: {} of {} process{}: {} in {:.2f} s\n", id, to_string(step),
+                 outcome.pids.size(), outcome.pids.size() == 1 ? "" : "es",
+                 outcome.failure().empty() ? "done" : outcome.failure(), outcome.seconds());
+      done_(id, std::move(outcome));
+    });
     std::lock_guard finished(mutex_);
     worker.finished = true;
   });

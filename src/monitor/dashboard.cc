@@ -140,25 +140,27 @@ std::vector<ScreenLine> queue_section(const DashboardInput& input, const Dashboa
     return lines;
   }
   auto rows = queue_rows(input, view);
-  size_t running = 0, queued = 0, held = 0;
+  size_t running = 0, queued = 0, held = 0, suspended = 0;
   for (const Job* job : rows) {
     running += job->state == JobState::Running;
     queued += job->state == JobState::Queued;
     held += job->state == JobState::Held;
+    suspended += job->state == JobState::Suspended;
   }
-  lines.push_back({fit_cells(fmt::format("QUEUE  {} running, {} queued, {} held{}", running, queued, held,
+  lines.push_back({fit_cells(fmt::format("QUEUE  {} running, {} queued, {} held{}{}", running, queued, held,
+                                   suspended > 0 ? fmt::format(", {} suspended", suspended) : "",
                                    view.user ? " (user " + *view.user + ")" : ""),
                        width),
                    LineStyle::Title});
   for (const std::string& notice : input.notices) lines.push_back({fit_cells(notice, width), LineStyle::Flagged});
-  lines.push_back({fit_cells(fmt::format("{:>5} {:<8} {:<8} {:<14} {:>7} {:<7} {:>7} {}", "ID", "STATE", "USER", "NAME",
+  lines.push_back({fit_cells(fmt::format("{:>5} {:<9} {:<8} {:<14} {:>7} {:<7} {:>7} {}", "ID", "STATE", "USER", "NAME",
                                    "REQ", "GPUS", "TIME", "REASON"),
                        width),
                    LineStyle::Header});
   for (const Job* job : rows) {
     double since = job->state == JobState::Running ? job->start_time.value_or(input.now) : job->submit_time;
     std::optional<std::string> overrun = slice_overrun_warning(*job);
-    lines.push_back({fit_cells(fmt::format("{:>5} {:<8} {} {} {:>7} {:<7} {:>7} {}", job->id, to_string(job->state),
+    lines.push_back({fit_cells(fmt::format("{:>5} {:<9} {} {} {:>7} {:<7} {:>7} {}", job->id, to_string(job->state),
                                      pad_cells(job->owner.user, 8), pad_cells(display_name(*job), 14), request_text(*job),
                                      gpu_list_text(job->gpus), duration_text(input.now - since),
                                      overrun.value_or(job->reason)),

@@ -151,3 +151,56 @@ def step_suspend(s):
     with open(os.path.join(s.args.out, "suspend.json"), "w") as f:
         json.dump(rows, f, indent=1)
     print(json.dumps(rows, indent=1), flush=True)
+
+
+# Holds 4 GiB and runs no kernel until argv[1] exists: idle to the monitor.
+IDLE = ("import os, sys, time, torch; x = torch.ones(1 << 30, device='cuda'); torch.cuda.synchronize()\n"
+        "while not os.path.exists(sys.argv[1]): time.sleep(0.1)\n"
+        "assert float(x.sum()) == float(1 << 30)")
+
+
+def step_suspend_policies(s):
+    """The daemon suspends by itself: an idle job while another waits (idle_suspend_after), and a job
+    of lower priority for one of higher priority (preempt = "suspend"); each resumes after."""
+    config = ('[daemon]\nsample_interval_s = 1.0\nidle_suspend_after = "5s"\n[monitor]\nidle_flag_after = "5s"\n'
+              '[scheduler]\npreempt = "suspend"\n')
+    with s.daemon(config) as d:
+        d.protocol = 3
+        gpus = len(json.loads(s.cli("list", "--json", quiet=True).stdout or "[]"))
+        if gpus != 1:
+            s.result("SKIP", "suspend policies", f"{gpus} GPUs: the waiting job would take another")
+            return
+        idle = d.submit("--name", "idle", "--", *PLAIN, "python3", "-c", IDLE, d.path("idle-go"))
+        d.wait_state(idle, "running", timeout=60)
+        deadline = time.monotonic() + 60
+        while not (d.show(idle).get("usage") or {}).get("idle_since") and time.monotonic() < deadline:
+            time.sleep(0.5)
+        waiting = d.submit("--name", "waiting", "--", *PLAIN, "python3", "-c", OTHER, d.path("waiting-go"))
+        began = time.monotonic()
+        shown = d.wait_state(waiting, "running", timeout=120)
+        took = time.monotonic() - began
+        idle_shown = d.show(idle)
+        s.check("idle_suspend_after: the idle job suspended, the waiting one runs on its GPU",
+                idle_shown["state"] == "suspended" and shown["gpus"] == idle_shown["gpus"],
+                f"{took:.1f} s from the submission to its start; {idle_shown['state']}: {idle_shown['reason']}")
+        open(d.path("waiting-go"), "w").close()
+        d.finish(waiting, timeout=120)
+        resumed = d.wait_state(idle, "running", timeout=300)
+        s.check("idle_suspend_after: the idle job resumes once the GPU is free", resumed["state"] == "running",
+                resumed["reason"] or "running")
+
+        # Preemption: the idle job is running again; a job of priority 5 makes it give way.
+        urgent = d.submit("--priority", "5", "--name", "urgent", "--", *PLAIN, "python3", "-c", OTHER, d.path("urgent-go"))
+        shown = d.wait_state(urgent, "running", timeout=120)
+        low = d.show(idle)
+        s.check("preempt = suspend: the job of lower priority suspended for the urgent one",
+                low["state"] == "suspended" and f"for job {urgent}" in low["reason"], f"{low['state']}: {low['reason']}")
+        open(d.path("urgent-go"), "w").close()
+        d.finish(urgent, timeout=120)
+        d.wait_state(idle, "running", timeout=300)
+        open(d.path("idle-go"), "w").close()
+        ended = d.finish(idle, timeout=120)[0]
+        s.check("the twice suspended job ends done, its memory intact", (ended["state"], ended["exit_code"]) == ("done", 0),
+                f"{ended['state']} exit {ended['exit_code']} {ended['reason']}")
+        events = [json.loads(line) for line in d.gp("events", "--job", str(idle), "--json").stdout.splitlines()]
+        print("events:", [(e["kind"], e["detail"]) for e in events], flush=True)
