@@ -10,35 +10,11 @@ import tempfile
 import unittest
 
 sys.path.insert(0, os.path.dirname(__file__))
-from harness import BIN_DIR, clean_env, main  # noqa: E402
+from harness import BIN_DIR, clean_env, gpupool, main  # noqa: E402
 
 PRIVATE_LIB_DIR = os.path.join(BIN_DIR, "..", "lib", "gpupool")
 HELPER = os.path.join(PRIVATE_LIB_DIR, "gpupool-cuda-checkpoint")
 SIM_CUDA = os.path.join(PRIVATE_LIB_DIR, "sim", "libcuda.so.1")
-SIM_NVML = os.path.join(PRIVATE_LIB_DIR, "sim", "current", "libnvidia-ml.so.1")
-
-# GPU 0's compute processes and utilisation samples through the simulated NVML, as JSON.
-NVML_PROCESSES = """
-import ctypes, json, sys
-nvml = ctypes.CDLL(sys.argv[1])
-assert nvml.nvmlInit_v2() == 0
-device = ctypes.c_void_p()
-assert nvml.nvmlDeviceGetHandleByIndex_v2(0, ctypes.byref(device)) == 0
-class ProcessInfo(ctypes.Structure):
-    _fields_ = [("pid", ctypes.c_uint), ("usedGpuMemory", ctypes.c_ulonglong), ("gpuInstanceId", ctypes.c_uint),
-                ("computeInstanceId", ctypes.c_uint)]
-class UtilizationSample(ctypes.Structure):
-    _fields_ = [("pid", ctypes.c_uint), ("timeStamp", ctypes.c_ulonglong)] + [
-        (name, ctypes.c_uint) for name in ("smUtil", "memUtil", "encUtil", "decUtil")]
-count = ctypes.c_uint(8)
-infos = (ProcessInfo * 8)()
-assert nvml.nvmlDeviceGetComputeRunningProcesses_v3(device, ctypes.byref(count), infos) == 0
-compute = [infos[i].pid for i in range(count.value)]
-count = ctypes.c_uint(8)
-samples = (UtilizationSample * 8)()
-assert nvml.nvmlDeviceGetProcessUtilization(device, samples, ctypes.byref(count), ctypes.c_ulonglong(0)) == 0
-print(json.dumps({"compute": compute, "utilization": [samples[i].pid for i in range(count.value)]}))
-"""
 
 
 class CudaCheckpointTest(unittest.TestCase):
@@ -154,12 +130,9 @@ class CudaCheckpointTest(unittest.TestCase):
                 for pid in (running, suspended)]}}}, f)
         for step in ("lock", "checkpoint"):
             self.step(step, suspended)
-        # NVML's answers, from a process of their own (nvmlInit reads the environment).
-        listing = subprocess.run([sys.executable, "-c", NVML_PROCESSES, SIM_NVML], capture_output=True, text=True,
-                                 env=clean_env(GPUPOOL_SIM="hgx-h200", GPUPOOL_SIM_STATE=overlay,
-                                               GPUPOOL_SIM_CUDA_STATE=self.state), timeout=60)
-        self.assertEqual(listing.returncode, 0, listing.stderr)
-        self.assertEqual(json.loads(listing.stdout), {"compute": [running], "utilization": [running]})
+        # What NVML lists, as gpupool reads it through the simulated library (as the daemon does).
+        listing = gpupool("list", "--json", env={"GPUPOOL_SIM_STATE": overlay, "GPUPOOL_SIM_CUDA_STATE": self.state})
+        self.assertEqual([p["pid"] for p in json.loads(listing.stdout)[0]["processes"]], [running])
 
     def test_without_a_state_directory_there_is_no_device(self):
         proc = self.helper("state", self.sleeper(), state_dir=False)
