@@ -621,7 +621,7 @@ Result<int> admin(proto::AdminAction action, const std::string& reason, const st
     std::string which = fmt::format("GPU{} {}", gpus.size() == 1 ? "" : "s", fmt::join(gpus, ","));
     if (drain) {
       fmt::print("drained {}: {}; no new job starts there until `gpupool resume --gpu {}`\n", which,
-                 suspend ? "its batch jobs are suspended, to resume there" : "jobs running there go on",
+                 suspend ? "its jobs are suspended, to resume there" : "jobs running there go on",
                  fmt::join(gpus, ","));
     } else {
       fmt::print("resumed {}: jobs may start there again{}\n", which,
@@ -764,7 +764,7 @@ void add_queue_commands(CLI::App& app, int& exit_code, const std::vector<std::st
     cmd->add_option("--gpu", *gpus, "Only these GPUs (indices, comma-separated): for the maintenance of a card")
         ->type_name("GPUS");
     cmd->add_flag("--suspend", *suspend,
-                  "Also suspend the batch jobs running there (`gpupool suspend`): they resume on their GPUs once "
+                  "Also suspend the jobs running there (`gpupool suspend`): they resume on their GPUs once "
                   "these are resumed and free");
     cmd->callback([&exit_code, reason, gpus, suspend] {
       run_command(exit_code, [&] { return admin(proto::AdminAction::Drain, *reason, *gpus, *suspend); });

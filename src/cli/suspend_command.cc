@@ -119,7 +119,7 @@ void add_suspend_command(CLI::App& app, int& exit_code) {
       ->check(job_ids_value());
   cmd->add_flag("--no-wait", *no_wait, "Return once the daemon has begun, not when the checkpoint is done");
   cmd->footer(
-      "Only a batch job's processes that use its GPUs are checkpointed, all together, by the CUDA driver "
+      "The job's processes that use its GPUs are checkpointed, all together, by the CUDA driver "
       "(driver 550 or newer); they stay alive, blocked at their next CUDA call, until resumed on the same GPUs. "
       "What the driver refuses is undone and the job runs on. docs/suspend.md says more.");
   cmd->callback([&exit_code, ids, no_wait] {

@@ -66,7 +66,7 @@ struct DaemonConfig {
   // (docs/suspend.md); a suspend past it is refused. nullopt ("unlimited"): the host's memory
   // is the bound, and a checkpoint that does not fit fails and is undone.
   std::optional<uint64_t> suspend_host_memory_mib;
-  // idle_suspend_after: a batch job flagged idle this long is suspended while other jobs wait for
+  // idle_suspend_after: a job flagged idle this long is suspended while other jobs wait for
   // GPUs, and resumed behind them (docs/suspend.md). nullopt: never.
   std::optional<double> idle_suspend_after_s;
   // [scheduler]: policy, fair_share_half_life_h, default_runtime_h, backfill_depth, quota_gpus;

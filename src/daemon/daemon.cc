@@ -349,7 +349,7 @@ void Daemon::Impl::suspend_idle_jobs() {
   std::set<JobId> idle;
   std::vector<std::pair<JobId, double>> due;  // and how long each has been idle
   for (const auto& [id, job] : dispatcher_.active()) {
-    if (job.state != JobState::Running || job.spec.kind != JobKind::Batch || job.suspension) continue;
+    if (job.state != JobState::Running || job.suspension) continue;
     std::optional<JobUsage> usage = monitor_->usage_of(id);
     if (!usage || !usage->idle_since) continue;
     idle.insert(id);
@@ -397,8 +397,8 @@ void Daemon::Impl::preempt_by_suspending() {
   }
   std::vector<PreemptionCandidate> candidates;
   for (const auto& [id, job] : dispatcher_.active()) {
-    if (job.state != JobState::Running || job.spec.kind != JobKind::Batch || job.spec.gpus.slice_mib ||
-        job.spec.gpus.mig || preempt_tried_.count(id) > 0) {
+    if (job.state != JobState::Running || job.spec.gpus.slice_mib || job.spec.gpus.mig ||
+        preempt_tried_.count(id) > 0) {
       continue;
     }
     candidates.push_back({id, job.spec.priority, static_cast<unsigned>(job.gpus.size()), job.start_time.value_or(0)});

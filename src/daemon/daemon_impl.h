@@ -126,7 +126,7 @@ class Daemon::Impl {
   // `gpupool suspend`: the running job's GPU processes, as the latest sample lists them, are
   // checkpointed (within suspend_host_memory_mb); an error: nothing was touched.
   std::optional<std::string> suspend(JobId id, const std::string& by, ResumeWhen resume_when = ResumeWhen::Asked);
-  // idle_suspend_after: while jobs wait for GPUs, the batch jobs idle that long are suspended, to
+  // idle_suspend_after: while jobs wait for GPUs, the jobs idle that long are suspended, to
   // resume behind them (each idle spell is tried once).
   void suspend_idle_jobs();
   // preempt = "suspend": the first waiting job of the highest priority, waiting for whole GPUs,

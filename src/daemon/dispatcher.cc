@@ -448,7 +448,9 @@ std::optional<std::string> Dispatcher::suspend(JobId id, const std::string& by, 
   if (job.state != JobState::Running) return fmt::format("job {} is {}, not running", id, to_string(job.state));
   if (job.spec.gpus.mig) return fmt::format("job {} holds a MIG device: suspending one is not supported", id);
   if (lost_.count(id) > 0 || !job.pid) {
-    return fmt::format("job {} has lost its supervisor, which holds its leases: it cannot be suspended", id);
+    return fmt::format("no process of job {} is known to hold its leases (its supervisor or client): it cannot be "
+                       "suspended",
+                       id);
   }
   std::optional<Suspension> before = job.suspension;
   job.suspension = Suspension{pids, by, unix_now(), gpu_mib, false};

@@ -252,9 +252,6 @@ Result<void> JobLifecycle::tell_to_end(JobId id, std::string why, SignalWhy sign
 
 Result<void> JobLifecycle::on(const Suspend& e, Effects& out) {
   TRY_ASSIGN(TrackedJob * job, tracked(e.id, JobState::Running));
-  if (job->kind != JobKind::Batch) {
-    return fail("job {} is interactive: its client holds its GPUs, so only a batch job can be suspended", e.id);
-  }
   if (job->cancel_by || job->told_to_end_for) return fail("job {} is being ended", e.id);
   if (job->suspension) return fail("job {} is being suspended or resumed already ({})", e.id, to_string(job->suspension->phase()));
   if (e.pids.empty()) {

@@ -303,13 +303,13 @@ TEST_F(LifecycleTest, ACancelledSuspendedJobLeavesTheQueueAndItsProcessesAreEnde
   EXPECT_EQ(only<Finished>(handle(AttemptExited{2, std::nullopt, 15, "", true}))->state, JobState::Cancelled);
 }
 
-TEST_F(LifecycleTest, OnlyARunningBatchJobMayBeSuspended) {
+TEST_F(LifecycleTest, OnlyARunningJobMayBeSuspendedBatchOrInteractive) {
   handle(Submitted{1, JobKind::Batch, 0, {}, std::nullopt});
   EXPECT_EQ(refusal(Suspend{1, "ana", {40}}), "job 1 is queued, not running");
+  // An interactive job's client holds its leases as a supervisor does: it is suspended alike.
   handle(Submitted{2, JobKind::Interactive, 0, {}, std::nullopt});
   handle(Granted{2, {0}});
-  EXPECT_EQ(refusal(Suspend{2, "ana", {40}}),
-            "job 2 is interactive: its client holds its GPUs, so only a batch job can be suspended");
+  EXPECT_EQ(std::get<CallCheckpoint>(handle(Suspend{2, "ana", {40}})[1]).step, CheckpointStep::Lock);
   start(3);
   handle(Cancel{3, "ana"});
   EXPECT_EQ(refusal(Suspend{3, "ana", {40}}), "job 3 is being ended");

@@ -187,8 +187,8 @@ class SuspendTest(unittest.TestCase):
             job, pid = self.gpu_job(d, "job")
             drained = d.gp("drain", "--gpu", "0", "--suspend", "--reason", "swap fan", check=True)
             self.assertRegex(drained.stdout, rf"^suspended job {job} in [0-9.]+ s: 9 GiB of GPU memory of 1 process in "
-                                             r"host memory, suspended by root; waiting to resume\ndrained GPU 0: its "
-                                             r"batch jobs are suspended, to resume there;")
+                                             r"host memory, suspended by root; waiting to resume\ndrained GPU 0: its jobs "
+                                             r"are suspended, to resume there;")
             self.assertEqual((d.held_gpus(), self.driver_state(pid)), ([], "checkpointed"))
             self.assertEqual(d.show(job)["reason"], "suspended by root; resumes when its GPUs are free")
             d.wait_for_samples(2)
@@ -236,6 +236,25 @@ class SuspendTest(unittest.TestCase):
             self.assertEqual(self.driver_state(pid), "running")
             d.touch("low-go")
             self.assertEqual(d.finish(low)[0]["state"], "done")
+
+    def test_an_interactive_job_under_gpupool_run_is_suspended_through_its_client(self):
+        with self.daemon() as d:
+            run = d.background("run", "--", "sh", "-c", f"echo $$ > {d.path('run.pid')}; {until_exists(d.path('run-go'))}",
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            pid = int(wait_until(lambda: _read(d.path("run.pid")), what="the program's pid"))
+            [job] = [j["id"] for j in d.jobs() if j["kind"] == "interactive"]
+            write_overlay(self.overlay, {0: {"processes": [{"pid": pid, "used_memory_mib": GPU_MIB, "kind": "compute"}]}})
+            d.wait_for_samples(2)
+            d.gp("suspend", str(job), check=True)
+            self.assertEqual((d.job_state(job), self.driver_state(pid), d.held_gpus()), ("suspended", "checkpointed", []))
+            other = d.enqueue(["true"], name="other")  # the GPU is free for another meanwhile
+            self.assertEqual(d.finish(other)[0]["state"], "done")
+            d.gp("resume", str(job), check=True)
+            self.assertEqual((self.driver_state(pid), len(d.held_gpus())), ("running", 1))
+            d.touch("run-go")
+            out, err = run.communicate(timeout=60)
+            self.assertEqual(run.returncode, 0, err)
+            self.assertEqual(d.finish(job)[0]["state"], "done")
 
     def test_a_cancelled_suspended_job_ends_cancelled(self):
         with self.daemon() as d:

@@ -204,3 +204,33 @@ def step_suspend_policies(s):
                 f"{ended['state']} exit {ended['exit_code']} {ended['reason']}")
         events = [json.loads(line) for line in d.gp("events", "--job", str(idle), "--json").stdout.splitlines()]
         print("events:", [(e["kind"], e["detail"]) for e in events], flush=True)
+
+
+def step_suspend_interactive(s):
+    """`gpupool run` through the daemon (an interactive job: its client holds the leases) of a torch
+    program holding 8 GiB: suspended (GPU memory freed), resumed, its values intact."""
+    with s.daemon("[daemon]\nsample_interval_s = 1.0\n") as d:
+        d.protocol = 3
+        paths = {name: d.path(f"run-{name}") for name in ("first", "go", "second")}
+        run = d.background("run", "--", *PLAIN, "python3", "-c", HOLDER, "8", paths["first"], paths["go"],
+                           paths["second"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        first = wait_file(paths["first"], 300)
+        jobs = [j for j in d.jobs() if j["kind"] == "interactive"]
+        if first is None or len(jobs) != 1:
+            run.kill()
+            s.check("gpupool run: suspended and resumed", False, f"the program never filled its GPU; jobs {jobs}")
+            return
+        job, gpu = jobs[0]["id"], jobs[0]["gpus"][0]
+        d.wait_for_samples(2)
+        before, _ = gpu_memory_mib(gpu)
+        suspended = d.gp("suspend", str(job), timeout=600)
+        during, _ = gpu_memory_mib(gpu)
+        resumed = d.gp("resume", str(job), timeout=600)
+        open(paths["go"], "w").close()
+        out, err = run.communicate(timeout=300)
+        second = wait_file(paths["second"], 5)
+        s.check("gpupool run: suspended and resumed through its client, its values intact",
+                suspended.returncode == 0 and resumed.returncode == 0 and during < 1024 and run.returncode == 0
+                and first == second,
+                f"memory.used {before} -> {during} MiB; {suspended.stdout.strip()}; {resumed.stdout.strip()}; "
+                f"run exit {run.returncode}; sums {first} / {second} {err[-300:]}")
