@@ -5,32 +5,6 @@
 #include <fmt/format.h>
 
 namespace gpupool {
-namespace {
-
-CudaCheckpointStep cuda_step(CheckpointStep step) {
-  switch (step) {
-    case CheckpointStep::Lock: return CudaCheckpointStep::Lock;
-    case CheckpointStep::Checkpoint: return CudaCheckpointStep::Checkpoint;
-    case CheckpointStep::Restore: return CudaCheckpointStep::Restore;
-    case CheckpointStep::Unlock: return CudaCheckpointStep::Unlock;
-  }
-  return CudaCheckpointStep::Lock;
-}
-
-}  // namespace
-
-CheckpointOutcome checkpoint_outcome(const Result<CudaStepOutcome>& answer) {
-  CheckpointOutcome outcome;
-  if (!answer) {
-    outcome.error = answer.error().message;
-    return outcome;
-  }
-  for (const CudaPidOutcome& pid : answer->pids) {
-    outcome.pids.push_back({pid.pid, pid.result, parse_process_checkpoint_state(pid.state), pid.seconds});
-  }
-  return outcome;
-}
-
 CheckpointCalls::CheckpointCalls(asio::io_context& io, CheckpointProgram program, Done done)
     : io_(io), program_(std::move(program)), done_(std::move(done)) {}
 
@@ -43,8 +17,8 @@ void CheckpointCalls::call(JobId id, CheckpointStep step, const std::vector<pid_
   std::lock_guard lock(mutex_);
   Worker& worker = workers_.emplace_back();
   worker.thread = std::thread([this, &worker, id, step, pids] {
-    CheckpointOutcome outcome =
-        checkpoint_outcome(run_checkpoint_step(program_, cuda_step(step), pids, kLockWait, kCallLimit));
+    Result<CheckpointOutcome> answer = run_checkpoint_step(program_, step, pids, kLockWait, kCallLimit);
+    CheckpointOutcome outcome = answer ? std::move(*answer) : CheckpointOutcome{.pids = {}, .error = answer.error().message};
     asio::post(io_, [this, id, step, outcome = std::move(outcome)]() mutable {
       // The driver's own time, beside what the job's owner sees end to end.
       fmt::print(stderr, "gpupoold: job {}: {} of {} process{}: {} in {:.2f} s\n", id, to_string(step),

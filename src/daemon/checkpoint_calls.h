@@ -22,9 +22,6 @@
 
 namespace gpupool {
 
-// The driver's answer in the lifecycle's terms.
-CheckpointOutcome checkpoint_outcome(const Result<CudaStepOutcome>& answer);
-
 class CheckpointCalls {
  public:
   using Done = std::function<void(JobId id, CheckpointOutcome outcome)>;

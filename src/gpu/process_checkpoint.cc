@@ -1,7 +1,5 @@
 #include "gpu/process_checkpoint.h"
 
-#include <algorithm>
-
 #include "base/text.h"
 #include "os/host_files.h"
 
@@ -22,10 +20,12 @@ Error helper_failure(const ProgramOutcome& helper) {
   return fail("{} (exit {})", line.substr(0, 300), helper.exit_code);
 }
 
-Result<CudaStepOutcome> run_helper(const CheckpointProgram& program, std::string_view step,
-                                   const std::vector<pid_t>& pids, std::chrono::milliseconds lock_timeout,
-                                   std::chrono::milliseconds timeout) {
-  if (pids.empty()) return fail("no process to {}", step);
+}  // namespace
+
+Result<CheckpointOutcome> run_checkpoint_step(const CheckpointProgram& program, CheckpointStep step,
+                                              const std::vector<pid_t>& pids, std::chrono::milliseconds lock_timeout,
+                                              std::chrono::milliseconds timeout) {
+  if (pids.empty()) return fail("no process to {}", to_string(step));
   std::vector<std::string> argv = {private_library_directory() + "/" + kHelper};
   for (std::string& argument : checkpoint_helper_arguments(program, step, pids, lock_timeout)) {
     argv.push_back(std::move(argument));
@@ -36,58 +36,20 @@ Result<CudaStepOutcome> run_helper(const CheckpointProgram& program, std::string
   return checkpoint_answer(helper, pids);
 }
 
-}  // namespace
-
-const char* to_string(CudaCheckpointStep step) {
-  switch (step) {
-    case CudaCheckpointStep::Lock:
-      return "lock";
-    case CudaCheckpointStep::Checkpoint:
-      return "checkpoint";
-    case CudaCheckpointStep::Restore:
-      return "restore";
-    case CudaCheckpointStep::Unlock:
-      return "unlock";
-  }
-  return "?";
-}
-
-bool CudaStepOutcome::ok() const {
-  return std::all_of(pids.begin(), pids.end(), [](const CudaPidOutcome& pid) { return pid.ok(); });
-}
-
-std::string CudaStepOutcome::failure() const {
-  for (const CudaPidOutcome& pid : pids) {
-    if (!pid.ok()) return fmt::format("pid {}: {} (state {})", pid.pid, pid.result, pid.state);
-  }
-  return "";
-}
-
-Result<CudaStepOutcome> run_checkpoint_step(const CheckpointProgram& program, CudaCheckpointStep step,
-                                            const std::vector<pid_t>& pids, std::chrono::milliseconds lock_timeout,
-                                            std::chrono::milliseconds timeout) {
-  return run_helper(program, to_string(step), pids, lock_timeout, timeout);
-}
-
-Result<CudaStepOutcome> read_checkpoint_states(const CheckpointProgram& program, const std::vector<pid_t>& pids,
-                                               std::chrono::milliseconds timeout) {
-  return run_helper(program, "state", pids, std::chrono::milliseconds(0), timeout);
-}
-
-std::vector<std::string> checkpoint_helper_arguments(const CheckpointProgram& program, std::string_view step,
+std::vector<std::string> checkpoint_helper_arguments(const CheckpointProgram& program, CheckpointStep step,
                                                      const std::vector<pid_t>& pids,
                                                      std::chrono::milliseconds lock_timeout) {
   std::vector<std::string> arguments = {"--library", program.library};
-  if (step == to_string(CudaCheckpointStep::Lock) && lock_timeout.count() > 0) {
+  if (step == CheckpointStep::Lock && lock_timeout.count() > 0) {
     arguments.insert(arguments.end(), {"--lock-timeout-ms", std::to_string(lock_timeout.count())});
   }
-  arguments.emplace_back(step);
+  arguments.emplace_back(to_string(step));
   for (pid_t pid : pids) arguments.push_back(std::to_string(pid));
   return arguments;
 }
 
-Result<CudaStepOutcome> parse_checkpoint_output(std::string_view output, const std::vector<pid_t>& pids) {
-  CudaStepOutcome outcome;
+Result<CheckpointOutcome> parse_checkpoint_output(std::string_view output, const std::vector<pid_t>& pids) {
+  CheckpointOutcome outcome;
   for (const std::string& line : split(output, '\n')) {
     if (line.empty()) continue;
     std::vector<std::string> words = split(line, ' ');
@@ -99,17 +61,20 @@ Result<CudaStepOutcome> parse_checkpoint_output(std::string_view output, const s
     if (outcome.pids.size() == pids.size() || pids[outcome.pids.size()] != *pid) {
       return fail("{} answered for pid {}, which it was not asked about next", kHelper, *pid);
     }
-    if (!outcome.ok()) return fail("{} went on after pid {} failed", kHelper, outcome.pids.back().pid);
-    outcome.pids.push_back({.pid = *pid, .result = words[1], .state = words[2], .seconds = *seconds});
+    if (!outcome.ok(outcome.pids.size())) return fail("{} went on after pid {} failed", kHelper, outcome.pids.back().pid);
+    outcome.pids.push_back({.pid = *pid,
+                            .result = words[1],
+                            .state = parse_process_checkpoint_state(words[2]),
+                            .seconds = *seconds});
   }
   return outcome;
 }
 
-Result<CudaStepOutcome> checkpoint_answer(const ProgramOutcome& helper, const std::vector<pid_t>& pids) {
+Result<CheckpointOutcome> checkpoint_answer(const ProgramOutcome& helper, const std::vector<pid_t>& pids) {
   if (helper.exit_code != kDone && helper.exit_code != kStepFailed) return helper_failure(helper);
-  TRY_ASSIGN(CudaStepOutcome outcome, parse_checkpoint_output(helper.out, pids));
-  bool complete = helper.exit_code == kDone ? outcome.ok() && outcome.pids.size() == pids.size()
-                                            : !outcome.pids.empty() && !outcome.ok();
+  TRY_ASSIGN(CheckpointOutcome outcome, parse_checkpoint_output(helper.out, pids));
+  bool complete = helper.exit_code == kDone ? outcome.ok(pids.size())
+                                            : !outcome.pids.empty() && !outcome.ok(outcome.pids.size());
   if (!complete) {
     return fail("{} exited {} after answering for {} of {} processes", kHelper, helper.exit_code, outcome.pids.size(),
                 pids.size());

@@ -13,43 +13,13 @@
 #include <sys/types.h>
 
 #include <map>
-#include <optional>
 #include <string>
-#include <string_view>
 #include <vector>
 
 #include "base/result.h"
+#include "jobs/checkpoint.h"
 
 namespace gpupool {
-
-enum class CheckpointStep { Lock, Checkpoint, Restore, Unlock };
-const char* to_string(CheckpointStep step);
-
-// A process's checkpoint state as the driver reports it (cuCheckpointProcessGetState).
-enum class ProcessCheckpointState { Running, Locked, Checkpointed, Failed, Unknown };
-const char* to_string(ProcessCheckpointState state);
-ProcessCheckpointState parse_process_checkpoint_state(std::string_view text);  // Unknown for anything else
-
-// What one call on a list of processes did: the processes it reached, in order, each with the
-// driver's answer and its state after the call. It stops at the first failure.
-struct CheckpointPidOutcome {
-  pid_t pid = 0;
-  std::string result;  // "ok", or the driver's error ("CUDA_ERROR_NOT_SUPPORTED")
-  ProcessCheckpointState state = ProcessCheckpointState::Unknown;
-  double seconds = 0;
-  friend bool operator==(const CheckpointPidOutcome&, const CheckpointPidOutcome&) = default;
-};
-struct CheckpointOutcome {
-  std::vector<CheckpointPidOutcome> pids;
-  // Set when the call could not be made at all ("the CUDA driver has no checkpoint API", the
-  // helper timed out): no process was reached, as far as anyone knows.
-  std::optional<std::string> error = std::nullopt;
-
-  bool ok(size_t expected) const;
-  // "pid 123: CUDA_ERROR_NOT_SUPPORTED", or the error; empty when it went well.
-  std::string failure() const;
-  double seconds() const;  // of every call together
-};
 
 enum class SuspensionPhase {
   Locking,        // suspend: lock calls under way
