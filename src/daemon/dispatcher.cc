@@ -75,8 +75,12 @@ Result<std::vector<JobId>> Dispatcher::adopt_running(std::vector<Job> jobs) {
     Job& stored = active_[id] = std::move(job);
     if (stored.state == JobState::Suspended) {
       // Its processes live on, checkpointed; it holds no GPU, so the scheduler has nothing of it
-      // until it is resumed.
+      // until it is resumed, unless its restore had begun: then its GPUs are its again.
       TRY_ASSIGN(AttemptRecord record, runner_.read_record(record_path(stored)));
+      if (stored.suspension && stored.suspension->restoring) {
+        TRY(scheduler_.adopt(scheduler_request(stored, settings_.mps_slices), stored.gpus,
+                             stored.start_time.value_or(now), leased_devices(stored).mig_uuid));
+      }
       adopt(stored);
       if (record.progress == AttemptProgress::Running && record.supervisor_pid) {
         stored.pid = record.supervisor_pid;
@@ -421,6 +425,7 @@ void Dispatcher::resume_on_its_gpus(Job& job, const JobStart& decision) {
     hooks_.look_again_soon();
     return;
   }
+  if (job.suspension) job.suspension->restoring = true;  // stored with the grant's record
   if (auto refused = feed(lifecycle::Granted{decision.id, decision.gpus})) {
     fmt::print(stderr, "gpupoold: job {}: {}\n", decision.id, *refused);
   }
@@ -453,7 +458,8 @@ std::optional<std::string> Dispatcher::suspend(JobId id, const std::string& by, 
                        id);
   }
   std::optional<Suspension> before = job.suspension;
-  job.suspension = Suspension{pids, by, unix_now(), gpu_mib, false};
+  // Stored from the first call: a daemon that stops during it reads where it got to.
+  job.suspension = Suspension{pids, by, unix_now(), gpu_mib, resume_when != ResumeWhen::Asked, false};
   if (auto refused = feed(lifecycle::Suspend{id, by, std::move(pids), resume_when != ResumeWhen::Asked})) {
     job.suspension = before;
     return refused;

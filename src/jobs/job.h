@@ -160,6 +160,7 @@ struct Suspension {
   double since = 0;         // Unix seconds
   uint64_t host_mib = 0;    // the GPU memory they held, now in host memory
   bool resume = false;      // `gpupool resume` asked: it waits for its GPUs to be free
+  bool restoring = false;   // its GPUs taken again and its restore begun (a restarted daemon goes on)
   friend bool operator==(const Suspension&, const Suspension&) = default;
 };
 

@@ -250,7 +250,8 @@ std::string suspension_json(const Suspension& suspension) {
                         {"by", suspension.by},
                         {"since", suspension.since},
                         {"host_mib", suspension.host_mib},
-                        {"resume", suspension.resume}}
+                        {"resume", suspension.resume},
+                        {"restoring", suspension.restoring}}
       .dump();
 }
 
@@ -273,6 +274,11 @@ Result<Suspension> parse_suspension(const std::string& text) {
   suspension.since = json["since"].get<double>();
   suspension.host_mib = json["host_mib"].get<uint64_t>();
   suspension.resume = json["resume"].get<bool>();
+  // Absent from the rows of the version that had no such thing.
+  if (json.contains("restoring")) {
+    if (!json["restoring"].is_boolean()) return fail("column 'suspension' is not a suspension: {}", text);
+    suspension.restoring = json["restoring"].get<bool>();
+  }
   return suspension;
 }
 

@@ -71,8 +71,22 @@ Result<void> JobLifecycle::on(const Adopted& e, Effects& out) {
   job.retries = e.retries;
   job.after = e.after;
   changed_.push_back(e.id);
+  if (e.state == JobState::Suspended && !e.suspension) {
+    return fail("job {} is suspended, but its checkpoint is not known", e.id);
+  }
+  // A suspend (the job still running) or a resume (its restore begun) that the daemon before
+  // stopped during: the driver is asked where it left the processes, and it goes on from there.
+  if (e.suspension && (e.state == JobState::Running || e.suspension->restoring)) {
+    const bool resuming = e.state == JobState::Suspended;
+    job.suspension = SuspensionSteps::taken_up(e.suspension->pids, resuming);
+    job.suspended_by = e.suspension->by;
+    job.resume_when_free = e.suspension->resume;
+    job.reason = resuming ? "resuming" : fmt::format("being suspended by {}", job.suspended_by);
+    out.push_back(Record{e.id, job.state, job.reason, job.attempts});
+    follow(e.id, job, job.suspension->first_call(), out);
+    return {};
+  }
   if (e.state == JobState::Suspended) {
-    if (!e.suspension) return fail("job {} is suspended, but its checkpoint is not known", e.id);
     job.suspension = SuspensionSteps::suspended(e.suspension->pids);
     job.suspended_by = e.suspension->by;
     if (e.suspension->resume) {

@@ -293,6 +293,36 @@ TEST_F(LifecycleTest, AResumeThatFailsEndsTheJobFailedWithTheDriversError) {
   EXPECT_EQ(only<Finished>(ended)->reason, "restore failed: pid 50: CUDA_ERROR_OUT_OF_MEMORY");
 }
 
+// The daemon before stopped during a suspend (the job still running) or during a resume (its
+// restore begun): the driver is asked where it left the processes, and it goes on from there.
+TEST_F(LifecycleTest, ASuspendOrResumeTheDaemonStoppedDuringIsTakenUpAgain) {
+  auto reading = handle(Adopted{1, JobKind::Batch, 0, {}, JobState::Running, 1, "being suspended by ana",
+                                Suspension{{40, 41}, "ana", 1.0, 100, true, false}});
+  ASSERT_EQ(reading.size(), 2u);
+  EXPECT_EQ(std::get<Record>(reading[0]).reason, "being suspended by ana");
+  EXPECT_EQ(std::get<CallCheckpoint>(reading[1]).step, CheckpointStep::State);
+  EXPECT_EQ(std::get<CallCheckpoint>(reading[1]).pids, (std::vector<pid_t>{40, 41}));
+  auto checkpoint = handle(CheckpointDone{1, {{{40, "ok", ProcessCheckpointState::Checkpointed, 0},
+                                               {41, "ok", ProcessCheckpointState::Locked, 0}}}});
+  EXPECT_EQ(std::get<CallCheckpoint>(checkpoint[0]).pids, (std::vector<pid_t>{41}));
+  handle(CheckpointDone{1, {{{41, "ok", ProcessCheckpointState::Checkpointed, 0}}}});
+  auto suspended = handle(GpusLetGo{1, std::nullopt});
+  EXPECT_EQ(std::get<Record>(suspended[0]).reason, "suspended by ana; resumes when its GPUs are free");
+  EXPECT_TRUE(std::holds_alternative<EnterQueue>(suspended.back()));  // the resume it was to have
+
+  auto resuming = handle(Adopted{2, JobKind::Batch, 0, {}, JobState::Suspended, 1, "resuming",
+                                 Suspension{{50}, "ana", 1.0, 100, true, true}});
+  ASSERT_EQ(resuming.size(), 2u);
+  EXPECT_EQ(std::get<CallCheckpoint>(resuming[1]).step, CheckpointStep::State);
+  EXPECT_EQ(refusal(ResumeJob{2}), "job 2 is being resumed already");
+  auto unlock = handle(CheckpointDone{2, {{{50, "ok", ProcessCheckpointState::Locked, 0}}}});
+  EXPECT_EQ(std::get<CallCheckpoint>(unlock[0]).step, CheckpointStep::Unlock);
+  auto resumed = handle(CheckpointDone{2, {{{50, "ok", ProcessCheckpointState::Running, 0}}}});
+  EXPECT_EQ(std::get<Record>(resumed[0]).state, JobState::Running);
+  EXPECT_TRUE(std::holds_alternative<Resumed>(resumed[1]));
+  EXPECT_EQ(jobs.find(2)->attempts, 1u);
+}
+
 TEST_F(LifecycleTest, ACancelledSuspendedJobLeavesTheQueueAndItsProcessesAreEnded) {
   handle(Adopted{2, JobKind::Batch, 0, {}, JobState::Suspended, 1, "suspended by ana",
                  Suspension{{50}, "ana", 1.0, 100, true}});

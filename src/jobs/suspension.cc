@@ -13,6 +13,7 @@ const char* to_string(SuspensionPhase phase) {
     case SuspensionPhase::Restoring: return "restoring";
     case SuspensionPhase::Unlocking: return "unlocking";
     case SuspensionPhase::Undoing: return "undoing";
+    case SuspensionPhase::Reading: return "reading its state";
   }
   return "unknown";
 }
@@ -30,10 +31,17 @@ SuspensionSteps SuspensionSteps::suspended(std::vector<pid_t> pids) {
   return SuspensionSteps(SuspensionPhase::Suspended, std::move(pids), ProcessCheckpointState::Checkpointed);
 }
 
+SuspensionSteps SuspensionSteps::taken_up(std::vector<pid_t> pids, bool resuming) {
+  SuspensionSteps steps(SuspensionPhase::Reading, std::move(pids), ProcessCheckpointState::Unknown);
+  steps.resuming_ = resuming;
+  return steps;
+}
+
 SuspensionMove SuspensionSteps::first_call() const {
-  return SuspensionMove{SuspensionMove::Kind::Call,
-                        phase_ == SuspensionPhase::Restoring ? CheckpointStep::Restore : CheckpointStep::Lock, pids_,
-                        ""};
+  CheckpointStep step = phase_ == SuspensionPhase::Restoring ? CheckpointStep::Restore
+                        : phase_ == SuspensionPhase::Reading ? CheckpointStep::State
+                                                             : CheckpointStep::Lock;
+  return SuspensionMove{SuspensionMove::Kind::Call, step, pids_, ""};
 }
 
 SuspensionMove SuspensionSteps::call(CheckpointStep step, std::vector<pid_t> pids) {
@@ -71,8 +79,9 @@ SuspensionMove SuspensionSteps::on_outcome(const CheckpointOutcome& outcome) {
   switch (phase_) {
     case SuspensionPhase::Locking:
       if (ok) {
+        // All of them, unless a restarted daemon found some checkpointed already.
         phase_ = SuspensionPhase::Checkpointing;
-        return call(CheckpointStep::Checkpoint, pids_);
+        return call(CheckpointStep::Checkpoint, in_state(ProcessCheckpointState::Locked));
       }
       failure_ = fmt::format("lock failed: {}", outcome.failure());
       phase_ = SuspensionPhase::Undoing;
@@ -94,7 +103,7 @@ SuspensionMove SuspensionSteps::on_outcome(const CheckpointOutcome& outcome) {
     case SuspensionPhase::Restoring:
       if (ok) {
         phase_ = SuspensionPhase::Unlocking;
-        return call(CheckpointStep::Unlock, pids_);
+        return call(CheckpointStep::Unlock, in_state(ProcessCheckpointState::Locked));
       }
       return SuspensionMove{SuspensionMove::Kind::Broken, CheckpointStep::Restore, {},
                             fmt::format("restore failed: {}", outcome.failure())};
@@ -102,12 +111,58 @@ SuspensionMove SuspensionSteps::on_outcome(const CheckpointOutcome& outcome) {
       if (ok) return SuspensionMove{SuspensionMove::Kind::Resumed, CheckpointStep::Unlock, {}, ""};
       return SuspensionMove{SuspensionMove::Kind::Broken, CheckpointStep::Unlock, {},
                             fmt::format("unlock failed: {}", outcome.failure())};
+    case SuspensionPhase::Reading:
+      if (ok) return carry_on();
+      return SuspensionMove{SuspensionMove::Kind::Broken, CheckpointStep::State, {},
+                            fmt::format("the daemon stopped during its {}, and its state cannot be read: {}",
+                                        resuming_ ? "resume" : "suspend", outcome.failure())};
     case SuspensionPhase::Checkpointed:
     case SuspensionPhase::Suspended:
       break;
   }
   return SuspensionMove{SuspensionMove::Kind::Broken, CheckpointStep::Lock, {},
                         fmt::format("a checkpoint call ended while {}", to_string(phase_))};
+}
+
+SuspensionMove SuspensionSteps::carry_on() {
+  if (std::optional<pid_t> pid = astray()) {
+    return SuspensionMove{SuspensionMove::Kind::Broken, CheckpointStep::State, {},
+                          fmt::format("the daemon stopped during its {}, and pid {} is left {}",
+                                      resuming_ ? "resume" : "suspend", *pid, to_string(states_.at(*pid)))};
+  }
+  auto running = in_state(ProcessCheckpointState::Running);
+  auto locked = in_state(ProcessCheckpointState::Locked);
+  auto checkpointed = in_state(ProcessCheckpointState::Checkpointed);
+  if (resuming_) {
+    if (!checkpointed.empty()) {
+      phase_ = SuspensionPhase::Restoring;
+      return call(CheckpointStep::Restore, checkpointed);
+    }
+    phase_ = SuspensionPhase::Unlocking;
+    if (!locked.empty()) return call(CheckpointStep::Unlock, locked);
+    return SuspensionMove{SuspensionMove::Kind::Resumed, CheckpointStep::Unlock, {}, ""};
+  }
+  if (!running.empty()) {
+    phase_ = SuspensionPhase::Locking;
+    return call(CheckpointStep::Lock, running);
+  }
+  if (!locked.empty()) {
+    phase_ = SuspensionPhase::Checkpointing;
+    return call(CheckpointStep::Checkpoint, locked);
+  }
+  phase_ = SuspensionPhase::Checkpointed;
+  return SuspensionMove{SuspensionMove::Kind::Suspended, CheckpointStep::Checkpoint, {}, ""};
+}
+
+std::optional<pid_t> SuspensionSteps::astray() const {
+  for (pid_t pid : pids_) {
+    ProcessCheckpointState state = states_.at(pid);
+    if (state != ProcessCheckpointState::Running && state != ProcessCheckpointState::Locked &&
+        state != ProcessCheckpointState::Checkpointed) {
+      return pid;
+    }
+  }
+  return std::nullopt;
 }
 
 SuspensionMove SuspensionSteps::undo_move() {

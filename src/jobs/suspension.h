@@ -13,6 +13,7 @@
 #include <sys/types.h>
 
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -29,6 +30,7 @@ enum class SuspensionPhase {
   Restoring,      // resume: restore calls under way (its GPUs are held again)
   Unlocking,      // resume: unlock calls under way
   Undoing,        // a suspend that failed, being undone
+  Reading,        // a restarted daemon reads where the driver left a suspend or resume it began
 };
 const char* to_string(SuspensionPhase phase);
 
@@ -54,10 +56,14 @@ class SuspensionSteps {
   static SuspensionSteps suspend(std::vector<pid_t> pids);
   // A job found suspended (a restarted daemon): the processes checkpointed.
   static SuspensionSteps suspended(std::vector<pid_t> pids);
+  // A suspend (or, `resuming`, a resume) that a daemon began and stopped during: the first move
+  // reads each process's state; from there the suspend or resume goes on where it was.
+  static SuspensionSteps taken_up(std::vector<pid_t> pids, bool resuming);
 
   SuspensionPhase phase() const { return phase_; }
   const std::vector<pid_t>& pids() const { return pids_; }
-  // The call that starts the phase: lock (after suspend()) or restore (after resume()).
+  // The call that starts the phase: lock (after suspend()), restore (after resume()) or state
+  // (after taken_up()).
   SuspensionMove first_call() const;
   // Resuming a suspended job: its GPUs are held again; the first move restores the processes.
   Result<SuspensionMove> resume();
@@ -71,6 +77,10 @@ class SuspensionSteps {
  private:
   SuspensionSteps(SuspensionPhase phase, std::vector<pid_t> pids, ProcessCheckpointState state);
 
+  // After the states were read: the call that carries the suspend (or resume) on from them.
+  SuspensionMove carry_on();
+  // A process in none of the states a suspend or resume passes through; nullopt if none is.
+  std::optional<pid_t> astray() const;
   // Records the states the outcome reports.
   void note(const CheckpointOutcome& outcome);
   // The next call of an undo, or its end.
@@ -83,6 +93,7 @@ class SuspensionSteps {
   std::vector<pid_t> pids_;
   std::map<pid_t, ProcessCheckpointState> states_;
   std::string failure_;  // what an undo is undoing
+  bool resuming_ = false;  // Reading: which way it was going
   size_t called_ = 0;    // how many processes the call under way was for
 };
 

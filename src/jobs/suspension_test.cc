@@ -119,13 +119,68 @@ TEST(SuspensionSteps, ARestoreOrUnlockRefusedWhileResumingLeavesTheJobToBeEnded)
   }
 }
 
+// A daemon that stopped during a suspend: the driver says where each process got to, and the
+// suspend goes on from there, each call only on those not yet past it.
+TEST(SuspensionSteps, ASuspendTakenUpAfterARestartGoesOnFromWhereTheDriverLeftIt) {
+  auto steps = SuspensionSteps::taken_up({10, 11, 12}, false);
+  EXPECT_EQ(steps.phase(), SuspensionPhase::Reading);
+  expect_call(steps.first_call(), CheckpointStep::State, {10, 11, 12});
+  expect_call(
+      steps.on_outcome({{done(10, State::Checkpointed), done(11, State::Locked), done(12, State::Running)}}),
+      CheckpointStep::Lock, {12});
+  expect_call(steps.on_outcome({{done(12, State::Locked)}}), CheckpointStep::Checkpoint, {11, 12});
+  EXPECT_EQ(steps.on_outcome({{done(11, State::Checkpointed), done(12, State::Checkpointed)}}).kind, Kind::Suspended);
+  EXPECT_EQ(steps.phase(), SuspensionPhase::Checkpointed);
+  ASSERT_TRUE(steps.freed().ok());
+
+  auto checkpointed = SuspensionSteps::taken_up({10}, false);
+  EXPECT_EQ(checkpointed.on_outcome({{done(10, State::Checkpointed)}}).kind, Kind::Suspended);
+  auto none_locked = SuspensionSteps::taken_up({10, 11}, false);
+  expect_call(none_locked.on_outcome({{done(10, State::Running), done(11, State::Running)}}), CheckpointStep::Lock,
+              {10, 11});
+}
+
+TEST(SuspensionSteps, AResumeTakenUpAfterARestartRestoresAndUnlocksOnlyThoseNotYetRunning) {
+  auto steps = SuspensionSteps::taken_up({10, 11, 12}, true);
+  expect_call(steps.first_call(), CheckpointStep::State, {10, 11, 12});
+  expect_call(
+      steps.on_outcome({{done(10, State::Running), done(11, State::Locked), done(12, State::Checkpointed)}}),
+      CheckpointStep::Restore, {12});
+  EXPECT_EQ(steps.phase(), SuspensionPhase::Restoring);
+  expect_call(steps.on_outcome({{done(12, State::Locked)}}), CheckpointStep::Unlock, {11, 12});
+  EXPECT_EQ(steps.on_outcome({{done(11, State::Running), done(12, State::Running)}}).kind, Kind::Resumed);
+
+  auto resumed = SuspensionSteps::taken_up({10, 11}, true);
+  EXPECT_EQ(resumed.on_outcome({{done(10, State::Running), done(11, State::Running)}}).kind, Kind::Resumed);
+}
+
+TEST(SuspensionSteps, ATakenUpSuspensionWhoseStateCannotBeReadOrIsFailedLeavesTheJobToBeEnded) {
+  auto unreadable = SuspensionSteps::taken_up({10, 11}, false);
+  auto broken = unreadable.on_outcome({{done(10, State::Locked), refused(11, State::Unknown, "CUDA_ERROR_NOT_FOUND")}});
+  EXPECT_EQ(broken.kind, Kind::Broken);
+  EXPECT_EQ(broken.why, "the daemon stopped during its suspend, and its state cannot be read: pid 11: CUDA_ERROR_NOT_FOUND");
+  auto failed = SuspensionSteps::taken_up({10, 11}, true);
+  broken = failed.on_outcome({{done(10, State::Checkpointed), done(11, State::Failed)}});
+  EXPECT_EQ(broken.kind, Kind::Broken);
+  EXPECT_EQ(broken.why, "the daemon stopped during its resume, and pid 11 is left failed");
+  auto no_answer = SuspensionSteps::taken_up({10}, true);
+  CheckpointOutcome timed_out;
+  timed_out.error = "gpupool-cuda-checkpoint did not finish within 600 s";
+  EXPECT_EQ(no_answer.on_outcome(timed_out).why,
+            "the daemon stopped during its resume, and its state cannot be read: gpupool-cuda-checkpoint did not "
+            "finish within 600 s");
+}
+
 TEST(SuspensionSteps, AnOutcomeCountsOnlyWhenEveryProcessWasDone) {
   CheckpointOutcome partial{{done(10, State::Locked)}};
   EXPECT_FALSE(partial.ok(2));
   EXPECT_TRUE(partial.ok(1));
   EXPECT_DOUBLE_EQ(partial.seconds(), 0.5);
   EXPECT_EQ(parse_process_checkpoint_state("checkpointed"), State::Checkpointed);
+  EXPECT_EQ(parse_process_checkpoint_state("restoring"), State::Restoring);
   EXPECT_EQ(parse_process_checkpoint_state("sideways"), State::Unknown);
+  EXPECT_STREQ(to_string(CheckpointStep::State), "state");  // the helper's words
+  EXPECT_STREQ(to_string(CheckpointStep::Checkpoint), "checkpoint");
 }
 
 }  // namespace

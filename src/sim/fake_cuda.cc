@@ -39,23 +39,29 @@ std::atomic<bool> initialized{false};
 // Anything kill() can reach is live, a process of another user (EPERM) included.
 bool is_live_process(int pid) { return pid > 0 && (kill(pid, 0) == 0 || errno == EPERM); }
 
-// What a test asked of this step (fail-<step> in the state directory): nullopt to go on, else the
-// error to return. "hang" waits until the file goes, for tests of the caller's time limits.
-std::optional<int> injected_failure(const std::string& directory, const char* step) {
-  const std::string path = directory + "/fail-" + step;
-  for (;;) {
-    std::ifstream file(path);
-    if (!file) return std::nullopt;
-    std::string word;
-    file >> word;
-    if (word != "hang") {
-      char* end = nullptr;
-      long code = std::strtol(word.c_str(), &end, 10);
-      return word.empty() || *end != '\0' ? kUnknown : static_cast<int>(code);
-    }
-    file.close();
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
+// What a test asked of this step: the word in fail-<step> in the state directory, if the file is there.
+std::optional<std::string> injected_word(const std::string& path) {
+  std::ifstream file(path);
+  if (!file) return std::nullopt;
+  std::string word;
+  file >> word;
+  return word;
+}
+
+// Waits while fail-<step> says `word`.
+void wait_while(const std::string& path, const std::string& word) {
+  while (injected_word(path) == word) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+}
+
+// nullopt to go on, else the error to return. "hang" waits until the file goes, for tests of the
+// caller's time limits; "hang-after" goes on now and waits after the step instead.
+std::optional<int> injected_failure(const std::string& path) {
+  wait_while(path, "hang");
+  std::optional<std::string> word = injected_word(path);
+  if (!word || *word == "hang-after") return std::nullopt;
+  char* end = nullptr;
+  long code = std::strtol(word->c_str(), &end, 10);
+  return word->empty() || *end != '\0' ? kUnknown : static_cast<int>(code);
 }
 
 // One step of the driver: allowed only from `from`, it leaves the process in `to`.
@@ -63,12 +69,16 @@ int step(int pid, const char* name, CudaProcessState from, CudaProcessState to) 
   if (!initialized) return kNotInitialized;
   std::optional<std::string> directory = cuda_state_directory();
   if (!directory) return kNotInitialized;
-  if (std::optional<int> failure = injected_failure(*directory, name)) return *failure;
+  const std::string injection = *directory + "/fail-" + name;
+  if (std::optional<int> failure = injected_failure(injection)) return *failure;
   if (!is_live_process(pid)) return kInvalidValue;
   std::optional<CudaProcessState> state = read_cuda_process_state(*directory, pid);
   if (!state) return kUnknown;
   if (*state != from) return kIllegalState;
-  return write_cuda_process_state(*directory, pid, to) ? kSuccess : kOperatingSystem;
+  if (!write_cuda_process_state(*directory, pid, to)) return kOperatingSystem;
+  // A caller stopped here finds the step done: as a daemon killed during a long checkpoint would.
+  wait_while(injection, "hang-after");
+  return kSuccess;
 }
 
 }  // namespace

@@ -182,6 +182,54 @@ class SuspendTest(unittest.TestCase):
             d.touch("job-go")
             self.assertEqual(d.finish(job)[0]["state"], "done")
 
+    def hang_after(self, step):
+        """The next `step` call does its work, then waits until the returned file goes."""
+        path = os.path.join(self.cuda, f"fail-{step}")
+        with open(path, "w") as f:
+            f.write("hang-after")
+        return path
+
+    def test_a_suspend_the_daemon_was_killed_during_goes_on_after_a_restart(self):
+        with self.daemon() as d:
+            job, pid = self.gpu_job(d, "job")
+            hang = self.hang_after("checkpoint")
+            d.gp("suspend", str(job), "--no-wait", check=True)
+            wait_until(lambda: self.driver_state(pid) == "checkpointed", what="the checkpoint done")
+            self.assertEqual((d.job_state(job), d.show(job)["reason"]), ("running", "being suspended by root"))
+            d.kill()  # before the checkpoint call returned
+            os.remove(hang)
+            d.start()
+            suspended = d.wait_state(job, "suspended")
+            self.assertEqual((suspended["reason"], suspended["suspension"]["pids"]), ("suspended by root", [pid]))
+            self.assertEqual((d.held_gpus(), self.driver_state(pid)), ([], "checkpointed"))
+            self.assertIn("job_suspended", [kind for kind, _ in self.events(d, job)])
+            d.gp("resume", str(job), check=True)
+            self.assertEqual(self.driver_state(pid), "running")
+            d.touch("job-go")
+            ended = d.finish(job)[0]
+            self.assertEqual((ended["state"], ended["attempts"]), ("done", 1))
+
+    def test_a_resume_the_daemon_was_killed_during_goes_on_after_a_restart(self):
+        with self.daemon() as d:
+            job, pid = self.gpu_job(d, "job")
+            d.gp("suspend", str(job), check=True)
+            hang = self.hang_after("restore")
+            d.gp("resume", str(job), "--no-wait", check=True)
+            wait_until(lambda: self.driver_state(pid) == "locked", what="the restore done")
+            self.assertEqual((d.job_state(job), d.show(job)["reason"]), ("suspended", "resuming"))
+            d.kill()  # restored, not yet unlocked
+            os.remove(hang)
+            d.start()
+            resumed = d.wait_state(job, "running")
+            self.assertEqual((resumed["reason"], resumed.get("suspension")), ("", None))
+            self.assertEqual((len(d.held_gpus()), self.driver_state(pid)), (1, "running"))
+            # Its GPU is its own again: another job waits for it.
+            other = d.enqueue(["true"], name="other")
+            d.wait_for_samples(2)
+            self.assertEqual(d.job_state(other), "queued")
+            d.touch("job-go")
+            self.assertEqual(d.finish(job, other)[0]["state"], "done")
+
     def test_drain_suspend_empties_a_gpu_and_its_job_resumes_when_the_gpu_does(self):
         with self.daemon() as d:
             job, pid = self.gpu_job(d, "job")
