@@ -337,35 +337,50 @@ void Daemon::Impl::on_sample(const Machine& machine, const std::vector<XidEvent>
   let_go_of_checkpointed(machine);
   stop_unneeded_mps_controls();
   apply_survey();
-  tell_idle_jobs();
-  suspend_idle_jobs();
-  preempt_by_suspending();
+  const std::map<JobId, double> idle = idle_running_jobs();
+  tell_idle_jobs(idle);
+  // Each queued job's wait explained once a sample, for both policies (off by default).
+  if (settings_.config.idle_suspend_after_s || settings_.config.preempt_by_suspending) {
+    const std::vector<WaitingJob> waiting = jobs_waiting_for_gpus();
+    suspend_idle_jobs(idle, waiting);
+    preempt_by_suspending(waiting);
+  }
 }
 
-void Daemon::Impl::suspend_idle_jobs() {
+std::map<JobId, double> Daemon::Impl::idle_running_jobs() const {
+  std::map<JobId, double> idle;
+  for (const auto& [id, job] : dispatcher_.active()) {
+    if (job.state != JobState::Running) continue;
+    std::optional<JobUsage> usage = monitor_->usage_of(id);
+    if (usage && usage->idle_since) idle[id] = *usage->idle_since;
+  }
+  return idle;
+}
+
+std::vector<Daemon::Impl::WaitingJob> Daemon::Impl::jobs_waiting_for_gpus() const {
+  std::vector<WaitingJob> waiting;
+  for (const auto& [id, job] : dispatcher_.active()) {
+    if (job.state != JobState::Queued) continue;
+    WaitReason why = waiting_for(job).reason;
+    if (why == WaitReason::Resources || why == WaitReason::Reservation || why == WaitReason::Priority) {
+      waiting.push_back({&job, why});
+    }
+  }
+  return waiting;
+}
+
+void Daemon::Impl::suspend_idle_jobs(const std::map<JobId, double>& idle, const std::vector<WaitingJob>& waiting) {
   const std::optional<double> after = settings_.config.idle_suspend_after_s;
   if (!after) return;
   const double now = unix_now();
-  std::set<JobId> idle;
   std::vector<std::pair<JobId, double>> due;  // and how long each has been idle
-  for (const auto& [id, job] : dispatcher_.active()) {
-    if (job.state != JobState::Running || job.suspension) continue;
-    std::optional<JobUsage> usage = monitor_->usage_of(id);
-    if (!usage || !usage->idle_since) continue;
-    idle.insert(id);
-    if (now - *usage->idle_since >= *after && idle_suspend_tried_.count(id) == 0) {
-      due.emplace_back(id, now - *usage->idle_since);
-    }
+  for (const auto& [id, idle_since] : idle) {
+    if (dispatcher_.active().at(id).suspension) continue;  // being suspended already
+    if (now - idle_since >= *after && idle_suspend_tried_.count(id) == 0) due.emplace_back(id, now - idle_since);
   }
   std::erase_if(idle_suspend_tried_, [&](JobId id) { return idle.count(id) == 0; });
-  if (due.empty()) return;
   // An idle job costs nothing on a machine that nobody waits for.
-  bool others_wait = std::ranges::any_of(dispatcher_.active(), [&](const auto& entry) {
-    if (entry.second.state != JobState::Queued) return false;
-    WaitReason why = waiting_for(entry.second).reason;
-    return why == WaitReason::Resources || why == WaitReason::Reservation || why == WaitReason::Priority;
-  });
-  if (!others_wait) return;
+  if (due.empty() || waiting.empty()) return;
   for (const auto& [id, idle_for] : due) {
     idle_suspend_tried_.insert(id);
     std::string by = fmt::format("gpupoold (idle for {}, jobs waiting)", rough_duration_text(idle_for));
@@ -375,7 +390,7 @@ void Daemon::Impl::suspend_idle_jobs() {
   }
 }
 
-void Daemon::Impl::preempt_by_suspending() {
+void Daemon::Impl::preempt_by_suspending(const std::vector<WaitingJob>& queued) {
   if (!settings_.config.preempt_by_suspending) return;
   // One preemption at a time: the GPUs it frees are seen before more is suspended.
   for (const auto& [id, job] : dispatcher_.active()) {
@@ -383,11 +398,9 @@ void Daemon::Impl::preempt_by_suspending() {
   }
   // The first waiting job of the highest priority that waits for whole GPUs.
   const Job* waiting = nullptr;
-  for (const auto& [id, job] : dispatcher_.active()) {
-    if (job.state != JobState::Queued || job.spec.gpus.slice_mib || job.spec.gpus.mig) continue;
-    if (waiting != nullptr && job.spec.priority <= waiting->spec.priority) continue;
-    WaitReason why = waiting_for(job).reason;
-    if (why == WaitReason::Resources || why == WaitReason::Reservation) waiting = &job;
+  for (const auto& [job, why] : queued) {
+    if (job->spec.gpus.slice_mib || job->spec.gpus.mig || why == WaitReason::Priority) continue;
+    if (waiting == nullptr || job->spec.priority > waiting->spec.priority) waiting = job;
   }
   if (waiting == nullptr) return;
   unsigned free = 0;
@@ -413,23 +426,20 @@ void Daemon::Impl::preempt_by_suspending() {
   }
 }
 
-void Daemon::Impl::tell_idle_jobs() {
+void Daemon::Impl::tell_idle_jobs(const std::map<JobId, double>& idle) {
   const double now = unix_now();
-  std::set<JobId> idle;
-  for (const auto& [id, job] : dispatcher_.active()) {
-    if (job.state != JobState::Running) continue;
-    std::optional<JobUsage> usage = monitor_->usage_of(id);
-    if (!usage || !usage->idle_since) continue;
-    idle.insert(id);
+  std::set<JobId> told;
+  for (const auto& [id, idle_since] : idle) {
+    told.insert(id);
     // The accounting flags a job anew after a restart: the idleness told before it is not again
     // (a job that worked meanwhile and fell idle again is not told either: the log cannot say).
     if (idle_told_before_restart_.erase(id) > 0) continue;
     if (told_idle_.count(id) == 0) {
-      events_->add(job_event(EventKind::JobIdle, job, now,
-                             fmt::format("about 0 % utilisation for {}", rough_duration_text(now - *usage->idle_since))));
+      events_->add(job_event(EventKind::JobIdle, dispatcher_.active().at(id), now,
+                             fmt::format("about 0 % utilisation for {}", rough_duration_text(now - idle_since))));
     }
   }
-  told_idle_ = std::move(idle);
+  told_idle_ = std::move(told);
 }
 
 void Daemon::Impl::tell_slice_overruns(const std::map<JobId, SliceUse>& worst) {

@@ -126,12 +126,20 @@ class Daemon::Impl {
   // `gpupool suspend`: the running job's GPU processes, as the latest sample lists them, are
   // checkpointed (within suspend_host_memory_mb); an error: nothing was touched.
   std::optional<std::string> suspend(JobId id, const std::string& by, ResumeWhen resume_when = ResumeWhen::Asked);
-  // idle_suspend_after: while jobs wait for GPUs, the jobs idle that long are suspended, to
+  // A queued job that waits for GPUs (its resources, a reservation, or jobs of higher priority).
+  struct WaitingJob {
+    const Job* job;
+    WaitReason why;
+  };
+  std::vector<WaitingJob> jobs_waiting_for_gpus() const;
+  // The running jobs the accounting flags idle, with since when (Unix seconds).
+  std::map<JobId, double> idle_running_jobs() const;
+  // idle_suspend_after: while jobs wait for GPUs, the jobs `idle` that long are suspended, to
   // resume behind them (each idle spell is tried once).
-  void suspend_idle_jobs();
+  void suspend_idle_jobs(const std::map<JobId, double>& idle, const std::vector<WaitingJob>& waiting);
   // preempt = "suspend": the first waiting job of the highest priority, waiting for whole GPUs,
   // has jobs of lower priority suspended to make room (sched/preemption.h).
-  void preempt_by_suspending();
+  void preempt_by_suspending(const std::vector<WaitingJob>& waiting);
   // The jobs whose processes are checkpointed have their GPUs let go once a sample shows them free.
   void let_go_of_checkpointed(const Machine& sample);
   // The MPS control daemons of GPUs where no MPS slice job runs any more, told to quit.
@@ -141,7 +149,7 @@ class Daemon::Impl {
   std::optional<std::string> mps_fault_reason(JobId id);
   // Running jobs newly flagged idle, or newly past their slice (`worst`), told as events once
   // each time it begins.
-  void tell_idle_jobs();
+  void tell_idle_jobs(const std::map<JobId, double>& idle);
   void tell_slice_overruns(const std::map<JobId, SliceUse>& worst);
   // A GPU's event, with the jobs running on it and their owners.
   Event gpu_event(EventKind kind, unsigned index, std::string user, std::string detail) const;
