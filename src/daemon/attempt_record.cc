@@ -68,6 +68,8 @@ Result<AttemptRecord> read_attempt_record(const std::string& record_path) {
       started = true;
       record.job_pid = integer_field(event, "job_pid");
       record.start_time = number_field(event, "time");
+    } else if (kind == "clock_stopped" || kind == "clock_started") {
+      record.clock_stopped = kind == "clock_stopped";
     } else if (kind == "exited") {
       exited = true;
       record.exit_code = integer_field(event, "exit_code");

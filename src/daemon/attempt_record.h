@@ -29,6 +29,7 @@ struct AttemptRecord {
   std::optional<int> exit_code;  // shell's view: status or 128 + signal
   std::optional<int> signal;
   std::string reason;            // "", "time limit", "cancelled", "could not start: ...", ...
+  bool clock_stopped = false;    // its time limit's clock stopped (the job suspended) and not started again
 };
 
 // The largest job id that names one of `file_names` ("12.out", "12.err", "12.3"), the job's

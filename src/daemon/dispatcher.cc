@@ -8,6 +8,7 @@
 #include <fmt/ranges.h>
 
 #include "base/text.h"
+#include "daemon/supervisor.h"
 #include "isolation/device_rules.h"
 #include "jobs/job_text.h"
 #include "lease/gpu_pool.h"
@@ -85,6 +86,8 @@ Result<std::vector<JobId>> Dispatcher::adopt_running(std::vector<Job> jobs) {
       if (record.progress == AttemptProgress::Running && record.supervisor_pid) {
         stored.pid = record.supervisor_pid;
         runner_.watch(id, *record.supervisor_pid);
+        // The daemon before may have stopped before it could.
+        if (!record.clock_stopped) tell_the_clock(stored, kStopTheClock);
       } else {
         on_exit(id);
       }
@@ -125,6 +128,7 @@ Result<std::vector<JobId>> Dispatcher::adopt_running(std::vector<Job> jobs) {
     if (record.progress == AttemptProgress::Running && record.supervisor_pid) {
       stored.pid = record.supervisor_pid;
       runner_.watch(id, *record.supervisor_pid);
+      if (record.clock_stopped) tell_the_clock(stored, kStartTheClock);  // resumed as the daemon before stopped
     } else {
       on_exit(id);  // Exited or Lost: record it now
     }
@@ -224,6 +228,7 @@ std::optional<std::string> Dispatcher::carry_out(const lifecycle::Effect& effect
             Job& job = active_.at(e.id);
             checkpointed_samples_.erase(e.id);
             if (auto suspended = scheduler_.suspend(e.id, unix_now()); !suspended) return suspended.error().message;
+            tell_the_clock(job, kStopTheClock);
             if (hooks_.suspended) hooks_.suspended(job);
             return std::nullopt;
           },
@@ -243,11 +248,21 @@ std::optional<std::string> Dispatcher::carry_out(const lifecycle::Effect& effect
             Job& job = active_.at(e.id);
             job.suspension.reset();
             save(job);
+            tell_the_clock(job, kStartTheClock);
             if (hooks_.resumed) hooks_.resumed(job);
             return std::nullopt;
           },
       },
       effect);
+}
+
+void Dispatcher::tell_the_clock(const Job& job, int word) {
+  // An interactive job's client keeps its own limit (docs/suspend.md); a lost attempt has no one.
+  if (job.spec.kind != JobKind::Batch || !job.pid || lost_.count(job.id) > 0) return;
+  if (auto told = runner_.signal(*job.pid, word, false); !told) {
+    fmt::print(stderr, "gpupoold: job {}: cannot tell its supervisor to {} the time limit's clock: {}\n", job.id,
+               word == kStopTheClock ? "stop" : "start", told.error().message);
+  }
 }
 
 void Dispatcher::cancel_all(const std::string& by) {

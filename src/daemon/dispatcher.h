@@ -170,6 +170,9 @@ class Dispatcher {
   void finished(JobId id, JobState state, std::string reason);
   void start(const JobStart& decision);
   void resume_on_its_gpus(Job& job, const JobStart& decision);
+  // Tells a batch job's supervisor to stop (kStopTheClock) or start (kStartTheClock) its time
+  // limit's clock: a suspended job's time does not count.
+  void tell_the_clock(const Job& job, int word);
   // Puts a suspended job in the scheduler's queue for the GPUs it ran on.
   std::optional<std::string> queue_to_resume(Job& job);
   void start_attempt(const lifecycle::StartAttempt& start);

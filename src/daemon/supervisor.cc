@@ -49,9 +49,10 @@ Result<void> append_event(int record_fd, const json& event) {
 // The record's lines are a few hundred bytes; a reason quoting long paths may take more.
 constexpr uint64_t kRecordRoom = 16 * 1024;
 
-// What the supervisor takes through its signalfd: a cancel, and its job's end. Blocked from before
-// the supervisor's exec, so a cancel sent as soon as its pid is known is never lost.
-constexpr std::initializer_list<int> kSupervisorSignals = {SIGTERM, SIGCHLD};
+// What the supervisor takes through its signalfd: a cancel, its job's end, and the daemon's word
+// that the job is suspended (the time limit's clock stops) or resumed (it runs on). Blocked from
+// before the supervisor's exec, so a cancel sent as soon as its pid is known is never lost.
+constexpr std::initializer_list<int> kSupervisorSignals = {SIGTERM, SIGCHLD, kStopTheClock, kStartTheClock};
 
 // Device numbers as [major, minor] pairs.
 json denied_pairs(const std::vector<DeviceNumber>& denied) {
@@ -452,8 +453,27 @@ class AttemptSupervisor {
   void on_signals() {
     while (auto signal = read_signal(signal_fd_.get())) {
       if (*signal == SIGTERM) stop("cancelled");
+      if (*signal == kStopTheClock) stop_the_clock();
+      if (*signal == kStartTheClock) start_the_clock();
     }
     wait_for_leader(false);
+  }
+
+  // A suspended job's time does not count against its limit, as in Slurm. Either word twice is
+  // the same as once, so a restarted daemon may say it again.
+  void stop_the_clock() {
+    if (!clock_running_) return;
+    clock_running_ = false;
+    clock_left_s_ = disarm_timer(timer_fd_.get());
+    (void)append_event(record_fd_, {{"event", "clock_stopped"}, {"time", unix_now()}, {"left_s", *clock_left_s_}});
+  }
+
+  void start_the_clock() {
+    if (!clock_left_s_ || stop_reason_) return;
+    arm_timer(timer_fd_.get(), *clock_left_s_);
+    clock_left_s_.reset();
+    clock_running_ = true;
+    (void)append_event(record_fd_, {{"event", "clock_started"}, {"time", unix_now()}});
   }
 
   void on_timer() {
@@ -494,13 +514,17 @@ class AttemptSupervisor {
     char go = 1;
     (void)write_in_one_call(go_fd_.get(), &go, 1);
     go_fd_.reset();
-    if (attempt_.time_limit_s) arm_timer(timer_fd_.get(), *attempt_.time_limit_s);
+    if (attempt_.time_limit_s) {
+      arm_timer(timer_fd_.get(), *attempt_.time_limit_s);
+      clock_running_ = true;
+    }
   }
 
   // SIGTERM to the job's group, SIGKILL after the grace period.
   void stop(const char* reason) {
     if (stop_reason_) return;
     stop_reason_ = reason;
+    clock_running_ = false;  // the timer counts the grace period from here
     if (attempt_.kill_grace_s <= 0) {
       stop_now();
       return;
@@ -555,6 +579,8 @@ class AttemptSupervisor {
   pid_t job_ = -1;  // also its process group
   std::optional<int> leader_status_;
   std::optional<std::string> stop_reason_;
+  bool clock_running_ = false;          // the timer counts down the time limit
+  std::optional<double> clock_left_s_;  // the limit's time left when the clock was stopped
   std::optional<std::string> failure_;  // "could not start: ..."
   bool failed_before_exec_ = false;
 };

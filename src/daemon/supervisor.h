@@ -14,6 +14,9 @@
 //                                                              supervisor has its attempt, so
 //                                                              always first
 //     {"event":"started","job_pid":P,"pgid":P,"time":T}        written before the job execs
+//     {"event":"clock_stopped","time":T,"left_s":L}           the job suspended: its time limit's
+//     {"event":"clock_started","time":T}                       clock stopped with L seconds left,
+//                                                              and started again on its resume
 //     {"event":"exited","exit_code":C|null,"signal":S|null,"reason":R,"time":T}
 //   exit_code is null when the job never got to exec (its directory, identity or logs failed:
 //   reason "could not start: ..."); a command not found is 127, one not runnable 126.
@@ -34,6 +37,7 @@
 // long as it (or anything it left running) lives, even when the supervisor is killed.
 #pragma once
 
+#include <signal.h>
 #include <sys/types.h>
 
 #include <optional>
@@ -121,6 +125,11 @@ class StandbySupervisor {
 // Supervisor side: the body of `gpupoold supervise`; waits for its attempt on stdin.
 // Returns the supervisor's exit status (0 once the outcome is recorded).
 int supervise_main();
+
+// What the daemon sends a supervisor when its job is suspended (the time limit's clock stops) and
+// when it is resumed (the clock runs on from where it stopped). Each is idempotent.
+constexpr int kStopTheClock = SIGUSR1;
+constexpr int kStartTheClock = SIGUSR2;
 
 // Asks the supervisor to cancel: it sends SIGTERM to the job's group, waits the grace period,
 // then SIGKILL, and records reason "cancelled".

@@ -16,6 +16,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "os/clock.h"
+
 namespace gpupool {
 namespace {
 
@@ -186,6 +188,30 @@ TEST_F(SupervisorTest, TheTimeLimitStopsAJobWithSigterm) {
   EXPECT_EQ(r.reason, "time limit");
   EXPECT_EQ(r.signal, SIGTERM);
   EXPECT_EQ(r.exit_code, 128 + SIGTERM);
+}
+
+// A suspended job's time does not count: the daemon stops the clock and starts it again.
+TEST_F(SupervisorTest, TheTimeLimitsClockStopsWhileTheJobIsSuspended) {
+  auto a = attempt({"sleep", "30"});
+  a.time_limit_s = 2;
+  pid_t supervisor = start(a);
+  AttemptRecord began = running(a);
+  ASSERT_TRUE(began.job_pid && began.start_time);
+  ASSERT_EQ(kill(supervisor, kStopTheClock), 0);
+  ASSERT_EQ(kill(supervisor, kStopTheClock), 0);  // twice is once
+  const auto deadline = steady_clock::now() + kPatience;
+  while (!record(a).clock_stopped && steady_clock::now() < deadline) std::this_thread::sleep_for(kPoll);
+  ASSERT_TRUE(record(a).clock_stopped);
+  // Past the limit, with the clock stopped: the job runs on.
+  while (unix_now() < *began.start_time + 2.5) std::this_thread::sleep_for(kPoll);
+  EXPECT_EQ(record(a).progress, AttemptProgress::Running);
+  ASSERT_EQ(kill(supervisor, kStartTheClock), 0);
+  ASSERT_TRUE(finished(supervisor));
+  AttemptRecord r = record(a);
+  EXPECT_FALSE(r.clock_stopped);
+  EXPECT_EQ(r.reason, "time limit");
+  ASSERT_TRUE(r.end_time);
+  EXPECT_GE(*r.end_time - *began.start_time, 2.5);
 }
 
 TEST_F(SupervisorTest, CancellingStopsTheJobAndSaysSo) {

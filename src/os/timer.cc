@@ -27,6 +27,12 @@ void arm_timer(int timer_fd, double seconds) {
   timerfd_settime(timer_fd, 0, &when, nullptr);
 }
 
+double disarm_timer(int timer_fd) {
+  itimerspec off{}, left{};
+  if (timerfd_settime(timer_fd, 0, &off, &left) != 0) return 0;
+  return static_cast<double>(left.it_value.tv_sec) + static_cast<double>(left.it_value.tv_nsec) / 1e9;
+}
+
 bool take_timer_expiry(int timer_fd) {
   uint64_t expirations = 0;
   return read_in_one_call(timer_fd, &expirations, sizeof expirations);

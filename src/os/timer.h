@@ -15,6 +15,9 @@ Result<Fd> timer_descriptor();
 // replacing whatever it was set to before.
 void arm_timer(int timer_fd, double seconds);
 
+// Disarms it; returns how long it had left, in seconds (0 if it was not armed or has expired).
+double disarm_timer(int timer_fd);
+
 // Whether it has expired since last asked, taking the expiry.
 bool take_timer_expiry(int timer_fd);
 

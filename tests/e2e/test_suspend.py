@@ -9,6 +9,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+import time
 import unittest
 
 from harness import Daemon, main, until_exists, wait_until
@@ -42,10 +43,11 @@ class SuspendTest(unittest.TestCase):
         with open(os.path.join(self.cuda, f"fail-{step}"), "w") as f:
             f.write(code)
 
-    def gpu_job(self, d, name):
+    def gpu_job(self, d, name, **spec):
         """A job whose process the simulated GPU lists with GPU_MIB, running until `name`-go exists;
         returns (id, pid) once the daemon has sampled the process on the GPU."""
-        job = d.enqueue(["sh", "-c", f"echo $$ > {d.path(name)}.pid; {until_exists(d.path(name + '-go'))}"], name=name)
+        job = d.enqueue(["sh", "-c", f"echo $$ > {d.path(name)}.pid; {until_exists(d.path(name + '-go'))}"], name=name,
+                        **spec)
         d.wait_state(job, "running")
         pid = int(wait_until(lambda: _read(d.path(f"{name}.pid")), what=f"{name}'s pid"))
         # Only the process: the simulated GPU's memory in use would stay while it is checkpointed.
@@ -303,6 +305,20 @@ class SuspendTest(unittest.TestCase):
             out, err = run.communicate(timeout=60)
             self.assertEqual(run.returncode, 0, err)
             self.assertEqual(d.finish(job)[0]["state"], "done")
+
+    def test_a_suspended_jobs_time_does_not_count_against_its_limit(self):
+        with self.daemon() as d:
+            job, pid = self.gpu_job(d, "job", time_limit_s=4)
+            started = d.show(job)["start_time"]
+            d.gp("suspend", str(job), check=True)
+            # Past its limit while suspended: its supervisor's clock stands still.
+            wait_until(lambda: time.time() > started + 5, what="the time limit passed")
+            d.wait_for_samples(1)
+            self.assertEqual((d.job_state(job), self.driver_state(pid)), ("suspended", "checkpointed"))
+            d.gp("resume", str(job), check=True)
+            d.touch("job-go")
+            ended = d.finish(job)[0]
+            self.assertEqual((ended["state"], ended["exit_code"]), ("done", 0))
 
     def test_a_cancelled_suspended_job_ends_cancelled(self):
         with self.daemon() as d:
