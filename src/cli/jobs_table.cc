@@ -23,7 +23,8 @@ std::string start_text(const Job& job, double now, const ClockText& clock) {
 
 std::string left_text(const Job& job, double now) {
   if (job.state != JobState::Running || !job.start_time || !job.spec.time_limit_s) return "-";
-  return duration_text(*job.start_time + *job.spec.time_limit_s - now);
+  // A batch job's suspended time is not counted against its limit.
+  return duration_text(*job.start_time + *job.spec.time_limit_s + job.suspended_s - now);
 }
 
 std::string reason_text(const Job& job, double now) {

@@ -34,6 +34,15 @@ TEST(JobsTableTest, ARunningJobShowsItsTimeLeftUtilisationAndGpuHours) {
   EXPECT_EQ(row_of(job), "  4242 running    alice    pretrain      4      0-3   c-065  1:05:10 0:54:50  97%   4.3 ");
 }
 
+TEST(JobsTableTest, TheTimeLeftDoesNotCountTheTimeSuspended) {
+  Job job = table_job(JobState::Running);
+  job.gpus = {0};
+  job.start_time = kNow - 3910;
+  job.spec.time_limit_s = 3600;  // past, but it was suspended for 20 minutes
+  job.suspended_s = 1200;
+  EXPECT_NE(row_of(job).find(" 1:05:10 0:14:50 "), std::string::npos) << row_of(job);
+}
+
 TEST(JobsTableTest, UtilisationIsTheSmsActivityWhereTheGpusMeasureIt) {
   Job job = table_job(JobState::Running);
   job.gpus = {0, 1, 2, 3};

@@ -54,6 +54,7 @@ Result<AttemptRecord> read_attempt_record(const std::string& record_path) {
   if (!text) return fail("cannot read {}: {}", record_path, text.error().message);
 
   bool started = false, exited = false;
+  std::optional<double> stopped_at;  // when the time limit's clock last stopped
   size_t line_number = 0;
   for (size_t start = 0, end; (end = text->find('\n', start)) != std::string::npos; start = end + 1) {
     ++line_number;  // a last line without its newline is torn, and never reaches here
@@ -68,8 +69,13 @@ Result<AttemptRecord> read_attempt_record(const std::string& record_path) {
       started = true;
       record.job_pid = integer_field(event, "job_pid");
       record.start_time = number_field(event, "time");
-    } else if (kind == "clock_stopped" || kind == "clock_started") {
-      record.clock_stopped = kind == "clock_stopped";
+    } else if (kind == "clock_stopped") {
+      if (!record.clock_stopped) stopped_at = number_field(event, "time");  // a word said again changes nothing
+      record.clock_stopped = true;
+    } else if (kind == "clock_started") {
+      auto started_at = number_field(event, "time");
+      if (record.clock_stopped && stopped_at && started_at) record.clock_stopped_s += *started_at - *stopped_at;
+      record.clock_stopped = false;
     } else if (kind == "exited") {
       exited = true;
       record.exit_code = integer_field(event, "exit_code");

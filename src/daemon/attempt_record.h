@@ -30,6 +30,7 @@ struct AttemptRecord {
   std::optional<int> signal;
   std::string reason;            // "", "time limit", "cancelled", "could not start: ...", ...
   bool clock_stopped = false;    // its time limit's clock stopped (the job suspended) and not started again
+  double clock_stopped_s = 0;    // how long the clock stood still, until it was last started
 };
 
 // The largest job id that names one of `file_names` ("12.out", "12.err", "12.3"), the job's

@@ -32,6 +32,7 @@ void clear_attempt(Job& job) {
   job.gpu_uuids.clear();
   job.start_time.reset();
   job.pid.reset();
+  job.suspended_s = 0;
 }
 
 }  // namespace
@@ -85,6 +86,7 @@ Result<std::vector<JobId>> Dispatcher::adopt_running(std::vector<Job> jobs) {
       adopt(stored);
       if (record.progress == AttemptProgress::Running && record.supervisor_pid) {
         stored.pid = record.supervisor_pid;
+        stored.suspended_s = record.clock_stopped_s;
         runner_.watch(id, *record.supervisor_pid);
         // The daemon before may have stopped before it could.
         if (!record.clock_stopped) tell_the_clock(stored, kStopTheClock);
@@ -127,6 +129,7 @@ Result<std::vector<JobId>> Dispatcher::adopt_running(std::vector<Job> jobs) {
     adopt(stored);
     if (record.progress == AttemptProgress::Running && record.supervisor_pid) {
       stored.pid = record.supervisor_pid;
+      stored.suspended_s = record.clock_stopped_s;
       runner_.watch(id, *record.supervisor_pid);
       if (record.clock_stopped) tell_the_clock(stored, kStartTheClock);  // resumed as the daemon before stopped
     } else {
@@ -246,6 +249,7 @@ std::optional<std::string> Dispatcher::carry_out(const lifecycle::Effect& effect
           },
           [&](const lifecycle::Resumed& e) -> std::optional<std::string> {
             Job& job = active_.at(e.id);
+            if (job.spec.kind == JobKind::Batch && job.suspension) job.suspended_s += unix_now() - job.suspension->since;
             job.suspension.reset();
             save(job);
             tell_the_clock(job, kStartTheClock);
@@ -311,7 +315,7 @@ void Dispatcher::check_running(double now) {
     // attempt has nobody else to end it.
     double grace = job.spec.kind == JobKind::Interactive ? settings_.kill_grace_s : 0;
     bool enforced_here = job.spec.kind == JobKind::Interactive || lost_.count(id) != 0;
-    if (!enforced_here || now < *job.start_time + *job.spec.time_limit_s + grace) continue;
+    if (!enforced_here || now < *job.start_time + *job.spec.time_limit_s + job.suspended_s + grace) continue;
     const TrackedJob* tracked = lifecycle_.find(id);
     if (tracked != nullptr && !tracked->told_to_end_for) overdue.push_back(id);
   }

@@ -448,6 +448,18 @@ TEST_F(AttemptRecordTest, ExitedIsReadInFull) {
   EXPECT_EQ(r->end_time, 3.5);
 }
 
+TEST_F(AttemptRecordTest, TheTimeTheClockStoodStillIsAddedUp) {
+  auto clock = [](const char* event, double time) {
+    return fmt::format(R"({{"event":"{}","time":{}}})", event, time) + "\n";
+  };
+  auto r = read(std::string(kSupervising) + kStarted + clock("clock_stopped", 10) + clock("clock_started", 25) +
+                clock("clock_stopped", 30) + clock("clock_stopped", 31) + clock("clock_started", 40) +
+                clock("clock_started", 41) + clock("clock_stopped", 50));
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_DOUBLE_EQ(r->clock_stopped_s, 15 + 10);  // a word said twice counts once; the last spell is under way
+  EXPECT_TRUE(r->clock_stopped);
+}
+
 TEST_F(AttemptRecordTest, ATornLastLineIsIgnored) {
   auto r = read(std::string(kSupervising) + kStarted + R"({"event":"exited","exit_co)");
   ASSERT_TRUE(r.ok()) << r.error().message;

@@ -1013,6 +1013,7 @@ nlohmann::json job_to_json(const Job& job) {
                             {"host_mib", job.suspension->host_mib},
                             {"resume", job.suspension->resume}};
   }
+  if (job.suspended_s > 0) object["suspended_s"] = job.suspended_s;  // version 3
   return object;
 }
 
@@ -1048,6 +1049,7 @@ Result<Job> job_from_json(const nlohmann::json& object) {
     job.array = task;
   }
   TRY_ASSIGN(job.suspension, maybe(object, "suspension", as_suspension));
+  TRY_ASSIGN(job.suspended_s, defaulted(object, "suspended_s", 0.0, as_seconds));
   return job;
 }
 

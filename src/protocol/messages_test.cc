@@ -116,7 +116,7 @@ auto carried_fields(const Job& job) {
                   spec.gpus.slice_mib, spec.priority, spec.after, spec.retries, spec.time_limit_s, spec.kind,
                   job.owner.uid, job.owner.user, job.state, job.reason, job.attempts, job.submit_time,
                   job.start_time, job.end_time, job.gpus, job.gpu_uuids, job.exit_code, job.signal, job.pid,
-                  job.stdout_path, job.stderr_path, job.wait_reason, job.expected_start);
+                  job.stdout_path, job.stderr_path, job.wait_reason, job.expected_start, job.suspended_s);
 }
 
 void expect_same_spec(const JobSpec& actual, const JobSpec& expected) {
@@ -993,6 +993,7 @@ Job random_job() {
   job.pid = sometimes(gen::inRange<pid_t>(1, std::numeric_limits<pid_t>::max()));
   job.stdout_path = *text();
   job.stderr_path = *text();
+  job.suspended_s = sometimes(seconds(1)).value_or(0);
   return job;
 }
 

@@ -316,6 +316,12 @@ class SuspendTest(unittest.TestCase):
             d.wait_for_samples(1)
             self.assertEqual((d.job_state(job), self.driver_state(pid)), ("suspended", "checkpointed"))
             d.gp("resume", str(job), check=True)
+            suspended_for = d.show(job)["suspended_s"]
+            self.assertGreater(suspended_for, 3)
+            # A restarted daemon reads it from the supervisor's record.
+            self.assertEqual(d.stop(), 0)
+            d.start()
+            self.assertAlmostEqual(d.show(job)["suspended_s"], suspended_for, delta=2)
             d.touch("job-go")
             ended = d.finish(job)[0]
             self.assertEqual((ended["state"], ended["exit_code"]), ("done", 0))
