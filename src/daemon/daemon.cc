@@ -724,6 +724,8 @@ Result<std::unique_ptr<Daemon>> Daemon::create(DaemonSettings settings) {
   TRY_ASSIGN(LeaseDirectory leases, LeaseDirectory::open(settings.runtime_dir));
   TRY_ASSIGN(auto backend, open_pool_backend());
   settings.checkpoint_program = checkpoint_program();
+  settings.checkpoint_program.lock_directory = settings.state_dir + "/checkpoints";
+  TRY(make_directory(settings.checkpoint_program.lock_directory, 0700));
   TRY_ASSIGN(Machine machine, backend->discover(DiscoveryScope{.links = true, .processes = false}));
   TRY_ASSIGN(Scheduler scheduler, Scheduler::create(machine, settings.config.scheduler));
   auto impl = std::make_unique<Impl>(std::move(settings), std::move(store), std::move(leases), std::move(backend),

@@ -2,17 +2,25 @@
 // `gpupool suspend` / `resume`. The daemon runs it as a child process so that a driver call that
 // hangs is bounded by killing it, and so that the daemon never loads libcuda itself.
 //
-//   gpupool-cuda-checkpoint [--library PATH] [--lock-timeout-ms N] STEP PID...
+//   gpupool-cuda-checkpoint [--library PATH] [--lock-dir DIR] [--lock-timeout-ms N] STEP PID...
+//
+// With --lock-dir, it first takes an OFD write lock on DIR/PID for every PID, in order, waiting
+// for each, and holds them until it exits: a call on a process waits for a call still under way
+// on it, such as one whose daemon was killed while the helper went on (the daemon's unit stops
+// its main process only).
 //
 // STEP: state, lock, checkpoint, restore or unlock, on each PID in order, stopping at the first
 // that fails. One line per PID reached: "PID RESULT STATE SECONDS" (RESULT "ok" or the error's
 // name; STATE the process's state after the call, or "unknown"). Exit status: 0 all done, 1 a
-// step failed, 2 usage, 3 the driver has no checkpoint API, 4 libcuda unusable (cuInit fails).
+// step failed, 2 usage, 3 the driver has no checkpoint API, 4 libcuda unusable (cuInit fails), 5 a
+// --lock-dir file cannot be locked.
 // gpu/process_checkpoint.cc reads this back.
 //
 // Own declarations of the driver's entry points and structs (cuda.h, CUDA 12.8+), loaded with
 // dlopen, so that it builds and runs where no CUDA toolkit is.
 #include <dlfcn.h>
+#include <fcntl.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -48,14 +56,14 @@ struct Driver {
   CuResult (*get_state)(int, int*) = nullptr;
 };
 
-enum ExitCode { kDone = 0, kStepFailed = 1, kUsage = 2, kNoCheckpointApi = 3, kNoDriver = 4 };
+enum ExitCode { kDone = 0, kStepFailed = 1, kUsage = 2, kNoCheckpointApi = 3, kNoDriver = 4, kNoLock = 5 };
 
 constexpr const char* kSteps[] = {"state", "lock", "checkpoint", "restore", "unlock"};
 
 int usage(const char* why) {
   std::fprintf(stderr,
                "gpupool-cuda-checkpoint: %s\n"
-               "usage: gpupool-cuda-checkpoint [--library PATH] [--lock-timeout-ms N] "
+               "usage: gpupool-cuda-checkpoint [--library PATH] [--lock-dir DIR] [--lock-timeout-ms N] "
                "state|lock|checkpoint|restore|unlock PID...\n",
                why);
   return kUsage;
@@ -86,6 +94,24 @@ std::string state_name(const Driver& driver, int pid) {
   return kNames[state];
 }
 
+// Waits for, and takes, the lock of DIR/PID; false with a line on stderr when it cannot. The
+// descriptor stays open (and locked) until the helper exits.
+bool lock_process_file(const std::string& directory, int pid) {
+  const std::string path = directory + "/" + std::to_string(pid);
+  int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+  struct flock lock {};
+  lock.l_type = F_WRLCK;
+  lock.l_whence = SEEK_SET;
+  while (fd >= 0 && fcntl(fd, F_OFD_SETLKW, &lock) != 0) {
+    if (errno != EINTR) {
+      close(fd);
+      fd = -1;
+    }
+  }
+  if (fd < 0) std::fprintf(stderr, "gpupool-cuda-checkpoint: cannot lock %s: %s\n", path.c_str(), std::strerror(errno));
+  return fd >= 0;
+}
+
 template <typename Function>
 bool bind(void* library, const char* name, Function& out) {
   out = reinterpret_cast<Function>(dlsym(library, name));
@@ -96,6 +122,7 @@ bool bind(void* library, const char* name, Function& out) {
 
 int main(int argc, char** argv) {
   std::string library_path = "libcuda.so.1";
+  std::string lock_directory;
   unsigned long lock_timeout_ms = 0;
   int at = 1;
   for (; at < argc && std::strncmp(argv[at], "--", 2) == 0; ++at) {
@@ -106,6 +133,8 @@ int main(int argc, char** argv) {
     if (at + 1 >= argc) return usage("an option without its value");
     if (std::strcmp(argv[at], "--library") == 0) {
       library_path = argv[++at];
+    } else if (std::strcmp(argv[at], "--lock-dir") == 0) {
+      lock_directory = argv[++at];
     } else if (std::strcmp(argv[at], "--lock-timeout-ms") == 0) {
       const char* value = argv[++at];
       lock_timeout_ms = parse_positive(value, 0xffffffffUL);
@@ -124,6 +153,11 @@ int main(int argc, char** argv) {
     pids.push_back(static_cast<int>(pid));
   }
   if (pids.empty()) return usage("no PID");
+  if (!lock_directory.empty()) {
+    for (int pid : pids) {
+      if (!lock_process_file(lock_directory, pid)) return kNoLock;
+    }
+  }
 
   void* library = dlopen(library_path.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (library == nullptr) {

@@ -40,6 +40,7 @@ std::vector<std::string> checkpoint_helper_arguments(const CheckpointProgram& pr
                                                      const std::vector<pid_t>& pids,
                                                      std::chrono::milliseconds lock_timeout) {
   std::vector<std::string> arguments = {"--library", program.library};
+  if (!program.lock_directory.empty()) arguments.insert(arguments.end(), {"--lock-dir", program.lock_directory});
   if (step == CheckpointStep::Lock && lock_timeout.count() > 0) {
     arguments.insert(arguments.end(), {"--lock-timeout-ms", std::to_string(lock_timeout.count())});
   }

@@ -19,6 +19,9 @@ namespace gpupool {
 // Which libcuda the helper loads: the system's, or the simulated one (sim/open_backend.h).
 struct CheckpointProgram {
   std::string library = "libcuda.so.1";
+  // Where the helper locks a file per process for the length of its call ("" for none): a call
+  // waits for one that a daemon killed mid-call left running on the same process.
+  std::string lock_directory = "";
 };
 
 // Runs one step on `pids` (at least one). An error only when the helper cannot run, outlives

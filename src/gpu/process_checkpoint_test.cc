@@ -24,6 +24,10 @@ TEST(ProcessCheckpoint, OnlyALockPassesItsTimeout) {
             (std::vector<std::string>{"--library", "/x/libcuda.so.1", "lock", "12"}));
   EXPECT_EQ(checkpoint_helper_arguments(program, CheckpointStep::Checkpoint, {12}, milliseconds(1500)),
             (std::vector<std::string>{"--library", "/x/libcuda.so.1", "checkpoint", "12"}));
+  program.lock_directory = "/var/lib/gpupool/checkpoints";
+  EXPECT_EQ(checkpoint_helper_arguments(program, CheckpointStep::State, {12}, milliseconds(1500)),
+            (std::vector<std::string>{"--library", "/x/libcuda.so.1", "--lock-dir", "/var/lib/gpupool/checkpoints",
+                                      "state", "12"}));
 }
 
 TEST(ProcessCheckpoint, EachLineIsOneProcessInOrder) {

@@ -198,9 +198,12 @@ class SuspendTest(unittest.TestCase):
             d.gp("suspend", str(job), "--no-wait", check=True)
             wait_until(lambda: self.driver_state(pid) == "checkpointed", what="the checkpoint done")
             self.assertEqual((d.job_state(job), d.show(job)["reason"]), ("running", "being suspended by root"))
-            d.kill()  # before the checkpoint call returned
-            os.remove(hang)
+            d.kill()  # before the checkpoint call returned; its helper lives on, stuck in the driver
             d.start()
+            # The restarted daemon's first call waits for the one under way on the same process.
+            d.wait_for_samples(2)
+            self.assertEqual((d.job_state(job), d.show(job)["reason"]), ("running", "being suspended by root"))
+            os.remove(hang)
             suspended = d.wait_state(job, "suspended")
             self.assertEqual((suspended["reason"], suspended["suspension"]["pids"]), ("suspended by root", [pid]))
             self.assertEqual((d.held_gpus(), self.driver_state(pid)), ([], "checkpointed"))
