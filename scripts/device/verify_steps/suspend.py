@@ -234,3 +234,72 @@ def step_suspend_interactive(s):
                 and first == second,
                 f"memory.used {before} -> {during} MiB; {suspended.stdout.strip()}; {resumed.stdout.strip()}; "
                 f"run exit {run.returncode}; sums {first} / {second} {err[-300:]}")
+
+
+def driver_state(s, pid):
+    """The process's checkpoint state as the driver says it (the staged helper's `state` step)."""
+    helper = os.path.join(s.args.bin, "..", "lib", "gpupool", "gpupool-cuda-checkpoint")
+    words = subprocess.run([helper, "state", str(pid)], capture_output=True, text=True, timeout=120).stdout.split()
+    return words[2] if len(words) == 4 else "unknown"
+
+
+def wait_for(what, timeout, poll=0.2):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = what()
+        if value:
+            return value
+        time.sleep(poll)
+    return None
+
+
+def step_suspend_restart(s):
+    """gpupoold killed (kill -9) during a job's checkpoint, then during its restore: each time the
+    restarted daemon waits for the helper left in the driver, reads where it left the process and
+    goes on; the job's values are intact and it ends done. Its time limit does not count the time
+    suspended."""
+    gib = s.args.gib
+    config = "[daemon]\nsample_interval_s = 1.0\n"
+    with s.daemon(config) as d:
+        d.protocol = 3
+        _, total = gpu_memory_mib(0)
+        if gib * 1024 + 6000 >= total:
+            s.result("SKIP", "suspend-restart", f"the GPU has {total} MiB")
+            return
+        paths = {name: d.path(f"restart-{name}") for name in ("first", "go", "second")}
+        job = d.submit("--name", "restart", "--time", "20m", "--", *PLAIN, "python3", "-c", HOLDER, str(gib),
+                       paths["first"], paths["go"], paths["second"])
+        gpu = d.wait_state(job, "running", timeout=60)["gpus"][0]
+        first = wait_file(paths["first"], 300)
+        d.wait_for_samples(2)
+        used_before, _ = gpu_memory_mib(gpu)
+        began = time.monotonic()
+        d.gp("suspend", str(job), "--no-wait", check=True)
+        pid = wait_for(lambda: (d.show(job).get("suspension") or {}).get("pids", [None])[0], 30)
+        locked = wait_for(lambda: driver_state(s, pid) in ("locked", "checkpointing"), 60, poll=0.1)
+        time.sleep(2)  # well inside a checkpoint of this size (about 20 s for 32 GiB)
+        d.kill()
+        state_at_kill = driver_state(s, pid)
+        d.start()
+        shown = d.wait_state(job, "suspended", timeout=600)
+        suspend_s = time.monotonic() - began
+        used_during, _ = gpu_memory_mib(gpu)
+        s.check("suspend-restart: gpupoold killed during the checkpoint; the restarted one goes on to suspended",
+                bool(locked) and shown["state"] == "suspended" and used_before - used_during >= gib * 1024 * 0.9,
+                f"killed {2:.0f} s into the checkpoint (the driver said {state_at_kill} then); suspended "
+                f"{suspend_s:.1f} s after the suspend; GPU {gpu} memory.used {used_before} -> {used_during} MiB")
+
+        d.gp("resume", str(job), "--no-wait", check=True)
+        resuming = wait_for(lambda: d.show(job)["reason"] == "resuming", 60, poll=0.1)
+        time.sleep(1)  # inside the restore (about 7 s for 32 GiB)
+        d.kill()
+        state_at_kill = driver_state(s, pid)
+        d.start()
+        resumed = d.wait_state(job, "running", timeout=600)
+        open(paths["go"], "w").close()
+        ended = d.finish(job, timeout=300)[0]
+        second = wait_file(paths["second"], 5)
+        s.check("suspend-restart: gpupoold killed during the restore; the restarted one resumes it, values intact",
+                bool(resuming) and resumed["state"] == "running" and ended["state"] == "done" and first == second,
+                f"the driver said {state_at_kill} at the kill; suspended_s {resumed.get('suspended_s', 0):.1f}; "
+                f"sums {first} / {second}; {ended['state']} exit {ended['exit_code']} {ended['reason']}")
