@@ -89,6 +89,7 @@ Daemon::Impl::Impl(DaemonSettings settings, JobStore store, LeaseDirectory lease
                           [this](const Job& job, const std::string& why) {
                             events_->add(job_event(EventKind::JobSuspendFailed, job, unix_now(), why));
                           },
+                      .mps_control_found = [this](const std::string& gpu_uuid) { return mps_.controls(gpu_uuid); },
                   }) {}
 
 // ---------------------------------------------------------------------------------------------

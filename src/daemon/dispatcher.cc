@@ -80,7 +80,7 @@ Result<std::vector<JobId>> Dispatcher::adopt_running(std::vector<Job> jobs) {
       // until it is resumed, unless its restore had begun: then its GPUs are its again.
       TRY_ASSIGN(AttemptRecord record, runner_.read_record(record_path(stored)));
       if (stored.suspension && stored.suspension->restoring) {
-        TRY(scheduler_.adopt(scheduler_request(stored, settings_.mps_slices), stored.gpus,
+        TRY(scheduler_.adopt(request_of(stored), stored.gpus,
                              stored.start_time.value_or(now), leased_devices(stored).mig_uuid));
       }
       adopt(stored);
@@ -102,7 +102,8 @@ Result<std::vector<JobId>> Dispatcher::adopt_running(std::vector<Job> jobs) {
     if (stored.spec.kind == JobKind::Interactive) {
       bool alive = stored.pid && stored.pid_start_ticks &&
                    host_.process_start_ticks(static_cast<uint32_t>(*stored.pid)) == stored.pid_start_ticks;
-      TRY(scheduler_.adopt(scheduler_request(stored, settings_.mps_slices), stored.gpus, stored.start_time.value_or(now),
+      note_if_outside_mps(stored);
+      TRY(scheduler_.adopt(request_of(stored), stored.gpus, stored.start_time.value_or(now),
                            leased_devices(stored).mig_uuid));
       adopt(stored);
       if (alive) {
@@ -124,7 +125,8 @@ Result<std::vector<JobId>> Dispatcher::adopt_running(std::vector<Job> jobs) {
       waiting.push_back(id);
       continue;
     }
-    TRY(scheduler_.adopt(scheduler_request(stored, settings_.mps_slices), stored.gpus, stored.start_time.value_or(now),
+    note_if_outside_mps(stored);
+    TRY(scheduler_.adopt(request_of(stored), stored.gpus, stored.start_time.value_or(now),
                            leased_devices(stored).mig_uuid));
     adopt(stored);
     if (record.progress == AttemptProgress::Running && record.supervisor_pid) {
@@ -137,6 +139,26 @@ Result<std::vector<JobId>> Dispatcher::adopt_running(std::vector<Job> jobs) {
     }
   }
   return waiting;
+}
+
+bool Dispatcher::held_by_mps(const Job& job) const {
+  return settings_.mps_slices && runs_under_mps(job.spec.gpus) && !without_mps_.contains(job.id);
+}
+
+JobRequest Dispatcher::request_of(const Job& job) const {
+  return scheduler_request(job, settings_.mps_slices && !without_mps_.contains(job.id));
+}
+
+void Dispatcher::note_if_outside_mps(const Job& job) {
+  if (!settings_.mps_slices || !runs_under_mps(job.spec.gpus) || job.gpu_uuids.empty() || !hooks_.mps_control_found ||
+      hooks_.mps_control_found(job.gpu_uuids.front())) {
+    return;
+  }
+  without_mps_.insert(job.id);
+  fmt::print(stderr,
+             "gpupoold: job {} ran without MPS under the daemon before (no control daemon of its GPU is running): "
+             "its slice is watched, not held, until it ends\n",
+             job.id);
 }
 
 void Dispatcher::adopt_waiting(const std::vector<JobId>& ids) {
@@ -189,7 +211,7 @@ std::optional<std::string> Dispatcher::carry_out(const lifecycle::Effect& effect
           [&](const lifecycle::EnterQueue& e) -> std::optional<std::string> {
             Job& job = active_.at(e.id);
             if (job.state == JobState::Suspended) return queue_to_resume(job);
-            if (auto submitted = scheduler_.submit(scheduler_request(job, settings_.mps_slices), unix_now()); !submitted) {
+            if (auto submitted = scheduler_.submit(request_of(job), unix_now()); !submitted) {
               return feed(lifecycle::Refused{e.id, submitted.error().message});
             }
             return std::nullopt;
@@ -350,7 +372,7 @@ bool Dispatcher::told_to_end(JobId id) const {
 void Dispatcher::stop_outside_mps(const std::map<JobId, SliceUse>& worst) {
   auto is_mps_job = [this](JobId id) {
     auto job = active_.find(id);
-    return settings_.mps_slices && job != active_.end() && runs_under_mps(job->second.spec.gpus);
+    return job != active_.end() && held_by_mps(job->second);
   };
   for (JobId id : jobs_outside_mps(worst, is_mps_job, [this](JobId id) { return told_to_end(id); })) {
     const SliceUse& use = worst.at(id);
@@ -411,7 +433,7 @@ void Dispatcher::start(const JobStart& decision) {
   }
   // An MPS slice's control daemon is started before the grant: a job it fails for never starts.
   std::vector<std::string> mps_environment;
-  if (settings_.mps_slices && runs_under_mps(job.spec.gpus)) {
+  if (held_by_mps(job)) {
     auto mps = hooks_.mps_environment(job, decision.gpus.at(0));
     if (!mps) {
       (**held).release();
@@ -457,7 +479,7 @@ std::optional<std::string> Dispatcher::queue_to_resume(Job& job) {
   }
   if (scheduler_.resume(job.id, resume_behind_.erase(job.id) == 0)) return std::nullopt;
   // Suspended before a restart: the scheduler learns of it now, for the GPUs it ran on.
-  JobRequest request = scheduler_request(job, settings_.mps_slices);
+  JobRequest request = request_of(job);
   request.gpus.allowed = job.gpus;
   request.gpus.excluded.clear();
   if (auto submitted = scheduler_.submit(request, unix_now()); !submitted) return submitted.error().message;
@@ -651,12 +673,13 @@ void Dispatcher::attempt_ended(JobId id, lifecycle::AttemptExited ended) {
   job.pid.reset();
   // A failed MPS client: a fatal fault in its GPU's server ends every client there (sched/mps.h).
   bool failed = ended.signal || ended.exit_code.value_or(1) != 0;
-  if (failed && !ended.cancelled && settings_.mps_slices && runs_under_mps(job.spec.gpus) && hooks_.mps_fault_reason) {
+  if (failed && !ended.cancelled && held_by_mps(job) && hooks_.mps_fault_reason) {
     if (std::optional<std::string> why = hooks_.mps_fault_reason(id)) {
       ended.reason = ended.signal ? fmt::format("{} (killed by signal {})", *why, *ended.signal)
                                   : fmt::format("{} (exit code {})", *why, ended.exit_code.value_or(-1));
     }
   }
+  without_mps_.erase(id);  // a next attempt runs as the setting says
   feed(ended);
 }
 

@@ -84,6 +84,9 @@ struct DispatcherHooks {
   std::function<void(const Job& job)> suspended = {};
   std::function<void(const Job& job)> resumed = {};
   std::function<void(const Job& job, const std::string& why)> suspend_failed = {};
+  // Whether an MPS control daemon of the GPU with this UUID was found running at start: a slice
+  // adopted on a GPU without one ran outside MPS (the daemon before held slices otherwise).
+  std::function<bool(const std::string& gpu_uuid)> mps_control_found = {};
 };
 
 class Dispatcher {
@@ -173,6 +176,13 @@ class Dispatcher {
   // Tells a batch job's supervisor to stop (kStopTheClock) or start (kStartTheClock) its time
   // limit's clock: a suspended job's time does not count.
   void tell_the_clock(const Job& job, int word);
+  // Whether the job's slice is held by MPS: the setting says so, and it did not run outside MPS
+  // under the daemon before (without_mps_). What the scheduler is told of it follows.
+  bool held_by_mps(const Job& job) const;
+  JobRequest request_of(const Job& job) const;
+  // An adopted running slice that MPS would hold but whose GPU has no control daemon: it ran under
+  // the watchdog, and is watched, not stopped for being outside MPS, until it ends.
+  void note_if_outside_mps(const Job& job);
   // Puts a suspended job in the scheduler's queue for the GPUs it ran on.
   std::optional<std::string> queue_to_resume(Job& job);
   void start_attempt(const lifecycle::StartAttempt& start);
@@ -212,6 +222,7 @@ class Dispatcher {
   // Jobs whose processes are checkpointed, with the samples seen since: the first may have been
   // taken before the checkpoint ended, so the second decides.
   std::map<JobId, unsigned> checkpointed_samples_;
+  std::set<JobId> without_mps_;  // note_if_outside_mps
   // Suspended for the jobs waiting then: resumed behind them rather than at the old place.
   std::set<JobId> resume_behind_;
   // Lost batch attempts: the job's process group, which the daemon limits and cancels itself.

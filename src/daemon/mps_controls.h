@@ -34,6 +34,8 @@ class MpsControls {
   // first where none runs. An error: it could not be started.
   Result<std::vector<std::string>> client_environment(const std::string& gpu_uuid, uint64_t slice_mib,
                                                       std::optional<unsigned> sm_percent);
+  // Whether a control daemon of this GPU runs as far as this daemon knows (started or adopted).
+  bool controls(const std::string& gpu_uuid) const { return running_.contains(gpu_uuid); }
   // Tells the control daemons of the GPUs not in `in_use` to quit.
   void stop_unneeded(const std::set<std::string>& in_use);
   // The fatal faults the servers of the running control daemons logged since the last call (or

@@ -238,6 +238,33 @@ class MpsTest(unittest.TestCase):
             self.assertEqual(d.finish(job)[0]["state"], "done")
             control.wait_until_quit()
 
+    def test_a_restart_into_mps_watches_the_slices_that_ran_without_it(self):
+        overlay = self.overlay()
+        env = {"PATH": path_with(FAKE_BIN), "GPUPOOL_SIM_STATE": overlay}
+        with Daemon(config='slice_enforcement = "watch"\n', env=env) as d:
+            job = enqueue(d, ["sh", "-c", f"echo $$ > {d.path('job.pid')}; {until_exists(d.path('go'))}"],
+                          mem_mib=SLICE_MIB, name="job")
+            shown = d.wait_state(job, "running")
+            pid = int(wait_until(lambda: read_if_there(d.path("job.pid")), what="the job's pid"))
+            # Its process uses its GPU within its slice, as no MPS client: it ran under the watchdog.
+            write_overlay(overlay, {shown["gpus"][0]: {"processes": [
+                {"pid": pid, "used_memory_mib": 1000, "kind": "compute"}]}})
+            d.wait_for_samples(2)
+            d.kill()
+            with open(d.config, "w") as f:
+                f.write(DAEMON_CONFIG + MPS_CONFIG)
+            d.start()
+            d.wait_for_samples(3)
+            self.assertEqual(d.job_state(job), "running", "not stopped for being outside MPS")
+            self.assertIn(f"job {job} ran without MPS under the daemon before", d.log_text())
+            self.assertFalse(os.path.exists(Control(d, shown["gpu_uuids"][0]).socket), "no control daemon for it")
+            d.touch("go")
+            self.assertEqual(d.finish(job)[0]["state"], "done")
+            # The next slice is held by MPS, as the setting now says.
+            after = enqueue(d, env_job(d, "after"), mem_mib=SLICE_MIB, name="after")
+            self.assertEqual(d.finish(after)[0]["state"], "done")
+            self.assertIn("CUDA_MPS_PIPE_DIRECTORY", read_env(d.path("after.env")))
+
     def test_auto_without_the_control_program_leaves_slices_to_the_watchdog(self):
         path = path_without_control_program()
         if not (shutil.which("sh", path=path) and shutil.which("env", path=path)):
