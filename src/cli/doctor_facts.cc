@@ -138,6 +138,7 @@ void gather_daemon(DoctorFacts& facts) {
     facts.daemon.state_space = StateSpaceFact{space.free_bytes, space.reserve_bytes, space.unsaved_jobs};
   }
   if (status) {
+    facts.daemon.slice_enforcement = status->slice_enforcement;
     for (const protocol::DrainedGpu& gpu : status->quarantined_gpus) {
       facts.daemon.quarantined.push_back({gpu.index, gpu.at, gpu.reason});
     }

@@ -456,6 +456,9 @@ void Daemon::Impl::handle(const SessionPtr& s, const protocol::StatusRequest&) {
     if (job.state == JobState::Running) ++status.running;
   }
   status.samples = monitor_->samples_surveyed();
+  status.slice_enforcement = mps_slices_                                                      ? "mps"
+                             : settings_.config.slice_enforcement == SliceEnforcement::Off ? "off"
+                                                                                           : "watch";
   if (auto free = free_bytes(settings_.state_dir)) {
     status.state_space = protocol::StateSpace{*free, settings_.config.state_reserve_bytes, dispatcher_.unsaved().size()};
   }

@@ -604,17 +604,37 @@ Finding check_mps(const DoctorFacts& f) {
       "(here {}): {}",
       driver.value_or("unknown"), f.dmem_controller ? "present" : "absent, it came with 6.14",
       new_driver && f.dmem_controller ? "available, though gpupool does not use them yet" : "not available"));
-  if (!f.mps_control) {
-    evidence.insert(evidence.begin(),
-                    "nvidia-cuda-mps-control is not on PATH: for limits the driver enforces, install CUDA MPS (with "
-                    "the driver's utilities) and restart gpupoold (docs/leases.md, \"Slices that hold\")");
-    return finding(id, CheckStatus::Ok, "CUDA MPS is not installed: gpupoold holds memory slices with its watchdog",
+  // The running daemon says what it does; this shell's PATH is not the daemon's.
+  const std::string& held = f.daemon.slice_enforcement;
+  evidence.insert(evidence.begin(), f.mps_control ? "nvidia-cuda-mps-control on this shell's PATH: " + *f.mps_control
+                                                  : "nvidia-cuda-mps-control is not on this shell's PATH");
+  if (held == "mps") {
+    return finding(id, CheckStatus::Ok, "gpupoold holds slices of one GPU with CUDA MPS, the others with its watchdog",
                    evidence);
   }
-  evidence.insert(evidence.begin(), "nvidia-cuda-mps-control: " + *f.mps_control);
+  if (held == "off") {
+    return finding(id, CheckStatus::Ok,
+                   "gpupoold holds no slice (slice_enforcement \"off\"): a --mem slice is a promise among users",
+                   evidence);
+  }
+  if (held == "watch") {
+    evidence.insert(evidence.begin() + 1,
+                    "for limits the driver enforces: CUDA MPS installed (with the driver's utilities) where gpupoold "
+                    "finds it, slice_enforcement \"auto\" (the default) or \"mps\", and gpupoold restarted "
+                    "(docs/leases.md, \"Slices that hold\")");
+    return finding(id, CheckStatus::Ok, "gpupoold holds memory slices with its watchdog, not with CUDA MPS", evidence);
+  }
+  if (!f.mps_control) {
+    evidence.insert(evidence.begin() + 1,
+                    "for limits the driver enforces, install CUDA MPS (with the driver's utilities) and restart "
+                    "gpupoold (docs/leases.md, \"Slices that hold\")");
+    return finding(id, CheckStatus::Ok,
+                   "no gpupoold answers; CUDA MPS is not installed here: one would hold memory slices with its watchdog",
+                   evidence);
+  }
   return finding(id, CheckStatus::Ok,
-                 "CUDA MPS is installed: gpupoold holds slices of one GPU with it (slice_enforcement \"auto\", "
-                 "the default, or \"mps\")",
+                 "no gpupoold answers; CUDA MPS is installed here: one would hold slices of one GPU with it "
+                 "(slice_enforcement \"auto\", the default, or \"mps\")",
                  evidence);
 }
 

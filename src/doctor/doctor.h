@@ -68,6 +68,8 @@ struct DaemonFact {
   std::optional<std::string> error;  // a socket is there but the daemon could not be reached
   std::optional<StateSpaceFact> state_space;  // nullopt: no daemon, or it did not say
   std::vector<QuarantinedGpuFact> quarantined = {};
+  // How it holds memory slices ("mps", "watch", "off"); "" when no daemon said.
+  std::string slice_enforcement = "";
 };
 
 // What `--pid PID` looks at.
@@ -94,7 +96,8 @@ struct DoctorFacts {
   std::optional<std::vector<LeaseFact>> leases;
   std::optional<std::string> lease_error;
   DaemonFact daemon;
-  // Where nvidia-cuda-mps-control is on PATH (CUDA MPS, which gpupoold's slices use).
+  // Where nvidia-cuda-mps-control is on this shell's PATH (CUDA MPS, which gpupoold's slices use
+  // where it finds it on its own).
   std::optional<std::string> mps_control;
   bool dmem_controller = false;  // the kernel's cgroup v2 dmem controller (device memory limits)
   std::optional<ProcessFacts> process;  // --pid

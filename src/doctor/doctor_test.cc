@@ -102,7 +102,8 @@ TEST(DoctorTest, MpsSaysWhatHoldsSlicesAndWhatTheComputeModesMean) {
   DoctorFacts facts = healthy();
   Finding without = mps_finding(facts);
   EXPECT_EQ(without.status, CheckStatus::Ok);
-  EXPECT_EQ(without.summary, "CUDA MPS is not installed: gpupoold holds memory slices with its watchdog");
+  EXPECT_EQ(without.summary,
+            "no gpupoold answers; CUDA MPS is not installed here: one would hold memory slices with its watchdog");
   EXPECT_TRUE(said(without, "install CUDA MPS"));
   EXPECT_TRUE(said(without, "per-cgroup GPU memory limits need a driver from r615 (here 580.159.04) and the kernel's "
                             "cgroup dmem controller (here absent, it came with 6.14): not available"));
@@ -114,9 +115,9 @@ TEST(DoctorTest, MpsSaysWhatHoldsSlicesAndWhatTheComputeModesMean) {
   Finding with = mps_finding(facts);
   EXPECT_EQ(with.status, CheckStatus::Ok);
   EXPECT_EQ(with.summary,
-            "CUDA MPS is installed: gpupoold holds slices of one GPU with it (slice_enforcement \"auto\", the default, "
-            "or \"mps\")");
-  EXPECT_EQ(with.evidence.front(), "nvidia-cuda-mps-control: /usr/bin/nvidia-cuda-mps-control");
+            "no gpupoold answers; CUDA MPS is installed here: one would hold slices of one GPU with it "
+            "(slice_enforcement \"auto\", the default, or \"mps\")");
+  EXPECT_EQ(with.evidence.front(), "nvidia-cuda-mps-control on this shell's PATH: /usr/bin/nvidia-cuda-mps-control");
   EXPECT_TRUE(said(with, "GPU 0: compute mode exclusive_process: only one process (the MPS server) may use it"));
   EXPECT_TRUE(said(with, "GPU 1: compute mode "));
   EXPECT_TRUE(said(with, "MIG on: its instances are hard slices already"));
@@ -125,6 +126,25 @@ TEST(DoctorTest, MpsSaysWhatHoldsSlicesAndWhatTheComputeModesMean) {
   facts.module_version_text = "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  615.20  Release Build\n";
   EXPECT_TRUE(said(mps_finding(facts), "(here 615.20) and the kernel's cgroup dmem controller (here present): "
                                        "available, though gpupool does not use them yet"));
+}
+
+// The running daemon's own word on what holds slices, not this shell's PATH.
+TEST(DoctorTest, MpsSaysWhatTheRunningDaemonHoldsSlicesWith) {
+  DoctorFacts facts = healthy();
+  facts.mps_control = "/usr/bin/nvidia-cuda-mps-control";
+  facts.daemon.running = true;
+  facts.daemon.slice_enforcement = "watch";  // installed here, but not where gpupoold looks
+  Finding watched = mps_finding(facts);
+  EXPECT_EQ(watched.summary, "gpupoold holds memory slices with its watchdog, not with CUDA MPS");
+  EXPECT_TRUE(said(watched, "where gpupoold finds it"));
+  facts.mps_control.reset();
+  facts.daemon.slice_enforcement = "mps";
+  Finding held = mps_finding(facts);
+  EXPECT_EQ(held.summary, "gpupoold holds slices of one GPU with CUDA MPS, the others with its watchdog");
+  EXPECT_EQ(held.evidence.front(), "nvidia-cuda-mps-control is not on this shell's PATH");
+  facts.daemon.slice_enforcement = "off";
+  EXPECT_EQ(mps_finding(facts).summary,
+            "gpupoold holds no slice (slice_enforcement \"off\"): a --mem slice is a promise among users");
 }
 
 TEST(DoctorTest, ExitCodeIsTheWorstStatus) {

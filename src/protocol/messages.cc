@@ -608,7 +608,8 @@ json response_json(const StatusResponse& response) {
                  {"queued", response.queued},
                  {"held", response.held},
                  {"running", response.running},
-                 {"samples", response.samples}};
+                 {"samples", response.samples},
+                 {"slice_enforcement", response.slice_enforcement}};
   if (const auto& space = response.state_space) {
     status["state_space"] = {{"free_bytes", space->free_bytes},
                              {"reserve_bytes", space->reserve_bytes},
@@ -804,6 +805,7 @@ Result<StatusResponse> as_status(const json& value, const Field& field) {
   TRY_ASSIGN(status.running, defaulted(value, "running", 0u, count));
   TRY_ASSIGN(status.samples, defaulted(value, "samples", uint64_t{0}, whole_from<uint64_t>(0)));
   TRY_ASSIGN(status.state_space, maybe(value, "state_space", as_state_space));
+  TRY_ASSIGN(status.slice_enforcement, defaulted(value, "slice_enforcement", std::string(), as_text));
   return status;
 }
 

@@ -179,6 +179,9 @@ struct StatusResponse {
   // know that the scheduler has looked again, instead of sleeping.
   uint64_t samples = 0;
   std::optional<StateSpace> state_space;  // nullopt: not measured
+  // How the daemon holds memory slices now: "mps" (MPS for slices of one GPU, the watchdog for the
+  // rest), "watch" or "off"; "" from a daemon that does not say.
+  std::string slice_enforcement = "";
 };
 struct LeaseQueued {
   JobId id = 0;

@@ -743,14 +743,15 @@ TEST(ProtocolResponseTest, ActionOutcomes) {
 TEST(ProtocolResponseTest, Status) {
   StatusResponse status{"gpupoold 0.1.0", 812, true, "root", 1764945000.0, "swap GPU 3",
                         {{3, "admin", 1764945100.0, "fan"}}, {{5, "", 1764945200.0, "XID 48"}},
-                        "hgx-h200", 8, 3, 1, 2, 40, std::nullopt};
+                        "hgx-h200", 8, 3, 1, 2, 40, std::nullopt, "mps"};
   EXPECT_EQ(encode(Response(status)),
             R"({"ok":true,"status":{"drain_reason":"swap GPU 3","drained":true,"drained_at":1764945000.0,)"
             R"("drained_by":"root","drained_gpus":[{"at":1764945100.0,"by":"admin","index":3,"reason":"fan"}],)"
             R"("gpus":8,"held":1,"machine":"hgx-h200","pid":812,)"
             R"("quarantined_gpus":[{"at":1764945200.0,"by":"","index":5,"reason":"XID 48"}],)"
-            R"("queued":3,"running":2,"samples":40,"software":"gpupoold 0.1.0"}})");
+            R"("queued":3,"running":2,"samples":40,"slice_enforcement":"mps","software":"gpupoold 0.1.0"}})");
   auto parsed = through_the_wire(status);
+  EXPECT_EQ(parsed.slice_enforcement, "mps");
   ASSERT_EQ(parsed.quarantined_gpus.size(), 1u);
   EXPECT_EQ(parsed.quarantined_gpus[0].index, 5u);
   EXPECT_EQ(parsed.quarantined_gpus[0].reason, "XID 48");

@@ -117,16 +117,23 @@ class DoctorTest(unittest.TestCase):
         path = os.pathsep.join(d for d in os.environ.get("PATH", os.defpath).split(os.pathsep)
                                if d and not os.path.exists(os.path.join(d, "nvidia-cuda-mps-control")))
         without = self.findings(env={"PATH": path}, expect=0)["mps"]
-        self.assertEqual(without["summary"], "CUDA MPS is not installed: gpupoold holds memory slices with its watchdog")
+        self.assertEqual(without["summary"],
+                         "no gpupoold answers; CUDA MPS is not installed here: one would hold memory slices with its "
+                         "watchdog")
         self.assertIsNone(without["fix"])
         found = self.findings(env={"PATH": fake_bin + os.pathsep + path}, expect=0)["mps"]
         self.assertEqual(found["summary"],
-                         'CUDA MPS is installed: gpupoold holds slices of one GPU with it (slice_enforcement "auto", '
-                         'the default, or "mps")')
+                         'no gpupoold answers; CUDA MPS is installed here: one would hold slices of one GPU with it '
+                         '(slice_enforcement "auto", the default, or "mps")')
         evidence = "\n".join(found["evidence"])
-        self.assertIn(f"nvidia-cuda-mps-control: {fake_bin}/nvidia-cuda-mps-control", evidence)
+        self.assertIn(f"nvidia-cuda-mps-control on this shell's PATH: {fake_bin}/nvidia-cuda-mps-control", evidence)
         self.assertIn("GPU 0: compute mode default: MPS clients and other programs share it", evidence)
         self.assertIn("gpupool changes neither", evidence)
+        # A running daemon that found no control program on its own PATH says so, whatever ours has.
+        with Daemon(sim="h200-1", env={"PATH": path}) as daemon:
+            self.runtime = daemon.runtime_dir
+            found = self.findings(env={"PATH": fake_bin + os.pathsep + path}, expect=0)["mps"]
+            self.assertEqual(found["summary"], "gpupoold holds memory slices with its watchdog, not with CUDA MPS")
 
     def test_slurm(self):
         slurm = {"SLURM_JOB_ID": "812", "SLURM_JOB_GPUS": "0", "GPU_DEVICE_ORDINAL": "0"}
