@@ -96,7 +96,12 @@ void give_back(std::vector<GpuAvailability>& state, const JobRequest& job, const
       std::erase(state[gpu].mig_taken, mig_uuid);
     } else if (job.gpus.slice_mib) {
       state[gpu].shared_mib -= std::min(state[gpu].shared_mib, *job.gpus.slice_mib);
-      if (job.mps && state[gpu].mps_slices > 0 && --state[gpu].mps_slices == 0) state[gpu].mps_user.clear();
+      if (job.mps && state[gpu].mps_slices > 0 && --state[gpu].mps_slices == 0) {
+        // Its clients may outlive it (processes it left running): the server stays this user's
+        // until a reading of the GPUs says whose clients are left (set_outside_use).
+        state[gpu].mps_client_user = std::move(state[gpu].mps_user);
+        state[gpu].mps_user.clear();
+      }
     } else {
       state[gpu].exclusive_held = false;
     }

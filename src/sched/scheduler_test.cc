@@ -611,12 +611,16 @@ TEST(Scheduler, AnMpsGpuServesOneUsersSlicesAtATime) {
               "GPU 0's MPS server serves alice's slices: MPS serves one user at a time on a GPU")
         << "before the reservation it may hold: " << to_string(policy);
 
-    // Once Alice's last MPS slice ends, the server is Bob's.
+    // Once Alice's last MPS slice ends and a reading shows no client of hers left, the server is
+    // Bob's: until then her processes may still be its clients.
     ASSERT_TRUE(s.finish(1, 10).ok());
     EXPECT_EQ(ids(s.schedule(10)), std::vector<JobId>{}) << to_string(policy);
     ASSERT_TRUE(s.finish(3, 11).ok());
     EXPECT_EQ(s.availability()[0].mps_user, "");
-    EXPECT_EQ(ids(s.schedule(11)), std::vector<JobId>{2});
+    EXPECT_EQ(s.availability()[0].mps_client_user, "alice");
+    EXPECT_EQ(ids(s.schedule(11)), std::vector<JobId>{});
+    ASSERT_TRUE(s.set_outside_use(std::vector<GpuAvailability>(1)).ok());
+    EXPECT_EQ(ids(s.schedule(12)), std::vector<JobId>{2});
     EXPECT_EQ(s.availability()[0].mps_user, "bob");
     EXPECT_EQ(s.availability()[0].mps_slices, 1u);
   }
