@@ -16,6 +16,7 @@
 #include "base/text.h"
 #include "cli/value_checks.h"
 #include "machine/gpu_selection.h"
+#include "os/child_process.h"
 #include "os/environment.h"
 #include "os/files.h"
 #include "os/process.h"
@@ -123,6 +124,7 @@ Result<LeasedGpus> lease_from_daemon(DaemonClient client, GpuBackend& backend, c
   request.spec.name = options.name;
   request.spec.argv = command;
   request.spec.gpus = acquire.request;
+  request.stops_the_clock = true;  // run and launch wait with os/child_process's clock
   TRY_ASSIGN(auto time_limit, parse_time_limit(options.time_limit));
   if (time_limit) request.spec.time_limit_s = seconds_of(*time_limit);
   auto cwd = current_directory();
@@ -130,7 +132,8 @@ Result<LeasedGpus> lease_from_daemon(DaemonClient client, GpuBackend& backend, c
   // `gpupool cancel` of a running job sends SIGTERM to this client: held back from before the
   // request, so that it cannot kill us between the grant and the start of the program; taken
   // here while waiting, and by start_unless_cancelled() or the program's signal forwarding after.
-  block_signals({SIGTERM});
+  // The time limit's clock signals likewise: they wait for the program's wait to take them.
+  block_signals({SIGTERM, suspended_signal(), resumed_signal()});
   TRY_ASSIGN(Fd term_fd, signal_descriptor({SIGTERM}));
   TRY(client.send(request));
   auto deadline = acquire.timeout ? std::optional(std::chrono::steady_clock::now() + *acquire.timeout) : std::nullopt;

@@ -90,6 +90,11 @@ Daemon::Impl::Impl(DaemonSettings settings, JobStore store, LeaseDirectory lease
                             events_->add(job_event(EventKind::JobSuspendFailed, job, unix_now(), why));
                           },
                       .mps_control_found = [this](const std::string& gpu_uuid) { return mps_.controls(gpu_uuid); },
+                      .client_stops_the_clock =
+                          [this](JobId id) {
+                            auto session = lease_sessions_.find(id);
+                            return session != lease_sessions_.end() && session->second->stops_the_clock;
+                          },
                   }) {}
 
 // ---------------------------------------------------------------------------------------------

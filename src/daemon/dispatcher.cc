@@ -12,6 +12,7 @@
 #include "isolation/device_rules.h"
 #include "jobs/job_text.h"
 #include "lease/gpu_pool.h"
+#include "os/child_process.h"
 #include "os/clock.h"
 #include "sched/allocation.h"
 #include "sched/mps.h"
@@ -89,7 +90,7 @@ Result<std::vector<JobId>> Dispatcher::adopt_running(std::vector<Job> jobs) {
         stored.suspended_s = record.clock_stopped_s;
         runner_.watch(id, *record.supervisor_pid);
         // The daemon before may have stopped before it could.
-        if (!record.clock_stopped) tell_the_clock(stored, kStopTheClock);
+        if (!record.clock_stopped) tell_the_clock(stored, true);
       } else {
         on_exit(id);
       }
@@ -133,7 +134,7 @@ Result<std::vector<JobId>> Dispatcher::adopt_running(std::vector<Job> jobs) {
       stored.pid = record.supervisor_pid;
       stored.suspended_s = record.clock_stopped_s;
       runner_.watch(id, *record.supervisor_pid);
-      if (record.clock_stopped) tell_the_clock(stored, kStartTheClock);  // resumed as the daemon before stopped
+      if (record.clock_stopped) tell_the_clock(stored, false);  // resumed as the daemon before stopped
     } else {
       on_exit(id);  // Exited or Lost: record it now
     }
@@ -253,7 +254,7 @@ std::optional<std::string> Dispatcher::carry_out(const lifecycle::Effect& effect
             Job& job = active_.at(e.id);
             checkpointed_samples_.erase(e.id);
             if (auto suspended = scheduler_.suspend(e.id, unix_now()); !suspended) return suspended.error().message;
-            tell_the_clock(job, kStopTheClock);
+            tell_the_clock(job, true);
             if (hooks_.suspended) hooks_.suspended(job);
             return std::nullopt;
           },
@@ -271,10 +272,10 @@ std::optional<std::string> Dispatcher::carry_out(const lifecycle::Effect& effect
           },
           [&](const lifecycle::Resumed& e) -> std::optional<std::string> {
             Job& job = active_.at(e.id);
-            if (job.spec.kind == JobKind::Batch && job.suspension) job.suspended_s += unix_now() - job.suspension->since;
+            if (job.suspension) job.suspended_s += unix_now() - job.suspension->since;
             job.suspension.reset();
             save(job);
-            tell_the_clock(job, kStartTheClock);
+            tell_the_clock(job, false);
             if (hooks_.resumed) hooks_.resumed(job);
             return std::nullopt;
           },
@@ -282,12 +283,17 @@ std::optional<std::string> Dispatcher::carry_out(const lifecycle::Effect& effect
       effect);
 }
 
-void Dispatcher::tell_the_clock(const Job& job, int word) {
-  // An interactive job's client keeps its own limit (docs/suspend.md); a lost attempt has no one.
-  if (job.spec.kind != JobKind::Batch || !job.pid || lost_.count(job.id) > 0) return;
+void Dispatcher::tell_the_clock(const Job& job, bool stop) {
+  // A lost attempt has no one to tell; an interactive job's client only if it said it listens.
+  if (!job.pid || lost_.count(job.id) > 0) return;
+  int word = stop ? kStopTheClock : kStartTheClock;
+  if (job.spec.kind == JobKind::Interactive) {
+    if (!hooks_.client_stops_the_clock || !hooks_.client_stops_the_clock(job.id)) return;
+    word = stop ? suspended_signal() : resumed_signal();
+  }
   if (auto told = runner_.signal(*job.pid, word, false); !told) {
-    fmt::print(stderr, "gpupoold: job {}: cannot tell its supervisor to {} the time limit's clock: {}\n", job.id,
-               word == kStopTheClock ? "stop" : "start", told.error().message);
+    fmt::print(stderr, "gpupoold: job {}: cannot tell its {} to {} the time limit's clock: {}\n", job.id,
+               job.spec.kind == JobKind::Batch ? "supervisor" : "client", stop ? "stop" : "start", told.error().message);
   }
 }
 

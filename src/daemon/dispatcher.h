@@ -87,6 +87,9 @@ struct DispatcherHooks {
   // Whether an MPS control daemon of the GPU with this UUID was found running at start: a slice
   // adopted on a GPU without one ran outside MPS (the daemon before held slices otherwise).
   std::function<bool(const std::string& gpu_uuid)> mps_control_found = {};
+  // Whether the interactive job's client is connected and said it stops its time limit's clock
+  // on the daemon's signals (its lease request's stops_the_clock).
+  std::function<bool(JobId id)> client_stops_the_clock = {};
 };
 
 class Dispatcher {
@@ -173,9 +176,10 @@ class Dispatcher {
   void finished(JobId id, JobState state, std::string reason);
   void start(const JobStart& decision);
   void resume_on_its_gpus(Job& job, const JobStart& decision);
-  // Tells a batch job's supervisor to stop (kStopTheClock) or start (kStartTheClock) its time
-  // limit's clock: a suspended job's time does not count.
-  void tell_the_clock(const Job& job, int word);
+  // Tells a batch job's supervisor (kStopTheClock, kStartTheClock), or an interactive job's client
+  // that listens (suspended_signal, resumed_signal), to stop or start its time limit's clock: a
+  // suspended job's time does not count.
+  void tell_the_clock(const Job& job, bool stop);
   // Whether the job's slice is held by MPS: the setting says so, and it did not run outside MPS
   // under the daemon before (without_mps_). What the scheduler is told of it follows.
   bool held_by_mps(const Job& job) const;

@@ -173,6 +173,7 @@ void Daemon::Impl::handle(const SessionPtr& s, const protocol::LeaseRequest& r) 
   if (!id) return sessions_.send(s, protocol::ErrorResponse{id.error().message});
   job.id = *id;
   s->lease_job = job.id;
+  s->stops_the_clock = r.stops_the_clock;
   lease_sessions_[job.id] = s;
   dispatcher_.submitted(std::move(job));
   dispatcher_.dispatch();

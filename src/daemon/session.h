@@ -43,6 +43,7 @@ struct Session {
   bool admin = false;
   bool closing = false;
   std::optional<JobId> lease_job;  // an interactive job this connection waits for or holds
+  bool stops_the_clock = false;    // its client stops its time limit while the job is suspended
   bool granted = false;
   std::string told_reason;  // why its lease waits, as last sent (a change is sent again)
   std::set<JobId> waiting_for;     // a `wait` in progress

@@ -196,8 +196,9 @@ struct Job {
   std::optional<std::string> submit_token = std::nullopt;
   // Set while it is suspended (and while it is being suspended or resumed).
   std::optional<Suspension> suspension = std::nullopt;
-  // How long a batch job's attempt was suspended, the suspension under way not counted: its time
-  // limit's clock stood still that long. Never stored: its supervisor's record says it.
+  // How long the job's attempt was suspended, the suspension under way not counted: its time
+  // limit's clock stood still that long. Never stored: a batch job's supervisor's record says it
+  // to a restarted daemon (an interactive job's is lost with the daemon).
   double suspended_s = 0;
   // Shown to another user under `private_data = ["jobs"]`: name, command, working directory and
   // the rest are left out (jobs/private_data.h). Never stored.

@@ -96,6 +96,8 @@ class Supervisor {
       sigaction(signal, nullptr, &current);
       if (current.sa_handler != SIG_IGN) sigaddset(&signals_, signal);
     }
+    sigaddset(&signals_, suspended_signal());
+    sigaddset(&signals_, resumed_signal());
     // Blocked before the first child starts, so that no signal is missed; taken from a signalfd.
     sigprocmask(SIG_BLOCK, &signals_, &previous_mask_);
   }
@@ -218,6 +220,13 @@ class Supervisor {
       int signal = static_cast<int>(info.ssi_signo);
       if (signal == SIGCHLD) {
         reap(WNOHANG);
+      } else if (signal == suspended_signal()) {
+        // The time limit's clock stands still while the job is suspended.
+        if (!stopping_ && time_deadline_) clock_stopped_with_ = *time_deadline_ - Clock::now();
+        if (!stopping_) time_deadline_.reset();
+      } else if (signal == resumed_signal()) {
+        if (!stopping_ && clock_stopped_with_) time_deadline_ = Clock::now() + *clock_stopped_with_;
+        clock_stopped_with_.reset();
       } else if (!stopping_) {
         outcome_.signal = signal;
         outcome_.exit_code = 128 + signal;
@@ -270,6 +279,7 @@ class Supervisor {
   bool killed_ = false;
   Clock::time_point kill_deadline_{};
   std::optional<Clock::time_point> time_deadline_;
+  std::optional<Clock::duration> clock_stopped_with_;  // the time limit's time left while suspended
   GroupOutcome outcome_;
 };
 

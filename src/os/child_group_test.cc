@@ -147,6 +147,18 @@ TEST_F(ChildGroupTest, AGroupDoneWithinItsTimeLimitIsNotTimedOut) {
   EXPECT_EQ(outcome.exit_code, 0);
 }
 
+// gpupoold's word that the job is suspended, then resumed (here from a child, our parent's
+// signal): the time between does not count against the limit.
+TEST_F(ChildGroupTest, TheTimeLimitsClockStandsStillWhileTheJobIsSuspended) {
+  options_.time_limit = 2s;
+  GroupOutcome outcome = run({"kill -" + std::to_string(suspended_signal()) + " $PPID; sleep 3; kill -" +
+                                  std::to_string(resumed_signal()) + " $PPID; sleep 0.2",
+                              "sleep 3.5"});
+  EXPECT_FALSE(outcome.timed_out);
+  EXPECT_EQ(outcome.exit_code, 0);
+  EXPECT_GE(elapsed_, 3s);
+}
+
 TEST_F(ChildGroupTest, AStopSignalToUsStopsEveryChild) {
   // The first child signals the test process, which is its parent.
   GroupOutcome outcome = run({"kill -TERM $PPID; sleep 30", "sleep 30"});

@@ -130,6 +130,9 @@ int exit_code_from_status(int status) {
   return 1;
 }
 
+int suspended_signal() { return SIGRTMIN + 1; }
+int resumed_signal() { return SIGRTMIN + 2; }
+
 ChildEnd wait_forwarding_signals(pid_t child, std::optional<RunTimeLimit> time_limit, std::optional<ChildWatch> watch) {
   using Clock = std::chrono::steady_clock;
   // Signals are taken synchronously (sigtimedwait), so none can slip between checks.
@@ -137,7 +140,11 @@ ChildEnd wait_forwarding_signals(pid_t child, std::optional<RunTimeLimit> time_l
   sigemptyset(&wanted);
   sigaddset(&wanted, SIGCHLD);
   for (int signal : kForwardedSignals) sigaddset(&wanted, signal);
+  sigaddset(&wanted, suspended_signal());
+  sigaddset(&wanted, resumed_signal());
   sigprocmask(SIG_BLOCK, &wanted, &previous);
+  // The time limit's time left while the job is suspended (its clock stopped).
+  std::optional<Clock::duration> clock_stopped_with;
   // The next thing the clock does to the child: SIGTERM at the limit, then SIGKILL.
   std::optional<Clock::time_point> next_step;
   int next_signal = SIGTERM;
@@ -192,6 +199,19 @@ ChildEnd wait_forwarding_signals(pid_t child, std::optional<RunTimeLimit> time_l
       }
     } else {
       signal = sigwaitinfo(&wanted, &info);
+    }
+    if (signal == suspended_signal()) {
+      // Only while the limit's clock runs: not once the child is being ended.
+      if (next_step && next_signal == SIGTERM) {
+        clock_stopped_with = *next_step - Clock::now();
+        next_step.reset();
+      }
+      continue;
+    }
+    if (signal == resumed_signal()) {
+      if (clock_stopped_with) next_step = Clock::now() + *clock_stopped_with;
+      clock_stopped_with.reset();
+      continue;
     }
     // A signal the kernel sent for the terminal has reached the child's process group already.
     if (signal > 0 && signal != SIGCHLD && info.si_code != SI_KERNEL) kill(child, signal);

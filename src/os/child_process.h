@@ -51,7 +51,14 @@ Result<pid_t> spawn_helper(const std::vector<std::string>& argv, int stdin_fd, s
 // The exit code a shell would report: the status, or 128 + the signal.
 int exit_code_from_status(int wait_status);
 
-// How long a child may run: SIGTERM once it has run `limit`, SIGKILL `grace` later.
+// The real-time signals gpupoold sends an interactive job's client (one whose lease request said
+// `stops_the_clock`) once its job is suspended and once it is resumed: the client's time limit
+// does not count the time between. Never forwarded to the program.
+int suspended_signal();
+int resumed_signal();
+
+// How long a child may run: SIGTERM once it has run `limit`, SIGKILL `grace` later; its clock
+// stands still between suspended_signal() and resumed_signal().
 struct RunTimeLimit {
   std::chrono::milliseconds limit{0};
   std::chrono::milliseconds grace{10000};
@@ -73,7 +80,8 @@ struct ChildEnd {
 
 // Waits for `child`, passing on SIGTERM, SIGHUP, SIGUSR1/2 and SIGINT/SIGQUIT sent to us by
 // another process (those from the terminal already reach the child, which shares our
-// foreground process group), and ending it at `time_limit` or when `watch` says so.
+// foreground process group), and ending it at `time_limit` or when `watch` says so. Takes
+// suspended_signal() and resumed_signal() for the time limit's clock.
 ChildEnd wait_forwarding_signals(pid_t child, std::optional<RunTimeLimit> time_limit = std::nullopt,
                                  std::optional<ChildWatch> watch = std::nullopt);
 

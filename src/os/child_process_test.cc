@@ -68,6 +68,31 @@ TEST(ChildProcess, AChildPastItsTimeLimitGetsSigtermThenSigkill) {
   EXPECT_EQ(end.exit_code, 3);
 }
 
+// gpupoold's word that the job is suspended, then resumed (here from the child, to its parent):
+// the time between does not count against the limit. Blocked from before the child starts, as
+// `gpupool run` blocks them before its lease is granted.
+TEST(ChildProcess, TheTimeLimitsClockStandsStillWhileTheJobIsSuspended) {
+  using namespace std::chrono_literals;
+  sigset_t clock_signals, previous;
+  sigemptyset(&clock_signals);
+  sigaddset(&clock_signals, suspended_signal());
+  sigaddset(&clock_signals, resumed_signal());
+  pthread_sigmask(SIG_BLOCK, &clock_signals, &previous);
+  ChildSpec spec;
+  spec.argv = {"/bin/sh", "-c",
+               "kill -" + std::to_string(suspended_signal()) + " $PPID; sleep 3; kill -" +
+                   std::to_string(resumed_signal()) + " $PPID; sleep 0.2"};
+  spec.environment = environment_with({});
+  auto child = spawn_child(spec);
+  ASSERT_TRUE(child.ok()) << child.error().message;
+  auto started = std::chrono::steady_clock::now();
+  ChildEnd end = wait_forwarding_signals(*child, RunTimeLimit{2s, 1s});
+  EXPECT_FALSE(end.timed_out);
+  EXPECT_EQ(end.exit_code, 0);
+  EXPECT_GE(std::chrono::steady_clock::now() - started, 3s);
+  pthread_sigmask(SIG_SETMASK, &previous, nullptr);
+}
+
 TEST(ChildProcess, AWatchThatSaysStopEndsTheChildOnce) {
   using namespace std::chrono_literals;
   ChildSpec spec;

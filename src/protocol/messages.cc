@@ -412,10 +412,12 @@ json request_json(const AdminRequest& request) {
 }
 json request_json(const StatusRequest&) { return {{"op", "status"}}; }
 json request_json(const LeaseRequest& request) {
-  return {{"op", "lease"},
-          {"job", spec_to_json(request.spec)},
-          {"allowed", request.spec.gpus.allowed},
-          {"excluded", request.spec.gpus.excluded}};
+  json object = {{"op", "lease"},
+                 {"job", spec_to_json(request.spec)},
+                 {"allowed", request.spec.gpus.allowed},
+                 {"excluded", request.spec.gpus.excluded}};
+  if (request.stops_the_clock) object["stops_the_clock"] = true;  // version 3
+  return object;
 }
 json request_json(const FinishedRequest& request) {
   return {{"op", "finished"},
@@ -524,6 +526,7 @@ Result<Request> request_from_json(const json& object) {
                defaulted(object, "allowed", std::vector<unsigned>(), list_of(gpu_index)));
     TRY_ASSIGN(request.spec.gpus.excluded,
                defaulted(object, "excluded", std::vector<unsigned>(), list_of(gpu_index)));
+    TRY_ASSIGN(request.stops_the_clock, defaulted(object, "stops_the_clock", false, as_flag));
     return Request(std::move(request));
   }
   if (op == "finished") {

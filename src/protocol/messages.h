@@ -99,6 +99,9 @@ constexpr size_t kMaxReasonBytes = 200;
 struct StatusRequest {};
 struct LeaseRequest {  // `gpupool run` / `launch`: queue, then hand the lease to the client
   JobSpec spec;  // kind Interactive, with its allowed and excluded GPUs; argv is shown, not run
+  // The client stops its time limit's clock while its job is suspended, on the daemon's signals
+  // (os/child_process.h, suspended_signal); a client that does not say so is never sent them.
+  bool stops_the_clock = false;
 };
 struct FinishedRequest {  // after LeaseGranted: the program has exited
   int exit_code = 0;

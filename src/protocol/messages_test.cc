@@ -353,7 +353,9 @@ TEST(ProtocolRequestTest, Lease) {
   lease.spec.kind = JobKind::Interactive;
   lease.spec.gpus.allowed = {0, 1, 2};
   lease.spec.gpus.excluded = {7};
+  lease.stops_the_clock = true;
   const LeaseRequest parsed = through_the_wire(lease);
+  EXPECT_TRUE(parsed.stops_the_clock);
   expect_same_spec(parsed.spec, lease.spec);
   EXPECT_EQ(parsed.spec.gpus.allowed, lease.spec.gpus.allowed);
   EXPECT_EQ(parsed.spec.gpus.excluded, lease.spec.gpus.excluded);
@@ -364,6 +366,7 @@ TEST(ProtocolRequestTest, Lease) {
   EXPECT_TRUE(minimal.spec.argv.empty());
   EXPECT_TRUE(minimal.spec.gpus.allowed.empty());
   EXPECT_TRUE(minimal.spec.gpus.excluded.empty());
+  EXPECT_FALSE(minimal.stops_the_clock);  // a client that does not say so is never sent the signals
   through_the_wire(minimal);
 }
 

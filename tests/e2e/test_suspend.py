@@ -329,6 +329,26 @@ class SuspendTest(unittest.TestCase):
             ended = d.finish(job)[0]
             self.assertEqual((ended["state"], ended["exit_code"]), ("done", 0))
 
+    def test_gpupool_runs_time_limit_does_not_count_the_time_suspended(self):
+        with self.daemon() as d:
+            run = d.background("run", "--time", "4s", "--", "sh", "-c",
+                               f"echo $$ > {d.path('run.pid')}; {until_exists(d.path('run-go'))}",
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            pid = int(wait_until(lambda: _read(d.path("run.pid")), what="the program's pid"))
+            started = time.time()
+            [job] = [j["id"] for j in d.jobs() if j["kind"] == "interactive"]
+            write_overlay(self.overlay, {0: {"processes": [{"pid": pid, "used_memory_mib": GPU_MIB, "kind": "compute"}]}})
+            d.wait_for_samples(2)
+            d.gp("suspend", str(job), check=True)
+            # Past its limit while suspended: its client's clock stands still.
+            wait_until(lambda: time.time() > started + 5, what="the time limit passed")
+            self.assertIsNone(run.poll())
+            d.gp("resume", str(job), check=True)
+            d.touch("run-go")
+            out, err = run.communicate(timeout=60)
+            self.assertEqual(run.returncode, 0, err)
+            self.assertEqual(d.finish(job)[0]["state"], "done")
+
     def test_a_cancelled_suspended_job_ends_cancelled(self):
         with self.daemon() as d:
             job, pid = self.gpu_job(d, "job")
