@@ -65,6 +65,7 @@ Result<AttemptRecord> read_attempt_record(const std::string& record_path) {
     const std::string kind = event["event"].get<std::string>();
     if (kind == "supervising") {
       record.supervisor_pid = integer_field(event, "supervisor_pid");
+      record.takes_the_clock = event.contains("clock") && event["clock"] == true;
     } else if (kind == "started") {
       started = true;
       record.job_pid = integer_field(event, "job_pid");

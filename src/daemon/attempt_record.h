@@ -29,6 +29,7 @@ struct AttemptRecord {
   std::optional<int> exit_code;  // shell's view: status or 128 + signal
   std::optional<int> signal;
   std::string reason;            // "", "time limit", "cancelled", "could not start: ...", ...
+  bool takes_the_clock = false;  // its supervisor takes kStopTheClock and kStartTheClock ("clock")
   bool clock_stopped = false;    // its time limit's clock stopped (the job suspended) and not started again
   double clock_stopped_s = 0;    // how long the clock stood still, until it was last started
 };

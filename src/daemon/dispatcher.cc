@@ -80,6 +80,7 @@ Result<std::vector<JobId>> Dispatcher::adopt_running(std::vector<Job> jobs) {
       // Its processes live on, checkpointed; it holds no GPU, so the scheduler has nothing of it
       // until it is resumed, unless its restore had begun: then its GPUs are its again.
       TRY_ASSIGN(AttemptRecord record, runner_.read_record(record_path(stored)));
+      note_if_outside_mps(stored);
       if (stored.suspension && stored.suspension->restoring) {
         TRY(scheduler_.adopt(request_of(stored), stored.gpus,
                              stored.start_time.value_or(now), leased_devices(stored).mig_uuid));
@@ -88,6 +89,7 @@ Result<std::vector<JobId>> Dispatcher::adopt_running(std::vector<Job> jobs) {
       if (record.progress == AttemptProgress::Running && record.supervisor_pid) {
         stored.pid = record.supervisor_pid;
         stored.suspended_s = record.clock_stopped_s;
+        if (!record.takes_the_clock) deaf_supervisors_.insert(id);
         runner_.watch(id, *record.supervisor_pid);
         // The daemon before may have stopped before it could.
         if (!record.clock_stopped) tell_the_clock(stored, true);
@@ -133,6 +135,7 @@ Result<std::vector<JobId>> Dispatcher::adopt_running(std::vector<Job> jobs) {
     if (record.progress == AttemptProgress::Running && record.supervisor_pid) {
       stored.pid = record.supervisor_pid;
       stored.suspended_s = record.clock_stopped_s;
+      if (!record.takes_the_clock) deaf_supervisors_.insert(id);
       runner_.watch(id, *record.supervisor_pid);
       if (record.clock_stopped) tell_the_clock(stored, false);  // resumed as the daemon before stopped
     } else {
@@ -234,10 +237,16 @@ std::optional<std::string> Dispatcher::carry_out(const lifecycle::Effect& effect
             // (and an interactive job has no retries).
             const bool requeued = job.state == JobState::Running && e.state == JobState::Queued &&
                                   job.spec.kind == JobKind::Batch && e.attempts == job.attempts;
+            const bool resumed = job.state == JobState::Suspended && e.state == JobState::Running;
             job.state = e.state;
             job.reason = e.reason;
             job.attempts = e.attempts;
-            if (e.state == JobState::Queued) job.suspension.reset();  // its processes are gone
+            // In the same write: a suspension ended (resumed, undone) or whose processes are gone.
+            const TrackedJob* tracked = lifecycle_.find(e.id);
+            if (job.suspension && (e.state == JobState::Queued || tracked == nullptr || !tracked->suspension)) {
+              if (resumed) job.suspended_s += unix_now() - job.suspension->since;  // not counted by its limit
+              job.suspension.reset();
+            }
             save(job);
             if (requeued && hooks_.requeued) hooks_.requeued(job);
             return std::nullopt;
@@ -259,22 +268,14 @@ std::optional<std::string> Dispatcher::carry_out(const lifecycle::Effect& effect
             return std::nullopt;
           },
           [&](const lifecycle::SuspendFailed& e) -> std::optional<std::string> {
-            Job& job = active_.at(e.id);
+            const Job& job = active_.at(e.id);  // an undone one stored without its suspension by the Record before
             checkpointed_samples_.erase(e.id);
-            const TrackedJob* tracked = lifecycle_.find(e.id);
-            if (tracked != nullptr && !tracked->suspension) {  // undone: it runs on as before
-              job.suspension.reset();
-              save(job);
-            }
             fmt::print(stderr, "gpupoold: job {}: {}\n", e.id, e.why);
             if (hooks_.suspend_failed) hooks_.suspend_failed(job, e.why);
             return std::nullopt;
           },
           [&](const lifecycle::Resumed& e) -> std::optional<std::string> {
-            Job& job = active_.at(e.id);
-            if (job.suspension) job.suspended_s += unix_now() - job.suspension->since;
-            job.suspension.reset();
-            save(job);
+            const Job& job = active_.at(e.id);  // stored running by the Record before this
             tell_the_clock(job, false);
             if (hooks_.resumed) hooks_.resumed(job);
             return std::nullopt;
@@ -284,8 +285,9 @@ std::optional<std::string> Dispatcher::carry_out(const lifecycle::Effect& effect
 }
 
 void Dispatcher::tell_the_clock(const Job& job, bool stop) {
-  // A lost attempt has no one to tell; an interactive job's client only if it said it listens.
-  if (!job.pid || lost_.count(job.id) > 0) return;
+  // A lost attempt has no one to tell; a supervisor of an older release would die of the word
+  // (its clock runs on); an interactive job's client is told only if it said it listens.
+  if (!job.pid || lost_.count(job.id) > 0 || deaf_supervisors_.contains(job.id)) return;
   int word = stop ? kStopTheClock : kStartTheClock;
   if (job.spec.kind == JobKind::Interactive) {
     if (!hooks_.client_stops_the_clock || !hooks_.client_stops_the_clock(job.id)) return;
@@ -474,6 +476,7 @@ void Dispatcher::resume_on_its_gpus(Job& job, const JobStart& decision) {
   }
   if (job.suspension) job.suspension->restoring = true;  // stored with the grant's record
   if (auto refused = feed(lifecycle::Granted{decision.id, decision.gpus})) {
+    if (job.suspension) job.suspension->restoring = false;
     fmt::print(stderr, "gpupoold: job {}: {}\n", decision.id, *refused);
   }
 }
@@ -543,6 +546,9 @@ void Dispatcher::let_go_of_checkpointed(const std::function<std::vector<std::str
       problem = fmt::format("its processes were still on its GPUs after their checkpoint ({})", fmt::join(still, ", "));
     } else if (auto let = leases_.let_go(*job.pid, claims_for(machine_, leased_devices(job))); !let) {
       problem = fmt::format("its GPUs could not be let go: {}", let.error().message);
+    } else if (active_.at(id).suspension) {
+      // Suspended from now, stored with the suspended record: its time limit's clock stops now.
+      active_.at(id).suspension->since = unix_now();
     }
     if (auto refused = feed(lifecycle::GpusLetGo{id, problem})) fmt::print(stderr, "gpupoold: job {}: {}\n", id, *refused);
   }
@@ -685,7 +691,8 @@ void Dispatcher::attempt_ended(JobId id, lifecycle::AttemptExited ended) {
                                   : fmt::format("{} (exit code {})", *why, ended.exit_code.value_or(-1));
     }
   }
-  without_mps_.erase(id);  // a next attempt runs as the setting says
+  without_mps_.erase(id);  // a next attempt runs as the setting says, under a supervisor of ours
+  deaf_supervisors_.erase(id);
   feed(ended);
 }
 

@@ -227,6 +227,7 @@ class Dispatcher {
   // taken before the checkpoint ended, so the second decides.
   std::map<JobId, unsigned> checkpointed_samples_;
   std::set<JobId> without_mps_;  // note_if_outside_mps
+  std::set<JobId> deaf_supervisors_;  // adopted attempts whose supervisor takes no clock signals
   // Suspended for the jobs waiting then: resumed behind them rather than at the old place.
   std::set<JobId> resume_behind_;
   // Lost batch attempts: the job's process group, which the daemon limits and cancels itself.

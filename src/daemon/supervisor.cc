@@ -653,7 +653,9 @@ Result<void> StandbySupervisor::hand(const SupervisedAttempt& attempt, const std
     return give_up(fmt::format("cannot lock {}: {}", attempt.record_path, std::strerror(errno)));
   }
   // Before the supervisor has its attempt, so this line always comes first.
-  json supervising = {{"event", "supervising"}, {"supervisor_pid", pid_}, {"time", unix_now()}};
+  // "clock": this supervisor takes kStopTheClock and kStartTheClock (one of an older release
+  // would die of them).
+  json supervising = {{"event", "supervising"}, {"supervisor_pid", pid_}, {"time", unix_now()}, {"clock", true}};
   if (auto written = append_event(record.get(), supervising); !written) {
     return give_up(written.error().message);
   }

@@ -10,7 +10,8 @@
 // restarted daemon learns everything from the record file:
 //
 //   record file  STATE_DIR/attempts/<id>.<attempt>, root-owned, JSON lines:
-//     {"event":"supervising","supervisor_pid":P,"time":T}      written by the daemon before the
+//     {"event":"supervising","supervisor_pid":P,"time":T,"clock":true}
+//                                                              written by the daemon before the
 //                                                              supervisor has its attempt, so
 //                                                              always first
 //     {"event":"started","job_pid":P,"pgid":P,"time":T}        written before the job execs

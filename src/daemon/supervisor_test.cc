@@ -197,6 +197,7 @@ TEST_F(SupervisorTest, TheTimeLimitsClockStopsWhileTheJobIsSuspended) {
   pid_t supervisor = start(a);
   AttemptRecord began = running(a);
   ASSERT_TRUE(began.job_pid && began.start_time);
+  ASSERT_TRUE(began.takes_the_clock);  // said in its record, so that the daemon may send it these
   ASSERT_EQ(kill(supervisor, kStopTheClock), 0);
   ASSERT_EQ(kill(supervisor, kStopTheClock), 0);  // twice is once
   const auto deadline = steady_clock::now() + kPatience;
@@ -446,6 +447,16 @@ TEST_F(AttemptRecordTest, ExitedIsReadInFull) {
   EXPECT_EQ(r->signal, 15);
   EXPECT_EQ(r->reason, "cancelled");
   EXPECT_EQ(r->end_time, 3.5);
+}
+
+TEST_F(AttemptRecordTest, ASupervisorOfAnOlderReleaseTakesNoClockSignals) {
+  auto older = read(std::string(kSupervising) + kStarted);
+  ASSERT_TRUE(older.ok());
+  EXPECT_FALSE(older->takes_the_clock);
+  auto ours = read(std::string(R"({"event":"supervising","supervisor_pid":100,"time":1.5,"clock":true})") + "\n" +
+                   kStarted);
+  ASSERT_TRUE(ours.ok());
+  EXPECT_TRUE(ours->takes_the_clock);
 }
 
 TEST_F(AttemptRecordTest, TheTimeTheClockStoodStillIsAddedUp) {

@@ -624,17 +624,19 @@ Finding check_mps(const DoctorFacts& f) {
                     "(docs/leases.md, \"Slices that hold\")");
     return finding(id, CheckStatus::Ok, "gpupoold holds memory slices with its watchdog, not with CUDA MPS", evidence);
   }
+  // No daemon, or one of a version that does not say: what one would do with this shell's PATH.
+  const std::string unsaid = f.daemon.running ? "gpupoold does not say what holds its slices" : "no gpupoold answers";
   if (!f.mps_control) {
     evidence.insert(evidence.begin() + 1,
                     "for limits the driver enforces, install CUDA MPS (with the driver's utilities) and restart "
                     "gpupoold (docs/leases.md, \"Slices that hold\")");
     return finding(id, CheckStatus::Ok,
-                   "no gpupoold answers; CUDA MPS is not installed here: one would hold memory slices with its watchdog",
+                   unsaid + "; CUDA MPS is not installed here: one would hold memory slices with its watchdog",
                    evidence);
   }
   return finding(id, CheckStatus::Ok,
-                 "no gpupoold answers; CUDA MPS is installed here: one would hold slices of one GPU with it "
-                 "(slice_enforcement \"auto\", the default, or \"mps\")",
+                 unsaid + "; CUDA MPS is installed here: one would hold slices of one GPU with it "
+                          "(slice_enforcement \"auto\", the default, or \"mps\")",
                  evidence);
 }
 

@@ -77,7 +77,7 @@ Result<void> JobLifecycle::on(const Adopted& e, Effects& out) {
   // A suspend (the job still running) or a resume (its restore begun) that the daemon before
   // stopped during: the driver is asked where it left the processes, and it goes on from there.
   if (e.suspension && (e.state == JobState::Running || e.suspension->restoring)) {
-    const bool resuming = e.state == JobState::Suspended;
+    const bool resuming = e.suspension->restoring;  // stored running with it: resumed, its end unsaved
     job.suspension = SuspensionSteps::taken_up(e.suspension->pids, resuming);
     job.suspended_by = e.suspension->by;
     job.resume_when_free = e.suspension->resume;

@@ -321,6 +321,15 @@ TEST_F(LifecycleTest, ASuspendOrResumeTheDaemonStoppedDuringIsTakenUpAgain) {
   EXPECT_EQ(std::get<Record>(resumed[0]).state, JobState::Running);
   EXPECT_TRUE(std::holds_alternative<Resumed>(resumed[1]));
   EXPECT_EQ(jobs.find(2)->attempts, 1u);
+
+  // Stored running with its restoring suspension (resumed; the daemon stopped before the second
+  // write): its processes are read, found running, and it runs on, not suspended again.
+  auto resumed_unsaved = handle(Adopted{3, JobKind::Batch, 0, {}, JobState::Running, 1, "",
+                                        Suspension{{60}, "ana", 1.0, 100, true, true}});
+  EXPECT_EQ(std::get<CallCheckpoint>(resumed_unsaved[1]).step, CheckpointStep::State);
+  auto runs_on = handle(CheckpointDone{3, {{{60, "ok", ProcessCheckpointState::Running, 0}}}});
+  EXPECT_EQ(std::get<Record>(runs_on[0]).state, JobState::Running);
+  EXPECT_TRUE(std::holds_alternative<Resumed>(runs_on[1]));
 }
 
 TEST_F(LifecycleTest, ACancelledSuspendedJobLeavesTheQueueAndItsProcessesAreEnded) {

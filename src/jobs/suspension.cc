@@ -34,6 +34,7 @@ SuspensionSteps SuspensionSteps::suspended(std::vector<pid_t> pids) {
 SuspensionSteps SuspensionSteps::taken_up(std::vector<pid_t> pids, bool resuming) {
   SuspensionSteps steps(SuspensionPhase::Reading, std::move(pids), ProcessCheckpointState::Unknown);
   steps.resuming_ = resuming;
+  steps.called_step_ = CheckpointStep::State;
   return steps;
 }
 
@@ -46,6 +47,12 @@ SuspensionMove SuspensionSteps::first_call() const {
 
 SuspensionMove SuspensionSteps::call(CheckpointStep step, std::vector<pid_t> pids) {
   called_ = pids.size();
+  called_step_ = step;
+  if (pids.empty()) {  // the states the driver reported leave none to call on: nothing to trust
+    return SuspensionMove{SuspensionMove::Kind::Broken, step, {},
+                          fmt::format("no process of the job is in the state to {} (the driver said otherwise)",
+                                      to_string(step))};
+  }
   return SuspensionMove{SuspensionMove::Kind::Call, step, std::move(pids), ""};
 }
 
@@ -53,14 +60,22 @@ Result<SuspensionMove> SuspensionSteps::resume() {
   if (phase_ != SuspensionPhase::Suspended) return fail("it is {}, not suspended", to_string(phase_));
   phase_ = SuspensionPhase::Restoring;
   called_ = pids_.size();
+  called_step_ = CheckpointStep::Restore;
   return first_call();
 }
 
 void SuspensionSteps::note(const CheckpointOutcome& outcome) {
-  // A state the driver did not report is taken to be what it was: a refused call changes nothing.
+  // A state the driver did not report is taken to be what the call leaves it in when it went
+  // well, and what it was when it was refused (a refused call changes nothing).
   for (const CheckpointPidOutcome& reached : outcome.pids) {
-    if (states_.count(reached.pid) > 0 && reached.state != ProcessCheckpointState::Unknown) {
+    if (states_.count(reached.pid) == 0) continue;
+    if (reached.state != ProcessCheckpointState::Unknown) {
       states_[reached.pid] = reached.state;
+    } else if (reached.result == "ok" && called_step_ != CheckpointStep::State) {
+      states_[reached.pid] = called_step_ == CheckpointStep::Lock         ? ProcessCheckpointState::Locked
+                             : called_step_ == CheckpointStep::Checkpoint ? ProcessCheckpointState::Checkpointed
+                             : called_step_ == CheckpointStep::Restore    ? ProcessCheckpointState::Locked
+                                                                          : ProcessCheckpointState::Running;
     }
   }
 }

@@ -95,6 +95,7 @@ class SuspensionSteps {
   std::string failure_;  // what an undo is undoing
   bool resuming_ = false;  // Reading: which way it was going
   size_t called_ = 0;    // how many processes the call under way was for
+  CheckpointStep called_step_ = CheckpointStep::Lock;  // and which call it is
 };
 
 }  // namespace gpupool

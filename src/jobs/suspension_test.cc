@@ -171,6 +171,16 @@ TEST(SuspensionSteps, ATakenUpSuspensionWhoseStateCannotBeReadOrIsFailedLeavesTh
             "finish within 600 s");
 }
 
+TEST(SuspensionSteps, AStepThatWentWellLeavesTheStateItLeadsToWhereTheDriverCouldNotSay) {
+  auto steps = SuspensionSteps::suspend({10});
+  expect_call(steps.on_outcome({{done(10, State::Unknown)}}), CheckpointStep::Checkpoint, {10});
+  EXPECT_EQ(steps.on_outcome({{done(10, State::Unknown)}}).kind, Kind::Suspended);
+  ASSERT_TRUE(steps.freed().ok());
+  ASSERT_TRUE(steps.resume().ok());
+  expect_call(steps.on_outcome({{done(10, State::Unknown)}}), CheckpointStep::Unlock, {10});
+  EXPECT_EQ(steps.on_outcome({{done(10, State::Unknown)}}).kind, Kind::Resumed);
+}
+
 TEST(SuspensionSteps, AnOutcomeCountsOnlyWhenEveryProcessWasDone) {
   CheckpointOutcome partial{{done(10, State::Locked)}};
   EXPECT_FALSE(partial.ok(2));

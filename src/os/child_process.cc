@@ -209,7 +209,7 @@ ChildEnd wait_forwarding_signals(pid_t child, std::optional<RunTimeLimit> time_l
       continue;
     }
     if (signal == resumed_signal()) {
-      if (clock_stopped_with) next_step = Clock::now() + *clock_stopped_with;
+      if (clock_stopped_with && next_signal == SIGTERM) next_step = Clock::now() + *clock_stopped_with;
       clock_stopped_with.reset();
       continue;
     }

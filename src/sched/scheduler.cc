@@ -96,12 +96,7 @@ void give_back(std::vector<GpuAvailability>& state, const JobRequest& job, const
       std::erase(state[gpu].mig_taken, mig_uuid);
     } else if (job.gpus.slice_mib) {
       state[gpu].shared_mib -= std::min(state[gpu].shared_mib, *job.gpus.slice_mib);
-      if (job.mps && state[gpu].mps_slices > 0 && --state[gpu].mps_slices == 0) {
-        // Its clients may outlive it (processes it left running): the server stays this user's
-        // until a reading of the GPUs says whose clients are left (set_outside_use).
-        state[gpu].mps_client_user = std::move(state[gpu].mps_user);
-        state[gpu].mps_user.clear();
-      }
+      if (job.mps && state[gpu].mps_slices > 0 && --state[gpu].mps_slices == 0) state[gpu].mps_user.clear();
     } else {
       state[gpu].exclusive_held = false;
     }
@@ -311,6 +306,13 @@ Result<void> Scheduler::remove(JobId id) {
 }
 
 void Scheduler::release(std::unordered_map<JobId, RunningJob>::iterator job) {
+  const RunningJob& ended = job->second;
+  for (unsigned gpu : ended.request.mps ? ended.gpus : std::vector<unsigned>{}) {
+    // The last MPS slice of its user there: its clients may outlive it (processes it left
+    // running), so the server stays this user's until a reading of the GPUs says whose clients
+    // are left (set_outside_use). Only in the live state: the plans never get such a reading.
+    if (availability_[gpu].mps_slices == 1) availability_[gpu].mps_client_user = availability_[gpu].mps_user;
+  }
   give_back(availability_, job->second.request, job->second.gpus, job->second.mig_uuid);
   UserState& user = users_[job->second.user];
   user.held = std::max(0.0, user.held - job->second.weight);
