@@ -86,16 +86,8 @@ Result<std::vector<JobId>> Dispatcher::adopt_running(std::vector<Job> jobs) {
                              stored.start_time.value_or(now), leased_devices(stored).mig_uuid));
       }
       adopt(stored);
-      if (record.progress == AttemptProgress::Running && record.supervisor_pid) {
-        stored.pid = record.supervisor_pid;
-        stored.suspended_s = record.clock_stopped_s;
-        if (!record.takes_the_clock) deaf_supervisors_.insert(id);
-        runner_.watch(id, *record.supervisor_pid);
-        // The daemon before may have stopped before it could.
-        if (!record.clock_stopped) tell_the_clock(stored, true);
-      } else {
-        on_exit(id);
-      }
+      // The daemon before may have stopped before it could stop the clock.
+      if (watch_supervisor(stored, record) && !record.clock_stopped) tell_the_clock(stored, true);
       continue;
     }
     if (stored.state != JobState::Running) {
@@ -132,17 +124,22 @@ Result<std::vector<JobId>> Dispatcher::adopt_running(std::vector<Job> jobs) {
     TRY(scheduler_.adopt(request_of(stored), stored.gpus, stored.start_time.value_or(now),
                            leased_devices(stored).mig_uuid));
     adopt(stored);
-    if (record.progress == AttemptProgress::Running && record.supervisor_pid) {
-      stored.pid = record.supervisor_pid;
-      stored.suspended_s = record.clock_stopped_s;
-      if (!record.takes_the_clock) deaf_supervisors_.insert(id);
-      runner_.watch(id, *record.supervisor_pid);
-      if (record.clock_stopped) tell_the_clock(stored, false);  // resumed as the daemon before stopped
-    } else {
-      on_exit(id);  // Exited or Lost: record it now
-    }
+    // Resumed as the daemon before stopped, before it could start the clock.
+    if (watch_supervisor(stored, record) && record.clock_stopped) tell_the_clock(stored, false);
   }
   return waiting;
+}
+
+bool Dispatcher::watch_supervisor(Job& job, const AttemptRecord& record) {
+  if (record.progress != AttemptProgress::Running || !record.supervisor_pid) {
+    on_exit(job.id);  // Exited or Lost: record it now
+    return false;
+  }
+  job.pid = record.supervisor_pid;
+  job.suspended_s = record.clock_stopped_s;
+  if (!record.takes_the_clock) deaf_supervisors_.insert(job.id);
+  runner_.watch(job.id, *record.supervisor_pid);
+  return true;
 }
 
 bool Dispatcher::held_by_mps(const Job& job) const {

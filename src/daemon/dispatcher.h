@@ -176,6 +176,9 @@ class Dispatcher {
   void finished(JobId id, JobState state, std::string reason);
   void start(const JobStart& decision);
   void resume_on_its_gpus(Job& job, const JobStart& decision);
+  // An adopted batch attempt whose record says its supervisor lives: watched, with what its record
+  // says of the clock; true. Otherwise its end is recorded now (it exited, or was lost); false.
+  bool watch_supervisor(Job& job, const AttemptRecord& record);
   // Tells a batch job's supervisor (kStopTheClock, kStartTheClock), or an interactive job's client
   // that listens (suspended_signal, resumed_signal), to stop or start its time limit's clock: a
   // suspended job's time does not count.
