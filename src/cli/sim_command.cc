@@ -32,6 +32,7 @@ struct ReplayOptions {
   std::string schedule_out;
   std::optional<double> quota;
   std::optional<size_t> runtime_history;
+  std::string slice_placement = "best-fit";
   bool json = false;
 };
 
@@ -116,6 +117,7 @@ Result<int> run_replay(const ReplayOptions& options) {
   config.policy = policy;
   config.quota_gpus = options.quota;
   if (options.runtime_history) config.runtime_history = *options.runtime_history;
+  TRY_ASSIGN(config.slice_placement, parse_slice_placement(options.slice_placement));
   TRY_ASSIGN(sim::ReplayResult result, sim::replay(machine, *trace, config));
   if (!options.schedule_out.empty()) {
     TRY(write_text_file(options.schedule_out, sim::schedule_csv(*trace, result.schedule),
@@ -268,6 +270,9 @@ void add_sim_command(CLI::App& app, int& exit_code) {
   replay->add_option("--runtime-history", replay_options->runtime_history,
                      "Ended jobs per user whose run times estimate a job without a time limit "
                      "(default 50; 0: such jobs never backfill)");
+  replay->add_option("--slice-placement", replay_options->slice_placement,
+                     "Where the gpupool policy puts slices: best-fit (default) or fragmentation")
+      ->check(CLI::IsMember({"fragmentation", "best-fit"}));
   replay->add_option("--schedule-out", replay_options->schedule_out,
                      "Write id,start_s,end_s,gpus (indices joined by ';') to this CSV file")
       ->type_name("FILE");

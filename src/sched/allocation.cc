@@ -127,7 +127,8 @@ Result<std::optional<std::vector<unsigned>>> choose_mig_gpu(const Machine& machi
 
 Result<std::optional<std::vector<unsigned>>> choose_gpus(const Machine& machine,
                                                          const std::vector<GpuAvailability>& availability,
-                                                         const GpuRequest& request) {
+                                                         const GpuRequest& request,
+                                                         const RequestMix* recent) {
   if (request.count == 0) return fail("a request needs at least one GPU");
   if (request.mig) return choose_mig_gpu(machine, availability, request);
   std::vector<unsigned> eligible;
@@ -166,11 +167,16 @@ Result<std::optional<std::vector<unsigned>>> choose_gpus(const Machine& machine,
 
   if (request.slice_mib) {
     // Best fit: slices go where the least room is left, so that whole GPUs stay free for
-    // exclusive jobs; GPUs already shared come first.
+    // exclusive jobs; GPUs already shared come first. Given the recent requests, the growth of
+    // what they could not use decides first.
+    bool by_fragmentation = recent && !recent->empty();
     auto key = [&](unsigned index) {
       const GpuAvailability& a = availability.at(index);
       bool untouched = a.shared_mib == 0 && a.external_mib == 0;
-      return std::make_tuple(untouched, slice_room(machine.gpus.at(index), a), index);
+      uint64_t room = slice_room(machine.gpus.at(index), a);
+      double growth =
+          by_fragmentation ? fragmentation_growth(*recent, room, whole_gpu_free(a), *request.slice_mib) : 0;
+      return std::make_tuple(growth, untouched, room, index);
     };
     std::sort(candidates.begin(), candidates.end(), [&](unsigned a, unsigned b) { return key(a) < key(b); });
     if (request.count == 1) return std::optional<std::vector<unsigned>>(std::vector<unsigned>{candidates[0]});

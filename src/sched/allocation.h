@@ -10,6 +10,7 @@
 #include "base/result.h"
 #include "jobs/job.h"
 #include "machine/gpu.h"
+#include "sched/fragmentation.h"
 
 namespace gpupool {
 
@@ -62,9 +63,12 @@ std::string describe_mig_request(const MigRequest& request);
 // The GPUs to take, in placement order; nullopt when the request must wait. An error when
 // it can never be met on this machine (more GPUs than allowed, a slice larger than any GPU, a
 // MIG device no allowed GPU has). A --mig request gets the one GPU whose free_mig_device it takes.
+// A slice goes best-fit (the least room left, GPUs already shared first) or, given the recent
+// requests, where it least grows the memory they could not use (fragmentation_growth).
 Result<std::optional<std::vector<unsigned>>> choose_gpus(const Machine& machine,
                                                          const std::vector<GpuAvailability>& availability,
-                                                         const GpuRequest& request);
+                                                         const GpuRequest& request,
+                                                         const RequestMix* recent = nullptr);
 
 // "waiting for 2 GPUs: 3 busy (GPU 0: alice (train-3); GPU 1: pid 812 bob python; ...)".
 std::string describe_wait(const Machine& machine, const std::vector<GpuAvailability>& availability,

@@ -64,6 +64,23 @@ TEST(Allocation, SlicesPackOntoSharedGpusFirst) {
   EXPECT_EQ(chosen(m, a, {1, 150, {}, {}}), (std::vector<unsigned>{0}));
 }
 
+TEST(Allocation, GivenRecentRequestsASliceLeavesRoomForThem) {
+  Machine m = four_gpus();
+  std::vector<GpuAvailability> a(4);
+  a[2].shared_mib = 500;  // 500 left: a 300 MiB slice leaves 200
+  a[3].shared_mib = 300;  // 700 left: it leaves 400
+  RequestMix recent(10);
+  for (int i = 0; i < 3; ++i) recent.add(GpuRequest{.count = 1, .slice_mib = 400});
+  EXPECT_EQ(chosen(m, a, {1, 300, {}, {}}), (std::vector<unsigned>{2}));  // best fit
+  auto result = choose_gpus(m, a, {1, 300, {}, {}}, &recent);
+  ASSERT_TRUE(result.ok() && *result);
+  EXPECT_EQ(**result, (std::vector<unsigned>{3}));  // 400 MiB requests still fit beside it
+  RequestMix none(10);  // no requests yet: best fit
+  result = choose_gpus(m, a, {1, 300, {}, {}}, &none);
+  ASSERT_TRUE(result.ok() && *result);
+  EXPECT_EQ(**result, (std::vector<unsigned>{2}));
+}
+
 TEST(Allocation, ExternalMemoryCountsAgainstSlices) {
   Machine m = four_gpus();
   std::vector<GpuAvailability> a(4);

@@ -35,6 +35,16 @@ const char* to_string(Policy policy) {
   return "unknown";
 }
 
+Result<SlicePlacement> parse_slice_placement(std::string_view name) {
+  if (name == "best-fit") return SlicePlacement::BestFit;
+  if (name == "fragmentation") return SlicePlacement::Fragmentation;
+  return fail("unknown slice placement '{}': expected best-fit or fragmentation", name);
+}
+
+const char* to_string(SlicePlacement placement) {
+  return placement == SlicePlacement::BestFit ? "best-fit" : "fragmentation";
+}
+
 namespace {
 
 bool restricted(const JobRequest& job) { return !job.gpus.allowed.empty() || !job.gpus.excluded.empty(); }
@@ -106,7 +116,10 @@ void give_back(std::vector<GpuAvailability>& state, const JobRequest& job, const
 }  // namespace
 
 Scheduler::Scheduler(Machine machine, SchedulerConfig config)
-    : machine_(std::move(machine)), config_(config), availability_(machine_.gpus.size()) {
+    : machine_(std::move(machine)),
+      config_(config),
+      availability_(machine_.gpus.size()),
+      recent_requests_(config.slice_placement == SlicePlacement::Fragmentation ? config.recent_requests : 0) {
   for (const Gpu& gpu : machine_.gpus) {
     availability_[gpu.index].usable = !gpu.fault.has_value();
     availability_[gpu.index].mig_mode = gpu.mig_enabled.value_or(false);
@@ -254,6 +267,7 @@ Result<void> Scheduler::submit(const JobRequest& request, double now) {
     return fail("job {} is already submitted", request.id);
   }
   account_usage(now);
+  recent_requests_.add(request.gpus);
   enqueue(QueuedJob{request, arrivals_++, now, user_index(request.user), weight_of(request)});
   return {};
 }
@@ -838,7 +852,7 @@ class Scheduler::Pass {
     for (unsigned gpu = 0; gpu < excluded.size(); ++gpu) {
       if (excluded[gpu]) request.excluded.push_back(gpu);
     }
-    Result<std::optional<std::vector<unsigned>>> chosen = choose_gpus(s_.machine_, state, request);
+    Result<std::optional<std::vector<unsigned>>> chosen = choose_gpus(s_.machine_, state, request, &s_.recent_requests_);
     return chosen.ok() ? *chosen : std::nullopt;
   }
 

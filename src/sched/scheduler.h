@@ -18,6 +18,7 @@
 #include "base/result.h"
 #include "machine/gpu.h"
 #include "sched/allocation.h"
+#include "sched/fragmentation.h"
 
 namespace gpupool {
 
@@ -29,6 +30,14 @@ enum class Policy {
 
 Result<Policy> parse_policy(std::string_view name);  // "fifo", "backfill", "gpupool"
 const char* to_string(Policy policy);
+
+// Where the gpupool policy puts a memory slice among the GPUs it fits on.
+enum class SlicePlacement {
+  BestFit,        // the least room left, GPUs already shared first
+  Fragmentation,  // where it least grows the memory the recent requests could not use (FGD)
+};
+Result<SlicePlacement> parse_slice_placement(std::string_view name);  // "best-fit", "fragmentation"
+const char* to_string(SlicePlacement placement);
 
 struct JobRequest {
   JobId id = 0;
@@ -72,6 +81,11 @@ struct SchedulerConfig {
   // user's last `runtime_history` ended jobs (once there are 5). 0: such jobs never backfill.
   size_t runtime_history = 50;
   double runtime_estimate_quantile = 0.97;
+  // How slices are placed (gpupool policy); Fragmentation judges by the GPU requests of the
+  // last `recent_requests` submitted jobs (sched/fragmentation.h). Best fit did as well on one
+  // 8-GPU machine (docs/scheduling.md, "Fragmentation-aware placement"), so it stays the default.
+  SlicePlacement slice_placement = SlicePlacement::BestFit;
+  size_t recent_requests = 1000;
 };
 
 struct JobStart {
@@ -251,6 +265,7 @@ class Scheduler {
   // While reservations pass from one wide job to the next, only jobs that arrived before the
   // first hand-over take part, so that the jobs the chain passes by wait a bounded time.
   std::optional<uint64_t> chain_before_;
+  RequestMix recent_requests_;
 };
 
 }  // namespace gpupool

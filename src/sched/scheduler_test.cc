@@ -933,3 +933,46 @@ TEST(SchedulerMigTest, AdoptedAndOutsideDevicesAreNotGivenAgain) {
 
 }  // namespace
 }  // namespace gpupool
+
+namespace gpupool {
+namespace {
+using namespace scheduler_testing;
+
+JobRequest slice_job(JobId id, uint64_t mib, std::vector<unsigned> allowed = {}) {
+  return JobRequest{id, "u", {1, mib, std::move(allowed)}, 0, std::nullopt};
+}
+
+// GPU 0 has 50000 MiB left and GPU 1 70000, and most jobs ask for 40000: a 30000 MiB slice
+// leaves 20000, too little for them, beside GPU 0's (best fit), and 40000 beside GPU 1's.
+unsigned where_the_slice_goes(SlicePlacement placement) {
+  SchedulerConfig config;
+  config.slice_placement = placement;
+  auto created = Scheduler::create(make_machine(2), config);
+  EXPECT_TRUE(created.ok());
+  Scheduler s = std::move(*created);
+  EXPECT_TRUE(s.submit(slice_job(1, 30000, {0}), 0).ok());
+  EXPECT_TRUE(s.submit(slice_job(2, 10000, {1}), 0).ok());
+  EXPECT_EQ(s.schedule(0).size(), 2u);
+  EXPECT_TRUE(s.submit(slice_job(3, 30000), 1).ok());
+  for (JobId id = 4; id < 7; ++id) EXPECT_TRUE(s.submit(slice_job(id, 40000), 1).ok());
+  for (const JobStart& start : s.schedule(1)) {
+    if (start.id == 3) return start.gpus.at(0);
+  }
+  ADD_FAILURE() << "the slice did not start";
+  return 99;
+}
+
+TEST(Scheduler, SlicesGoWhereTheyLeaveRoomForTheRecentRequests) {
+  EXPECT_EQ(where_the_slice_goes(SlicePlacement::BestFit), 0u);
+  EXPECT_EQ(where_the_slice_goes(SlicePlacement::Fragmentation), 1u);
+}
+
+TEST(Scheduler, ParsesSlicePlacements) {
+  EXPECT_EQ(*parse_slice_placement("best-fit"), SlicePlacement::BestFit);
+  EXPECT_EQ(*parse_slice_placement("fragmentation"), SlicePlacement::Fragmentation);
+  EXPECT_EQ(parse_slice_placement("fgd").error().message,
+            "unknown slice placement 'fgd': expected best-fit or fragmentation");
+}
+
+}  // namespace
+}  // namespace gpupool

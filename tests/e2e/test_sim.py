@@ -81,6 +81,29 @@ class ReplayTest(unittest.TestCase):
         # Ours: "tiny" ends before the reservation so it backfills; "small" (no limit) may not.
         self.assertEqual(starts["gpupool"], {"big": 0, "wide": 100, "small": 110, "tiny": 3})
 
+    def test_slices_placed_by_fragmentation_leave_room_for_the_recent_requests(self):
+        # GPU 0 keeps 50000 MiB free and GPU 1 70000; then a 30000 MiB slice comes with three of
+        # 40000. Best fit puts it on GPU 0, leaving 20000 that none of them fits; placed by
+        # fragmentation it goes to GPU 1, leaving 40000.
+        trace = self.write_trace(HEADER + "a,0,1000,1,93771,,,\nb,1,1000,1,73771,,,\n"
+                                 "c,2,10,1,30000,,,\nd,2,10,1,40000,,,\ne,2,10,1,40000,,,\n"
+                                 "f,2,10,1,40000,,,\n")
+        gpus = {}
+        for placement in ["best-fit", "fragmentation"]:
+            out = tempfile.mktemp(suffix=".csv")
+            sim("replay", "--machine", "hgx-h200", "--trace", trace, "--slice-placement", placement,
+                "--schedule-out", out)
+            with open(out) as f:
+                gpus[placement] = {r["id"]: r["gpus"] for r in csv.DictReader(f)}
+            os.unlink(out)
+        self.assertEqual((gpus["best-fit"]["a"], gpus["best-fit"]["b"]), ("0", "1"))
+        self.assertEqual(gpus["best-fit"]["c"], "0")
+        self.assertEqual(gpus["fragmentation"]["c"], "1")
+        proc = sim("replay", "--machine", "hgx-h200", "--trace", trace, "--slice-placement", "fgd",
+                   check=False)
+        self.assertEqual(proc.returncode, 2)
+        self.assertIn("--slice-placement", proc.stderr)
+
     def test_text_output_names_the_figures(self):
         out = sim("replay", "--machine", "hgx-h200", "--policy", "fifo",
                   "--trace", os.path.join(TRACES, "h200-overload-2.csv")).stdout
