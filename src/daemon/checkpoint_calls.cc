@@ -1,8 +1,13 @@
 #include "daemon/checkpoint_calls.h"
 
+#include <charconv>
 #include <utility>
 
 #include <fmt/format.h>
+
+#include "os/file_lock.h"
+#include "os/files.h"
+#include "os/process.h"
 
 namespace gpupool {
 CheckpointCalls::CheckpointCalls(asio::io_context& io, CheckpointProgram program, Done done)
@@ -29,6 +34,19 @@ void CheckpointCalls::call(JobId id, CheckpointStep step, const std::vector<pid_
     std::lock_guard finished(mutex_);
     worker.finished = true;
   });
+}
+
+void CheckpointCalls::forget_ended_processes() {
+  if (program_.lock_directory.empty()) return;
+  Result<std::vector<std::string>> names = directory_entries(program_.lock_directory);
+  if (!names) return fmt::print(stderr, "gpupoold: {}\n", names.error().message);
+  for (const std::string& name : *names) {
+    pid_t pid = 0;
+    auto [end, error] = std::from_chars(name.data(), name.data() + name.size(), pid);
+    if (error != std::errc() || end != name.data() + name.size() || process_exists(pid)) continue;
+    Result<bool> removed = remove_unless_locked(program_.lock_directory + "/" + name);
+    if (!removed) fmt::print(stderr, "gpupoold: {}\n", removed.error().message);
+  }
 }
 
 void CheckpointCalls::join_finished() {

@@ -37,6 +37,9 @@ class CheckpointCalls {
   CheckpointCalls& operator=(const CheckpointCalls&) = delete;
 
   void call(JobId id, CheckpointStep step, const std::vector<pid_t>& pids);
+  // Removes the lock files (CheckpointProgram::lock_directory) of processes that have ended and
+  // that no helper holds: every process ever suspended gets one.
+  void forget_ended_processes();
 
  private:
   void join_finished();

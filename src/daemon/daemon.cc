@@ -148,6 +148,7 @@ Result<void> Daemon::Impl::recover() {
   TRY_ASSIGN(std::vector<JobId> waiting, dispatcher_.adopt_running(std::move(jobs)));
   fair_share_.restore();  // after adoption: the adopted jobs add what they ran while it was down
   groups_.remove_finished();  // also those of attempts that ended while no daemon ran
+  checkpoints_.forget_ended_processes();  // and lock files of processes that ended meanwhile
   dispatcher_.adopt_waiting(waiting);
   fair_share_.save_periodically();
   // An idle or overrunning job told before the restart is not told again while it lasts.

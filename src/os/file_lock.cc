@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <sys/file.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
@@ -30,6 +31,20 @@ bool try_lock_range(int fd, ByteRange range) {
 void unlock_range(int fd, ByteRange range) {
   struct flock lock = range_lock(F_UNLCK, range);
   (void)fcntl(fd, F_OFD_SETLK, &lock);  // cannot fail on a valid descriptor
+}
+
+Result<bool> remove_unless_locked(const std::string& path) {
+  int fd = open(path.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0) {
+    if (errno == ENOENT) return true;
+    return fail("cannot open {}: {}", path, std::strerror(errno));
+  }
+  bool unlocked = try_lock_range(fd, ByteRange{});
+  int removed = unlocked ? unlink(path.c_str()) : 0;
+  int unlink_error = errno;
+  close(fd);
+  if (removed != 0 && unlink_error != ENOENT) return fail("cannot remove {}: {}", path, std::strerror(unlink_error));
+  return unlocked;
 }
 
 Result<std::optional<ByteRange>> find_range_lock(int fd, ByteRange range) {

@@ -53,6 +53,18 @@ TEST_F(FileLockTest, ClosingTheDescriptionReleasesItsRanges) {
   EXPECT_TRUE(try_lock_range(other.get(), ByteRange{1000, 1}));
 }
 
+TEST_F(FileLockTest, AFileIsRemovedOnlyWhenNobodyLocksIt) {
+  {
+    Fd holder = open_again();
+    ASSERT_TRUE(try_lock_range(holder.get(), ByteRange{}));
+    EXPECT_FALSE(*remove_unless_locked(path_));
+    EXPECT_TRUE(open_file(path_, O_RDONLY).ok());  // kept
+  }
+  EXPECT_TRUE(*remove_unless_locked(path_));
+  EXPECT_FALSE(open_file(path_, O_RDONLY).ok());
+  EXPECT_TRUE(*remove_unless_locked(path_));  // already gone
+}
+
 TEST_F(FileLockTest, WholeFileLocksShareOrExclude) {
   Fd first = open_again();
   Fd second = open_again();

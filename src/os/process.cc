@@ -39,6 +39,8 @@ Result<void> send_signal(pid_t pid, int signal) {
   return {};
 }
 
+bool process_exists(pid_t pid) { return kill(pid, 0) == 0 || errno == EPERM; }
+
 Result<void> signal_process_group(pid_t group, int signal) {
   if (killpg(group, signal) != 0) return fail("cannot signal process group {}: {}", group, std::strerror(errno));
   return {};

@@ -23,6 +23,8 @@ pid_t own_parent_pid();
 std::optional<std::string> home_directory_of(uid_t uid);
 
 Result<void> send_signal(pid_t pid, int signal);
+// Whether a process (or a zombie not yet reaped) has this id, whoever's it is.
+bool process_exists(pid_t pid);
 // To every process of the group `group` (killpg).
 Result<void> signal_process_group(pid_t group, int signal);
 

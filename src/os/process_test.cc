@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <limits>
 
 #include <gtest/gtest.h>
 
@@ -22,6 +23,12 @@ TEST(Process, KnowsWhoWeAre) {
   EXPECT_EQ(own_pid(), getpid());
   EXPECT_EQ(own_parent_pid(), getppid());
   EXPECT_FALSE(host_name().empty());
+}
+
+TEST(Process, KnowsWhetherAProcessExists) {
+  EXPECT_TRUE(process_exists(own_pid()));
+  EXPECT_TRUE(process_exists(1));  // another user's (root's) counts too
+  EXPECT_FALSE(process_exists(std::numeric_limits<pid_t>::max()));  // above any pid_max
 }
 
 TEST(Process, ReadsTheUmaskWithoutChangingIt) {

@@ -67,6 +67,9 @@ class SuspendTest(unittest.TestCase):
             self.assertRegex(suspended.stdout, rf"^suspended job {first} in [0-9.]+ s: 9 GiB of GPU memory of 1 process "
                                                r"in host memory, suspended by root\n$")
             self.assertEqual(self.driver_state(pid), "checkpointed")
+            # The helper's lock on the process (kept while it runs; gone once it has ended).
+            lock_file = os.path.join(d.state_dir, "checkpoints", str(pid))
+            self.assertTrue(os.path.exists(lock_file))
             shown = d.show(first)
             self.assertEqual((shown["state"], shown["reason"]), ("suspended", "suspended by root"))
             self.assertEqual((shown["suspension"]["pids"], shown["suspension"]["host_mib"]), ([pid], GPU_MIB))
@@ -96,6 +99,7 @@ class SuspendTest(unittest.TestCase):
             d.touch("first-go")
             ended = d.finish(first)[0]
             self.assertEqual((ended["state"], ended["attempts"]), ("done", 1))
+            wait_until(lambda: not os.path.exists(lock_file), what="the ended process's lock file removed")
 
     def test_resume_waits_for_its_gpu_and_says_when_it_runs_again(self):
         with self.daemon() as d:
