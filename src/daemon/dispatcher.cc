@@ -151,10 +151,12 @@ JobRequest Dispatcher::request_of(const Job& job) const {
 }
 
 void Dispatcher::note_if_outside_mps(const Job& job) {
-  if (!settings_.mps_slices || !runs_under_mps(job.spec.gpus) || job.gpu_uuids.empty() || !hooks_.mps_control_found ||
-      hooks_.mps_control_found(job.gpu_uuids.front())) {
-    return;
-  }
+  if (!settings_.mps_slices || !runs_under_mps(job.spec.gpus) || job.gpu_uuids.empty()) return;
+  // Stored since it started; a job stored before that was is judged by whether its GPU has a
+  // control daemon (which another job's slice may have started since).
+  bool outside = job.started_under_mps ? !*job.started_under_mps
+                                       : hooks_.mps_control_found && !hooks_.mps_control_found(job.gpu_uuids.front());
+  if (!outside) return;
   without_mps_.insert(job.id);
   fmt::print(stderr,
              "gpupoold: job {} ran without MPS under the daemon before (no control daemon of its GPU is running): "
@@ -567,6 +569,7 @@ void Dispatcher::start_attempt(const lifecycle::StartAttempt& start) {
   job.exit_code.reset();
   job.signal.reset();
   job.reason.clear();
+  job.started_under_mps = !reserved.mps_environment.empty();
   if (reserved.supervisor) {
     start_batch(job, std::move(reserved.held), *reserved.supervisor, reserved.mps_environment);
   } else {

@@ -187,8 +187,9 @@ class Dispatcher {
   // under the daemon before (without_mps_). What the scheduler is told of it follows.
   bool held_by_mps(const Job& job) const;
   JobRequest request_of(const Job& job) const;
-  // An adopted running slice that MPS would hold but whose GPU has no control daemon: it ran under
-  // the watchdog, and is watched, not stopped for being outside MPS, until it ends.
+  // An adopted running slice that MPS would hold but that was started without it (Job::
+  // started_under_mps; for a job stored before that was, its GPU has no control daemon): it ran
+  // under the watchdog, and is watched, not stopped for being outside MPS, until it ends.
   void note_if_outside_mps(const Job& job);
   // Puts a suspended job in the scheduler's queue for the GPUs it ran on.
   std::optional<std::string> queue_to_resume(Job& job);

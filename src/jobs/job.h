@@ -196,6 +196,9 @@ struct Job {
   std::optional<std::string> submit_token = std::nullopt;
   // Set while it is suspended (and while it is being suspended or resumed).
   std::optional<Suspension> suspension = std::nullopt;
+  // Whether its latest attempt was started as an MPS client (its slice held by MPS) or not;
+  // nullopt before it starts, and for jobs stored before this was (schema 7).
+  std::optional<bool> started_under_mps = std::nullopt;
   // How long the job's attempt was suspended, the suspension under way not counted: its time
   // limit's clock stood still that long. Never stored: a batch job's supervisor's record says it
   // to a restarted daemon (an interactive job's is lost with the daemon).

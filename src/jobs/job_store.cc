@@ -25,7 +25,7 @@ using sqlite::exec;
 using sqlite::prepare;
 using sqlite::Statement;
 
-constexpr int kSchemaVersion = 6;
+constexpr int kSchemaVersion = 7;
 
 struct Column {
   const char* name;
@@ -34,7 +34,7 @@ struct Column {
 
 // The columns of `jobs` after `id`, in the order bind_job binds and decode_job reads them.
 // Lists are JSON arrays, the state and kind their names. Changing this changes the schema.
-constexpr std::array<Column, 38> kJobColumns = {{
+constexpr std::array<Column, 39> kJobColumns = {{
     {"name", "TEXT NOT NULL"},
     {"argv", "TEXT NOT NULL"},
     {"environment", "TEXT NOT NULL"},
@@ -78,6 +78,8 @@ constexpr std::array<Column, 38> kJobColumns = {{
     {"mig_min_mib", "INTEGER"},
     // Schema 6: a suspended job's checkpoint, a JSON object (jobs/job.h, Suspension); NULL: none.
     {"suspension", "TEXT"},
+    // Schema 7: 1 when the latest attempt started as an MPS client, 0 when not; NULL: not known.
+    {"started_under_mps", "INTEGER"},
 }};
 
 // What schema 1 lacks, added in place: its rows are jobs of no array.
@@ -104,6 +106,10 @@ constexpr const char* kSchema4To5 =
 constexpr const char* kSchema5To6 =
     "ALTER TABLE jobs ADD COLUMN suspension TEXT;"
     "UPDATE meta SET value = '6' WHERE name = 'schema_version';";
+
+constexpr const char* kSchema6To7 =
+    "ALTER TABLE jobs ADD COLUMN started_under_mps INTEGER;"
+    "UPDATE meta SET value = '7' WHERE name = 'schema_version';";
 
 constexpr std::array<JobState, 4> kUnfinishedStates = {JobState::Queued, JobState::Held, JobState::Running,
                                                        JobState::Suspended};
@@ -326,6 +332,7 @@ Result<void> bind_job(Binder& row, const Job& job) {
   row.add(mig ? std::optional(mig->profile) : std::nullopt);
   row.add(mig ? std::optional(mig->min_memory_mib) : std::nullopt);
   row.add(job.suspension ? std::optional(suspension_json(*job.suspension)) : std::nullopt);
+  row.add(job.started_under_mps ? std::optional(*job.started_under_mps ? 1 : 0) : std::nullopt);
   return {};
 }
 
@@ -483,6 +490,8 @@ Result<Job> decode_job(sqlite3_stmt* statement) {
   if (suspension) {
     TRY_ASSIGN(job.suspension, parse_suspension(*suspension));
   }
+  TRY_ASSIGN(std::optional<unsigned> under_mps, row.optional_integer<unsigned>());
+  if (under_mps) job.started_under_mps = *under_mps != 0;
   return job;
 }
 
@@ -528,7 +537,11 @@ Result<void> create_or_check_schema(sqlite3* db) {
     TRY(exec(db, kSchema4To5, "adding MIG devices to the schema"));
     version = "5";
   }
-  if (version == "5") return exec(db, kSchema5To6, "adding suspended jobs to the schema");
+  if (version == "5") {
+    TRY(exec(db, kSchema5To6, "adding suspended jobs to the schema"));
+    version = "6";
+  }
+  if (version == "6") return exec(db, kSchema6To7, "adding MPS clients to the schema");
   if (version != std::to_string(kSchemaVersion)) {
     return fail("state database {} has schema {}; this gpupoold reads {}", database_name(db),
                 version.value_or("(none)"), kSchemaVersion);

@@ -97,6 +97,7 @@ void expect_same_job(const Job& a, const Job& b) {
   EXPECT_EQ(a.stderr_path, b.stderr_path);
   EXPECT_EQ(a.array, b.array);
   EXPECT_EQ(a.submit_token, b.submit_token);
+  EXPECT_EQ(a.started_under_mps, b.started_under_mps);
 }
 
 constexpr bool kFinishedToo = true;
@@ -449,10 +450,10 @@ TEST_F(JobStoreTest, UsesWriteAheadLogging) {
 TEST_F(JobStoreTest, RefusesAnotherSchemaVersion) {
   ASSERT_NO_FATAL_FAILURE(open_store());
   store_.reset();
-  raw_sql("UPDATE meta SET value = '7' WHERE name = 'schema_version'");
+  raw_sql("UPDATE meta SET value = '8' WHERE name = 'schema_version'");
   auto store = JobStore::open(path_);
   ASSERT_FALSE(store.ok());
-  EXPECT_EQ(store.error().message, "state database " + path_ + " has schema 7; this gpupoold reads 6");
+  EXPECT_EQ(store.error().message, "state database " + path_ + " has schema 8; this gpupoold reads 7");
 }
 
 TEST_F(JobStoreTest, StoresAnArrayInOneStepNamedAfterItsFirstTask) {
@@ -475,16 +476,26 @@ TEST_F(JobStoreTest, StoresAnArrayInOneStepNamedAfterItsFirstTask) {
   EXPECT_EQ(listed(filter(kFinishedToo)).size(), 4u);
 }
 
+// What each schema added, undone newest first: `downgrade_to(N)` makes a store of schema N.
+std::string downgrade_to(int version) {
+  std::string sql = "ALTER TABLE jobs DROP COLUMN started_under_mps;";
+  if (version <= 5) sql += "ALTER TABLE jobs DROP COLUMN suspension;";
+  if (version <= 4) sql += "ALTER TABLE jobs DROP COLUMN mig_profile; ALTER TABLE jobs DROP COLUMN mig_min_mib;";
+  if (version <= 3) sql += "ALTER TABLE jobs DROP COLUMN sm_percent;";
+  if (version <= 2) sql += "DROP INDEX jobs_by_token; ALTER TABLE jobs DROP COLUMN submit_token;";
+  if (version <= 1) {
+    sql += "ALTER TABLE jobs DROP COLUMN array_id; ALTER TABLE jobs DROP COLUMN array_index;"
+           "ALTER TABLE jobs DROP COLUMN array_limit;";
+  }
+  return sql + fmt::format("UPDATE meta SET value = '{}' WHERE name = 'schema_version'", version);
+}
+
 TEST_F(JobStoreTest, TakesUpASchema1DatabaseAsJobsOfNoArray) {
   ASSERT_NO_FATAL_FAILURE(open_store());
   Job before = job_of("ana", JobState::Queued);
   before.id = insert(before);
   store_.reset();
-  raw_sql("ALTER TABLE jobs DROP COLUMN suspension;"
-          "ALTER TABLE jobs DROP COLUMN mig_profile; ALTER TABLE jobs DROP COLUMN mig_min_mib;"
-          "ALTER TABLE jobs DROP COLUMN sm_percent; DROP INDEX jobs_by_token; ALTER TABLE jobs DROP COLUMN submit_token;"
-          "ALTER TABLE jobs DROP COLUMN array_id; ALTER TABLE jobs DROP COLUMN array_index;"
-          "ALTER TABLE jobs DROP COLUMN array_limit; UPDATE meta SET value = '1' WHERE name = 'schema_version'");
+  raw_sql(downgrade_to(1));
   ASSERT_NO_FATAL_FAILURE(open_store());
   auto stored = store_->get(before.id);
   ASSERT_TRUE(stored.ok() && *stored) << (stored.ok() ? "" : stored.error().message);
@@ -553,17 +564,8 @@ TEST_F(JobStoreTest, FindsASubmissionByItsUsersToken) {
   EXPECT_FALSE(*store_->find_submission(single.owner.uid, "c3"));
 }
 
-// What each schema added, undone newest first: `downgrade_to(N)` makes a store of schema N.
-std::string downgrade_to(int version) {
-  std::string sql = "ALTER TABLE jobs DROP COLUMN suspension;";
-  if (version <= 4) sql += "ALTER TABLE jobs DROP COLUMN mig_profile; ALTER TABLE jobs DROP COLUMN mig_min_mib;";
-  if (version <= 3) sql += "ALTER TABLE jobs DROP COLUMN sm_percent;";
-  if (version <= 2) sql += "DROP INDEX jobs_by_token; ALTER TABLE jobs DROP COLUMN submit_token;";
-  return sql + fmt::format("UPDATE meta SET value = '{}' WHERE name = 'schema_version'", version);
-}
-
 TEST_F(JobStoreTest, TakesUpAnOlderSchemaWithItsJobsAsTheyWere) {
-  for (int version : {2, 3, 4, 5}) {
+  for (int version : {2, 3, 4, 5, 6}) {
     SCOPED_TRACE(version);
     ASSERT_NO_FATAL_FAILURE(open_store());
     Job before = job_of("ana", JobState::Queued);
@@ -600,6 +602,14 @@ TEST_F(JobStoreTest, MigratedStoresKeepWhatTheNewerSchemasAdd) {
     device.id = insert(device);
     expect_same_job(**store_->get(device.id), device);
   }
+  for (bool under_mps : {true, false}) {
+    Job slice = shared;
+    slice.state = JobState::Running;
+    slice.started_under_mps = under_mps;
+    slice.id = insert(slice);
+    EXPECT_EQ((*store_->get(slice.id))->started_under_mps, std::optional<bool>(under_mps));
+  }
+  EXPECT_EQ((*store_->get(id))->started_under_mps, std::nullopt);
 }
 
 TEST_F(JobStoreTest, RefusesADatabaseThatIsNotOurs) {

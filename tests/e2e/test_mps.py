@@ -44,6 +44,15 @@ def enqueue(d, command, uid=None, **spec):
     return d.enqueue(command, uid=uid, environment=environment, **spec)
 
 
+def restart_with(d, setting):
+    """Kills gpupoold (-9: its jobs and control daemons run on) and starts it with `setting` added
+    to the tests' configuration."""
+    d.kill()
+    with open(d.config, "w") as f:
+        f.write(DAEMON_CONFIG + setting)
+    d.start()
+
+
 def env_job(d, name, until=None, directory=None):
     """A job that writes its environment to DIRECTORY/NAME.env (whole, once: written aside and renamed)
     with E2E_CONTROL_LISTENS=yes added when its MPS pipe has a listening control socket, then waits
@@ -225,10 +234,7 @@ class MpsTest(unittest.TestCase):
             clients = os.path.join(control.log, "fake-clients-4242")
             with open(clients, "w") as f:
                 f.write(f"{d.show(job)['pid']}\n")
-            d.kill()
-            with open(d.config, "w") as f:
-                f.write(DAEMON_CONFIG + 'slice_enforcement = "watch"\n')
-            d.start()
+            restart_with(d, 'slice_enforcement = "watch"\n')
             self.assertEqual(d.job_state(job), "running", "adopted")
             d.wait_for_samples(3)
             self.assertFalse(process_gone(pid), "its client still runs")
@@ -250,10 +256,7 @@ class MpsTest(unittest.TestCase):
             write_overlay(overlay, {shown["gpus"][0]: {"processes": [
                 {"pid": pid, "used_memory_mib": 1000, "kind": "compute"}]}})
             d.wait_for_samples(2)
-            d.kill()
-            with open(d.config, "w") as f:
-                f.write(DAEMON_CONFIG + MPS_CONFIG)
-            d.start()
+            restart_with(d, MPS_CONFIG)
             d.wait_for_samples(3)
             self.assertEqual(d.job_state(job), "running", "not stopped for being outside MPS")
             self.assertIn(f"job {job} ran without MPS under the daemon before", d.log_text())
@@ -264,6 +267,49 @@ class MpsTest(unittest.TestCase):
             after = enqueue(d, env_job(d, "after"), mem_mib=SLICE_MIB, name="after")
             self.assertEqual(d.finish(after)[0]["state"], "done")
             self.assertIn("CUDA_MPS_PIPE_DIRECTORY", read_env(d.path("after.env")))
+
+    def test_a_slice_started_without_mps_beside_an_mps_client_is_watched_after_a_restart_into_mps(self):
+        # mps, then watch, then mps again: the first slice is an MPS client of its GPU's control
+        # daemon throughout; the second, started under "watch" beside it, is not, though its GPU
+        # has a control daemon when the daemon comes back to "mps".
+        overlay = self.overlay()
+        env = {"PATH": path_with(FAKE_BIN), "GPUPOOL_SIM_STATE": overlay}
+        with Daemon(config=MPS_CONFIG, env=env) as d:
+            def slice_job(name):
+                job = enqueue(d, ["sh", "-c", f"echo $$ > {d.path(name)}.pid; {until_exists(d.path(name + '-go'))}"],
+                              mem_mib=SLICE_MIB, name=name)
+                shown = d.wait_state(job, "running")
+                return job, shown, int(wait_until(lambda: read_if_there(d.path(f"{name}.pid")), what=f"{name}'s pid"))
+
+            client, shown, client_pid = slice_job("client")
+            gpu, uuid = shown["gpus"][0], shown["gpu_uuids"][0]
+            processes = [{"pid": client_pid, "used_memory_mib": 1000, "kind": "compute", "mps_client": True}]
+            write_overlay(overlay, {gpu: {"processes": processes}})
+            control = Control(d, uuid)
+            with open(os.path.join(control.log, "fake-servers"), "w") as f:
+                f.write("4242\n")
+            with open(os.path.join(control.log, "fake-clients-4242"), "w") as f:
+                f.write(f"{d.show(client)['pid']}\n")
+            d.wait_for_samples(2)
+            restart_with(d, 'slice_enforcement = "watch"\n')
+            watched, shown, watched_pid = slice_job("watched")
+            self.assertEqual(shown["gpus"], [gpu], "beside the MPS client")
+            processes.append({"pid": watched_pid, "used_memory_mib": 1000, "kind": "compute"})
+            write_overlay(overlay, {gpu: {"processes": processes}})
+            d.wait_for_samples(2)
+            restart_with(d, MPS_CONFIG)
+            d.wait_for_samples(3)
+            self.assertTrue(os.path.exists(control.socket), "the MPS client's control daemon runs")
+            self.assertEqual((d.job_state(client), d.job_state(watched)), ("running", "running"),
+                             "neither is stopped for being outside MPS")
+            self.assertIn(f"job {watched} ran without MPS under the daemon before", d.log_text())
+            self.assertNotIn(f"job {client} ran without MPS", d.log_text())
+            d.touch("watched-go")
+            self.assertEqual(d.finish(watched)[0]["state"], "done")
+            os.remove(os.path.join(control.log, "fake-clients-4242"))
+            d.touch("client-go")
+            self.assertEqual(d.finish(client)[0]["state"], "done")
+            control.wait_until_quit()
 
     def test_auto_without_the_control_program_leaves_slices_to_the_watchdog(self):
         path = path_without_control_program()
