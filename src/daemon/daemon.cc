@@ -26,16 +26,6 @@
 namespace gpupool {
 namespace {
 
-Result<void> ensure_directory(const std::string& path, mode_t mode) {
-  TRY(make_directory(path, mode));
-  auto status = link_status(path);
-  if (!status || status->type != FileType::directory) return fail("{} is not a directory", path);
-  if (status->owner != effective_user_id()) {
-    return fail("{} belongs to uid {}, not to the daemon's user", path, status->owner);
-  }
-  return change_mode(path, mode);
-}
-
 // How stale the monitor's view of the queue (/api/jobs, the dashboard, top) may be.
 constexpr auto kPublishEvery = std::chrono::milliseconds(100);
 
@@ -709,9 +699,9 @@ Result<std::unique_ptr<Daemon>> Daemon::create(DaemonSettings settings) {
   // read unless it says so (the socket, the directories and the logs get their modes set).
   set_umask(077);
   TRY(LeaseDirectory::prepare_slurm_job_directory());
-  TRY(ensure_directory(settings.state_dir, 0755));
-  TRY(ensure_directory(settings.state_dir + "/logs", 0755));
-  TRY(ensure_directory(settings.state_dir + "/attempts", 0700));
+  TRY(ensure_own_directory(settings.state_dir, 0755));
+  TRY(ensure_own_directory(settings.state_dir + "/logs", 0755));
+  TRY(ensure_own_directory(settings.state_dir + "/attempts", 0700));
   std::string database = settings.state_dir + "/gpupool.db";
   // The job store first: it refuses a database with tables it does not know, and would take
   // a new file holding only the accounting's table for someone else's.
@@ -732,7 +722,7 @@ Result<std::unique_ptr<Daemon>> Daemon::create(DaemonSettings settings) {
   TRY_ASSIGN(auto backend, open_pool_backend());
   settings.checkpoint_program = checkpoint_program();
   settings.checkpoint_program.lock_directory = settings.state_dir + "/checkpoints";
-  TRY(make_directory(settings.checkpoint_program.lock_directory, 0700));
+  TRY(ensure_own_directory(settings.checkpoint_program.lock_directory, 0700));
   TRY_ASSIGN(Machine machine, backend->discover(DiscoveryScope{.links = true, .processes = false}));
   TRY_ASSIGN(Scheduler scheduler, Scheduler::create(machine, settings.config.scheduler));
   auto impl = std::make_unique<Impl>(std::move(settings), std::move(store), std::move(leases), std::move(backend),

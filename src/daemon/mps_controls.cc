@@ -78,19 +78,14 @@ bool has_clients(const MpsDirectories& directories) {
 // is moved aside first, and a path that is not then ours is an error. Below a directory that is
 // ours, nobody else can plant anything.
 Result<void> own_directory(const std::string& path) {
-  auto ours = [](const FileStatus& status) {
-    return status.type == FileType::directory && status.owner == effective_user_id() &&
-           (status.permissions & 022) == 0;
-  };
-  if (auto status = link_status(path); status && !ours(*status)) {
+  if (auto status = link_status(path); status && !(status->type == FileType::directory &&
+                                                   status->owner == effective_user_id() &&
+                                                   (status->permissions & 022) == 0)) {
     std::string aside = fmt::format("{}.not-ours-{}", path, static_cast<int64_t>(unix_now()));
     TRY(rename_file(path, aside));
     fmt::print(stderr, "gpupoold: {} was not gpupoold's own directory: moved aside to {}\n", path, aside);
   }
-  TRY(make_directory(path, 0755));
-  TRY_ASSIGN(FileStatus status, link_status(path));
-  if (!ours(status)) return fail("{} is not gpupoold's own directory (someone made it first)", path);
-  return change_mode(path, 0755);  // a directory of ours, not a link: the usual mode, not our umask's
+  return ensure_own_directory(path, 0755);  // an error when someone made it first
 }
 
 }  // namespace

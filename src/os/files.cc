@@ -184,6 +184,14 @@ Result<void> make_directories(const std::string& path, mode_t mode) {
   }
 }
 
+Result<void> ensure_own_directory(const std::string& path, mode_t mode) {
+  TRY(make_directory(path, mode));
+  TRY_ASSIGN(FileStatus status, link_status(path));
+  if (status.type != FileType::directory) return fail("{} is not a directory", path);
+  if (status.owner != geteuid()) return fail("{} belongs to uid {}, not to this process's user", path, status.owner);
+  return change_mode(path, mode);
+}
+
 Result<void> change_mode(const std::string& path, mode_t mode) {
   if (chmod(path.c_str(), mode) != 0) return system_error("change the mode of", path);
   return {};

@@ -92,6 +92,10 @@ Result<uint64_t> free_bytes(const std::string& path);
 Result<bool> make_directory(const std::string& path, mode_t mode);
 // make_directory for each missing component of an absolute path.
 Result<void> make_directories(const std::string& path, mode_t mode);
+// Makes `path` a directory of this process's effective user with exactly `mode` (made when
+// missing; the mode set whatever the umask). An error when what has that name is not a
+// directory (a link is not followed) or is another user's.
+Result<void> ensure_own_directory(const std::string& path, mode_t mode);
 
 Result<void> change_mode(const std::string& path, mode_t mode);
 Result<void> change_mode(int fd, mode_t mode);

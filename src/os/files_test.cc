@@ -109,6 +109,28 @@ TEST_F(FilesTest, MakesDirectoriesAndSaysWhetherItDid) {
   EXPECT_EQ(file_status(dir_ + "/a")->permissions, 01777u);
 }
 
+TEST_F(FilesTest, EnsuresADirectoryOfOurOwnWithItsMode) {
+  std::string own = dir_ + "/own";
+  ASSERT_TRUE(ensure_own_directory(own, 0700).ok());
+  EXPECT_EQ(file_status(own)->permissions, 0700u);
+  ASSERT_TRUE(change_mode(own, 0777).ok());
+  ASSERT_TRUE(ensure_own_directory(own, 0755).ok());  // there already: the mode is set again
+  EXPECT_EQ(file_status(own)->permissions, 0755u);
+  ASSERT_EQ(symlink(own.c_str(), (dir_ + "/link").c_str()), 0);
+  ASSERT_TRUE(create_file(dir_ + "/file", O_WRONLY, 0600).ok());
+  for (const char* planted : {"/link", "/file"}) {
+    auto refused = ensure_own_directory(dir_ + planted, 0700);
+    ASSERT_FALSE(refused.ok()) << planted;
+    EXPECT_EQ(refused.error().message, dir_ + planted + " is not a directory");
+  }
+  if (geteuid() == 0) {  // another user's directory
+    ASSERT_EQ(chown(own.c_str(), 4242, 4242), 0);
+    auto refused = ensure_own_directory(own, 0755);
+    ASSERT_FALSE(refused.ok());
+    EXPECT_EQ(refused.error().message, own + " belongs to uid 4242, not to this process's user");
+  }
+}
+
 TEST_F(FilesTest, ListsRenamesAndRemoves) {
   auto unique = create_unique_file(dir_ + "/record.", ".tmp");
   ASSERT_TRUE(unique.ok()) << unique.error().message;
