@@ -11,6 +11,8 @@
 #include <csignal>
 #include <cstring>
 
+#include "base/stoppable_deadline.h"
+
 namespace gpupool {
 namespace {
 
@@ -134,7 +136,7 @@ class Supervisor {
   }
 
   GroupOutcome supervise() {
-    if (options_.time_limit) time_deadline_ = Clock::now() + *options_.time_limit;
+    if (options_.time_limit) time_deadline_.set(Clock::now() + *options_.time_limit);
     while (any_running()) {
       std::vector<pollfd> fds{{signal_fd_, POLLIN, 0}};
       std::vector<Stream*> polled;
@@ -150,7 +152,7 @@ class Supervisor {
       }
       if (fds[0].revents != 0) take_signals();
       reap(WNOHANG);
-      if (!stopping_ && time_deadline_ && Clock::now() >= *time_deadline_) {
+      if (!stopping_ && time_deadline_.at() && Clock::now() >= *time_deadline_.at()) {
         outcome_.timed_out = true;
         outcome_.exit_code = kTimedOutExitCode;
         begin_stop();
@@ -208,7 +210,7 @@ class Supervisor {
   int poll_timeout_ms() const {
     std::optional<Clock::time_point> next;
     if (stopping_ && !killed_) next = kill_deadline_;
-    if (!stopping_ && time_deadline_) next = time_deadline_;
+    if (!stopping_ && time_deadline_.at()) next = time_deadline_.at();
     if (!next) return static_cast<int>(kReapEveryMs);
     auto left = std::chrono::ceil<std::chrono::milliseconds>(*next - Clock::now());
     return static_cast<int>(std::clamp<int64_t>(left.count(), 0, kReapEveryMs));
@@ -222,11 +224,9 @@ class Supervisor {
         reap(WNOHANG);
       } else if (signal == suspended_signal()) {
         // The time limit's clock stands still while the job is suspended.
-        if (!stopping_ && time_deadline_) clock_stopped_with_ = *time_deadline_ - Clock::now();
-        if (!stopping_) time_deadline_.reset();
+        if (!stopping_) time_deadline_.stop(Clock::now());
       } else if (signal == resumed_signal()) {
-        if (!stopping_ && clock_stopped_with_) time_deadline_ = Clock::now() + *clock_stopped_with_;
-        clock_stopped_with_.reset();
+        if (!stopping_) time_deadline_.start(Clock::now());
       } else if (!stopping_) {
         outcome_.signal = signal;
         outcome_.exit_code = 128 + signal;
@@ -278,8 +278,7 @@ class Supervisor {
   bool stopping_ = false;
   bool killed_ = false;
   Clock::time_point kill_deadline_{};
-  std::optional<Clock::time_point> time_deadline_;
-  std::optional<Clock::duration> clock_stopped_with_;  // the time limit's time left while suspended
+  StoppableDeadline time_deadline_;  // its clock stands still while the job is suspended
   GroupOutcome outcome_;
 };
 

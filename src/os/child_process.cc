@@ -15,6 +15,7 @@
 #include <cstring>
 #include <string>
 
+#include "base/stoppable_deadline.h"
 #include "base/text.h"
 #include "os/environment.h"
 
@@ -143,19 +144,18 @@ ChildEnd wait_forwarding_signals(pid_t child, std::optional<RunTimeLimit> time_l
   sigaddset(&wanted, suspended_signal());
   sigaddset(&wanted, resumed_signal());
   sigprocmask(SIG_BLOCK, &wanted, &previous);
-  // The time limit's time left while the job is suspended (its clock stopped).
-  std::optional<Clock::duration> clock_stopped_with;
-  // The next thing the clock does to the child: SIGTERM at the limit, then SIGKILL.
-  std::optional<Clock::time_point> next_step;
+  // The next thing the clock does to the child: SIGTERM at the limit (a clock that stands still
+  // while the job is suspended), then SIGKILL.
+  StoppableDeadline next_step;
   int next_signal = SIGTERM;
-  if (time_limit) next_step = Clock::now() + time_limit->limit;
+  if (time_limit) next_step.set(Clock::now() + time_limit->limit);
   std::optional<Clock::time_point> next_check;
   if (watch && watch->stop) next_check = Clock::now() + watch->period;
   // Once the child is told to end, the watch has nothing more to decide.
   auto terminate = [&](Clock::time_point now, std::chrono::milliseconds grace) {
     kill(child, SIGTERM);
     next_signal = SIGKILL;
-    next_step = now + grace;
+    next_step.set(now + grace);
     next_check.reset();
   };
   ChildEnd end;
@@ -169,7 +169,7 @@ ChildEnd wait_forwarding_signals(pid_t child, std::optional<RunTimeLimit> time_l
     }
     siginfo_t info{};
     int signal = 0;
-    std::optional<Clock::time_point> wake = next_step;
+    std::optional<Clock::time_point> wake = next_step.at();
     if (next_check && (!wake || *next_check < *wake)) wake = next_check;
     if (wake) {
       auto left = std::max(Clock::duration::zero(), *wake - Clock::now());
@@ -179,13 +179,13 @@ ChildEnd wait_forwarding_signals(pid_t child, std::optional<RunTimeLimit> time_l
       signal = sigtimedwait(&wanted, &info, &timeout);
       if (signal < 0 && errno == EAGAIN) {
         auto now = Clock::now();
-        if (next_step && now >= *next_step) {
+        if (next_step.at() && now >= *next_step.at()) {
           if (next_signal == SIGTERM) {
             end.timed_out = true;
             terminate(now, time_limit->grace);
           } else {
             kill(child, SIGKILL);
-            next_step.reset();
+            next_step.clear();
           }
         }
         if (next_check && now >= *next_check) {
@@ -200,17 +200,11 @@ ChildEnd wait_forwarding_signals(pid_t child, std::optional<RunTimeLimit> time_l
     } else {
       signal = sigwaitinfo(&wanted, &info);
     }
-    if (signal == suspended_signal()) {
-      // Only while the limit's clock runs: not once the child is being ended.
-      if (next_step && next_signal == SIGTERM) {
-        clock_stopped_with = *next_step - Clock::now();
-        next_step.reset();
-      }
-      continue;
-    }
-    if (signal == resumed_signal()) {
-      if (clock_stopped_with && next_signal == SIGTERM) next_step = Clock::now() + *clock_stopped_with;
-      clock_stopped_with.reset();
+    // The limit's clock only: not the grace period once the child is being ended.
+    if (signal == suspended_signal() || signal == resumed_signal()) {
+      if (next_signal != SIGTERM) continue;
+      if (signal == suspended_signal()) next_step.stop(Clock::now());
+      if (signal == resumed_signal()) next_step.start(Clock::now());
       continue;
     }
     // A signal the kernel sent for the terminal has reached the child's process group already.
