@@ -200,8 +200,8 @@ struct Job {
   // nullopt before it starts, and for jobs stored before this was (schema 7).
   std::optional<bool> started_under_mps = std::nullopt;
   // How long the job's attempt was suspended, the suspension under way not counted: its time
-  // limit's clock stood still that long. Never stored: a batch job's supervisor's record says it
-  // to a restarted daemon (an interactive job's is lost with the daemon).
+  // limit's clock stood still that long. Stored; a batch job's supervisor's record says it too,
+  // and a restarted daemon takes the record's word.
   double suspended_s = 0;
   // Shown to another user under `private_data = ["jobs"]`: name, command, working directory and
   // the rest are left out (jobs/private_data.h). Never stored.

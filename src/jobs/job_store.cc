@@ -34,7 +34,7 @@ struct Column {
 
 // The columns of `jobs` after `id`, in the order bind_job binds and decode_job reads them.
 // Lists are JSON arrays, the state and kind their names. Changing this changes the schema.
-constexpr std::array<Column, 39> kJobColumns = {{
+constexpr std::array<Column, 40> kJobColumns = {{
     {"name", "TEXT NOT NULL"},
     {"argv", "TEXT NOT NULL"},
     {"environment", "TEXT NOT NULL"},
@@ -80,6 +80,8 @@ constexpr std::array<Column, 39> kJobColumns = {{
     {"suspension", "TEXT"},
     // Schema 7: 1 when the latest attempt started as an MPS client, 0 when not; NULL: not known.
     {"started_under_mps", "INTEGER"},
+    // Schema 7: how long the latest attempt was suspended, its suspension under way not counted.
+    {"suspended_s", "REAL NOT NULL DEFAULT 0"},
 }};
 
 // What schema 1 lacks, added in place: its rows are jobs of no array.
@@ -109,6 +111,7 @@ constexpr const char* kSchema5To6 =
 
 constexpr const char* kSchema6To7 =
     "ALTER TABLE jobs ADD COLUMN started_under_mps INTEGER;"
+    "ALTER TABLE jobs ADD COLUMN suspended_s REAL NOT NULL DEFAULT 0;"
     "UPDATE meta SET value = '7' WHERE name = 'schema_version';";
 
 constexpr std::array<JobState, 4> kUnfinishedStates = {JobState::Queued, JobState::Held, JobState::Running,
@@ -333,6 +336,7 @@ Result<void> bind_job(Binder& row, const Job& job) {
   row.add(mig ? std::optional(mig->min_memory_mib) : std::nullopt);
   row.add(job.suspension ? std::optional(suspension_json(*job.suspension)) : std::nullopt);
   row.add(job.started_under_mps ? std::optional(*job.started_under_mps ? 1 : 0) : std::nullopt);
+  row.add(job.suspended_s);
   return {};
 }
 
@@ -492,6 +496,7 @@ Result<Job> decode_job(sqlite3_stmt* statement) {
   }
   TRY_ASSIGN(std::optional<unsigned> under_mps, row.optional_integer<unsigned>());
   if (under_mps) job.started_under_mps = *under_mps != 0;
+  TRY_ASSIGN(job.suspended_s, row.real());
   return job;
 }
 
@@ -541,7 +546,7 @@ Result<void> create_or_check_schema(sqlite3* db) {
     TRY(exec(db, kSchema5To6, "adding suspended jobs to the schema"));
     version = "6";
   }
-  if (version == "6") return exec(db, kSchema6To7, "adding MPS clients to the schema");
+  if (version == "6") return exec(db, kSchema6To7, "adding MPS clients and suspended time to the schema");
   if (version != std::to_string(kSchemaVersion)) {
     return fail("state database {} has schema {}; this gpupoold reads {}", database_name(db),
                 version.value_or("(none)"), kSchemaVersion);

@@ -98,6 +98,7 @@ void expect_same_job(const Job& a, const Job& b) {
   EXPECT_EQ(a.array, b.array);
   EXPECT_EQ(a.submit_token, b.submit_token);
   EXPECT_EQ(a.started_under_mps, b.started_under_mps);
+  EXPECT_EQ(a.suspended_s, b.suspended_s);
 }
 
 constexpr bool kFinishedToo = true;
@@ -478,7 +479,7 @@ TEST_F(JobStoreTest, StoresAnArrayInOneStepNamedAfterItsFirstTask) {
 
 // What each schema added, undone newest first: `downgrade_to(N)` makes a store of schema N.
 std::string downgrade_to(int version) {
-  std::string sql = "ALTER TABLE jobs DROP COLUMN started_under_mps;";
+  std::string sql = "ALTER TABLE jobs DROP COLUMN started_under_mps; ALTER TABLE jobs DROP COLUMN suspended_s;";
   if (version <= 5) sql += "ALTER TABLE jobs DROP COLUMN suspension;";
   if (version <= 4) sql += "ALTER TABLE jobs DROP COLUMN mig_profile; ALTER TABLE jobs DROP COLUMN mig_min_mib;";
   if (version <= 3) sql += "ALTER TABLE jobs DROP COLUMN sm_percent;";
@@ -606,8 +607,10 @@ TEST_F(JobStoreTest, MigratedStoresKeepWhatTheNewerSchemasAdd) {
     Job slice = shared;
     slice.state = JobState::Running;
     slice.started_under_mps = under_mps;
+    slice.suspended_s = 61.5;
     slice.id = insert(slice);
     EXPECT_EQ((*store_->get(slice.id))->started_under_mps, std::optional<bool>(under_mps));
+    EXPECT_EQ((*store_->get(slice.id))->suspended_s, 61.5);
   }
   EXPECT_EQ((*store_->get(id))->started_under_mps, std::nullopt);
 }

@@ -348,6 +348,12 @@ class SuspendTest(unittest.TestCase):
             wait_until(lambda: time.time() > started + 5, what="the time limit passed")
             self.assertIsNone(run.poll())
             d.gp("resume", str(job), check=True)
+            suspended_for = d.show(job)["suspended_s"]
+            self.assertGreater(suspended_for, 3)
+            # A restarted daemon keeps it (it is stored): its own backstop of the limit counts on it.
+            d.kill()
+            d.start()
+            self.assertEqual(d.show(job)["suspended_s"], suspended_for)
             d.touch("run-go")
             out, err = run.communicate(timeout=60)
             self.assertEqual(run.returncode, 0, err)
