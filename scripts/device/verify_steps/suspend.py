@@ -299,7 +299,12 @@ def step_suspend_restart(s):
         open(paths["go"], "w").close()
         ended = d.finish(job, timeout=300)[0]
         second = wait_file(paths["second"], 5)
+        # The helper's lock file of the process, removed once the process has ended.
+        lock_gone = wait_for(lambda: not os.path.exists(os.path.join(d.state_dir, "checkpoints", str(pid))), 10,
+                             poll=0.1)
         s.check("suspend-restart: gpupoold killed during the restore; the restarted one resumes it, values intact",
-                bool(resuming) and resumed["state"] == "running" and ended["state"] == "done" and first == second,
+                bool(resuming) and resumed["state"] == "running" and ended["state"] == "done" and first == second
+                and bool(lock_gone),
                 f"the driver said {state_at_kill} at the kill; suspended_s {resumed.get('suspended_s', 0):.1f}; "
-                f"sums {first} / {second}; {ended['state']} exit {ended['exit_code']} {ended['reason']}")
+                f"sums {first} / {second}; {ended['state']} exit {ended['exit_code']} {ended['reason']}; "
+                f"lock file {'removed' if lock_gone else 'left'}")
