@@ -1,6 +1,6 @@
-"""The scheduler's regression gate: the gpupool policy replayed on a real cluster trace (3,000
-jobs of Alibaba's GPU-sharing trace, fitted to hgx-h200 by `gpupool sim import`) and on a
-generated one must do no worse than the results recorded in tests/data/traces/gate-bounds.json.
+"""The scheduler's regression gate: the gpupool policy replayed on a real cluster trace (the first
+3,000 jobs of Alibaba's GPU-sharing trace, fitted to hgx-h200 by `gpupool sim import`, and the
+held-out rest) and on a generated one must do no worse than the results recorded in tests/data/traces/gate-bounds.json.
 Replays are deterministic, so the tolerance only absorbs floating-point noise between builds."""
 import json
 import os
