@@ -34,6 +34,7 @@ void clear_attempt(Job& job) {
   job.start_time.reset();
   job.pid.reset();
   job.suspended_s = 0;
+  job.started_under_mps.reset();
 }
 
 }  // namespace
@@ -158,10 +159,9 @@ void Dispatcher::note_if_outside_mps(const Job& job) {
                                        : hooks_.mps_control_found && !hooks_.mps_control_found(job.gpu_uuids.front());
   if (!outside) return;
   without_mps_.insert(job.id);
-  fmt::print(stderr,
-             "gpupoold: job {} ran without MPS under the daemon before (no control daemon of its GPU is running): "
-             "its slice is watched, not held, until it ends\n",
-             job.id);
+  fmt::print(stderr, "gpupoold: job {} ran without MPS under the daemon before ({}): its slice is watched, not held, "
+             "until it ends\n", job.id,
+             job.started_under_mps ? "it was started without MPS" : "no control daemon of its GPU is running");
 }
 
 void Dispatcher::adopt_waiting(const std::vector<JobId>& ids) {

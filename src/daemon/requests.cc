@@ -506,7 +506,7 @@ void Daemon::Impl::job_finished(const Job& job) {
   preempt_tried_.erase(job.id);
   std::erase_if(mps_clients_, [&](const auto& client) { return client.second == job.id; });
   mps_fault_reasons_.erase(job.id);
-  checkpoints_.forget_ended_processes();
+  if (job.attempts > 0) checkpoints_.forget_ended_processes();  // its processes may have been suspended
   if (auto session = lease_sessions_.find(job.id); session != lease_sessions_.end()) {
     // A `gpupool run` still waiting: tell it, and let it go.
     SessionPtr client = session->second;

@@ -20,6 +20,7 @@
 // dlopen, so that it builds and runs where no CUDA toolkit is.
 #include <dlfcn.h>
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -94,22 +95,36 @@ std::string state_name(const Driver& driver, int pid) {
   return kNames[state];
 }
 
+// Whether `fd` is still the file at `path`: the daemon removes the files of ended processes
+// (locked while it does), so a lock taken on a file since removed holds nobody back.
+bool still_named(int fd, const std::string& path) {
+  struct stat opened {}, named {};
+  return fstat(fd, &opened) == 0 && lstat(path.c_str(), &named) == 0 && opened.st_dev == named.st_dev &&
+         opened.st_ino == named.st_ino;
+}
+
 // Waits for, and takes, the lock of DIR/PID; false with a line on stderr when it cannot. The
 // descriptor stays open (and locked) until the helper exits.
 bool lock_process_file(const std::string& directory, int pid) {
   const std::string path = directory + "/" + std::to_string(pid);
-  int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
   struct flock lock {};
   lock.l_type = F_WRLCK;
   lock.l_whence = SEEK_SET;
-  while (fd >= 0 && fcntl(fd, F_OFD_SETLKW, &lock) != 0) {
-    if (errno != EINTR) {
-      close(fd);
-      fd = -1;
+  for (;;) {
+    int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+    while (fd >= 0 && fcntl(fd, F_OFD_SETLKW, &lock) != 0) {
+      if (errno != EINTR) {
+        close(fd);
+        fd = -1;
+      }
     }
+    if (fd < 0) {
+      std::fprintf(stderr, "gpupool-cuda-checkpoint: cannot lock %s: %s\n", path.c_str(), std::strerror(errno));
+      return false;
+    }
+    if (still_named(fd, path)) return true;
+    close(fd);  // removed while we waited: lock the file that has the name now
   }
-  if (fd < 0) std::fprintf(stderr, "gpupool-cuda-checkpoint: cannot lock %s: %s\n", path.c_str(), std::strerror(errno));
-  return fd >= 0;
 }
 
 template <typename Function>

@@ -30,9 +30,10 @@ void unlock_range(int fd, ByteRange range);
 // one at a time, in no particular order. nullopt when there is none.
 Result<std::optional<ByteRange>> find_range_lock(int fd, ByteRange range);
 
-// Removes the file at `path` unless another description holds a byte-range lock on it: it is
-// locked while removed, so whoever opened it before waits and then holds a lock nobody else can
-// reach. False when it is locked (and kept); true when it is gone, or was already.
+// Removes the file at `path` unless another description holds a byte-range lock on it; it is
+// locked while removed, so whoever opened it before and waits for its lock must check, once it
+// has it, that the name is still that file's. False when it is locked (and kept); true when it
+// is gone, or was already.
 Result<bool> remove_unless_locked(const std::string& path);
 
 enum class LockMode { shared, exclusive };

@@ -170,15 +170,16 @@ Result<std::optional<std::vector<unsigned>>> choose_gpus(const Machine& machine,
     // exclusive jobs; GPUs already shared come first. Given the recent requests, the growth of
     // what they could not use decides first.
     bool by_fragmentation = recent && !recent->empty();
-    auto key = [&](unsigned index) {
+    std::map<unsigned, std::tuple<double, bool, uint64_t, unsigned>> keys;  // computed once per GPU
+    for (unsigned index : candidates) {
       const GpuAvailability& a = availability.at(index);
       bool untouched = a.shared_mib == 0 && a.external_mib == 0;
       uint64_t room = slice_room(machine.gpus.at(index), a);
       double growth =
           by_fragmentation ? fragmentation_growth(*recent, room, whole_gpu_free(a), *request.slice_mib) : 0;
-      return std::make_tuple(growth, untouched, room, index);
-    };
-    std::sort(candidates.begin(), candidates.end(), [&](unsigned a, unsigned b) { return key(a) < key(b); });
+      keys[index] = std::make_tuple(growth, untouched, room, index);
+    }
+    std::sort(candidates.begin(), candidates.end(), [&](unsigned a, unsigned b) { return keys[a] < keys[b]; });
     if (request.count == 1) return std::optional<std::vector<unsigned>>(std::vector<unsigned>{candidates[0]});
   }
   TRY_ASSIGN(Placement placement, place(machine.links, candidates, request.count));

@@ -1,6 +1,7 @@
 """gpupool-cuda-checkpoint, the helper behind suspend and resume, on the simulated libcuda.so.1:
 the driver's order of steps, refusals, injected failures and hangs, a process that is gone, and
 the simulated NVML leaving out a checkpointed process (docs/fixtures.md)."""
+import fcntl
 import json
 import os
 import shutil
@@ -10,7 +11,7 @@ import tempfile
 import unittest
 
 sys.path.insert(0, os.path.dirname(__file__))
-from harness import BIN_DIR, clean_env, gpupool, main  # noqa: E402
+from harness import BIN_DIR, clean_env, gpupool, main, wait_until  # noqa: E402
 
 PRIVATE_LIB_DIR = os.path.join(BIN_DIR, "..", "lib", "gpupool")
 HELPER = os.path.join(PRIVATE_LIB_DIR, "gpupool-cuda-checkpoint")
@@ -120,6 +121,29 @@ class CudaCheckpointTest(unittest.TestCase):
         out, _ = hung.communicate(timeout=60)
         self.assertEqual(hung.returncode, 0)
         self.assertRegex(out, rf"^{pid} ok locked \d+\.\d{{3}}\n$")
+
+    def test_a_lock_file_removed_while_waited_for_is_made_again_and_locked(self):
+        # The daemon removes an ended process's file while it holds its lock; a helper that had
+        # opened it and waits must not go on under a lock on a file nobody else can reach.
+        pid = self.sleeper()
+        locks = tempfile.mkdtemp(prefix="gpupool-e2e-locks-")
+        self.addCleanup(shutil.rmtree, locks)
+        path = os.path.join(locks, str(pid))
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        fcntl.lockf(fd, fcntl.LOCK_EX)
+        env = clean_env(GPUPOOL_SIM_CUDA_STATE=self.state)
+        helper = subprocess.Popen([HELPER, "--library", SIM_CUDA, "--lock-dir", locks, "state", str(pid)], env=env,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.addCleanup(helper.kill)
+        inode = os.fstat(fd).st_ino
+        wait_until(lambda: any(line.split()[1] == "->" and line.split()[-3].endswith(f":{inode}")
+                               for line in open("/proc/locks") if len(line.split()) > 5),
+                   what="the helper waiting for the lock")
+        os.unlink(path)
+        os.close(fd)
+        out, err = helper.communicate(timeout=60)
+        self.assertEqual(helper.returncode, 0, err)
+        self.assertTrue(os.path.exists(path), "made again, and locked there")
 
     def test_the_simulated_nvml_lists_no_checkpointed_process(self):
         running, suspended = self.sleeper(), self.sleeper()

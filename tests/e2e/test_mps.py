@@ -302,7 +302,8 @@ class MpsTest(unittest.TestCase):
             self.assertTrue(os.path.exists(control.socket), "the MPS client's control daemon runs")
             self.assertEqual((d.job_state(client), d.job_state(watched)), ("running", "running"),
                              "neither is stopped for being outside MPS")
-            self.assertIn(f"job {watched} ran without MPS under the daemon before", d.log_text())
+            self.assertIn(f"job {watched} ran without MPS under the daemon before (it was started without MPS)",
+                          d.log_text())
             self.assertNotIn(f"job {client} ran without MPS", d.log_text())
             d.touch("watched-go")
             self.assertEqual(d.finish(watched)[0]["state"], "done")
