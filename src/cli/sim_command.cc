@@ -33,6 +33,7 @@ struct ReplayOptions {
   std::optional<double> quota;
   std::optional<size_t> runtime_history;
   std::string slice_placement = "best-fit";
+  bool backfill_by_suspending = false;
   bool json = false;
 };
 
@@ -118,6 +119,7 @@ Result<int> run_replay(const ReplayOptions& options) {
   config.quota_gpus = options.quota;
   if (options.runtime_history) config.runtime_history = *options.runtime_history;
   TRY_ASSIGN(config.slice_placement, parse_slice_placement(options.slice_placement));
+  config.backfill_by_suspending = options.backfill_by_suspending;
   TRY_ASSIGN(sim::ReplayResult result, sim::replay(machine, *trace, config));
   if (!options.schedule_out.empty()) {
     TRY(write_text_file(options.schedule_out, sim::schedule_csv(*trace, result.schedule),
@@ -273,8 +275,11 @@ void add_sim_command(CLI::App& app, int& exit_code) {
   replay->add_option("--slice-placement", replay_options->slice_placement,
                      "Where the gpupool policy puts slices: best-fit (default) or fragmentation")
       ->check(CLI::IsMember({"fragmentation", "best-fit"}));
+  replay->add_flag("--backfill-by-suspending", replay_options->backfill_by_suspending,
+                   "One-GPU jobs without a time limit backfill onto reserved GPUs on loan and are "
+                   "suspended when the reservation's job needs them (gpupool policy)");
   replay->add_option("--schedule-out", replay_options->schedule_out,
-                     "Write id,start_s,end_s,gpus (indices joined by ';') to this CSV file")
+                     "Write id,start_s,end_s,gpus,suspended (indices joined by ';') to this CSV file")
       ->type_name("FILE");
   replay->add_flag(
       "--json", replay_options->json,

@@ -1,11 +1,13 @@
 #include "daemon/config.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <initializer_list>
 #include <span>
 #include <sstream>
 #include <utility>
@@ -96,11 +98,23 @@ Result<double> duration_of(const toml::node& node, std::string_view key) {
               quote(key));
 }
 
+// One of the words `allowed`: "must be \"a\", \"b\" or \"c\"" otherwise.
+Result<std::string_view> word_of(const toml::node& node, std::string_view key,
+                                 std::initializer_list<std::string_view> allowed) {
+  auto text = node.value<std::string_view>();
+  if (node.is_string() && std::ranges::find(allowed, *text) != allowed.end()) return *text;
+  std::string words;
+  for (auto word = allowed.begin(); word != allowed.end(); ++word) {
+    const char* before = word == allowed.begin() ? "" : std::next(word) == allowed.end() ? " or " : ", ";
+    words += fmt::format("{}\"{}\"", before, *word);
+  }
+  return fail("{} must be {}", quote(key), words);
+}
+
 // A switch: "on" is true, "off" false.
 Result<bool> on_off_of(const toml::node& node, std::string_view key) {
-  auto text = node.value<std::string_view>();
-  if (!node.is_string() || (*text != "on" && *text != "off")) return fail("{} must be \"on\" or \"off\"", quote(key));
-  return *text == "on";
+  TRY_ASSIGN(std::string_view word, word_of(node, key, {"on", "off"}));
+  return word == "on";
 }
 
 // --- the tables ---
@@ -160,34 +174,25 @@ const Key kDaemonKeys[] = {
      }},
     {"device_isolation",
      [](const toml::node& node, std::string_view key, DaemonConfig& config) -> Result<void> {
-       auto text = node.value<std::string_view>();
-       if (!node.is_string() || (*text != "auto" && *text != "on" && *text != "off")) {
-         return fail("{} must be \"auto\", \"on\" or \"off\"", quote(key));
-       }
-       config.device_isolation = *text == "on"    ? DeviceIsolationMode::On
-                                 : *text == "off" ? DeviceIsolationMode::Off
-                                                  : DeviceIsolationMode::Auto;
+       TRY_ASSIGN(std::string_view word, word_of(node, key, {"auto", "on", "off"}));
+       config.device_isolation = word == "on"    ? DeviceIsolationMode::On
+                                 : word == "off" ? DeviceIsolationMode::Off
+                                                 : DeviceIsolationMode::Auto;
        return {};
      }},
     {"slice_enforcement",
      [](const toml::node& node, std::string_view key, DaemonConfig& config) -> Result<void> {
-       auto text = node.value<std::string_view>();
-       if (!node.is_string() || (*text != "auto" && *text != "mps" && *text != "watch" && *text != "off")) {
-         return fail("{} must be \"auto\", \"mps\", \"watch\" or \"off\"", quote(key));
-       }
-       config.slice_enforcement = *text == "mps"     ? SliceEnforcement::Mps
-                                  : *text == "watch" ? SliceEnforcement::Watch
-                                  : *text == "off"   ? SliceEnforcement::Off
-                                                     : SliceEnforcement::Auto;
+       TRY_ASSIGN(std::string_view word, word_of(node, key, {"auto", "mps", "watch", "off"}));
+       config.slice_enforcement = word == "mps"     ? SliceEnforcement::Mps
+                                  : word == "watch" ? SliceEnforcement::Watch
+                                  : word == "off"   ? SliceEnforcement::Off
+                                                    : SliceEnforcement::Auto;
        return {};
      }},
     {"slice_overrun",
      [](const toml::node& node, std::string_view key, DaemonConfig& config) -> Result<void> {
-       auto text = node.value<std::string_view>();
-       if (!node.is_string() || (*text != "warn" && *text != "stop")) {
-         return fail("{} must be \"warn\" or \"stop\"", quote(key));
-       }
-       config.slice_overrun = *text == "stop" ? SliceOverrunPolicy::Stop : SliceOverrunPolicy::Warn;
+       TRY_ASSIGN(std::string_view word, word_of(node, key, {"warn", "stop"}));
+       config.slice_overrun = word == "stop" ? SliceOverrunPolicy::Stop : SliceOverrunPolicy::Warn;
        return {};
      }},
     {"max_log_mb",
@@ -373,11 +378,14 @@ const Key kSchedulerKeys[] = {
      }},
     {"preempt",
      [](const toml::node& node, std::string_view key, DaemonConfig& config) -> Result<void> {
-       auto text = node.value<std::string_view>();
-       if (!node.is_string() || (*text != "suspend" && *text != "off")) {
-         return fail("{} must be \"suspend\" or \"off\"", quote(key));
-       }
-       config.preempt_by_suspending = *text == "suspend";
+       TRY_ASSIGN(std::string_view word, word_of(node, key, {"suspend", "off"}));
+       config.preempt_by_suspending = word == "suspend";
+       return {};
+     }},
+    {"backfill",
+     [](const toml::node& node, std::string_view key, DaemonConfig& config) -> Result<void> {
+       TRY_ASSIGN(std::string_view word, word_of(node, key, {"suspend", "estimates"}));
+       config.scheduler.backfill_by_suspending = word == "suspend";
        return {};
      }},
 };

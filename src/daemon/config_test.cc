@@ -68,6 +68,10 @@ TEST(ConfigTest, OutputLimitAndReserveInMiB) {
   EXPECT_TRUE(parsed("[scheduler]\npreempt = \"suspend\"\n").preempt_by_suspending);
   EXPECT_FALSE(parsed("[scheduler]\npreempt = \"off\"\n").preempt_by_suspending);
   EXPECT_EQ(error_of("[scheduler]\npreempt = \"kill\"\n"), "gpupool.toml:2: 'preempt' must be \"suspend\" or \"off\"");
+  EXPECT_TRUE(parsed("[scheduler]\nbackfill = \"suspend\"\n").scheduler.backfill_by_suspending);
+  EXPECT_FALSE(parsed("[scheduler]\nbackfill = \"estimates\"\n").scheduler.backfill_by_suspending);
+  EXPECT_FALSE(parsed("").scheduler.backfill_by_suspending);
+  EXPECT_EQ(error_of("[scheduler]\nbackfill = true\n"), "gpupool.toml:2: 'backfill' must be \"suspend\" or \"estimates\"");
 }
 
 TEST(ConfigTest, SliceEnforcementByName) {
@@ -295,7 +299,7 @@ TEST(ConfigTest, UnknownKeysAndTablesAreErrorsNotIgnored) {
   EXPECT_EQ(error_of("# tuning\n\n[scheduler]\npolicy = \"fifo\"\npolcy = \"fifo\"\n"),
             "gpupool.toml:5: unknown key 'polcy' in [scheduler] (known: policy, quota_gpus, "
             "fair_share_half_life_h, default_runtime_h, backfill_depth, max_queued_jobs_per_user, "
-            "runtime_history, runtime_estimate_quantile, preempt)");
+            "runtime_history, runtime_estimate_quantile, preempt, backfill)");
   EXPECT_EQ(
       error_of("[daemon]\nadmin = \"wheel\"\n"),
       "gpupool.toml:2: unknown key 'admin' in [daemon] (known: admin_group, private_data, sample_interval_s, kill_grace_s, "
@@ -311,7 +315,7 @@ TEST(ConfigTest, UnknownKeysAndTablesAreErrorsNotIgnored) {
   EXPECT_EQ(error_of("[scheduler.extra]\nx = 1\n"),
             "gpupool.toml:1: unknown key 'extra' in [scheduler] (known: policy, quota_gpus, "
             "fair_share_half_life_h, default_runtime_h, backfill_depth, max_queued_jobs_per_user, "
-            "runtime_history, runtime_estimate_quantile, preempt)");
+            "runtime_history, runtime_estimate_quantile, preempt, backfill)");
 }
 
 TEST(ConfigTest, SyntaxErrorsGiveTheLine) {

@@ -342,6 +342,7 @@ void Daemon::Impl::on_sample(const Machine& machine, const std::vector<XidEvent>
     suspend_idle_jobs(idle, waiting);
     preempt_by_suspending(waiting);
   }
+  suspend_jobs_on_loan();
 }
 
 std::map<JobId, double> Daemon::Impl::idle_running_jobs() const {
@@ -419,6 +420,22 @@ void Daemon::Impl::preempt_by_suspending(const std::vector<WaitingJob>& queued) 
     preempt_tried_.insert(id);  // a job the driver refuses once is not tried again
     if (auto refused = suspend(id, by, ResumeWhen::FreeAfterTheWaiting)) {
       fmt::print(stderr, "gpupoold: job {} cannot be suspended for job {}: {}\n", id, for_id, *refused);
+    }
+  }
+}
+
+void Daemon::Impl::suspend_jobs_on_loan() {
+  const std::optional<Reservation>& reservation = scheduler_.reservation();
+  if (!settings_.config.scheduler.backfill_by_suspending || !reservation) return;
+  const std::string by = fmt::format("gpupoold (on loan: GPU {} reserved for job {})",
+                                     gpu_list_text(reservation->gpus), reservation->id);
+  for (JobId id : scheduler_.jobs_in_the_way()) {
+    auto job = dispatcher_.active().find(id);
+    if (job == dispatcher_.active().end() || job->second.suspension || !scheduler_.give_way(id)) continue;
+    if (auto refused = suspend(id, by, ResumeWhen::Free)) {
+      fmt::print(stderr, "gpupoold: job {} is on loan but cannot be suspended for job {}: {}\n", id,
+                 reservation->id, *refused);
+      dispatcher_.end_loan(id);  // it runs on; the reservation waits for its end
     }
   }
 }

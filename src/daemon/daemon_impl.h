@@ -140,6 +140,9 @@ class Daemon::Impl {
   // preempt = "suspend": the first waiting job of the highest priority, waiting for whole GPUs,
   // has jobs of lower priority suspended to make room (sched/preemption.h).
   void preempt_by_suspending(const std::vector<WaitingJob>& waiting);
+  // backfill = "suspend": the jobs on loan that keep the reservation's job from its GPUs are
+  // suspended, to resume there at their old place (Scheduler::jobs_in_the_way).
+  void suspend_jobs_on_loan();
   // The jobs whose processes are checkpointed have their GPUs let go once a sample shows them free.
   void let_go_of_checkpointed(const Machine& sample);
   // The MPS control daemons of GPUs where no MPS slice job runs any more, told to quit.

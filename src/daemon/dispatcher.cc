@@ -35,7 +35,11 @@ void clear_attempt(Job& job) {
   job.pid.reset();
   job.suspended_s = 0;
   job.started_under_mps.reset();
+  job.started_on_loan = false;
 }
+
+// Started on loan and never suspended since: the scheduler may still have it suspended.
+bool still_on_loan(const Job& job) { return job.started_on_loan && !job.suspension && job.suspended_s == 0; }
 
 }  // namespace
 
@@ -46,10 +50,16 @@ LeasedDevices leased_devices(const Job& job) {
 }
 
 JobRequest scheduler_request(const Job& job, bool mps_slices) {
+  bool under_mps = mps_slices && runs_under_mps(job.spec.gpus);
+  // The processes of one GPU are checkpointed alone (the driver refuses jobs that talk to other
+  // GPUs through NCCL); whether MPS clients can be is unknown. A job suspended once is not put on
+  // loan again (SchedulerConfig::backfill_by_suspending).
+  bool suspendable = job.spec.gpus.count == 1 && !job.spec.gpus.mig && !under_mps && !job.suspension &&
+                     job.suspended_s == 0;
   return JobRequest{job.id,         job.owner.user,
                     job.spec.gpus,  job.spec.priority,
                     job.spec.time_limit_s, job.array,
-                    mps_slices && runs_under_mps(job.spec.gpus)};
+                    under_mps, suspendable};
 }
 
 Dispatcher::Dispatcher(DispatcherSettings settings, JobStore& store, LeaseDirectory& leases, const Machine& machine,
@@ -100,7 +110,7 @@ Result<std::vector<JobId>> Dispatcher::adopt_running(std::vector<Job> jobs) {
                    host_.process_start_ticks(static_cast<uint32_t>(*stored.pid)) == stored.pid_start_ticks;
       note_if_outside_mps(stored);
       TRY(scheduler_.adopt(request_of(stored), stored.gpus, stored.start_time.value_or(now),
-                           leased_devices(stored).mig_uuid));
+                           leased_devices(stored).mig_uuid, still_on_loan(stored)));
       adopt(stored);
       if (alive) {
         runner_.watch(id, *stored.pid);
@@ -123,7 +133,7 @@ Result<std::vector<JobId>> Dispatcher::adopt_running(std::vector<Job> jobs) {
     }
     note_if_outside_mps(stored);
     TRY(scheduler_.adopt(request_of(stored), stored.gpus, stored.start_time.value_or(now),
-                           leased_devices(stored).mig_uuid));
+                           leased_devices(stored).mig_uuid, still_on_loan(stored)));
     adopt(stored);
     // Resumed as the daemon before stopped, before it could start the clock.
     if (watch_supervisor(stored, record) && record.clock_stopped) tell_the_clock(stored, false);
@@ -270,6 +280,7 @@ std::optional<std::string> Dispatcher::carry_out(const lifecycle::Effect& effect
             const Job& job = active_.at(e.id);  // an undone one stored without its suspension by the Record before
             checkpointed_samples_.erase(e.id);
             fmt::print(stderr, "gpupoold: job {}: {}\n", e.id, e.why);
+            if (job.started_on_loan) end_loan(e.id);
             if (hooks_.suspend_failed) hooks_.suspend_failed(job, e.why);
             return std::nullopt;
           },
@@ -451,7 +462,7 @@ void Dispatcher::start(const JobStart& decision) {
     }
     mps_environment = std::move(*mps);
   }
-  reserved_ = Reserved{std::move(**held), supervisor, std::move(mps_environment), decision.mig_uuid};
+  reserved_ = Reserved{std::move(**held), supervisor, std::move(mps_environment), decision.mig_uuid, decision.on_loan};
   if (auto refused = feed(lifecycle::Granted{decision.id, decision.gpus})) {
     fmt::print(stderr, "gpupoold: job {}: {}\n", decision.id, *refused);
   }
@@ -478,6 +489,14 @@ void Dispatcher::resume_on_its_gpus(Job& job, const JobStart& decision) {
     if (job.suspension) job.suspension->restoring = false;
     fmt::print(stderr, "gpupoold: job {}: {}\n", decision.id, *refused);
   }
+}
+
+void Dispatcher::end_loan(JobId id) {
+  auto job = active_.find(id);
+  if (job == active_.end() || !job->second.started_on_loan) return;
+  job->second.started_on_loan = false;
+  save(job->second);
+  scheduler_.end_loan(id);
 }
 
 std::optional<std::string> Dispatcher::queue_to_resume(Job& job) {
@@ -570,6 +589,7 @@ void Dispatcher::start_attempt(const lifecycle::StartAttempt& start) {
   job.signal.reset();
   job.reason.clear();
   job.started_under_mps = !reserved.mps_environment.empty();
+  job.started_on_loan = reserved.on_loan;
   if (reserved.supervisor) {
     start_batch(job, std::move(reserved.held), *reserved.supervisor, reserved.mps_environment);
   } else {

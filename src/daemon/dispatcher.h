@@ -138,6 +138,9 @@ class Dispatcher {
                                      ResumeWhen resume_when = ResumeWhen::Asked);
   // `gpupool resume JOB`: the suspended job waits for its GPUs, then is restored on them.
   std::optional<std::string> resume(JobId id);
+  // A job on loan that cannot be suspended is on loan no more (Scheduler::end_loan), in the
+  // store too: the reservation waits for its end.
+  void end_loan(JobId id);
   // A checkpoint call made through hooks.call_checkpoint ended.
   void checkpoint_done(JobId id, CheckpointOutcome outcome);
   // Called at every sample: each job whose processes are checkpointed has its GPUs let go once a
@@ -225,6 +228,7 @@ class Dispatcher {
     std::optional<pid_t> supervisor;  // a batch job's, reserved from the runner
     std::vector<std::string> mps_environment;  // an MPS slice's client settings
     std::string mig_uuid;                      // a --mig job's MIG device
+    bool on_loan = false;                      // on GPUs reserved for another job
   };
   std::optional<Reserved> reserved_;
   // Jobs whose processes are checkpointed, with the samples seen since: the first may have been

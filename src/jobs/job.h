@@ -203,6 +203,9 @@ struct Job {
   // limit's clock stood still that long. Stored; a batch job's supervisor's record says it too,
   // and a restarted daemon takes the record's word.
   double suspended_s = 0;
+  // Its latest attempt started on GPUs reserved for another job, on loan (backfill = "suspend"):
+  // a restarted daemon tells the scheduler so, which suspends it when that job needs them.
+  bool started_on_loan = false;
   // Shown to another user under `private_data = ["jobs"]`: name, command, working directory and
   // the rest are left out (jobs/private_data.h). Never stored.
   bool details_withheld = false;

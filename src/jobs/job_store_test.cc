@@ -98,6 +98,7 @@ void expect_same_job(const Job& a, const Job& b) {
   EXPECT_EQ(a.array, b.array);
   EXPECT_EQ(a.submit_token, b.submit_token);
   EXPECT_EQ(a.started_under_mps, b.started_under_mps);
+  EXPECT_EQ(a.started_on_loan, b.started_on_loan);
   EXPECT_EQ(a.suspended_s, b.suspended_s);
 }
 
@@ -451,10 +452,10 @@ TEST_F(JobStoreTest, UsesWriteAheadLogging) {
 TEST_F(JobStoreTest, RefusesAnotherSchemaVersion) {
   ASSERT_NO_FATAL_FAILURE(open_store());
   store_.reset();
-  raw_sql("UPDATE meta SET value = '8' WHERE name = 'schema_version'");
+  raw_sql("UPDATE meta SET value = '9' WHERE name = 'schema_version'");
   auto store = JobStore::open(path_);
   ASSERT_FALSE(store.ok());
-  EXPECT_EQ(store.error().message, "state database " + path_ + " has schema 8; this gpupoold reads 7");
+  EXPECT_EQ(store.error().message, "state database " + path_ + " has schema 9; this gpupoold reads 8");
 }
 
 TEST_F(JobStoreTest, StoresAnArrayInOneStepNamedAfterItsFirstTask) {
@@ -479,7 +480,8 @@ TEST_F(JobStoreTest, StoresAnArrayInOneStepNamedAfterItsFirstTask) {
 
 // What each schema added, undone newest first: `downgrade_to(N)` makes a store of schema N.
 std::string downgrade_to(int version) {
-  std::string sql = "ALTER TABLE jobs DROP COLUMN started_under_mps; ALTER TABLE jobs DROP COLUMN suspended_s;";
+  std::string sql = "ALTER TABLE jobs DROP COLUMN started_on_loan;";
+  if (version <= 6) sql += "ALTER TABLE jobs DROP COLUMN started_under_mps; ALTER TABLE jobs DROP COLUMN suspended_s;";
   if (version <= 5) sql += "ALTER TABLE jobs DROP COLUMN suspension;";
   if (version <= 4) sql += "ALTER TABLE jobs DROP COLUMN mig_profile; ALTER TABLE jobs DROP COLUMN mig_min_mib;";
   if (version <= 3) sql += "ALTER TABLE jobs DROP COLUMN sm_percent;";
@@ -566,7 +568,7 @@ TEST_F(JobStoreTest, FindsASubmissionByItsUsersToken) {
 }
 
 TEST_F(JobStoreTest, TakesUpAnOlderSchemaWithItsJobsAsTheyWere) {
-  for (int version : {2, 3, 4, 5, 6}) {
+  for (int version : {2, 3, 4, 5, 6, 7}) {
     SCOPED_TRACE(version);
     ASSERT_NO_FATAL_FAILURE(open_store());
     Job before = job_of("ana", JobState::Queued);
@@ -603,14 +605,16 @@ TEST_F(JobStoreTest, MigratedStoresKeepWhatTheNewerSchemasAdd) {
     device.id = insert(device);
     expect_same_job(**store_->get(device.id), device);
   }
-  for (bool under_mps : {true, false}) {
+  for (auto [under_mps, on_loan] : {std::pair{true, false}, std::pair{false, true}}) {
     Job slice = shared;
     slice.state = JobState::Running;
     slice.started_under_mps = under_mps;
     slice.suspended_s = 61.5;
+    slice.started_on_loan = on_loan;
     slice.id = insert(slice);
     EXPECT_EQ((*store_->get(slice.id))->started_under_mps, std::optional<bool>(under_mps));
     EXPECT_EQ((*store_->get(slice.id))->suspended_s, 61.5);
+    EXPECT_EQ((*store_->get(slice.id))->started_on_loan, on_loan);
   }
   EXPECT_EQ((*store_->get(id))->started_under_mps, std::nullopt);
 }

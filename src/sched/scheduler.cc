@@ -9,6 +9,7 @@
 #include <numbers>
 #include <set>
 #include <tuple>
+#include <utility>
 
 #include "base/statistics.h"
 #include "jobs/job_text.h"
@@ -280,6 +281,7 @@ void Scheduler::enqueue(const QueuedJob& job) {
   queued_.emplace(request.id, std::pair{entry->second, job.arrival});
   queued_limits_.insert(limit_or_never(request));
   if (!request.time_limit_s) ++users_[job.user].queued_without_limit;
+  if (may_borrow(request)) ++queued_borrowers_;
 }
 
 Result<void> Scheduler::suspend(JobId id, double now) {
@@ -291,6 +293,13 @@ Result<void> Scheduler::suspend(JobId id, double now) {
   // Its processes' state refers to these GPUs: it resumes on them.
   kept.request.gpus.allowed = job->second.gpus;
   kept.request.gpus.excluded.clear();
+  // On loan again, it could be suspended over and over and never finish.
+  kept.request.suspendable = false;
+  if (job->second.giving_way) {
+    gave_way_.insert(id);
+  } else {
+    gave_way_.erase(id);
+  }
   release(job);
   suspended_.emplace(id, std::move(kept));
   return {};
@@ -306,6 +315,7 @@ Result<void> Scheduler::resume(JobId id, bool keep_place) {
 }
 
 Result<void> Scheduler::remove(JobId id) {
+  gave_way_.erase(id);
   if (suspended_.erase(id) > 0) return {};
   auto where = queued_.find(id);
   if (where == queued_.end()) return fail("job {} is not queued", id);
@@ -313,6 +323,7 @@ Result<void> Scheduler::remove(JobId id) {
   auto job = groups_[group].jobs.find(arrival);
   queued_limits_.erase(queued_limits_.find(limit_or_never(job->second.request)));
   if (!job->second.request.time_limit_s) --users_[job->second.user].queued_without_limit;
+  if (may_borrow(job->second.request)) --queued_borrowers_;
   groups_[group].jobs.erase(job);
   queued_.erase(where);
   if (reservation_ && reservation_->id == id) reservation_.reset();
@@ -342,6 +353,7 @@ Result<void> Scheduler::finish(JobId id, double now) {
   if (job == running_.end()) return fail("job {} is not running", id);
   account_usage(now);
   record_run_time(users_[job->second.user], now - job->second.start_s);
+  gave_way_.erase(id);
   release(job);
   return {};
 }
@@ -382,7 +394,7 @@ Result<void> Scheduler::requeue(JobId id, double now) {
 }
 
 Result<void> Scheduler::adopt(const JobRequest& request, const std::vector<unsigned>& gpus,
-                              double start_s, const std::string& mig_uuid) {
+                              double start_s, const std::string& mig_uuid, bool on_loan) {
   if (queued_.contains(request.id) || running_.contains(request.id)) {
     return fail("job {} is already submitted", request.id);
   }
@@ -426,7 +438,7 @@ Result<void> Scheduler::adopt(const JobRequest& request, const std::vector<unsig
   users_[user].held += weight;
   if (request.array) ++array_running_[request.array->array_id];
   QueuedJob as_queued{request, arrivals_++, start_s, user, weight};
-  running_.emplace(request.id, RunningJob{as_queued, start_s, gpus, mig_uuid});
+  running_.emplace(request.id, RunningJob{as_queued, start_s, gpus, mig_uuid, on_loan && config_.backfill_by_suspending});
   return {};
 }
 
@@ -546,7 +558,7 @@ void Scheduler::import_run_times(const std::map<std::string, std::vector<double>
   }
 }
 
-std::string Scheduler::start(const QueuedJob& job, std::vector<unsigned> gpus, double now) {
+std::string Scheduler::start(const QueuedJob& job, std::vector<unsigned> gpus, double now, bool on_loan) {
   std::string mig_uuid;
   if (job.request.gpus.mig && gpus.size() == 1) {
     const MigDevice* device = free_mig_device(machine_.gpus[gpus[0]], availability_[gpus[0]], *job.request.gpus.mig);
@@ -557,8 +569,9 @@ std::string Scheduler::start(const QueuedJob& job, std::vector<unsigned> gpus, d
   queued_.erase(job.request.id);
   queued_limits_.erase(queued_limits_.find(limit_or_never(job.request)));
   if (!job.request.time_limit_s) --users_[job.user].queued_without_limit;
+  if (may_borrow(job.request)) --queued_borrowers_;
   if (job.request.array) ++array_running_[job.request.array->array_id];
-  running_.emplace(job.request.id, RunningJob{job, now, std::move(gpus), mig_uuid});
+  running_.emplace(job.request.id, RunningJob{job, now, std::move(gpus), mig_uuid, on_loan});
   return mig_uuid;
 }
 
@@ -569,13 +582,18 @@ class Scheduler::Pass {
     if (s_.reservation_) holder_ = s_.reservation_->id;
     for (size_t group = 0; group < s_.groups_.size(); ++group) {
       Cursor cursor{group, s_.groups_[group].jobs.begin()};
-      if (skip_holder(cursor)) push(cursor);
+      if (skip_alone(cursor)) push(cursor);
     }
     // The holder is visited on its own, ahead of its priority level, even of its own user's
-    // earlier jobs; its group's cursor passes over it.
-    if (auto where = holder_ ? s_.queued_.find(*holder_) : s_.queued_.end(); where != s_.queued_.end()) {
-      auto [group, arrival] = where->second;
-      push(Cursor{group, s_.groups_[group].jobs.find(arrival), true});
+    // earlier jobs, and so are the jobs that gave way to a reservation; their groups' cursors
+    // pass over them.
+    std::set<JobId> alone = s_.gave_way_;
+    if (holder_) alone.insert(*holder_);
+    for (JobId id : alone) {
+      if (auto where = s_.queued_.find(id); where != s_.queued_.end()) {
+        auto [group, arrival] = where->second;
+        push(Cursor{group, s_.groups_[group].jobs.find(arrival), true});
+      }
     }
   }
 
@@ -587,19 +605,19 @@ class Scheduler::Pass {
       Cursor cursor = heads_.back().cursor;
       heads_.pop_back();
       const QueuedJob& job = cursor.job->second;
-      std::optional<std::vector<unsigned>> gpus;
-      if (!s_.held_back(job)) gpus = choose(job);
-      if (gpus) {
+      std::optional<Choice> chosen;
+      if (!s_.held_back(job)) chosen = choose(job);
+      if (chosen) {
         bool drained_for_it = holder_ == job.request.id && !tried_reservation_;
         unsigned width = job.request.gpus.slice_mib || job.request.gpus.mig ? 0 : job.request.gpus.count;
-        if (gpus->empty()) {
+        if (chosen->gpus.empty()) {
           unplaced_.push_back(started_.size());
           unplaced_gpus_ += job.request.gpus.count;
         }
-        std::string mig_uuid = s_.start(job, *gpus, now_);
+        std::string mig_uuid = s_.start(job, chosen->gpus, now_, chosen->on_loan);
         room_.reset();
         shortest_run_time_.reset();
-        started_.push_back(JobStart{job.request.id, std::move(*gpus), std::move(mig_uuid)});
+        started_.push_back(JobStart{job.request.id, std::move(chosen->gpus), std::move(mig_uuid), chosen->on_loan});
         cursor.job = s_.groups_[cursor.group].jobs.erase(cursor.job);
         if (drained_for_it && width > 1) hand_over(width);
       } else {
@@ -619,7 +637,7 @@ class Scheduler::Pass {
         }
         ++cursor.job;
       }
-      if (!cursor.alone && skip_holder(cursor)) push(cursor);
+      if (!cursor.alone && skip_alone(cursor)) push(cursor);
     }
     place_unplaced();
     bool holder_waits = holder_ && s_.queued_.contains(*holder_);
@@ -665,7 +683,7 @@ class Scheduler::Pass {
         }
       }
       ++cursor.job;
-      if (!cursor.alone && skip_holder(cursor)) push(cursor);
+      if (!cursor.alone && skip_alone(cursor)) push(cursor);
     }
     return starts;
   }
@@ -675,17 +693,19 @@ class Scheduler::Pass {
   struct Cursor {
     size_t group;
     JobIterator job;
-    bool alone = false;  // the holder's own visit: not followed by the rest of its group
+    bool alone = false;  // a visit of its own: not followed by the rest of its group
   };
 
-  // Moves a group's cursor past the holder, which has a cursor of its own; false at the end.
-  bool skip_holder(Cursor& cursor) const {
+  // Moves a group's cursor past the jobs that have cursors of their own; false at the end.
+  bool skip_alone(Cursor& cursor) const {
     auto end = s_.groups_[cursor.group].jobs.end();
-    if (cursor.job != end && holder_ == cursor.job->second.request.id) ++cursor.job;
+    auto alone = [&](JobId id) { return holder_ == id || s_.gave_way_.contains(id); };
+    while (cursor.job != end && alone(cursor.job->second.request.id)) ++cursor.job;
     return cursor.job != end;
   }
   // Policy order, smallest first: gpupool by priority, then the holder of the reservation, then
-  // overdue jobs, then fair-share usage, then arrival; the others by arrival alone.
+  // the jobs that gave way to a reservation, then overdue jobs, then fair-share usage, then
+  // arrival; the others by arrival alone.
   using Key = std::tuple<int, int, double, uint64_t>;
   struct Head {
     Key key;
@@ -700,10 +720,11 @@ class Scheduler::Pass {
     // and the drain would start over. A group's jobs stay in arrival order (earlier ones are
     // overdue first), which the merge of the groups relies on.
     if (holder_ == job.request.id) return {-job.request.priority, 0, 0.0, job.arrival};
+    if (s_.gave_way_.contains(job.request.id)) return {-job.request.priority, 1, 0.0, job.arrival};
     if (now_ - job.submit_s >= s_.config_.overdue_after_s) {
-      return {-job.request.priority, 1, 0.0, job.arrival};
+      return {-job.request.priority, 2, 0.0, job.arrival};
     }
-    return {-job.request.priority, 2, s_.users_[job.user].usage, job.arrival};
+    return {-job.request.priority, 3, s_.users_[job.user].usage, job.arrival};
   }
 
   void push(Cursor cursor) {
@@ -714,7 +735,13 @@ class Scheduler::Pass {
   // The holder has started on GPUs drained for it: the first waiting job in order that is at
   // least as wide inherits the reservation, so drained GPUs pass from one wide job to the next
   // instead of being refilled with small jobs and drained all over again.
+  // The jobs on loan suspended for the holder go first, though: they ran before it.
   void hand_over(unsigned width) {
+    bool gave_way_waits = std::ranges::any_of(s_.gave_way_, [&](JobId id) { return s_.queued_.contains(id); });
+    if (gave_way_waits) {
+      s_.chain_before_.reset();
+      return;
+    }
     if (!s_.chain_before_) s_.chain_before_ = s_.arrivals_;
     const QueuedJob* next = nullptr;
     Key best;
@@ -743,6 +770,7 @@ class Scheduler::Pass {
     if (room.shared_outside || room.mig_free || room.whole_outside > unplaced_gpus_) return true;
     const std::optional<Reservation>& reservation = reservation_;
     if (!room.inside || !reservation || s_.queued_.empty()) return room.inside;
+    if (s_.queued_borrowers_ > 0 && reservation->start_s > now_) return true;  // it may go on loan
     if (!shortest_run_time_) shortest_run_time_ = s_.shortest_queued_run_time();
     return now_ + *shortest_run_time_ <= reservation->start_s;
   }
@@ -856,19 +884,28 @@ class Scheduler::Pass {
     return chosen.ok() ? *chosen : std::nullopt;
   }
 
-  // The GPUs for a job that can start now; an empty list when it starts but is placed later.
-  std::optional<std::vector<unsigned>> choose(const QueuedJob& job) {
+  // Where a job that can start now goes: its GPUs (none yet when it is placed later), and
+  // whether it goes there on loan.
+  struct Choice {
+    std::vector<unsigned> gpus;
+    bool on_loan = false;
+  };
+  static std::optional<Choice> choice_of(std::optional<std::vector<unsigned>> gpus, bool on_loan = false) {
+    if (!gpus) return std::nullopt;
+    return Choice{std::move(*gpus), on_loan};
+  }
+  std::optional<Choice> choose(const QueuedJob& job) {
     const std::optional<Reservation>& reservation = reservation_;
     const JobRequest& request = job.request;
     if (defers_placement(request)) {
       if (!may_fit(request, false)) return std::nullopt;
-      return std::vector<unsigned>{};
+      return Choice{};
     }
     if (request.gpus.slice_mib && !unplaced_.empty()) {
       // Beside other slices while whole GPUs are promised; a fresh GPU only once those are placed.
       std::vector<bool> fresh(s_.availability_.size());
       for (unsigned gpu = 0; gpu < fresh.size(); ++gpu) fresh[gpu] = whole_gpu_free(s_.availability_[gpu]);
-      if (std::optional<std::vector<unsigned>> gpus = place_in(s_.availability_, request, fresh)) return gpus;
+      if (std::optional<std::vector<unsigned>> gpus = place_in(s_.availability_, request, fresh)) return choice_of(gpus);
       place_unplaced();
     }
     // A whole-GPU job kept to some GPUs is placed at once; those promised to the deferred jobs
@@ -877,8 +914,21 @@ class Scheduler::Pass {
     std::optional<double> run_time = s_.backfill_run_time(job);
     bool ends_in_time = reservation && run_time && now_ + *run_time <= reservation->start_s;
     bool anywhere = !reservation || ends_in_time || reservation->id == request.id;
+    // A reservation due now (only jobs on loan, or their checkpoints, in its way) lends nothing:
+    // a job on loan there would only be suspended at once.
+    if (!anywhere && s_.may_borrow(request) && reservation->start_s > now_) {
+      // Off the reserved GPUs where it fits there; on them, on loan, where it does not.
+      if (may_fit(request, true)) {
+        if (std::optional<std::vector<unsigned>> gpus = place_in(s_.availability_, request, reserved_mask_)) {
+          return choice_of(gpus);
+        }
+      }
+      if (!may_fit(request, false)) return std::nullopt;
+      std::optional<std::vector<unsigned>> gpus = place_in(s_.availability_, request, {});
+      return choice_of(gpus, gpus && std::ranges::any_of(*gpus, [&](unsigned gpu) { return reserved_mask_[gpu]; }));
+    }
     if (!may_fit(request, !anywhere)) return std::nullopt;
-    return place_in(s_.availability_, request, anywhere ? std::vector<bool>{} : reserved_mask_);
+    return choice_of(place_in(s_.availability_, request, anywhere ? std::vector<bool>{} : reserved_mask_));
   }
 
   // When a running job is expected to end: at its time limit, else after the default run time
@@ -893,8 +943,9 @@ class Scheduler::Pass {
   void reserve(const QueuedJob& job) {
     place_unplaced();  // where the jobs started so far run decides what frees up first
     std::vector<std::pair<double, const RunningJob*>> by_end;
+    // A job on loan is out of the way whenever the reservation needs its GPUs: it is suspended then.
     for (const auto& [id, running] : s_.running_)
-      by_end.emplace_back(expected_end(running), &running);
+      by_end.emplace_back(running.on_loan ? now_ : expected_end(running), &running);
     std::sort(by_end.begin(), by_end.end(), [](const auto& a, const auto& b) {
       return std::tie(a.first, a.second->request.id) < std::tie(b.first, b.second->request.id);
     });
@@ -973,5 +1024,61 @@ std::vector<JobStart> Scheduler::schedule(double now) {
 }
 
 std::map<JobId, double> Scheduler::expected_starts(double now, size_t limit) { return Pass(*this, now).plan(limit); }
+
+std::vector<JobId> Scheduler::jobs_in_the_way() const {
+  if (!config_.backfill_by_suspending || !reservation_) return {};
+  auto where = queued_.find(reservation_->id);
+  if (where == queued_.end()) return {};
+  const JobRequest& holder = groups_[where->second.first].jobs.at(where->second.second).request;
+  std::vector<const RunningJob*> on_loan;
+  for (const auto& [id, job] : running_) {
+    bool on_reserved = std::ranges::find_first_of(job.gpus, reservation_->gpus) != job.gpus.end();
+    if (job.on_loan && on_reserved) on_loan.push_back(&job);
+  }
+  // The largest first, so that as few as possible are suspended; then the most recently
+  // started, which have the least to lose.
+  auto size = [&](const RunningJob* job) {
+    return job->request.gpus.slice_mib.value_or(machine_.gpus[job->gpus.front()].memory_total_mib.value_or(0));
+  };
+  std::ranges::sort(on_loan, [&](const RunningJob* a, const RunningJob* b) {
+    return std::tuple(size(a), a->start_s, a->request.id) > std::tuple(size(b), b->start_s, b->request.id);
+  });
+  std::vector<GpuAvailability> state = availability_;
+  auto fits = [&] {
+    return std::ranges::all_of(reservation_->gpus, [&](unsigned gpu) {
+      return fits_on(machine_.gpus[gpu], state[gpu], holder) && !mps_serves_another(state[gpu], holder);
+    });
+  };
+  std::vector<const RunningJob*> suspend;
+  for (const RunningJob* job : on_loan) {
+    if (fits()) break;
+    give_back(state, job->request, job->gpus, job->mig_uuid);
+    suspend.push_back(job);
+  }
+  if (!fits()) return {};  // something else is still in the way: it ends in its own time
+  // One suspended early may have made room that later ones made anyway: it stays.
+  std::vector<JobId> needed;
+  for (const RunningJob* job : suspend) {
+    take(state, machine_, job->request, job->gpus, job->mig_uuid);
+    if (fits()) continue;
+    give_back(state, job->request, job->gpus, job->mig_uuid);
+    needed.push_back(job->request.id);
+  }
+  return needed;
+}
+
+Result<void> Scheduler::give_way(JobId id) {
+  auto job = running_.find(id);
+  if (job == running_.end() || !job->second.on_loan) return fail("job {} is not running on loan", id);
+  job->second.giving_way = true;
+  return {};
+}
+
+void Scheduler::end_loan(JobId id) {
+  if (auto job = running_.find(id); job != running_.end()) {
+    job->second.on_loan = false;
+    job->second.giving_way = false;
+  }
+}
 
 }  // namespace gpupool

@@ -50,6 +50,10 @@ struct JobRequest {
   // A slice held by its GPU's MPS server (sched/mps.h): it shares a GPU only with the same
   // user's MPS slices, since the server serves one user at a time.
   bool mps = false;
+  // Its processes can be checkpointed and its GPUs freed at any time (docs/suspend.md): with
+  // SchedulerConfig::backfill_by_suspending it may backfill onto reserved GPUs without being
+  // expected to leave them in time, and is suspended when the reservation's job needs them.
+  bool suspendable = false;
 };
 
 // The users' decayed GPU-seconds as of `as_of_s`: what outlives a daemon restart, so that a
@@ -86,12 +90,20 @@ struct SchedulerConfig {
   // 8-GPU machine (docs/scheduling.md, "Fragmentation-aware placement"), so it stays the default.
   SlicePlacement slice_placement = SlicePlacement::BestFit;
   size_t recent_requests = 1000;
+  // Behind a reservation, a suspendable job that fits only on reserved GPUs, and is not known to
+  // end before the reservation starts, starts there all the same, on loan: once the
+  // reservation's job could start on its GPUs but for jobs on loan, jobs_in_the_way() names
+  // them, the caller suspends them and queues them again (resume()), and the reserved job
+  // starts. The drain then wastes nothing, and the reservation is not delayed by a job whose
+  // run time nobody knew. A job suspended once does not go on loan again.
+  bool backfill_by_suspending = false;
 };
 
 struct JobStart {
   JobId id = 0;
   std::vector<unsigned> gpus;  // nvidia-smi indices
   std::string mig_uuid = {};   // a --mig job's MIG device, on its one GPU
+  bool on_loan = false;        // on reserved GPUs (SchedulerConfig::backfill_by_suspending)
 };
 
 // Where the first waiting job in order will run (gpupool policy): jobs that backfill must end
@@ -133,15 +145,29 @@ class Scheduler {
   // remove() forgets it. An error when it is not running, or holds a MIG device.
   Result<void> suspend(JobId id, double now);
   Result<void> resume(JobId id, bool keep_place = true);
+  // With backfill_by_suspending: the running jobs on loan that keep the reservation's job from
+  // its reserved GPUs, once nothing else does (each GPU's other jobs have ended); suspending
+  // them lets it start at the next pass. As few as it needs: the largest first, then the most
+  // recently started. Empty otherwise.
+  std::vector<JobId> jobs_in_the_way() const;
+  // The caller is about to suspend a job on loan for the reservation (jobs_in_the_way()): once
+  // suspend() is told, it goes next after the reservation's job, ahead of the jobs that waited
+  // meanwhile, and the reservation passes to no other job while it waits. An error when the job
+  // is not running on loan.
+  Result<void> give_way(JobId id);
+  // A job on loan that could not be suspended: it runs on as any job does, to its own end, and
+  // reservations expect it to.
+  void end_loan(JobId id);
   // Records a job that is already running on `gpus` since `start_s` (adopted after a daemon
   // restart); it is not subject to quotas, which it may exceed, and counts towards its user's
   // fair share from `start_s`. An error when its id is known, a GPU index is out of range or
   // repeated, there are not `request.gpus` of them, or a GPU is already taken by the
   // scheduler's other jobs (a whole GPU held, or its memory full): two jobs on one GPU would
   // make the scheduler's view wrong. Outside use is not checked.
-  // A --mig job names its MIG device (`mig_uuid`), which no other job may hold.
+  // A --mig job names its MIG device (`mig_uuid`), which no other job may hold; a job that
+  // started on loan (JobStart::on_loan) is on loan still, while backfill_by_suspending is on.
   Result<void> adopt(const JobRequest& request, const std::vector<unsigned>& gpus, double start_s,
-                     const std::string& mig_uuid = {});
+                     const std::string& mig_uuid = {}, bool on_loan = false);
   // What stands on each GPU apart from the scheduler's own jobs (indexed like the machine's
   // GPUs): processes gpupool did not start, leases taken without the daemon. Replaces the
   // previous call's view; placement avoids those GPUs and memory, and reservations treat them
@@ -212,6 +238,8 @@ class Scheduler {
     double start_s = 0;
     std::vector<unsigned> gpus;
     std::string mig_uuid = {};
+    bool on_loan = false;  // started on reserved GPUs under backfill_by_suspending
+    bool giving_way = false;  // to be suspended for the reservation (give_way)
   };
   class Pass;
   friend class Pass;
@@ -234,7 +262,11 @@ class Scheduler {
   void record_run_time(UserState& user, double run_time);
   void enqueue(const QueuedJob& job);
   // Returns the MIG device a --mig job takes (empty for others).
-  std::string start(const QueuedJob& job, std::vector<unsigned> gpus, double now);
+  std::string start(const QueuedJob& job, std::vector<unsigned> gpus, double now, bool on_loan = false);
+  // Whether a queued job may go on loan (backfill_by_suspending).
+  bool may_borrow(const JobRequest& request) const {
+    return config_.backfill_by_suspending && request.suspendable && !request.gpus.mig && !request.time_limit_s;
+  }
   void release(std::unordered_map<JobId, RunningJob>::iterator job);
 
   Machine machine_;
@@ -256,9 +288,14 @@ class Scheduler {
   // The queued jobs' time limits (infinity for none): behind a reservation, when the shortest
   // one does not fit before it and only reserved GPUs have room, a pass can stop.
   std::multiset<double> queued_limits_;
+  size_t queued_borrowers_ = 0;  // queued jobs that may go on loan (may_borrow)
   uint64_t arrivals_ = 0;
   std::unordered_map<JobId, RunningJob> running_;
   std::unordered_map<JobId, QueuedJob> suspended_;
+  // Jobs on loan suspended for a reservation (give_way), until they end or are suspended again:
+  // queued, they go next after the reservation's job, ahead of the jobs that waited meanwhile,
+  // since they ran before it.
+  std::set<JobId> gave_way_;
   std::unordered_map<JobId, unsigned> array_running_;  // running tasks by array id
   std::optional<Reservation> reservation_;
   double last_accounted_s_ = 0;

@@ -268,24 +268,38 @@ Machine scenario_machine(const Scenario& s) {
   return machine;
 }
 
+// Whether a scheduled job holds its GPUs at `at`: started, not ended, not suspended then.
+bool holds_gpus(const sim::ScheduledJob& job, double at) {
+  if (at < job.start_s || at >= job.end_s) return false;
+  return std::ranges::none_of(job.suspensions, [&](const sim::SuspendedSpell& off) {
+    return off.released_s <= at && at < off.restarted_s;
+  });
+}
+
 // Every job that fits the machine is eventually scheduled (the replay fails otherwise), and
-// at each start no GPU is over-committed and no user is over quota.
+// at each start (and restart, with backfill by suspending) no GPU is over-committed and no user
+// is over quota.
 RC_GTEST_PROP(SchedulerProperties, NoOvercommitNoQuotaBreachEveryJobRuns, ()) {
   Scenario s = *scenarios();
   SchedulerConfig config;
   config.policy = s.policy;
   config.quota_gpus = s.quota;
+  config.backfill_by_suspending = *rc::gen::arbitrary<bool>();
   auto result = sim::replay(scenario_machine(s), s.trace, config);
   RC_ASSERT(result.ok());
   const std::vector<sim::ScheduledJob>& schedule = result->schedule;
+  std::vector<std::pair<double, size_t>> starts;
   for (size_t i = 0; i < schedule.size(); ++i) {
-    double at = schedule[i].start_s;
-    RC_ASSERT(at >= s.trace[i].submit_s);
+    RC_ASSERT(schedule[i].start_s >= s.trace[i].submit_s);
+    starts.emplace_back(schedule[i].start_s, i);
+    for (const sim::SuspendedSpell& off : schedule[i].suspensions) starts.emplace_back(off.restarted_s, i);
+  }
+  for (const auto& [at, i] : starts) {
     std::vector<bool> exclusive(s.gpus, false);
     std::vector<uint64_t> shared(s.gpus, 0);
     std::map<std::string, double> held;
     for (size_t j = 0; j < schedule.size(); ++j) {
-      bool running = j == i || (schedule[j].start_s <= at && at < schedule[j].end_s);
+      bool running = j == i || holds_gpus(schedule[j], at);
       if (!running) continue;
       const TraceJob& job = s.trace[j];
       RC_ASSERT(schedule[j].gpus.size() == job.gpus);

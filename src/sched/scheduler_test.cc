@@ -173,6 +173,173 @@ TEST(SchedulerTest, ASuspendedJobFreesItsGpusAndResumesOnThemAtItsOldPlace) {
   EXPECT_EQ(resumed[0].gpus, std::vector<unsigned>{its_gpu});
 }
 
+// backfill_by_suspending, in the setting of behind_a_big_job: job 1 holds two of four GPUs
+// until t=100, job 2 wants all four and holds the reservation.
+Scheduler with_a_reservation_and_loans() {
+  SchedulerConfig config;
+  config.backfill_by_suspending = true;
+  Scheduler s = *Scheduler::create(make_machine(4), config);
+  EXPECT_TRUE(s.submit(job(1, 2, 100), 0).ok());
+  EXPECT_EQ(ids(s.schedule(0)), std::vector<JobId>{1});
+  EXPECT_TRUE(s.submit(job(2, 4, 100), 1).ok());
+  EXPECT_TRUE(s.schedule(1).empty());
+  return s;
+}
+
+JobRequest suspendable(JobRequest request) {
+  request.suspendable = true;
+  return request;
+}
+
+TEST(SchedulerTest, ASuspendableJobWithoutALimitBackfillsOnLoanAndIsNamedWhenInTheWay) {
+  Scheduler s = with_a_reservation_and_loans();
+  ASSERT_TRUE(s.submit(suspendable(job(3, 1)), 2).ok());
+  ASSERT_TRUE(s.submit(job(4, 1), 2).ok());                     // not suspendable: it waits
+  ASSERT_TRUE(s.submit(suspendable(job(5, 1, 500)), 2).ok());  // a limit past the reservation: waits
+  EXPECT_EQ(ids(s.schedule(2)), std::vector<JobId>{3});
+  // Job 1 is still in the way: nothing to suspend yet.
+  EXPECT_TRUE(s.jobs_in_the_way().empty());
+  ASSERT_TRUE(s.submit(suspendable(job(6, 1)), 3).ok());
+  EXPECT_EQ(ids(s.schedule(3)), std::vector<JobId>{6});
+  // A job on loan is out of the way whenever the reservation needs its GPUs: the reservation
+  // still starts when job 1 ends.
+  ASSERT_TRUE(s.reservation().has_value());
+  EXPECT_EQ(s.reservation()->start_s, 100);
+  ASSERT_TRUE(s.finish(1, 60).ok());
+  EXPECT_TRUE(s.schedule(60).empty());  // two GPUs free, two on loan
+  EXPECT_EQ(s.jobs_in_the_way(), (std::vector<JobId>{6, 3}));  // the most recent first
+  // The reservation is due: its free GPUs are lent no more.
+  ASSERT_TRUE(s.submit(suspendable(job(7, 1)), 60).ok());
+  EXPECT_TRUE(s.schedule(60).empty());
+  for (JobId id : {6, 3}) {
+    ASSERT_TRUE(s.suspend(id, 61).ok());
+    ASSERT_TRUE(s.resume(id).ok());
+  }
+  EXPECT_EQ(ids(s.schedule(61)), std::vector<JobId>{2});
+  EXPECT_TRUE(s.jobs_in_the_way().empty());
+}
+
+JobRequest slice_of(JobRequest request, uint64_t mib) {
+  request.gpus.slice_mib = mib;
+  return request;
+}
+
+// backfill_by_suspending on one GPU: job 1 holds half of it until t=100, job 2 wants three
+// quarters and holds the reservation.
+Scheduler half_held_three_quarters_reserved() {
+  SchedulerConfig config;
+  config.backfill_by_suspending = true;
+  Scheduler s = *Scheduler::create(make_machine(1), config);
+  EXPECT_TRUE(s.submit(slice_of(job(1, 1, 100), kGpuMib / 2), 0).ok());
+  EXPECT_EQ(ids(s.schedule(0)), std::vector<JobId>{1});
+  EXPECT_TRUE(s.submit(slice_of(job(2, 1, 100), kGpuMib * 3 / 4), 1).ok());
+  EXPECT_TRUE(s.schedule(1).empty());
+  return s;
+}
+
+TEST(SchedulerTest, OnlyTheJobsOnLoanThatTheReservationNeedsAreInTheWay) {
+  // Jobs 3 and 4 take a quarter each, on loan.
+  Scheduler s = half_held_three_quarters_reserved();
+  ASSERT_TRUE(s.submit(slice_of(suspendable(job(3, 1)), kGpuMib / 4), 2).ok());
+  ASSERT_TRUE(s.submit(slice_of(suspendable(job(4, 1)), kGpuMib / 4), 2).ok());
+  EXPECT_EQ(ids(s.schedule(2)), (std::vector<JobId>{3, 4}));
+  ASSERT_TRUE(s.finish(1, 50).ok());
+  EXPECT_TRUE(s.schedule(50).empty());
+  // A quarter is missing: one of them is enough, the later (job 4: started with job 3, a later id).
+  EXPECT_EQ(s.jobs_in_the_way(), std::vector<JobId>{4});
+  ASSERT_TRUE(s.suspend(4, 51).ok());
+  ASSERT_TRUE(s.resume(4).ok());
+  EXPECT_EQ(ids(s.schedule(51)), std::vector<JobId>{2});
+}
+
+TEST(SchedulerTest, AJobSuspendedOnceDoesNotGoOnLoanAgain) {
+  Scheduler s = with_a_reservation_and_loans();
+  ASSERT_TRUE(s.submit(suspendable(job(3, 1)), 2).ok());
+  ASSERT_EQ(ids(s.schedule(2)), std::vector<JobId>{3});
+  ASSERT_TRUE(s.suspend(3, 3).ok());
+  ASSERT_TRUE(s.resume(3).ok());
+  // Its GPU is free and reserved: it would go on loan, had it not been suspended before.
+  EXPECT_TRUE(s.schedule(4).empty());
+  EXPECT_EQ(s.waiting(3, 4)->reason, WaitReason::Reservation);
+}
+
+TEST(SchedulerTest, AJobSuspendedForAReservationGoesRightAfterThatJob) {
+  Scheduler s = with_a_reservation_and_loans();
+  ASSERT_TRUE(s.submit(job(3, 1), 2).ok());  // not suspendable: it waits
+  ASSERT_TRUE(s.submit(suspendable(job(4, 1)), 2).ok());
+  EXPECT_EQ(ids(s.schedule(2)), std::vector<JobId>{4});
+  ASSERT_TRUE(s.submit(job(5, 4, 100), 3).ok());  // would inherit the GPUs drained for job 2
+  ASSERT_TRUE(s.finish(1, 60).ok());
+  EXPECT_TRUE(s.schedule(60).empty());
+  ASSERT_EQ(s.jobs_in_the_way(), std::vector<JobId>{4});
+  ASSERT_TRUE(s.give_way(4).ok());
+  ASSERT_TRUE(s.suspend(4, 61).ok());
+  ASSERT_TRUE(s.resume(4).ok());
+  EXPECT_EQ(ids(s.schedule(61)), std::vector<JobId>{2});
+  // Job 4 gave way to job 2 only: the reservation is its own now, not job 5's.
+  ASSERT_TRUE(s.reservation().has_value());
+  EXPECT_EQ(s.reservation()->id, 4u);
+  ASSERT_TRUE(s.finish(2, 80).ok());
+  // Ahead of job 3, which came before it.
+  EXPECT_EQ(ids(s.schedule(80)), (std::vector<JobId>{4, 3}));
+}
+
+TEST(SchedulerTest, TheFewestJobsOnLoanGiveWayTheLargestFirst) {
+  // On loan, job 3 takes a quarter, then jobs 4 and 5 an eighth each.
+  Scheduler s = half_held_three_quarters_reserved();
+  ASSERT_TRUE(s.submit(slice_of(suspendable(job(3, 1)), kGpuMib / 4), 2).ok());
+  ASSERT_EQ(ids(s.schedule(2)), std::vector<JobId>{3});
+  ASSERT_TRUE(s.submit(slice_of(suspendable(job(4, 1)), kGpuMib / 8), 3).ok());
+  ASSERT_TRUE(s.submit(slice_of(suspendable(job(5, 1)), kGpuMib / 8), 4).ok());
+  ASSERT_EQ(ids(s.schedule(4)), (std::vector<JobId>{4, 5}));
+  ASSERT_TRUE(s.finish(1, 50).ok());
+  EXPECT_TRUE(s.schedule(50).empty());
+  EXPECT_EQ(s.jobs_in_the_way(), std::vector<JobId>{3});  // one job, not the two latest
+}
+
+TEST(SchedulerTest, AJobOnLoanThatCannotBeSuspendedRunsToItsEnd) {
+  Scheduler s = with_a_reservation_and_loans();
+  ASSERT_TRUE(s.submit(suspendable(job(3, 1)), 2).ok());
+  ASSERT_EQ(ids(s.schedule(2)), std::vector<JobId>{3});
+  ASSERT_TRUE(s.finish(1, 60).ok());
+  EXPECT_TRUE(s.schedule(60).empty());
+  ASSERT_EQ(s.jobs_in_the_way(), std::vector<JobId>{3});
+  s.end_loan(3);  // say the driver refused its checkpoint
+  EXPECT_FALSE(s.give_way(3).ok());
+  EXPECT_TRUE(s.jobs_in_the_way().empty());
+  // The reservation expects it to run its course now (the default run time), and lends again.
+  EXPECT_TRUE(s.schedule(61).empty());
+  ASSERT_TRUE(s.reservation().has_value());
+  EXPECT_EQ(s.reservation()->start_s, 2 + 3600);
+  ASSERT_TRUE(s.submit(suspendable(job(4, 1)), 62).ok());
+  EXPECT_EQ(ids(s.schedule(62)), std::vector<JobId>{4});
+}
+
+TEST(SchedulerTest, AJobOnLoanSuspendedForAnotherReasonKeepsItsPlace) {
+  Scheduler s = with_a_reservation_and_loans();
+  ASSERT_TRUE(s.submit(job(3, 1), 2).ok());
+  ASSERT_TRUE(s.submit(suspendable(job(4, 1)), 2).ok());
+  ASSERT_EQ(ids(s.schedule(2)), std::vector<JobId>{4});
+  ASSERT_TRUE(s.suspend(4, 5).ok());  // by its owner, say: not for the reservation
+  ASSERT_TRUE(s.resume(4).ok());
+  ASSERT_TRUE(s.finish(1, 60).ok());
+  EXPECT_EQ(ids(s.schedule(60)), std::vector<JobId>{2});
+  ASSERT_TRUE(s.finish(2, 80).ok());
+  EXPECT_EQ(ids(s.schedule(80)), (std::vector<JobId>{3, 4}));  // in arrival order
+}
+
+TEST(SchedulerTest, WithoutBackfillBySuspendingNoJobGoesOnLoan) {
+  Scheduler s = make_scheduler(4, Policy::Gpupool);
+  ASSERT_TRUE(s.submit(job(1, 2, 100), 0).ok());
+  ASSERT_EQ(ids(s.schedule(0)), std::vector<JobId>{1});
+  ASSERT_TRUE(s.submit(job(2, 4, 100), 1).ok());
+  ASSERT_TRUE(s.submit(suspendable(job(3, 1)), 2).ok());
+  EXPECT_TRUE(s.schedule(2).empty());
+  ASSERT_TRUE(s.finish(1, 60).ok());
+  EXPECT_EQ(ids(s.schedule(60)), std::vector<JobId>{2});
+  EXPECT_TRUE(s.jobs_in_the_way().empty());
+}
+
 TEST(SchedulerTest, ASuspendedJobIsForgottenWhenRemoved) {
   Scheduler s = make_scheduler(1, Policy::Gpupool);
   ASSERT_TRUE(s.submit(job(1, 1), 0).ok());

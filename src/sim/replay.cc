@@ -37,7 +37,8 @@ struct Contention {
 Contention measure_contention(const std::vector<TraceJob>& trace,
                               const std::vector<ScheduledJob>& schedule, double gpus,
                               uint64_t largest_gpu_mib) {
-  enum class Change { Submit, Start, End };
+  // A suspended job gives its GPUs back and waits again (Release) until it starts again (Start).
+  enum class Change { Submit, Start, Release, End };
   struct Event {
     double at;
     Change change;
@@ -51,6 +52,10 @@ Contention measure_contention(const std::vector<TraceJob>& trace,
     events.push_back({trace[i].submit_s, Change::Submit, i});
     events.push_back({schedule[i].start_s, Change::Start, i});
     events.push_back({schedule[i].end_s, Change::End, i});
+    for (const SuspendedSpell& suspension : schedule[i].suspensions) {
+      events.push_back({suspension.released_s, Change::Release, i});
+      events.push_back({suspension.restarted_s, Change::Start, i});
+    }
     user_of[i] = user_numbers.try_emplace(trace[i].user, user_numbers.size()).first->second;
   }
   std::sort(events.begin(), events.end(),
@@ -76,6 +81,9 @@ Contention measure_contention(const std::vector<TraceJob>& trace,
           --waiting_jobs, --user.waiting_jobs, user.waiting -= weight;
           ++user.running_jobs, user.held += weight, held += weight;
           break;
+        case Change::Release:
+          ++waiting_jobs, ++user.waiting_jobs, user.waiting += weight;
+          [[fallthrough]];
         case Change::End:
           --user.running_jobs, user.held -= weight, held -= weight;
           break;
@@ -122,7 +130,12 @@ ReplaySummary summarize(const Machine& machine, const std::vector<TraceJob>& tra
   std::map<std::string, UserFigures> users;
   for (size_t i = 0; i < trace.size(); ++i) {
     const TraceJob& job = trace[i];
-    double wait = schedule[i].start_s - job.submit_s;
+    double suspended = 0;
+    for (const SuspendedSpell& suspension : schedule[i].suspensions) {
+      suspended += suspension.restarted_s - suspension.released_s;
+    }
+    // A suspended job waits again, for its GPUs.
+    double wait = schedule[i].start_s - job.submit_s + suspended;
     double used = gpu_weight(job, largest_gpu_mib) * run_time(job);
     waits.push_back(wait);
     completions.push_back(schedule[i].end_s - job.submit_s);
@@ -130,6 +143,8 @@ ReplaySummary summarize(const Machine& machine, const std::vector<TraceJob>& tra
     latest_possible_end = std::max(latest_possible_end, job.submit_s + run_time(job));
     summary.makespan_s = std::max(summary.makespan_s, schedule[i].end_s);
     if (job.time_limit_s && job.duration_s > *job.time_limit_s) ++summary.ended_at_time_limit;
+    summary.suspensions += schedule[i].suspensions.size();
+    summary.max_suspended_s = std::max(summary.max_suspended_s, suspended);
     UserFigures& user = users[job.user];
     user.user = job.user;
     ++user.jobs;
@@ -166,39 +181,96 @@ Result<std::vector<ScheduledJob>> run_schedule(const Machine& machine,
   std::iota(arrivals.begin(), arrivals.end(), 0);
   std::stable_sort(arrivals.begin(), arrivals.end(),
                    [&](size_t a, size_t b) { return trace[a].submit_s < trace[b].submit_s; });
-  // The durations stay here: the scheduler hears of an end only when it happens.
-  using Completion = std::pair<double, size_t>;  // end, trace position
-  std::priority_queue<Completion, std::vector<Completion>, std::greater<>> completions;
+  auto gpu_mib = [&](size_t job, unsigned gpu) {
+    return trace[job].gpu_mem_mib.value_or(machine.gpus[gpu].memory_total_mib.value_or(0));
+  };
+  // What only the replay knows: when each job ends, or its checkpoint does. An event counts
+  // only while it is its job's latest (a suspension replaces the end it had).
+  struct Progress {
+    double left_s = 0;         // run time still to go
+    double running_since = 0;  // since its last (re)start, restore done
+    uint64_t latest = 0;       // its event's number
+    bool suspending = false;
+  };
+  struct Event {
+    double at;
+    size_t job;
+    uint64_t number;
+    bool operator>(const Event& other) const { return std::tie(at, number) > std::tie(other.at, other.number); }
+  };
+  std::priority_queue<Event, std::vector<Event>, std::greater<>> events;
+  uint64_t numbered = 0;
+  std::vector<Progress> progress(trace.size());
   std::vector<ScheduledJob> schedule(trace.size());
-  std::vector<bool> started(trace.size(), false);
+  std::vector<bool> started(trace.size(), false), ended(trace.size(), false);
   size_t next_arrival = 0;
-  while (next_arrival < arrivals.size() || !completions.empty()) {
+  while (next_arrival < arrivals.size() || !events.empty()) {
     double now = std::numeric_limits<double>::infinity();
     if (next_arrival < arrivals.size()) now = trace[arrivals[next_arrival]].submit_s;
-    if (!completions.empty()) now = std::min(now, completions.top().first);
-    while (!completions.empty() && completions.top().first <= now) {
-      TRY(scheduler.finish(completions.top().second, now));
-      completions.pop();
+    if (!events.empty()) now = std::min(now, events.top().at);
+    for (; !events.empty() && events.top().at <= now; events.pop()) {
+      const Event& event = events.top();
+      Progress& job = progress[event.job];
+      if (event.number != job.latest) continue;
+      if (job.suspending) {
+        job.suspending = false;
+        TRY(scheduler.suspend(event.job, now));
+        TRY(scheduler.resume(event.job));
+        schedule[event.job].suspensions.push_back({now, now});
+      } else {
+        TRY(scheduler.finish(event.job, now));
+        schedule[event.job].end_s = now;
+        ended[event.job] = true;
+      }
     }
     for (; next_arrival < arrivals.size() && trace[arrivals[next_arrival]].submit_s <= now;
          ++next_arrival) {
       const TraceJob& job = trace[arrivals[next_arrival]];
+      // The daemon suspends multi-GPU jobs too, but the driver refuses those that talk through
+      // NCCL: the replay counts on one-GPU jobs only.
       JobRequest request{arrivals[next_arrival], job.user, {job.gpus, job.gpu_mem_mib}, job.priority,
-                         job.time_limit_s};
+                         job.time_limit_s, std::nullopt, false, job.gpus == 1};
       Result<void> submitted = scheduler.submit(request, now);
       if (!submitted) return fail("trace job '{}': {}", job.id, submitted.error().message);
     }
     for (JobStart& start : scheduler.schedule(now)) {
-      double end = now + run_time(trace[start.id]);
-      schedule[start.id] = ScheduledJob{now, end, std::move(start.gpus)};
-      started[start.id] = true;
-      completions.emplace(end, start.id);
+      Progress& job = progress[start.id];
+      ScheduledJob& scheduled = schedule[start.id];
+      job.running_since = now;
+      if (!started[start.id]) {
+        started[start.id] = true;
+        job.left_s = run_time(trace[start.id]);
+        scheduled = ScheduledJob{now, now, std::move(start.gpus)};
+      } else {
+        if (start.gpus != scheduled.gpus) {
+          return fail("trace job '{}' was resumed on other GPUs than it ran on", trace[start.id].id);
+        }
+        scheduled.suspensions.back().restarted_s = now;
+        job.running_since += suspension_time(gpu_mib(start.id, scheduled.gpus.front())).restore_s;
+      }
+      job.latest = ++numbered;
+      events.push({job.running_since + job.left_s, start.id, job.latest});
+    }
+    for (JobId id : scheduler.jobs_in_the_way()) {
+      Progress& job = progress[id];
+      if (job.suspending) continue;
+      // Its processes stop at the lock; its GPU is free once the checkpoint is done.
+      TRY(scheduler.give_way(id));
+      job.suspending = true;
+      job.left_s -= std::max(0.0, now - job.running_since);
+      job.latest = ++numbered;
+      events.push({now + suspension_time(gpu_mib(id, schedule[id].gpus.front())).checkpoint_s, id, job.latest});
     }
   }
   auto never = std::find(started.begin(), started.end(), false);
   if (never != started.end()) {
     return fail("trace job '{}' was never scheduled",
                 trace[static_cast<size_t>(never - started.begin())].id);
+  }
+  auto unfinished = std::find(ended.begin(), ended.end(), false);
+  if (unfinished != ended.end()) {
+    return fail("trace job '{}' was suspended and never resumed",
+                trace[static_cast<size_t>(unfinished - ended.begin())].id);
   }
   return schedule;
 }
@@ -231,6 +303,11 @@ Result<void> measure_finish_time_fairness(const Machine& machine,
 
 }  // namespace
 
+SuspensionTime suspension_time(uint64_t gpu_mib) {
+  double gib = static_cast<double>(gpu_mib) / 1024;
+  return {1 + gib / 1.8, 1 + gib / 7};
+}
+
 Result<ReplayResult> replay(const Machine& machine, const std::vector<TraceJob>& trace,
                             const SchedulerConfig& config) {
   TRY_ASSIGN(std::vector<ScheduledJob> schedule, run_schedule(machine, trace, config));
@@ -244,10 +321,14 @@ Result<ReplayResult> replay(const Machine& machine, const std::vector<TraceJob>&
 
 std::string schedule_csv(const std::vector<TraceJob>& trace,
                          const std::vector<ScheduledJob>& schedule) {
-  std::string out = "id,start_s,end_s,gpus\n";
+  std::string out = "id,start_s,end_s,gpus,suspended\n";
   for (size_t i = 0; i < trace.size(); ++i) {
-    fmt::format_to(std::back_inserter(out), "{},{},{},{}\n", trace[i].id, schedule[i].start_s,
-                   schedule[i].end_s, fmt::join(schedule[i].gpus, ";"));
+    std::vector<std::string> suspended;
+    for (const SuspendedSpell& suspension : schedule[i].suspensions) {
+      suspended.push_back(fmt::format("{}-{}", suspension.released_s, suspension.restarted_s));
+    }
+    fmt::format_to(std::back_inserter(out), "{},{},{},{},{}\n", trace[i].id, schedule[i].start_s,
+                   schedule[i].end_s, fmt::join(schedule[i].gpus, ";"), fmt::join(suspended, ";"));
   }
   return out;
 }
@@ -276,6 +357,8 @@ nlohmann::json summary_json(const ReplaySummary& summary) {
           {"jain_index", summary.jain_index},
           {"max_finish_time_fairness", summary.max_finish_time_fairness},
           {"ended_at_time_limit", summary.ended_at_time_limit},
+          {"suspensions", summary.suspensions},
+          {"max_suspended_s", summary.max_suspended_s},
           {"users", users}};
 }
 

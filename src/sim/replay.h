@@ -14,10 +14,17 @@
 
 namespace gpupool::sim {
 
+// A spell in which a suspended job held no GPU: from the end of its checkpoint to its restart.
+struct SuspendedSpell {
+  double released_s = 0;
+  double restarted_s = 0;
+};
+
 struct ScheduledJob {
-  double start_s = 0;
+  double start_s = 0;  // the first
   double end_s = 0;
   std::vector<unsigned> gpus;  // nvidia-smi indices
+  std::vector<SuspendedSpell> suspensions = {};  // (SchedulerConfig::backfill_by_suspending)
 };
 
 struct UserFigures {
@@ -38,6 +45,7 @@ struct ReplaySummary {
   double makespan_s = 0;     // from time 0 to the last job's end
   double lower_bound_s = 0;  // no schedule can end earlier (see docs/scheduling.md)
   double utilization = 0;    // GPU-seconds used / (GPUs x makespan)
+  // Waits run from submission to the first start, and count the time suspended too.
   double mean_wait_s = 0;
   double p95_wait_s = 0;
   double max_wait_s = 0;
@@ -51,6 +59,8 @@ struct ReplaySummary {
   double jain_index = 1;
   double max_finish_time_fairness = 1;  // the worst user's (UserFigures::finish_time_fairness)
   size_t ended_at_time_limit = 0;  // jobs that would have run longer than their limit
+  size_t suspensions = 0;          // jobs on loan suspended for a reservation
+  double max_suspended_s = 0;      // the longest a job held no GPU between its start and its end
   std::vector<UserFigures> users;  // sorted by name
 };
 
@@ -59,10 +69,23 @@ struct ReplayResult {
   ReplaySummary summary;
 };
 
+// With backfill_by_suspending, every one-GPU job (whole or slice) is suspendable; a suspension
+// holds the job's GPUs while its memory is checkpointed and costs it the restore when it starts
+// again (suspension_time()).
 Result<ReplayResult> replay(const Machine& machine, const std::vector<TraceJob>& trace,
                             const SchedulerConfig& config);
 
-// `id,start_s,end_s,gpus` with the GPUs joined by ';', one row per job in trace order.
+// How long a job of `gpu_mib` on its GPU takes to checkpoint and to restore, at the rates
+// measured on an H100 machine (docs/benchmarks.md, "Suspend and resume"): 1.8 GiB/s to host
+// memory, 7 GiB/s back, and a second each for the calls.
+struct SuspensionTime {
+  double checkpoint_s = 0;
+  double restore_s = 0;
+};
+SuspensionTime suspension_time(uint64_t gpu_mib);
+
+// `id,start_s,end_s,gpus,suspended` with the GPUs joined by ';' and the suspensions as
+// `released-restarted` joined by ';', one row per job in trace order.
 std::string schedule_csv(const std::vector<TraceJob>& trace,
                          const std::vector<ScheduledJob>& schedule);
 

@@ -1,5 +1,6 @@
 #include "sim/replay.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "sim/fixture.h"
@@ -44,7 +45,7 @@ TEST(ReplayTest, ReplaysInVirtualTimeAndSummarizes) {
   auto result = replay(two_gpus(), trace, policy(Policy::Fifo));
   ASSERT_TRUE(result.ok()) << result.error().message;
   EXPECT_EQ(schedule_csv(trace, result->schedule),
-            "id,start_s,end_s,gpus\na,0,100,0;1\nb,100,150,0\nc,100,120,1\n");
+            "id,start_s,end_s,gpus,suspended\na,0,100,0;1,\nb,100,150,0,\nc,100,120,1,\n");
   const ReplaySummary& s = result->summary;
   EXPECT_EQ(s.jobs, 3u);
   EXPECT_EQ(s.makespan_s, 150);
@@ -101,6 +102,43 @@ TEST(ReplayTest, AJobEndsAtItsTimeLimit) {
   ASSERT_TRUE(result.ok());
   EXPECT_EQ(result->schedule[0].end_s, 30);
   EXPECT_EQ(result->summary.ended_at_time_limit, 1u);
+}
+
+// Two GPUs: "long" holds one until 100 (limit 200), "wide" wants both, "loan" has no limit.
+std::vector<TraceJob> a_job_on_loan() {
+  std::vector<TraceJob> trace = {trace_job("long", 0, 100, 1), trace_job("wide", 1, 50, 2),
+                                 trace_job("loan", 2, 500, 1)};
+  trace[0].time_limit_s = 200;
+  trace[1].time_limit_s = 200;
+  return trace;
+}
+
+TEST(ReplayTest, AJobOnLoanIsSuspendedForTheReservationAndResumesOnItsGpu) {
+  SchedulerConfig config = policy(Policy::Gpupool);
+  config.backfill_by_suspending = true;
+  auto result = replay(two_gpus(), a_job_on_loan(), config);
+  ASSERT_TRUE(result.ok()) << result.error().message;
+  const auto& loan = result->schedule[2];
+  SuspensionTime took = suspension_time(1000);  // a whole GPU of two_gpus()
+  double released = 100 + took.checkpoint_s;
+  EXPECT_EQ(loan.start_s, 2);
+  ASSERT_EQ(loan.suspensions.size(), 1u);
+  EXPECT_DOUBLE_EQ(loan.suspensions[0].released_s, released);
+  EXPECT_DOUBLE_EQ(result->schedule[1].start_s, released);  // the checkpoint held its GPU
+  EXPECT_DOUBLE_EQ(loan.suspensions[0].restarted_s, released + 50);
+  EXPECT_EQ(loan.gpus, std::vector<unsigned>{1});
+  // It ran 98 s before the lock, and the rest after its restore.
+  EXPECT_DOUBLE_EQ(loan.end_s, released + 50 + took.restore_s + 402);
+  EXPECT_EQ(result->summary.suspensions, 1u);
+  EXPECT_DOUBLE_EQ(result->summary.max_suspended_s, 50);
+  EXPECT_DOUBLE_EQ(result->summary.max_wait_s, released - 1);  // wide's; loan's 50 s suspended count too
+  EXPECT_NE(schedule_csv(a_job_on_loan(), result->schedule).find(fmt::format("loan,2,{},1,{}-{}\n", loan.end_s, released, released + 50)),
+            std::string::npos);
+  // Without it, the job waits for the wide one to end.
+  auto waiting = replay(two_gpus(), a_job_on_loan(), policy(Policy::Gpupool));
+  ASSERT_TRUE(waiting.ok());
+  EXPECT_EQ(waiting->schedule[2].start_s, 150);
+  EXPECT_EQ(waiting->summary.suspensions, 0u);
 }
 
 // The scheduler never sees durations: changing the duration of the job that runs last

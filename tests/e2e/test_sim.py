@@ -81,6 +81,26 @@ class ReplayTest(unittest.TestCase):
         # Ours: "tiny" ends before the reservation so it backfills; "small" (no limit) may not.
         self.assertEqual(starts["gpupool"], {"big": 0, "wide": 100, "small": 110, "tiny": 3})
 
+    def test_backfill_by_suspending_lends_reserved_gpus_and_suspends_for_the_reservation(self):
+        # As above: "small" has no time limit. On loan it starts at once on the GPU reserved for
+        # "wide", and is suspended when "big" ends; "wide" starts once its checkpoint is done.
+        trace = self.write_trace(HEADER + "big,0,100,1,,a,,100\nwide,1,10,2,,b,,\n"
+                                 "small,2,500,1,,c,,\ntiny,3,20,1,,d,,50\n")
+        out = tempfile.mktemp(suffix=".csv")
+        summary = json.loads(sim("replay", "--machine", "mixed-workstation", "--trace", trace,
+                                 "--backfill-by-suspending", "--schedule-out", out, "--json").stdout)
+        with open(out) as f:
+            rows = {r["id"]: r for r in csv.DictReader(f)}
+        os.unlink(out)
+        self.assertEqual(float(rows["small"]["start_s"]), 2)
+        released, restarted = map(float, rows["small"]["suspended"].split("-"))
+        self.assertGreater(released, 100)  # the checkpoint takes a while
+        self.assertEqual(float(rows["wide"]["start_s"]), released)
+        self.assertEqual(restarted, released + 10)
+        self.assertIn(rows["small"]["gpus"], rows["wide"]["gpus"].split(";"))
+        self.assertEqual([r["suspended"] for r in rows.values()].count(""), 3)
+        self.assertEqual((summary["suspensions"], summary["max_suspended_s"]), (1, 10))
+
     def test_slices_placed_by_fragmentation_leave_room_for_the_recent_requests(self):
         # GPU 0 keeps 50000 MiB free and GPU 1 70000; then a 30000 MiB slice comes with three of
         # 40000. Best fit puts it on GPU 0, leaving 20000 that none of them fits; placed by

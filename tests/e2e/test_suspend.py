@@ -294,6 +294,66 @@ class SuspendTest(unittest.TestCase):
             d.touch("low-go")
             self.assertEqual(d.finish(low)[0]["state"], "done")
 
+    def test_a_job_on_loan_is_suspended_for_the_reservation_and_resumes_after_it(self):
+        self.on_loan(restart=False)
+
+    def test_a_restarted_daemon_knows_a_job_on_loan_is_on_loan(self):
+        self.on_loan(restart=True)
+
+    def first_and_whole(self, d):
+        """A slice until "first" ends (its limit: an hour away); "whole" waits for all the GPU, with
+        the reservation. Returns their ids."""
+        first = d.enqueue(["sh", "-c", until_exists(d.path("first-go"))], name="first", mem_mib=20480,
+                          time_limit_s=3600)
+        d.wait_state(first, "running")
+        whole = d.enqueue(["sh", "-c", until_exists(d.path("whole-go"))], name="whole")
+        wait_until(lambda: "reserved for it" in d.show(whole).get("reason", ""), what="the reservation")
+        return first, whole
+
+    def on_loan(self, restart):
+        with self.daemon('[scheduler]\nbackfill = "suspend"\n') as d:
+            first, whole = self.first_and_whole(d)
+            # Without a time limit it could only start after "whole"; on loan it starts now.
+            loan, pid = self.gpu_job(d, "loan", mem_mib=20480)
+            self.assertEqual(d.job_state(whole), "queued")
+            if restart:
+                self.assertEqual(d.stop(), 0)
+                d.start()
+                self.assertEqual(d.job_state(loan), "running")
+                d.wait_for_samples(2)
+            d.touch("first-go")
+            d.wait_state(whole, "running")
+            shown = d.show(loan)
+            self.assertEqual(shown["state"], "suspended")
+            self.assertEqual(shown["reason"], f"suspended by gpupoold (on loan: GPU 0 reserved for job {whole}); "
+                                              "resumes when its GPUs are free")
+            self.assertEqual(self.driver_state(pid), "checkpointed")
+            d.touch("whole-go")
+            self.assertEqual(d.finish(whole)[0]["state"], "done")
+            d.wait_state(loan, "running")
+            self.assertEqual(self.driver_state(pid), "running")
+            d.touch("loan-go")
+            self.assertEqual(d.finish(loan)[0]["state"], "done")
+
+    def test_a_job_on_loan_that_cannot_be_suspended_runs_on_and_the_reservation_waits(self):
+        with self.daemon('[scheduler]\nbackfill = "suspend"\n') as d:
+            first, whole = self.first_and_whole(d)
+            # No process of it on the GPU: nothing to checkpoint, so it cannot be suspended.
+            loan = d.enqueue(["sh", "-c", until_exists(d.path("loan-go"))], name="loan", mem_mib=20480)
+            d.wait_state(loan, "running")
+            d.touch("first-go")
+            self.assertEqual(d.finish(first)[0]["state"], "done")
+            refusal = "is on loan but cannot be suspended"
+            wait_until(lambda: refusal in d.log_text(), what="the refused suspension")
+            d.wait_for_samples(2)
+            self.assertEqual((d.job_state(loan), d.job_state(whole)), ("running", "queued"))
+            self.assertEqual(d.log_text().count(refusal), 1)  # tried once: it is on loan no more
+            d.touch("loan-go")
+            self.assertEqual(d.finish(loan)[0]["state"], "done")
+            d.wait_state(whole, "running")
+            d.touch("whole-go")
+            self.assertEqual(d.finish(whole)[0]["state"], "done")
+
     def test_an_interactive_job_under_gpupool_run_is_suspended_through_its_client(self):
         with self.daemon() as d:
             run = d.background("run", "--", "sh", "-c", f"echo $$ > {d.path('run.pid')}; {until_exists(d.path('run-go'))}",

@@ -9,6 +9,7 @@ again and exits 0 only if they are the same. On the first size, `resume` is aske
 job still holds the GPU: the suspended job must wait its turn, then resume. Suspend and resume
 times against size go to OUT/suspend.json and the summary.
 """
+import contextlib
 import json
 import os
 import subprocess
@@ -159,16 +160,27 @@ IDLE = ("import os, sys, time, torch; x = torch.ones(1 << 30, device='cuda'); to
         "assert float(x.sum()) == float(1 << 30)")
 
 
+@contextlib.contextmanager
+def one_gpu_daemon(s, config, check, why):
+    """A daemon (protocol 3: it knows the suspended state) on a machine of one GPU; on another,
+    None, with `check` said to be skipped for `why`."""
+    with s.daemon(config) as d:
+        d.protocol = 3
+        gpus = len(json.loads(s.cli("list", "--json", quiet=True).stdout or "[]"))
+        if gpus == 1:
+            yield d
+        else:
+            s.result("SKIP", check, f"{gpus} GPUs: {why}")
+            yield None
+
+
 def step_suspend_policies(s):
     """The daemon suspends by itself: an idle job while another waits (idle_suspend_after), and a job
     of lower priority for one of higher priority (preempt = "suspend"); each resumes after."""
     config = ('[daemon]\nsample_interval_s = 1.0\nidle_suspend_after = "5s"\n[monitor]\nidle_flag_after = "5s"\n'
               '[scheduler]\npreempt = "suspend"\n')
-    with s.daemon(config) as d:
-        d.protocol = 3
-        gpus = len(json.loads(s.cli("list", "--json", quiet=True).stdout or "[]"))
-        if gpus != 1:
-            s.result("SKIP", "suspend policies", f"{gpus} GPUs: the waiting job would take another")
+    with one_gpu_daemon(s, config, "suspend policies", "the waiting job would take another") as d:
+        if d is None:
             return
         idle = d.submit("--name", "idle", "--", *PLAIN, "python3", "-c", IDLE, d.path("idle-go"))
         d.wait_state(idle, "running", timeout=60)
@@ -203,6 +215,51 @@ def step_suspend_policies(s):
         s.check("the twice suspended job ends done, its memory intact", (ended["state"], ended["exit_code"]) == ("done", 0),
                 f"{ended['state']} exit {ended['exit_code']} {ended['reason']}")
         events = [json.loads(line) for line in d.gp("events", "--job", str(idle), "--json").stdout.splitlines()]
+        print("events:", [(e["kind"], e["detail"]) for e in events], flush=True)
+
+
+def step_suspend_loan(s):
+    """backfill = "suspend" on one GPU: "first" (a slice with an hour's time limit) runs, "whole" waits
+    for all the GPU and holds the reservation, and "loan" (a slice holding 8 GiB of known values, no
+    time limit) starts on loan. Once "first" ends, "loan" is suspended, "whole" runs, and "loan"
+    resumes after it with its values intact."""
+    config = '[daemon]\nsample_interval_s = 1.0\nslice_enforcement = "watch"\n[scheduler]\nbackfill = "suspend"\n'
+    with one_gpu_daemon(s, config, "backfill on loan", "the jobs would not meet on one") as d:
+        if d is None:
+            return
+        first = d.submit("--mem", "20G", "--time", "1h", "--name", "first", "--", *PLAIN, "python3", "-c", OTHER,
+                         d.path("first-go"))
+        d.wait_state(first, "running", timeout=120)
+        whole = d.submit("--name", "whole", "--", *PLAIN, "python3", "-c", OTHER, d.path("whole-go"))
+        sums = {name: d.path(f"loan-{name}") for name in ("first", "go", "second")}
+        loan = d.submit("--mem", "40G", "--name", "loan", "--", *PLAIN, "python3", "-c", HOLDER, "8", sums["first"],
+                        sums["go"], sums["second"])
+        started = d.wait_state(loan, "running", timeout=120)
+        filled = wait_file(sums["first"], 300)
+        s.check("a job without a time limit starts on loan beside the reservation",
+                started["state"] == "running" and d.show(whole)["state"] == "queued" and filled is not None,
+                f"loan {started['state']}, whole {d.show(whole)['state']}: {d.show(whole)['reason']}")
+        d.wait_for_samples(2)  # its process seen on the GPU: what the checkpoint takes
+        open(d.path("first-go"), "w").close()
+        began = time.monotonic()
+        whole_shown = d.wait_state(whole, "running", timeout=300)
+        took = time.monotonic() - began
+        loan_shown = d.show(loan)
+        s.check("the job on loan suspended for the reserved job, which runs",
+                whole_shown["state"] == "running" and loan_shown["state"] == "suspended"
+                and f"reserved for job {whole}" in loan_shown["reason"],
+                f"{took:.1f} s from the end of 'first' to the start of 'whole'; loan {loan_shown['state']}: "
+                f"{loan_shown['reason']}")
+        open(d.path("whole-go"), "w").close()
+        d.finish(whole, timeout=120)
+        d.wait_state(loan, "running", timeout=300)
+        open(sums["go"], "w").close()
+        ended = d.finish(loan, timeout=300)[0]
+        second = wait_file(sums["second"], 5)
+        s.check("the job on loan resumes after it and ends done, its values intact",
+                (ended["state"], ended["exit_code"]) == ("done", 0) and filled == second,
+                f"{ended['state']} exit {ended['exit_code']} {ended['reason']}; sums {filled} / {second}")
+        events = [json.loads(line) for line in d.gp("events", "--job", str(loan), "--json").stdout.splitlines()]
         print("events:", [(e["kind"], e["detail"]) for e in events], flush=True)
 
 
