@@ -402,9 +402,9 @@ void Daemon::Impl::preempt_by_suspending(const std::vector<WaitingJob>& queued) 
   }
   if (waiting == nullptr) return;
   unsigned free = 0;
-  for (const GpuAvailability& gpu : scheduler_.availability()) {
-    free += gpu.usable && !gpu.mig_mode && !gpu.exclusive_held && gpu.shared_mib == 0 && !gpu.external_busy &&
-            gpu.external_mib == 0;
+  const std::vector<GpuAvailability>& availability = scheduler_.availability();
+  for (const Gpu& gpu : machine_.gpus) {
+    free += whole_gpu_free(gpu, availability.at(gpu.index)) && availability.at(gpu.index).external_mib == 0;
   }
   std::vector<PreemptionCandidate> candidates;
   for (const auto& [id, job] : dispatcher_.active()) {

@@ -63,7 +63,6 @@ Result<std::vector<GpuAvailability>> survey_pool(const Machine& machine, const L
     TRY_ASSIGN(GpuHold hold, leases.hold(gpu.uuid, gpu.memory_total_mib.value_or(0)));
     a.exclusive_held = hold.exclusive;
     a.shared_mib = hold.shared_mib;
-    a.mig_mode = gpu.mig_enabled.value_or(false);
     for (const MigDevice& device : gpu.mig_devices) {
       // A MIG device's lease is its own lock file, held whole.
       TRY_ASSIGN(GpuHold device_hold, leases.hold(device.uuid, 0));

@@ -72,11 +72,12 @@ TEST(SurveyPool, AMigDeviceIsLeasedOnItsOwnLockFile) {
     EXPECT_FALSE(*leases->try_acquire(claims, LeaseHolder{getpid(), "", "again", 100}));
     auto pool = survey_pool(machine, *leases, HostFiles(root), 1024);
     ASSERT_TRUE(pool.ok()) << pool.error().message;
-    EXPECT_TRUE((*pool)[0].mig_mode);
     EXPECT_EQ((*pool)[0].mig_taken, std::vector<std::string>{"MIG-b"});
+    EXPECT_FALSE(std::filesystem::exists(root + "/run/locks/MIG-a.lock"))
+        << "a survey makes no lock file for a device nobody leased";
+    EXPECT_TRUE(std::filesystem::exists(root + "/run/locks/MIG-b.lock"));
     EXPECT_FALSE((*pool)[0].exclusive_held);
     EXPECT_NE((*pool)[0].holders.find("(train, MIG 0:1)"), std::string::npos) << (*pool)[0].holders;
-    EXPECT_FALSE((*pool)[1].mig_mode);
     EXPECT_TRUE((*pool)[1].mig_taken.empty());
     (*held)->release();
     pool = survey_pool(machine, *leases, HostFiles(root), 1024);

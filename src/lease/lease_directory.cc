@@ -265,10 +265,17 @@ std::string LeaseDirectory::lock_path(const std::string& uuid) const {
   return fmt::format("{}/locks/{}.lock", path_, uuid);
 }
 
+namespace {
+
+// Whether a UUID can name a lock file in the directory: no path of its own, nothing hidden.
+bool names_a_lock_file(const std::string& uuid) {
+  return !uuid.empty() && uuid.find('/') == std::string::npos && uuid.front() != '.';
+}
+
+}  // namespace
+
 Result<Fd> LeaseDirectory::open_lock(const std::string& uuid) const {
-  if (uuid.empty() || uuid.find('/') != std::string::npos || uuid.front() == '.') {
-    return fail("invalid GPU UUID '{}' for a lease", uuid);
-  }
+  if (!names_a_lock_file(uuid)) return fail("invalid GPU UUID '{}' for a lease", uuid);
   std::string path = lock_path(uuid);
   // A lock file is a regular file with one name. Anything else there was planted: a link to a
   // file only root may write, a FIFO, a hard link to someone's file (which root would make 0666).
@@ -412,6 +419,8 @@ Result<bool> LeaseDirectory::take_again(pid_t holder, const std::vector<LeaseCla
 }
 
 Result<GpuHold> LeaseDirectory::hold(const std::string& uuid, uint64_t memory_total_mib) const {
+  // Without a lock file nobody holds it; and a survey should not make one for every MIG device.
+  if (names_a_lock_file(uuid) && !link_status(lock_path(uuid))) return GpuHold{};
   TRY_ASSIGN(Fd fd, open_lock(uuid));
   std::vector<ByteRange> locked;
   collect_locks(fd.get(), 0, std::numeric_limits<off_t>::max(), locked);

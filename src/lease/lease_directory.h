@@ -114,7 +114,7 @@ class LeaseDirectory {
   Result<bool> take_again(pid_t holder, const std::vector<LeaseClaim>& claims, const LeaseHolder& record) const;
   // The leases held now (stale records are skipped).
   Result<std::vector<LeaseRecord>> list() const;
-  // What the locks say is held on one GPU.
+  // What the locks say is held on one GPU (nothing where it has no lock file).
   Result<GpuHold> hold(const std::string& uuid, uint64_t memory_total_mib) const;
 
   const std::string& path() const { return path_; }

@@ -43,12 +43,13 @@ bool may_use(const GpuRequest& request, unsigned index) {
   return std::find(request.excluded.begin(), request.excluded.end(), index) == request.excluded.end();
 }
 
-bool whole_gpu_free(const GpuAvailability& gpu) {
-  return gpu.usable && !gpu.mig_mode && !gpu.exclusive_held && gpu.shared_mib == 0 && !gpu.external_busy;
+bool whole_gpu_free(const Gpu& gpu, const GpuAvailability& state) {
+  return state.usable && !gpu.mig_enabled.value_or(false) && !state.exclusive_held && state.shared_mib == 0 &&
+         !state.external_busy;
 }
 
 uint64_t slice_room(const Gpu& gpu, const GpuAvailability& state) {
-  if (!state.usable || state.mig_mode || state.exclusive_held || !gpu.memory_total_mib) return 0;
+  if (!state.usable || gpu.mig_enabled.value_or(false) || state.exclusive_held || !gpu.memory_total_mib) return 0;
   uint64_t taken = state.shared_mib + state.external_mib;
   return taken >= *gpu.memory_total_mib ? 0 : *gpu.memory_total_mib - taken;
 }
@@ -160,7 +161,7 @@ Result<std::optional<std::vector<unsigned>>> choose_gpus(const Machine& machine,
   for (unsigned index : eligible) {
     const GpuAvailability& a = availability.at(index);
     bool fits = request.slice_mib ? slice_room(machine.gpus.at(index), a) >= *request.slice_mib
-                                  : whole_gpu_free(a);
+                                  : whole_gpu_free(machine.gpus.at(index), a);
     if (fits) candidates.push_back(index);
   }
   if (candidates.size() < request.count) return std::optional<std::vector<unsigned>>();
@@ -176,7 +177,7 @@ Result<std::optional<std::vector<unsigned>>> choose_gpus(const Machine& machine,
       bool untouched = a.shared_mib == 0 && a.external_mib == 0;
       uint64_t room = slice_room(machine.gpus.at(index), a);
       double growth =
-          by_fragmentation ? fragmentation_growth(*recent, room, whole_gpu_free(a), *request.slice_mib) : 0;
+          by_fragmentation ? fragmentation_growth(*recent, room, whole_gpu_free(machine.gpus.at(index), a), *request.slice_mib) : 0;
       keys[index] = std::make_tuple(growth, untouched, room, index);
     }
     std::sort(candidates.begin(), candidates.end(), [&](unsigned a, unsigned b) { return keys[a] < keys[b]; });
@@ -214,7 +215,7 @@ std::string describe_wait(const Machine& machine, const std::vector<GpuAvailabil
   for (const Gpu& gpu : machine.gpus) {
     if (!may_use(request, gpu.index)) continue;
     const GpuAvailability& a = availability.at(gpu.index);
-    bool blocks = request.slice_mib ? slice_room(gpu, a) < *request.slice_mib : !whole_gpu_free(a);
+    bool blocks = request.slice_mib ? slice_room(gpu, a) < *request.slice_mib : !whole_gpu_free(gpu, a);
     if (!blocks) continue;
     ++busy;
     std::string who = !a.holders.empty() ? a.holders : !a.usable ? "unusable" : "in use";

@@ -29,9 +29,6 @@ struct GpuAvailability {
   // their job, or ones started without gpupool): the GPU's MPS server serves that user until
   // they end, so another user's MPS slice would wait there unseen.
   std::string mps_client_user = {};
-  // In MIG mode CUDA runs only on the GPU's MIG devices: it takes no whole-GPU job and no slice,
-  // and its MIG devices are leased one by one (docs/mig.md).
-  bool mig_mode = false;
   std::vector<std::string> mig_taken = {};     // MIG devices held: their UUIDs
   std::vector<std::string> mig_external = {};  // held outside the scheduler (leases without the daemon)
 };
@@ -43,8 +40,9 @@ void take_out_of_service(GpuAvailability& gpu, const std::string& why);
 // Whether the request's allowed and excluded GPUs let it use GPU `index`.
 bool may_use(const GpuRequest& request, unsigned index);
 
-// Whether a whole-GPU request may take it: no lease, no slice, no outside use.
-bool whole_gpu_free(const GpuAvailability& gpu);
+// Whether a whole-GPU request may take it: not in MIG mode (where CUDA runs only on its MIG
+// devices, leased one by one: docs/mig.md), no lease, no slice, no outside use.
+bool whole_gpu_free(const Gpu& gpu, const GpuAvailability& state);
 
 // The MiB a new slice could take on it (outside use counts against it); 0 when it takes none.
 uint64_t slice_room(const Gpu& gpu, const GpuAvailability& state);

@@ -164,11 +164,7 @@ Machine machine_in_mig_mode() {
   return m;
 }
 
-std::vector<GpuAvailability> mig_availability(const Machine& m) {
-  std::vector<GpuAvailability> a(m.gpus.size());
-  for (const Gpu& gpu : m.gpus) a[gpu.index].mig_mode = gpu.mig_enabled.value_or(false);
-  return a;
-}
+std::vector<GpuAvailability> mig_availability(const Machine& m) { return std::vector<GpuAvailability>(m.gpus.size()); }
 
 GpuRequest mig_request(std::string profile, uint64_t min_mib = 0) {
   GpuRequest r;
@@ -184,7 +180,7 @@ TEST(MigAllocation, WholeGpusAndSlicesKeepOffGpusInMigMode) {
   a[2].exclusive_held = a[3].exclusive_held = true;
   EXPECT_EQ(choose_gpus(m, a, {1, std::nullopt, {}, {}}).value(), std::nullopt);
   EXPECT_EQ(slice_room(m.gpus[0], a[0]), 0u);
-  EXPECT_FALSE(whole_gpu_free(a[0]));
+  EXPECT_FALSE(whole_gpu_free(m.gpus[0], a[0]));
   auto named = choose_gpus(m, a, {1, std::nullopt, {0}, {}});
   ASSERT_FALSE(named.ok());
   EXPECT_EQ(named.error().message,

@@ -76,7 +76,7 @@ GpuRequest without_others_mps(const std::vector<GpuAvailability>& state, const J
 // Whether the job fits on one GPU in the state `on`, as one of its GPUs.
 bool fits_on(const Gpu& gpu, const GpuAvailability& on, const JobRequest& job) {
   if (job.gpus.mig) return free_mig_device(gpu, on, *job.gpus.mig) != nullptr;
-  return job.gpus.slice_mib ? slice_room(gpu, on) >= *job.gpus.slice_mib : whole_gpu_free(on);
+  return job.gpus.slice_mib ? slice_room(gpu, on) >= *job.gpus.slice_mib : whole_gpu_free(gpu, on);
 }
 
 // Marks the job's GPUs taken in `state`. A --mig job takes `mig_uuid`, or when it is empty (a
@@ -123,7 +123,6 @@ Scheduler::Scheduler(Machine machine, SchedulerConfig config)
       recent_requests_(config.slice_placement == SlicePlacement::Fragmentation ? config.recent_requests : 0) {
   for (const Gpu& gpu : machine_.gpus) {
     availability_[gpu.index].usable = !gpu.fault.has_value();
-    availability_[gpu.index].mig_mode = gpu.mig_enabled.value_or(false);
     largest_gpu_mib_ = std::max(largest_gpu_mib_, gpu.memory_total_mib.value_or(0));
   }
 }
@@ -792,7 +791,7 @@ class Scheduler::Pass {
     for (const Gpu& gpu : s_.machine_.gpus) {
       const GpuAvailability& state = s_.availability_[gpu.index];
       room.mig_free = room.mig_free || free_mig_device(gpu, state, MigRequest{}) != nullptr;
-      bool whole = whole_gpu_free(state);
+      bool whole = whole_gpu_free(gpu, state);
       uint64_t memory = slice_room(gpu, state);
       if (!whole && memory == 0) continue;
       room.whole_all += whole;
@@ -904,7 +903,7 @@ class Scheduler::Pass {
     if (request.gpus.slice_mib && !unplaced_.empty()) {
       // Beside other slices while whole GPUs are promised; a fresh GPU only once those are placed.
       std::vector<bool> fresh(s_.availability_.size());
-      for (unsigned gpu = 0; gpu < fresh.size(); ++gpu) fresh[gpu] = whole_gpu_free(s_.availability_[gpu]);
+      for (unsigned gpu = 0; gpu < fresh.size(); ++gpu) fresh[gpu] = whole_gpu_free(s_.machine_.gpus[gpu], s_.availability_[gpu]);
       if (std::optional<std::vector<unsigned>> gpus = place_in(s_.availability_, request, fresh)) return choice_of(gpus);
       place_unplaced();
     }
