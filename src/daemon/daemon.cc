@@ -121,13 +121,9 @@ Result<void> Daemon::Impl::recover() {
     mark_out_of_service(unsurveyed);
     TRY(scheduler_.set_outside_use(unsurveyed));
   }
-  {
-    // Before a job's attempt could start another control daemon. Also where this daemon holds
-    // slices without MPS: one started under an earlier setting is still ours to quit.
-    std::vector<std::string> uuids;
-    for (const Gpu& gpu : machine_.gpus) uuids.push_back(gpu.uuid);
-    mps_.adopt(uuids);
-  }
+  // Before a job's attempt could start another control daemon. Also where this daemon holds
+  // slices without MPS: one started under an earlier setting is still ours to quit.
+  mps_.adopt();
   // Before adoption: jobs that ended while no daemon ran are recorded as adoption finds them.
   if (auto run_times = store_.recent_run_times(settings_.config.scheduler.runtime_history)) {
     scheduler_.import_run_times(*run_times);
@@ -538,7 +534,12 @@ void Daemon::Impl::stop_unneeded_mps_controls() {
 }
 
 std::optional<std::string> Daemon::Impl::mps_fault_reason(JobId id) {
-  for (auto& [job, why] : mps_fault_reasons(mps_.new_faults(), mps_clients_)) mps_fault_reasons_[job] = why;
+  // Each running batch job's program too: a fault may come before any sample saw its clients.
+  std::map<uint32_t, JobId> clients = mps_clients_;
+  for (const auto& [running, job] : dispatcher_.active()) {
+    if (std::optional<uint32_t> program = dispatcher_.program_pid(running)) clients.emplace(*program, running);
+  }
+  for (auto& [job, why] : mps_fault_reasons(mps_.new_faults(), clients)) mps_fault_reasons_[job] = why;
   auto reason = mps_fault_reasons_.find(id);
   if (reason == mps_fault_reasons_.end()) return std::nullopt;
   std::string why = std::move(reason->second);

@@ -170,7 +170,7 @@ class Daemon::Impl {
   HostFiles host_;
   // Before the dispatcher, which is told of it: whether slices MPS can hold are MPS slices.
   bool mps_slices_ = mps_in_effect(settings_.config.slice_enforcement);
-  MpsControls mps_{settings_.runtime_dir};
+  MpsControls mps_{settings_.runtime_dir, machine_};
   std::map<uint32_t, JobId> mps_clients_;             // pid → job: slice jobs' processes the watchdog saw
   std::map<JobId, std::string> mps_fault_reasons_;   // read from a server's log, until the job ends
   asio::io_context io_;

@@ -687,6 +687,16 @@ void Dispatcher::relock_running() {
 // ---------------------------------------------------------------------------------------------
 // Ends of attempts
 
+std::optional<uint32_t> Dispatcher::program_pid(JobId id) {
+  auto job = active_.find(id);
+  if (job == active_.end() || job->second.state != JobState::Running || job->second.spec.kind != JobKind::Batch) {
+    return std::nullopt;
+  }
+  auto record = runner_.read_record(record_path(job->second));
+  if (!record || !record->job_pid) return std::nullopt;
+  return static_cast<uint32_t>(*record->job_pid);
+}
+
 void Dispatcher::attempt_ended(JobId id, lifecycle::AttemptExited ended) {
   auto it = active_.find(id);
   if (it == active_.end()) return;

@@ -154,6 +154,9 @@ class Dispatcher {
 
   // Queued, held and running jobs.
   const std::map<JobId, Job>& active() const { return active_; }
+  // The pid of a running batch job's program (the leader of its process group), as its attempt's
+  // record says; nullopt for any other job, or when the record does not say.
+  std::optional<uint32_t> program_pid(JobId id);
   // A job, ended or not; nullopt when there is none.
   Result<std::optional<Job>> find_job(JobId id) const;
   bool drained() const { return lifecycle_.drained(); }

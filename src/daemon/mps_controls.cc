@@ -94,15 +94,23 @@ bool mps_in_effect(SliceEnforcement mode) {
   return mode == SliceEnforcement::Mps || (mode == SliceEnforcement::Auto && find_program(kMpsControlProgram));
 }
 
-void MpsControls::adopt(const std::vector<std::string>& gpu_uuids) {
+MpsControls::MpsControls(std::string runtime_dir, const Machine& machine) : runtime_dir_(std::move(runtime_dir)) {
+  for (const Gpu& gpu : machine.gpus) gpu_uuids_.push_back(gpu.uuid);
+}
+
+MpsDirectories MpsControls::directories_of(const std::string& gpu_uuid) const {
+  return mps_directories(runtime_dir_, gpu_uuid, gpu_uuids_);
+}
+
+void MpsControls::adopt() {
   if (!link_status(runtime_dir_ + "/mps")) return;  // none was ever started here
   // Only a control daemon below a directory of ours was started by a gpupoold.
   if (auto owned = own_directory(runtime_dir_ + "/mps"); !owned) {
     fmt::print(stderr, "gpupoold: {}\n", owned.error().message);
     return;
   }
-  for (const std::string& gpu : gpu_uuids) {
-    MpsDirectories directories = mps_directories(runtime_dir_, gpu);
+  for (const std::string& gpu : gpu_uuids_) {
+    MpsDirectories directories = directories_of(gpu);
     if (link_status(directories.pipe) && control_answers(directories)) {
       running_.emplace(gpu, 0);
       skip_logged(gpu);
@@ -114,7 +122,7 @@ Result<std::vector<std::string>> MpsControls::client_environment(const std::stri
                                                                  std::optional<unsigned> sm_percent) {
   // One that died since (killed, or its directory removed with the runtime directory) is started
   // again: a job handed a pipe with no control behind it would run outside MPS.
-  if (running_.contains(gpu_uuid) && !control_answers(mps_directories(runtime_dir_, gpu_uuid))) {
+  if (running_.contains(gpu_uuid) && !control_answers(directories_of(gpu_uuid))) {
     fmt::print(stderr, "gpupoold: the MPS control for GPU {} no longer answers: starting it again\n", gpu_uuid);
     running_.erase(gpu_uuid);
   }
@@ -126,7 +134,7 @@ Result<std::vector<std::string>> MpsControls::client_environment(const std::stri
   if (auto capped = cap(gpu_uuid, slice_mib); !capped) {
     return fail("MPS control for GPU {}: {}", gpu_uuid, capped.error().message);
   }
-  return mps_client_environment(mps_directories(runtime_dir_, gpu_uuid), slice_mib, sm_percent);
+  return mps_client_environment(directories_of(gpu_uuid), slice_mib, sm_percent);
 }
 
 // A client's own CUDA_MPS_PINNED_DEVICE_MEM_LIMIT can lower the server's limit but not raise
@@ -135,7 +143,7 @@ Result<std::vector<std::string>> MpsControls::client_environment(const std::stri
 Result<void> MpsControls::cap(const std::string& gpu_uuid, uint64_t slice_mib) {
   uint64_t& limit = running_.at(gpu_uuid);
   if (slice_mib <= limit) return {};
-  MpsDirectories directories = mps_directories(runtime_dir_, gpu_uuid);
+  MpsDirectories directories = directories_of(gpu_uuid);
   TRY(ask_control(directories, fmt::format("set_default_device_pinned_mem_limit 0 {}M", slice_mib)));
   TRY_ASSIGN(std::string servers, ask_control(directories, "get_server_list"));
   TRY_ASSIGN(std::vector<uint32_t> pids, parse_mps_pids(servers));
@@ -147,7 +155,7 @@ Result<void> MpsControls::cap(const std::string& gpu_uuid, uint64_t slice_mib) {
 }
 
 Result<void> MpsControls::start(const std::string& gpu_uuid) {
-  MpsDirectories directories = mps_directories(runtime_dir_, gpu_uuid);
+  MpsDirectories directories = directories_of(gpu_uuid);
   if (auto too_long = mps_pipe_too_long(directories)) return fail("{}", *too_long);
   // Every user's clients reach the pipe; the control daemon keeps its own files' modes.
   for (const std::string& directory : {runtime_dir_ + "/mps", directories.root, directories.pipe, directories.log}) {
@@ -182,7 +190,7 @@ void MpsControls::stop_unneeded(const std::set<std::string>& in_use) {
   std::set<std::string> running;
   for (const auto& [gpu, limit] : running_) running.insert(gpu);
   for (const std::string& gpu : unneeded_mps_controls(running, in_use)) {
-    MpsDirectories directories = mps_directories(runtime_dir_, gpu);
+    MpsDirectories directories = directories_of(gpu);
     // A process of a job that has ended may still be a client (a context left open): the
     // control quits once its servers have no client left, not before.
     if (has_clients(directories)) continue;
@@ -204,7 +212,7 @@ std::string server_log(const MpsDirectories& directories) { return directories.l
 }  // namespace
 
 void MpsControls::skip_logged(const std::string& gpu_uuid) {
-  std::string path = server_log(mps_directories(runtime_dir_, gpu_uuid));
+  std::string path = server_log(directories_of(gpu_uuid));
   auto identity = file_identity(path);
   auto status = link_status(path);
   log_read_[gpu_uuid] = identity && status ? LogPosition{*identity, status->size} : LogPosition{};
@@ -213,7 +221,7 @@ void MpsControls::skip_logged(const std::string& gpu_uuid) {
 std::vector<MpsFault> MpsControls::new_faults() {
   std::vector<MpsFault> faults;
   for (const auto& [gpu, limit] : running_) {
-    std::string path = server_log(mps_directories(runtime_dir_, gpu));
+    std::string path = server_log(directories_of(gpu));
     // The log directory is ours (own_directory); the control daemon writes the file.
     auto fd = open_file(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY);
     if (!fd) continue;

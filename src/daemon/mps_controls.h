@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "base/result.h"
+#include "machine/gpu.h"
 #include "os/files.h"
 #include "sched/mps.h"
 #include "sched/slice_watch.h"
@@ -24,11 +25,11 @@ bool mps_in_effect(SliceEnforcement mode);
 
 class MpsControls {
  public:
-  explicit MpsControls(std::string runtime_dir) : runtime_dir_(std::move(runtime_dir)) {}
+  MpsControls(std::string runtime_dir, const Machine& machine);
 
-  // At start: the control daemons a previous daemon left running for these GPUs (those that
-  // answer), so that their slices' clients keep their server.
-  void adopt(const std::vector<std::string>& gpu_uuids);
+  // At start: the control daemons a previous daemon left running for the machine's GPUs (those
+  // that answer), so that their slices' clients keep their server.
+  void adopt();
   // The environment an MPS client in a slice of `slice_mib` (and `sm_percent` of the
   // multiprocessors) on the GPU `gpu_uuid` adds to its own; the GPU's control daemon is started
   // first where none runs. An error: it could not be started.
@@ -55,8 +56,10 @@ class MpsControls {
 
   Result<void> start(const std::string& gpu_uuid);
   Result<void> cap(const std::string& gpu_uuid, uint64_t slice_mib);
+  MpsDirectories directories_of(const std::string& gpu_uuid) const;
 
   std::string runtime_dir_;
+  std::vector<std::string> gpu_uuids_;  // the machine's, which name the directories
   std::map<std::string, uint64_t> running_;  // GPU UUID → the server limit set on its control, MiB (0: none)
   std::map<std::string, LogPosition> log_read_;  // GPU UUID → where its server.log is read next
 };

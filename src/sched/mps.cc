@@ -19,14 +19,30 @@ constexpr size_t kMaxSocketPath = 107;  // sockaddr_un's sun_path, less its NUL
 
 }  // namespace
 
-MpsDirectories mps_directories(const std::string& runtime_dir, const std::string& gpu_uuid) {
-  // "GPU-" and 8 hexadecimal digits; only what is plain of a UUID, so nothing can climb out.
-  std::string name = "GPU-";
-  for (char c : gpu_uuid.substr(std::min<size_t>(4, gpu_uuid.size()))) {
-    if (name.size() == 12) break;
-    if (std::isxdigit(static_cast<unsigned char>(c))) name += c;
+namespace {
+
+// The hexadecimal digits of a UUID after "GPU-": only what is plain of it, so nothing can climb out.
+std::string hex_digits(const std::string& uuid) {
+  std::string digits;
+  for (char c : uuid.substr(std::min<size_t>(4, uuid.size()))) {
+    if (std::isxdigit(static_cast<unsigned char>(c))) digits += c;
   }
-  std::string root = runtime_dir + "/mps/" + name;
+  return digits;
+}
+
+}  // namespace
+
+MpsDirectories mps_directories(const std::string& runtime_dir, const std::string& gpu_uuid,
+                               const std::vector<std::string>& machine_uuids) {
+  std::string digits = hex_digits(gpu_uuid);
+  size_t length = 8;
+  for (const std::string& other : machine_uuids) {
+    std::string theirs = hex_digits(other);
+    if (theirs == digits) continue;  // itself
+    auto [mine, differ] = std::ranges::mismatch(digits, theirs);
+    length = std::max(length, static_cast<size_t>(mine - digits.begin()) + 1);
+  }
+  std::string root = runtime_dir + "/mps/GPU-" + digits.substr(0, length);
   return MpsDirectories{root, root + "/pipe", root + "/log"};
 }
 

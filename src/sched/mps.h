@@ -27,14 +27,16 @@ inline constexpr const char* kMpsControlProgram = "nvidia-cuda-mps-control";
 
 // Where one GPU's control daemon talks to its clients (`pipe`, CUDA_MPS_PIPE_DIRECTORY) and
 // logs (`log`, CUDA_MPS_LOG_DIRECTORY): <runtime directory>/mps/GPU-xxxxxxxx/{pipe,log}, named
-// by the first 8 hexadecimal digits of the GPU's UUID. Short, because the control daemon's
-// sockets in the pipe directory must fit a Unix socket's 107 bytes.
+// by the first 8 hexadecimal digits of the GPU's UUID, or as many more as it takes to tell it
+// from the machine's other GPUs (`machine_uuids`). Short, because the control daemon's sockets
+// in the pipe directory must fit a Unix socket's 107 bytes.
 struct MpsDirectories {
   std::string root;  // <runtime directory>/mps/GPU-xxxxxxxx
   std::string pipe;
   std::string log;
 };
-MpsDirectories mps_directories(const std::string& runtime_dir, const std::string& gpu_uuid);
+MpsDirectories mps_directories(const std::string& runtime_dir, const std::string& gpu_uuid,
+                               const std::vector<std::string>& machine_uuids);
 
 // Nullopt when the control daemon's sockets fit in the pipe directory; else why not.
 std::optional<std::string> mps_pipe_too_long(const MpsDirectories& directories);

@@ -11,17 +11,25 @@ namespace {
 const std::string kUuid = "GPU-7b2c1f4e-0a9d-4c3b-8e21-5f6a7b8c9d0e";
 
 TEST(Mps, EachGpuHasItsOwnShortDirectoriesUnderTheRuntimeDirectory) {
-  MpsDirectories d = mps_directories("/run/gpupool", kUuid);
+  MpsDirectories d = mps_directories("/run/gpupool", kUuid, {kUuid});
   EXPECT_EQ(d.root, "/run/gpupool/mps/GPU-7b2c1f4e");
   EXPECT_EQ(d.pipe, "/run/gpupool/mps/GPU-7b2c1f4e/pipe");
   EXPECT_EQ(d.log, "/run/gpupool/mps/GPU-7b2c1f4e/log");
   EXPECT_EQ(mps_pipe_too_long(d), std::nullopt);
   // Only hexadecimal digits of the UUID make the name: nothing can climb out.
-  EXPECT_EQ(mps_directories("/r", "GPU-../../etc/passwd").root, "/r/mps/GPU-ecad");
+  EXPECT_EQ(mps_directories("/r", "GPU-../../etc/passwd", {}).root, "/r/mps/GPU-ecad");
+}
+
+TEST(Mps, GpusWhoseUuidsShareTheirFirstDigitsGetDirectoriesOfTheirOwn) {
+  std::string neighbour = "GPU-7b2c1f4e-0aff-4c3b-8e21-5f6a7b8c9d0e";
+  std::vector<std::string> machine = {kUuid, neighbour, "GPU-11111111-2222-3333-4444-555555555555"};
+  EXPECT_EQ(mps_directories("/run/gpupool", kUuid, machine).root, "/run/gpupool/mps/GPU-7b2c1f4e0a9");
+  EXPECT_EQ(mps_directories("/run/gpupool", neighbour, machine).root, "/run/gpupool/mps/GPU-7b2c1f4e0af");
+  EXPECT_EQ(mps_directories("/run/gpupool", machine[2], machine).root, "/run/gpupool/mps/GPU-11111111");
 }
 
 TEST(Mps, APipeDirectoryTooLongForItsSocketsIsSaid) {
-  MpsDirectories d = mps_directories("/tmp/" + std::string(80, 'x'), kUuid);
+  MpsDirectories d = mps_directories("/tmp/" + std::string(80, 'x'), kUuid, {kUuid});
   auto why = mps_pipe_too_long(d);
   ASSERT_TRUE(why);
   EXPECT_NE(why->find("is too long for the control daemon's sockets (126 bytes of at most 107)"), std::string::npos)
@@ -35,21 +43,21 @@ TEST(Mps, OnlyASliceOfOneGpuRunsAsAnMpsClient) {
 }
 
 TEST(Mps, TheControlDaemonSeesItsGpuAlone) {
-  MpsDirectories d = mps_directories("/run/gpupool", kUuid);
+  MpsDirectories d = mps_directories("/run/gpupool", kUuid, {kUuid});
   EXPECT_EQ(mps_control_environment(d, kUuid),
             (std::vector<std::string>{"CUDA_VISIBLE_DEVICES=" + kUuid, "CUDA_MPS_PIPE_DIRECTORY=" + d.pipe,
                                       "CUDA_MPS_LOG_DIRECTORY=" + d.log}));
 }
 
 TEST(Mps, AClientIsLimitedToItsSliceOnItsOneDevice) {
-  MpsDirectories d = mps_directories("/run/gpupool", kUuid);
+  MpsDirectories d = mps_directories("/run/gpupool", kUuid, {kUuid});
   EXPECT_EQ(mps_client_environment(d, 20480, std::nullopt),
             (std::vector<std::string>{"CUDA_MPS_PIPE_DIRECTORY=" + d.pipe, "CUDA_MPS_LOG_DIRECTORY=" + d.log,
                                       "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=20480M"}));
 }
 
 TEST(Mps, AComputeShareIsTheClientsActiveThreadPercentage) {
-  MpsDirectories d = mps_directories("/run/gpupool", kUuid);
+  MpsDirectories d = mps_directories("/run/gpupool", kUuid, {kUuid});
   EXPECT_EQ(mps_client_environment(d, 4096, 25).back(), "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=25");
 }
 

@@ -495,6 +495,13 @@ class MpsTest(unittest.TestCase):
             Control(d, shown["client"]["gpu_uuids"][0]).wait_until_quit()
 
     def test_a_fatal_fault_in_one_client_is_named_in_its_neighbours_ends(self):
+        self.fault_in_one_client(seen_by_the_watchdog=True)
+
+    def test_a_fault_before_the_watchdog_saw_the_clients_is_named_too(self):
+        """The jobs' own processes are known from their start: no sample need have listed them."""
+        self.fault_in_one_client(seen_by_the_watchdog=False)
+
+    def fault_in_one_client(self, seen_by_the_watchdog):
         overlay = self.overlay()
         with Daemon(config=MPS_CONFIG, env={"PATH": path_with(FAKE_BIN), "GPUPOOL_SIM_STATE": overlay}) as d:
             # Each writes its pid, waits for `go`, then fails as a client of a faulted server does;
@@ -510,9 +517,11 @@ class MpsTest(unittest.TestCase):
                     for name in jobs}
             gpu = shown["culprit"]["gpus"][0]
             self.assertEqual({s["gpus"][0] for s in shown.values()}, {gpu}, "slices pack onto one GPU")
-            write_overlay(overlay, {gpu: {"processes": [
-                {"pid": pid, "used_memory_mib": 1000, "kind": "compute", "mps_client": True} for pid in pids.values()]}})
-            d.wait_for_samples(3)  # the watchdog has seen whose the clients are
+            if seen_by_the_watchdog:
+                write_overlay(overlay, {gpu: {"processes": [
+                    {"pid": pid, "used_memory_mib": 1000, "kind": "compute", "mps_client": True}
+                    for pid in pids.values()]}})
+                d.wait_for_samples(3)  # the watchdog has seen whose the clients are
             control = Control(d, shown["culprit"]["gpu_uuids"][0])
             # What the server writes on an MMU fault (as recorded on an H100 machine, driver 580).
             lines = [f"Client {{PID: {pids['culprit']}, Context: 1}} encountered a fatal GPU error.",
