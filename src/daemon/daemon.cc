@@ -423,9 +423,11 @@ void Daemon::Impl::preempt_by_suspending(const std::vector<WaitingJob>& queued) 
 void Daemon::Impl::suspend_jobs_on_loan() {
   const std::optional<Reservation>& reservation = scheduler_.reservation();
   if (!settings_.config.scheduler.backfill_by_suspending || !reservation) return;
+  std::vector<JobId> in_the_way = scheduler_.jobs_in_the_way();
+  if (in_the_way.empty()) return;
   const std::string by = fmt::format("gpupoold (on loan: GPU {} reserved for job {})",
                                      gpu_list_text(reservation->gpus), reservation->id);
-  for (JobId id : scheduler_.jobs_in_the_way()) {
+  for (JobId id : in_the_way) {
     auto job = dispatcher_.active().find(id);
     if (job == dispatcher_.active().end() || job->second.suspension || !scheduler_.give_way(id)) continue;
     if (auto refused = suspend(id, by, ResumeWhen::Free)) {

@@ -38,8 +38,10 @@ void clear_attempt(Job& job) {
   job.started_on_loan = false;
 }
 
+bool never_suspended(const Job& job) { return !job.suspension && job.suspended_s == 0; }
+
 // Started on loan and never suspended since: the scheduler may still have it suspended.
-bool still_on_loan(const Job& job) { return job.started_on_loan && !job.suspension && job.suspended_s == 0; }
+bool still_on_loan(const Job& job) { return job.started_on_loan && never_suspended(job); }
 
 }  // namespace
 
@@ -54,8 +56,7 @@ JobRequest scheduler_request(const Job& job, bool mps_slices) {
   // The processes of one GPU are checkpointed alone (the driver refuses jobs that talk to other
   // GPUs through NCCL); whether MPS clients can be is unknown. A job suspended once is not put on
   // loan again (SchedulerConfig::backfill_by_suspending).
-  bool suspendable = job.spec.gpus.count == 1 && !job.spec.gpus.mig && !under_mps && !job.suspension &&
-                     job.suspended_s == 0;
+  bool suspendable = job.spec.gpus.count == 1 && !job.spec.gpus.mig && !under_mps && never_suspended(job);
   return JobRequest{job.id,         job.owner.user,
                     job.spec.gpus,  job.spec.priority,
                     job.spec.time_limit_s, job.array,

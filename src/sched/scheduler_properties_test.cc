@@ -276,18 +276,9 @@ bool holds_gpus(const sim::ScheduledJob& job, double at) {
   });
 }
 
-// Every job that fits the machine is eventually scheduled (the replay fails otherwise), and
-// at each start (and restart, with backfill by suspending) no GPU is over-committed and no user
-// is over quota.
-RC_GTEST_PROP(SchedulerProperties, NoOvercommitNoQuotaBreachEveryJobRuns, ()) {
-  Scenario s = *scenarios();
-  SchedulerConfig config;
-  config.policy = s.policy;
-  config.quota_gpus = s.quota;
-  config.backfill_by_suspending = *rc::gen::arbitrary<bool>();
-  auto result = sim::replay(scenario_machine(s), s.trace, config);
-  RC_ASSERT(result.ok());
-  const std::vector<sim::ScheduledJob>& schedule = result->schedule;
+// At each start (and restart, with backfill by suspending) of a replay's schedule, no GPU is
+// over-committed and no user is over quota.
+void check_no_overcommit_no_quota_breach(const Scenario& s, const std::vector<sim::ScheduledJob>& schedule) {
   std::vector<std::pair<double, size_t>> starts;
   for (size_t i = 0; i < schedule.size(); ++i) {
     RC_ASSERT(schedule[i].start_s >= s.trace[i].submit_s);
@@ -320,6 +311,41 @@ RC_GTEST_PROP(SchedulerProperties, NoOvercommitNoQuotaBreachEveryJobRuns, ()) {
     }
     for (const auto& [user, gpus] : held) RC_ASSERT(!s.quota || gpus <= *s.quota + 1e-9);
   }
+}
+
+// Every job that fits the machine is eventually scheduled (the replay fails otherwise), and the
+// schedule never over-commits a GPU or breaches a quota.
+RC_GTEST_PROP(SchedulerProperties, NoOvercommitNoQuotaBreachEveryJobRuns, ()) {
+  Scenario s = *scenarios();
+  SchedulerConfig config;
+  config.policy = s.policy;
+  config.quota_gpus = s.quota;
+  config.backfill_by_suspending = *rc::gen::arbitrary<bool>();
+  auto result = sim::replay(scenario_machine(s), s.trace, config);
+  RC_ASSERT(result.ok());
+  check_no_overcommit_no_quota_breach(s, result->schedule);
+}
+
+// The same with backfill by suspending on, in scenarios where it acts: the gpupool policy, most
+// jobs without a time limit (only those go on loan), some wide ones to reserve GPUs for. The
+// suspended jobs resume on their own GPUs (the replay fails otherwise) and every job ends.
+RC_GTEST_PROP(SchedulerProperties, JobsOnLoanGiveWayWithoutOvercommit, ()) {
+  Scenario s = *scenarios();
+  s.policy = Policy::Gpupool;
+  for (TraceJob& job : s.trace) {
+    if (*rc::gen::inRange(0, 4) > 0) job.time_limit_s.reset();
+    if (*rc::gen::inRange(0, 6) == 0) job.gpus = std::max(job.gpus, s.gpus / 2 + 1);
+    if (s.quota && job.gpus > *s.quota) job.gpus = static_cast<unsigned>(*s.quota);
+    if (job.gpus > 1) job.gpu_mem_mib.reset();
+  }
+  SchedulerConfig config;
+  config.policy = s.policy;
+  config.quota_gpus = s.quota;
+  config.backfill_by_suspending = true;
+  auto result = sim::replay(scenario_machine(s), s.trace, config);
+  RC_ASSERT(result.ok());
+  RC_CLASSIFY(result->summary.suspensions > 0, "some job suspended");
+  check_no_overcommit_no_quota_breach(s, result->schedule);
 }
 
 // --mig jobs of random profiles beside whole-GPU jobs and slices, finished and requeued at
