@@ -40,6 +40,11 @@ void clear_attempt(Job& job) {
 
 bool never_suspended(const Job& job) { return !job.suspension && job.suspended_s == 0; }
 
+// Since when a queued job has waited: its submission, or the end of its last attempt (a retry).
+double queued_since(const Job& job) {
+  return job.attempts > 0 && job.end_time ? *job.end_time : job.submit_time;
+}
+
 // Started on loan and never suspended since: the scheduler may still have it suspended.
 bool still_on_loan(const Job& job) { return job.started_on_loan && never_suspended(job); }
 
@@ -176,9 +181,11 @@ void Dispatcher::note_if_outside_mps(const Job& job) {
 }
 
 void Dispatcher::adopt_waiting(const std::vector<JobId>& ids) {
+  taking_up_ = true;
   for (JobId id : ids) {
     if (auto it = active_.find(id); it != active_.end()) adopt(it->second);
   }
+  taking_up_ = false;
 }
 
 void Dispatcher::adopt(const Job& job) {
@@ -225,7 +232,8 @@ std::optional<std::string> Dispatcher::carry_out(const lifecycle::Effect& effect
           [&](const lifecycle::EnterQueue& e) -> std::optional<std::string> {
             Job& job = active_.at(e.id);
             if (job.state == JobState::Suspended) return queue_to_resume(job);
-            if (auto submitted = scheduler_.submit(request_of(job), unix_now()); !submitted) {
+            std::optional<double> since = taking_up_ ? std::optional(queued_since(job)) : std::nullopt;
+            if (auto submitted = scheduler_.submit(request_of(job), unix_now(), since); !submitted) {
               return feed(lifecycle::Refused{e.id, submitted.error().message});
             }
             return std::nullopt;
@@ -506,11 +514,14 @@ std::optional<std::string> Dispatcher::queue_to_resume(Job& job) {
     save(job);
   }
   if (scheduler_.resume(job.id, resume_behind_.erase(job.id) == 0)) return std::nullopt;
-  // Suspended before a restart: the scheduler learns of it now, for the GPUs it ran on.
+  // Suspended before a restart: the scheduler learns of it now, for the GPUs it ran on, as
+  // queued since its submission, as a job suspended keeps its place.
   JobRequest request = request_of(job);
   request.gpus.allowed = job.gpus;
   request.gpus.excluded.clear();
-  if (auto submitted = scheduler_.submit(request, unix_now()); !submitted) return submitted.error().message;
+  if (auto submitted = scheduler_.submit(request, unix_now(), job.submit_time); !submitted) {
+    return submitted.error().message;
+  }
   return std::nullopt;
 }
 

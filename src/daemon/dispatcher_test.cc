@@ -176,10 +176,10 @@ class DispatcherTest : public ::testing::Test {
   }
 
   JobId submit(unsigned gpus, unsigned retries = 0, std::vector<JobId> after = {},
-               std::optional<uint64_t> slice_mib = std::nullopt) {
+               std::optional<uint64_t> slice_mib = std::nullopt, const std::string& user = "alice") {
     Job job;
     job.spec.gpus.slice_mib = slice_mib;
-    job.owner = JobOwner{1000, 1000, {}, "alice"};
+    job.owner = JobOwner{1000, 1000, {}, user};
     job.spec.argv = {"train.py"};
     job.spec.cwd = "/";
     job.spec.gpus.count = gpus;
@@ -626,6 +626,26 @@ TEST_F(DispatcherTest, ARestartedDaemonAdoptsTheRunningAttemptAndRecordsItsEnd) 
   EXPECT_EQ(stored(id).state, JobState::Done);
   ASSERT_EQ(runner_.started.size(), 2u);
   EXPECT_EQ(runner_.started[1].id, waiting);
+}
+
+TEST_F(DispatcherTest, QueuedJobsTakenUpAfterARestartKeepTheTimeTheyWaited) {
+  JobId running = submit(2);
+  JobId alices = submit(1);  // submitted long ago (at 1 s), as every job here
+  JobId bobs = submit(1, 0, {}, std::nullopt, "bob");
+  AttemptRecord alive;
+  alive.progress = AttemptProgress::Running;
+  alive.supervisor_pid = own_pid();
+  runner_.records[runner_.started[0].record_path] = alive;
+  ASSERT_NO_FATAL_FAILURE(restart());
+  auto left_waiting = dispatcher_->adopt_running(*store_->unfinished());
+  ASSERT_TRUE(left_waiting.ok()) << left_waiting.error().message;
+  // Fair share alone would put bob's job first; both have waited past overdue_after_s.
+  ASSERT_TRUE(scheduler_->import_fair_share(FairShareUsage{unix_now(), {{"alice", 1e9}}}, unix_now()).ok());
+  dispatcher_->adopt_waiting(*left_waiting);
+  ended(running, 0);
+  ASSERT_EQ(runner_.started.size(), 3u);
+  EXPECT_EQ(runner_.started[1].id, alices) << "in the order they arrived, as overdue jobs go";
+  EXPECT_EQ(runner_.started[2].id, bobs);
 }
 
 TEST_F(DispatcherTest, ARestartBeforeTheJobBeganRunsTheAttemptAgain) {

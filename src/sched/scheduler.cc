@@ -261,14 +261,15 @@ Result<void> Scheduler::admissible(const JobRequest& request) const {
   return {};
 }
 
-Result<void> Scheduler::submit(const JobRequest& request, double now) {
+Result<void> Scheduler::submit(const JobRequest& request, double now, std::optional<double> queued_since) {
   TRY(admissible(request));
   if (queued_.contains(request.id) || running_.contains(request.id) || suspended_.contains(request.id)) {
     return fail("job {} is already submitted", request.id);
   }
   account_usage(now);
   recent_requests_.add(request.gpus);
-  enqueue(QueuedJob{request, arrivals_++, now, user_index(request.user), weight_of(request)});
+  enqueue(QueuedJob{request, arrivals_++, std::min(now, queued_since.value_or(now)), user_index(request.user),
+                    weight_of(request)});
   return {};
 }
 

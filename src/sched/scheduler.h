@@ -121,8 +121,10 @@ class Scheduler {
   // The machine's GPUs must be indexed 0..n-1 in order, with links filled (Machine::links).
   static Result<Scheduler> create(Machine machine, SchedulerConfig config);
 
-  // Queues a job at `now`. An error when it is not admissible() or its id is already known.
-  Result<void> submit(const JobRequest& request, double now);
+  // Queues a job at `now`, or as queued since `queued_since` when that is earlier (a job a
+  // restarted daemon takes up keeps its wait, and so the time after which it is overdue). An
+  // error when it is not admissible() or its id is already known.
+  Result<void> submit(const JobRequest& request, double now, std::optional<double> queued_since = std::nullopt);
   // An error when the job could never run here: more GPUs than the machine has ("asks for 9
   // GPUs, the machine has 8"), a slice larger than its GPUs, more than its user's quota, or
   // fewer GPUs allowed (and not excluded) than it asks for. The daemon asks before storing it.

@@ -575,6 +575,23 @@ TEST(SchedulerTest, AnOverdueJobGoesAheadOfFairShare) {
   }
 }
 
+TEST(SchedulerTest, AJobTakenUpAfterARestartKeepsTheTimeItWaited) {
+  for (bool keeps : {true, false}) {
+    SchedulerConfig config;
+    config.overdue_after_s = 100;
+    auto created = Scheduler::create(make_machine(1), config);
+    ASSERT_TRUE(created.ok());
+    Scheduler& s = *created;
+    ASSERT_TRUE(s.submit(job(1, 1, 1000, "heavy"), 150).ok());
+    s.schedule(150);
+    // Job 2 was queued at 1, before the restart at 150; job 3 after it.
+    ASSERT_TRUE(s.submit(job(2, 1, 1000, "heavy"), 150, keeps ? std::optional(1.0) : std::nullopt).ok());
+    ASSERT_TRUE(s.submit(job(3, 1, 1000, "light"), 160).ok());
+    ASSERT_TRUE(s.finish(1, 200).ok());
+    EXPECT_EQ(ids(s.schedule(200)), std::vector<JobId>{keeps ? 2u : 3u}) << "overdue since 101, or not at all";
+  }
+}
+
 // Two NVSwitch islands of four GPUs, joined by PCIe across sockets.
 Machine two_switch_islands() {
   Machine machine = make_machine(8);
