@@ -513,15 +513,19 @@ std::optional<std::string> Dispatcher::queue_to_resume(Job& job) {
     job.suspension->resume = true;
     save(job);
   }
-  if (scheduler_.resume(job.id, resume_behind_.erase(job.id) == 0)) return std::nullopt;
-  // Suspended before a restart: the scheduler learns of it now, for the GPUs it ran on, as
-  // queued since its submission, as a job suspended keeps its place.
-  JobRequest request = request_of(job);
-  request.gpus.allowed = job.gpus;
-  request.gpus.excluded.clear();
-  if (auto submitted = scheduler_.submit(request, unix_now(), job.submit_time); !submitted) {
-    return submitted.error().message;
+  if (!scheduler_.resume(job.id, resume_behind_.erase(job.id) == 0)) {
+    // Suspended before a restart: the scheduler learns of it now, for the GPUs it ran on, as
+    // queued since its submission, as a job suspended keeps its place.
+    JobRequest request = request_of(job);
+    request.gpus.allowed = job.gpus;
+    request.gpus.excluded.clear();
+    if (auto submitted = scheduler_.submit(request, unix_now(), job.submit_time); !submitted) {
+      return submitted.error().message;
+    }
   }
+  // Its suspension, stored, says so when the scheduler cannot: the daemon restarted before or
+  // while it was suspended (a restarted daemon adopts a job mid-checkpoint as running, not on loan).
+  if (job.suspension && job.suspension->gave_way) (void)scheduler_.gave_way(job.id);
   return std::nullopt;
 }
 
@@ -539,7 +543,8 @@ std::optional<std::string> Dispatcher::suspend(JobId id, const std::string& by, 
   }
   std::optional<Suspension> before = job.suspension;
   // Stored from the first call: a daemon that stops during it reads where it got to.
-  job.suspension = Suspension{pids, by, unix_now(), gpu_mib, resume_when != ResumeWhen::Asked, false};
+  job.suspension = Suspension{pids,  by,    unix_now(), gpu_mib, resume_when != ResumeWhen::Asked,
+                              false, scheduler_.giving_way(id)};
   if (auto refused = feed(lifecycle::Suspend{id, by, std::move(pids), resume_when != ResumeWhen::Asked})) {
     job.suspension = before;
     return refused;

@@ -1,5 +1,7 @@
 #include "daemon/dispatcher.h"
 
+#include <fcntl.h>
+
 #include <algorithm>
 #include <csignal>
 #include <filesystem>
@@ -13,6 +15,7 @@
 #include "lease/gpu_pool.h"
 #include "os/child_process.h"
 #include "os/clock.h"
+#include "os/files.h"
 #include "os/process.h"
 
 namespace gpupool {
@@ -159,6 +162,7 @@ class DispatcherTest : public ::testing::Test {
     hooks.queue_changed = [] {};
     hooks.started_in = [](double) {};
     hooks.mps_environment = [](const Job&, unsigned) { return Result<std::vector<std::string>>(std::vector<std::string>{}); };
+    hooks.call_checkpoint = [this](JobId id, CheckpointStep, const std::vector<pid_t>&) { checkpoint_calls.push_back(id); };
     hooks.mps_fault_reason = [this](JobId id) -> std::optional<std::string> {
       auto reason = mps_faults.find(id);
       return reason == mps_faults.end() ? std::nullopt : std::optional(reason->second);
@@ -226,6 +230,7 @@ class DispatcherTest : public ::testing::Test {
   std::vector<JobId> handed_to_client;
   std::vector<Job> finished;
   std::vector<std::string> told;  // the started and requeued hooks, in order
+  std::vector<JobId> checkpoint_calls;
   int looks_again = 0;
 };
 
@@ -646,6 +651,39 @@ TEST_F(DispatcherTest, QueuedJobsTakenUpAfterARestartKeepTheTimeTheyWaited) {
   ASSERT_EQ(runner_.started.size(), 3u);
   EXPECT_EQ(runner_.started[1].id, alices) << "in the order they arrived, as overdue jobs go";
   EXPECT_EQ(runner_.started[2].id, bobs);
+}
+
+TEST_F(DispatcherTest, AJobThatGaveWayToAReservationKeepsItsTurnAfterARestart) {
+  JobId running = submit(2);
+  JobId bobs = submit(2, 0, {}, std::nullopt, "bob");  // overdue, as every job submitted here
+  JobId alices = submit(1);
+  AttemptRecord alive;
+  alive.progress = AttemptProgress::Running;
+  alive.supervisor_pid = own_pid();
+  runner_.records[runner_.started[0].record_path] = alive;
+  // Alice's job ran on GPU 0, on loan, and was suspended there for a reservation: stored so.
+  Job suspended = stored(alices);
+  suspended.state = JobState::Suspended;
+  suspended.submit_time = unix_now();  // not overdue: without its mark it would go after bob's
+  suspended.attempts = 1;
+  suspended.gpus = {0};
+  suspended.gpu_uuids = {"GPU-dispatch-0"};
+  suspended.suspension = Suspension{{own_pid()}, "gpupoold", unix_now(), 100, true, false, true};
+  ASSERT_TRUE(store_->update(suspended).ok());
+  runner_.records[fmt::format("{}/state/attempts/{}.1", dir_, alices)] = alive;
+  // Its processes (this one) keep the description of GPU 0's lease, unlocked, while suspended.
+  auto kept_lease = open_file(dir_ + "/run/locks/GPU-dispatch-0.lock", O_RDWR);
+  ASSERT_TRUE(kept_lease.ok()) << kept_lease.error().message;
+  ASSERT_NO_FATAL_FAILURE(restart());
+  auto left_waiting = dispatcher_->adopt_running(*store_->unfinished());
+  ASSERT_TRUE(left_waiting.ok()) << left_waiting.error().message;
+  EXPECT_EQ(*left_waiting, (std::vector<JobId>{bobs}));
+  dispatcher_->adopt_waiting(*left_waiting);
+  ended(running, 0);
+  // Alice's job has GPU 0 back and is being restored; bob's waits for both GPUs.
+  EXPECT_EQ(checkpoint_calls, (std::vector<JobId>{alices}));
+  EXPECT_TRUE(stored(alices).suspension->restoring);
+  EXPECT_EQ(runner_.started.size(), 1u);
 }
 
 TEST_F(DispatcherTest, ARestartBeforeTheJobBeganRunsTheAttemptAgain) {

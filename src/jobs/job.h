@@ -161,6 +161,9 @@ struct Suspension {
   uint64_t host_mib = 0;    // the GPU memory they held, now in host memory
   bool resume = false;      // `gpupool resume` asked: it waits for its GPUs to be free
   bool restoring = false;   // its GPUs taken again and its restore begun (a restarted daemon goes on)
+  // On loan, it gave way to a reservation's job (docs/scheduling.md, "Backfill by suspending"):
+  // it goes next after that job, a restarted daemon's scheduler too.
+  bool gave_way = false;
   friend bool operator==(const Suspension&, const Suspension&) = default;
 };
 

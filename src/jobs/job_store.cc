@@ -266,7 +266,8 @@ std::string suspension_json(const Suspension& suspension) {
                         {"since", suspension.since},
                         {"host_mib", suspension.host_mib},
                         {"resume", suspension.resume},
-                        {"restoring", suspension.restoring}}
+                        {"restoring", suspension.restoring},
+                        {"gave_way", suspension.gave_way}}
       .dump();
 }
 
@@ -289,10 +290,11 @@ Result<Suspension> parse_suspension(const std::string& text) {
   suspension.since = json["since"].get<double>();
   suspension.host_mib = json["host_mib"].get<uint64_t>();
   suspension.resume = json["resume"].get<bool>();
-  // Absent from the rows of the version that had no such thing.
-  if (json.contains("restoring")) {
-    if (!json["restoring"].is_boolean()) return fail("column 'suspension' is not a suspension: {}", text);
-    suspension.restoring = json["restoring"].get<bool>();
+  // Absent from the rows of the versions that had no such things.
+  for (auto [name, field] : {std::pair{"restoring", &Suspension::restoring}, std::pair{"gave_way", &Suspension::gave_way}}) {
+    if (!json.contains(name)) continue;
+    if (!json[name].is_boolean()) return fail("column 'suspension' is not a suspension: {}", text);
+    suspension.*field = json[name].get<bool>();
   }
   return suspension;
 }

@@ -513,7 +513,7 @@ TEST_F(JobStoreTest, TakesUpASchema1DatabaseAsJobsOfNoArray) {
 TEST_F(JobStoreTest, KeepsASuspendedJobsCheckpointAmongTheUnfinished) {
   ASSERT_NO_FATAL_FAILURE(open_store());
   Job suspended = job_of("ana", JobState::Suspended);
-  suspended.suspension = Suspension{{4242, 4250}, "ana", 1700000000.5, 9316, true, true};
+  suspended.suspension = Suspension{{4242, 4250}, "ana", 1700000000.5, 9316, true, true, true};
   suspended.id = insert(suspended);
   insert(job_of("ana", JobState::Done));
   auto unfinished = store_->unfinished();
@@ -521,7 +521,7 @@ TEST_F(JobStoreTest, KeepsASuspendedJobsCheckpointAmongTheUnfinished) {
   ASSERT_EQ(unfinished->size(), 1u);
   EXPECT_EQ(unfinished->front().state, JobState::Suspended);
   EXPECT_EQ(unfinished->front().suspension, suspended.suspension);
-  // A row of the version before, which had no "restoring", reads as not restoring.
+  // A row of a version before, which had no "restoring" nor "gave_way", reads as neither.
   store_.reset();
   raw_sql(fmt::format("UPDATE jobs SET suspension = '{{\"pids\": [4242], \"by\": \"ana\", \"since\": 1.5, "
                       "\"host_mib\": 1, \"resume\": false}}' WHERE id = {}",
@@ -529,7 +529,7 @@ TEST_F(JobStoreTest, KeepsASuspendedJobsCheckpointAmongTheUnfinished) {
   ASSERT_NO_FATAL_FAILURE(open_store());
   auto older = store_->get(suspended.id);
   ASSERT_TRUE(older.ok()) << older.error().message;
-  EXPECT_EQ((*older)->suspension, (Suspension{{4242}, "ana", 1.5, 1, false, false}));
+  EXPECT_EQ((*older)->suspension, (Suspension{{4242}, "ana", 1.5, 1, false, false, false}));
   // A checkpoint that is not one is the column's error, named, rather than a job without it.
   store_.reset();
   raw_sql(fmt::format("UPDATE jobs SET suspension = '{{\"pids\": [-1]}}' WHERE id = {}", suspended.id));

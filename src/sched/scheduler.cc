@@ -1074,6 +1074,17 @@ Result<void> Scheduler::give_way(JobId id) {
   return {};
 }
 
+bool Scheduler::giving_way(JobId id) const {
+  auto job = running_.find(id);
+  return job != running_.end() && job->second.giving_way;
+}
+
+Result<void> Scheduler::gave_way(JobId id) {
+  if (!queued_.contains(id)) return fail("job {} is not queued", id);
+  gave_way_.insert(id);
+  return {};
+}
+
 void Scheduler::end_loan(JobId id) {
   if (auto job = running_.find(id); job != running_.end()) {
     job->second.on_loan = false;

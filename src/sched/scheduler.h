@@ -157,6 +157,11 @@ class Scheduler {
   // meanwhile, and the reservation passes to no other job while it waits. An error when the job
   // is not running on loan.
   Result<void> give_way(JobId id);
+  // Whether a running job is to be suspended for the reservation (give_way), for the caller to
+  // store; and, after a restart, a queued job that was suspended so goes next after the
+  // reservation's job again (an error when it is not queued).
+  bool giving_way(JobId id) const;
+  Result<void> gave_way(JobId id);
   // A job on loan that could not be suspended: it runs on as any job does, to its own end, and
   // reservations expect it to.
   void end_loan(JobId id);

@@ -284,6 +284,34 @@ TEST(SchedulerTest, AJobSuspendedForAReservationGoesRightAfterThatJob) {
   EXPECT_EQ(ids(s.schedule(80)), (std::vector<JobId>{4, 3}));
 }
 
+TEST(SchedulerTest, AJobThatGaveWayKeepsItsTurnAfterARestart) {
+  // The end of AJobSuspendedForAReservationGoesRightAfterThatJob as a restarted daemon takes it
+  // up: job 2 running on all four GPUs, jobs 3, 4 (suspended on GPU 0 for job 2) and 5 queued.
+  auto order_after_job_2 = [](bool told_it_gave_way) {
+    SchedulerConfig config;
+    config.backfill_by_suspending = true;
+    Scheduler s = *Scheduler::create(make_machine(4), config);
+    EXPECT_TRUE(s.adopt(job(2, 4, 100), {0, 1, 2, 3}, 61).ok());
+    EXPECT_TRUE(s.submit(job(3, 1), 70, 2).ok());
+    JobRequest resumed = job(4, 1);
+    resumed.gpus.allowed = {0};
+    EXPECT_TRUE(s.submit(resumed, 70, 2).ok());
+    EXPECT_TRUE(s.submit(job(5, 4, 100), 70, 3).ok());
+    if (told_it_gave_way) {
+      EXPECT_TRUE(s.gave_way(4).ok());
+    }
+    EXPECT_TRUE(s.finish(2, 80).ok());
+    return ids(s.schedule(80));
+  };
+  EXPECT_EQ(order_after_job_2(true), (std::vector<JobId>{4, 3}));
+  // Without the mark, job 3 would come first and take GPU 0, which job 4 must resume on.
+  EXPECT_EQ(order_after_job_2(false), std::vector<JobId>{3});
+  // Only a queued job can have given way.
+  Scheduler s = with_a_reservation_and_loans();
+  EXPECT_FALSE(s.gave_way(1).ok());  // running
+  EXPECT_FALSE(s.gave_way(9).ok());  // unknown
+}
+
 TEST(SchedulerTest, TheFewestJobsOnLoanGiveWayTheLargestFirst) {
   // On loan, job 3 takes a quarter, then jobs 4 and 5 an eighth each.
   Scheduler s = half_held_three_quarters_reserved();
