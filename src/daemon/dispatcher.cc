@@ -40,8 +40,10 @@ void clear_attempt(Job& job) {
 
 bool never_suspended(const Job& job) { return !job.suspension && job.suspended_s == 0; }
 
-// Since when a queued job has waited: its submission, or the end of its last attempt (a retry).
+// Since when a queued job has waited: its last entry to the queue, stored; else (its entry was
+// its submission, or a row of schema < 9) its submission, or the end of its last attempt (a retry).
 double queued_since(const Job& job) {
+  if (job.queued_at) return *job.queued_at;
   return job.attempts > 0 && job.end_time ? *job.end_time : job.submit_time;
 }
 
@@ -199,7 +201,9 @@ void Dispatcher::submitted(Job job) {
   JobId id = job.id;
   lifecycle::Submitted event{id, job.spec.kind, job.spec.retries, job.spec.after, std::move(held_by)};
   active_[id] = std::move(job);
+  submitting_ = true;
   feed(event);
+  submitting_ = false;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -232,8 +236,15 @@ std::optional<std::string> Dispatcher::carry_out(const lifecycle::Effect& effect
           [&](const lifecycle::EnterQueue& e) -> std::optional<std::string> {
             Job& job = active_.at(e.id);
             if (job.state == JobState::Suspended) return queue_to_resume(job);
+            double now = unix_now();
             std::optional<double> since = taking_up_ ? std::optional(queued_since(job)) : std::nullopt;
-            if (auto submitted = scheduler_.submit(request_of(job), unix_now(), since); !submitted) {
+            // Stored, so that a restarted daemon queues it as waiting since now; a submission's
+            // entry is its submit_time already, and is not written again.
+            if (!taking_up_ && !submitting_) {
+              job.queued_at = now;
+              save(job);
+            }
+            if (auto submitted = scheduler_.submit(request_of(job), now, since); !submitted) {
               return feed(lifecycle::Refused{e.id, submitted.error().message});
             }
             return std::nullopt;
@@ -515,11 +526,11 @@ std::optional<std::string> Dispatcher::queue_to_resume(Job& job) {
   }
   if (!scheduler_.resume(job.id, resume_behind_.erase(job.id) == 0)) {
     // Suspended before a restart: the scheduler learns of it now, for the GPUs it ran on, as
-    // queued since its submission, as a job suspended keeps its place.
+    // queued since its last queue entry, as a job suspended keeps its place.
     JobRequest request = request_of(job);
     request.gpus.allowed = job.gpus;
     request.gpus.excluded.clear();
-    if (auto submitted = scheduler_.submit(request, unix_now(), job.submit_time); !submitted) {
+    if (auto submitted = scheduler_.submit(request, unix_now(), queued_since(job)); !submitted) {
       return submitted.error().message;
     }
   }

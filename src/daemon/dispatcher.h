@@ -242,6 +242,7 @@ class Dispatcher {
   // Suspended for the jobs waiting then: resumed behind them rather than at the old place.
   std::set<JobId> resume_behind_;
   bool taking_up_ = false;  // in adopt_waiting: the jobs queued keep the time they waited
+  bool submitting_ = false;  // in submitted(): a job queued enters at its submission
   // Lost batch attempts: the job's process group, which the daemon limits and cancels itself.
   std::map<JobId, pid_t> lost_;
   // When the daemon itself SIGKILLs what it told to end with SIGTERM (a lost attempt's group, a

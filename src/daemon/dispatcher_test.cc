@@ -82,6 +82,13 @@ class FakeRunner final : public AttemptRunner {
     records[attempt.record_path] = record;
     held.erase(id);
   }
+  // The attempt's supervisor (this process) runs on, as its record says, past a daemon restart.
+  void goes_on(const std::string& record_path) {
+    AttemptRecord alive;
+    alive.progress = AttemptProgress::Running;
+    alive.supervisor_pid = own_pid();
+    records[record_path] = alive;
+  }
   const SupervisedAttempt& last_of(JobId id) const {
     auto it = std::find_if(started.rbegin(), started.rend(), [id](const auto& a) { return a.id == id; });
     EXPECT_NE(it, started.rend()) << "job " << id << " never started";
@@ -610,10 +617,7 @@ TEST_F(DispatcherTest, ARestartedDaemonAdoptsTheRunningAttemptAndRecordsItsEnd) 
   JobId waiting = submit(2);
   std::string record_path = runner_.started[0].record_path;
   // The daemon goes; the supervisor (this process) runs on and holds the leases.
-  AttemptRecord alive;
-  alive.progress = AttemptProgress::Running;
-  alive.supervisor_pid = own_pid();
-  runner_.records[record_path] = alive;
+  runner_.goes_on(record_path);
   runner_.watched.clear();
   ASSERT_NO_FATAL_FAILURE(restart());
 
@@ -637,10 +641,7 @@ TEST_F(DispatcherTest, QueuedJobsTakenUpAfterARestartKeepTheTimeTheyWaited) {
   JobId running = submit(2);
   JobId alices = submit(1);  // submitted long ago (at 1 s), as every job here
   JobId bobs = submit(1, 0, {}, std::nullopt, "bob");
-  AttemptRecord alive;
-  alive.progress = AttemptProgress::Running;
-  alive.supervisor_pid = own_pid();
-  runner_.records[runner_.started[0].record_path] = alive;
+  runner_.goes_on(runner_.started[0].record_path);
   ASSERT_NO_FATAL_FAILURE(restart());
   auto left_waiting = dispatcher_->adopt_running(*store_->unfinished());
   ASSERT_TRUE(left_waiting.ok()) << left_waiting.error().message;
@@ -653,14 +654,32 @@ TEST_F(DispatcherTest, QueuedJobsTakenUpAfterARestartKeepTheTimeTheyWaited) {
   EXPECT_EQ(runner_.started[2].id, bobs);
 }
 
+TEST_F(DispatcherTest, AJobQueuedWhenItsDependencyEndedKeepsThatTimeAfterARestart) {
+  JobId dependency = submit(1);
+  JobId blocker = submit(1);
+  JobId alices = submit(2, 0, {dependency});  // submitted long ago, queued only once its dependency ends
+  JobId bobs = submit(2, 0, {}, std::nullopt, "bob");
+  ended(dependency, 0);
+  EXPECT_TRUE(stored(alices).queued_at);
+  Job recent = stored(bobs);
+  recent.submit_time = unix_now();  // not overdue
+  ASSERT_TRUE(store_->update(recent).ok());
+  runner_.goes_on(runner_.last_of(blocker).record_path);
+  ASSERT_NO_FATAL_FAILURE(restart());
+  auto left_waiting = dispatcher_->adopt_running(*store_->unfinished());
+  ASSERT_TRUE(left_waiting.ok()) << left_waiting.error().message;
+  ASSERT_TRUE(scheduler_->import_fair_share(FairShareUsage{unix_now(), {{"alice", 1e9}}}, unix_now()).ok());
+  dispatcher_->adopt_waiting(*left_waiting);
+  ended(blocker, 0);
+  ASSERT_EQ(runner_.started.size(), 3u);
+  EXPECT_EQ(runner_.started[2].id, bobs) << "alice's job has waited since its dependency ended: not overdue";
+}
+
 TEST_F(DispatcherTest, AJobThatGaveWayToAReservationKeepsItsTurnAfterARestart) {
   JobId running = submit(2);
   JobId bobs = submit(2, 0, {}, std::nullopt, "bob");  // overdue, as every job submitted here
   JobId alices = submit(1);
-  AttemptRecord alive;
-  alive.progress = AttemptProgress::Running;
-  alive.supervisor_pid = own_pid();
-  runner_.records[runner_.started[0].record_path] = alive;
+  runner_.goes_on(runner_.started[0].record_path);
   // Alice's job ran on GPU 0, on loan, and was suspended there for a reservation: stored so.
   Job suspended = stored(alices);
   suspended.state = JobState::Suspended;
@@ -670,7 +689,7 @@ TEST_F(DispatcherTest, AJobThatGaveWayToAReservationKeepsItsTurnAfterARestart) {
   suspended.gpu_uuids = {"GPU-dispatch-0"};
   suspended.suspension = Suspension{{own_pid()}, "gpupoold", unix_now(), 100, true, false, true};
   ASSERT_TRUE(store_->update(suspended).ok());
-  runner_.records[fmt::format("{}/state/attempts/{}.1", dir_, alices)] = alive;
+  runner_.goes_on(fmt::format("{}/state/attempts/{}.1", dir_, alices));
   // Its processes (this one) keep the description of GPU 0's lease, unlocked, while suspended.
   auto kept_lease = open_file(dir_ + "/run/locks/GPU-dispatch-0.lock", O_RDWR);
   ASSERT_TRUE(kept_lease.ok()) << kept_lease.error().message;

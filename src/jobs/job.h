@@ -175,6 +175,10 @@ struct Job {
   std::string reason;                 // why it waits, failed or was cancelled; empty otherwise
   unsigned attempts = 0;              // runs started so far (retries make it more than 1)
   double submit_time = 0;             // Unix seconds
+  // When it last entered the queue for GPUs (Unix seconds): released, its dependencies done, a
+  // retry; a resume is no entry. nullopt while its submission was its entry (saving a write),
+  // and in rows of schema < 9. A restarted daemon queues it as waiting since then.
+  std::optional<double> queued_at;
   std::optional<double> start_time;   // of the latest attempt
   std::optional<double> end_time;
   std::vector<unsigned> gpus;         // nvidia-smi indices while running / when it ran

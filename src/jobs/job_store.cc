@@ -25,7 +25,7 @@ using sqlite::exec;
 using sqlite::prepare;
 using sqlite::Statement;
 
-constexpr int kSchemaVersion = 8;
+constexpr int kSchemaVersion = 9;
 
 struct Column {
   const char* name;
@@ -34,7 +34,7 @@ struct Column {
 
 // The columns of `jobs` after `id`, in the order bind_job binds and decode_job reads them.
 // Lists are JSON arrays, the state and kind their names. Changing this changes the schema.
-constexpr std::array<Column, 41> kJobColumns = {{
+constexpr std::array<Column, 42> kJobColumns = {{
     {"name", "TEXT NOT NULL"},
     {"argv", "TEXT NOT NULL"},
     {"environment", "TEXT NOT NULL"},
@@ -84,6 +84,8 @@ constexpr std::array<Column, 41> kJobColumns = {{
     {"suspended_s", "REAL NOT NULL DEFAULT 0"},
     // Schema 8: 1 when the latest attempt started on loan (jobs/job.h).
     {"started_on_loan", "INTEGER NOT NULL DEFAULT 0"},
+    // Schema 9: when the job last entered the queue (jobs/job.h); NULL: at its submission.
+    {"queued_at", "REAL"},
 }};
 
 // What schema 1 lacks, added in place: its rows are jobs of no array.
@@ -119,6 +121,10 @@ constexpr const char* kSchema6To7 =
 constexpr const char* kSchema7To8 =
     "ALTER TABLE jobs ADD COLUMN started_on_loan INTEGER NOT NULL DEFAULT 0;"
     "UPDATE meta SET value = '8' WHERE name = 'schema_version';";
+
+constexpr const char* kSchema8To9 =
+    "ALTER TABLE jobs ADD COLUMN queued_at REAL;"
+    "UPDATE meta SET value = '9' WHERE name = 'schema_version';";
 
 constexpr std::array<JobState, 4> kUnfinishedStates = {JobState::Queued, JobState::Held, JobState::Running,
                                                        JobState::Suspended};
@@ -346,6 +352,7 @@ Result<void> bind_job(Binder& row, const Job& job) {
   row.add(job.started_under_mps ? std::optional(*job.started_under_mps ? 1 : 0) : std::nullopt);
   row.add(job.suspended_s);
   row.add(job.started_on_loan ? 1 : 0);
+  row.add(job.queued_at);
   return {};
 }
 
@@ -508,6 +515,7 @@ Result<Job> decode_job(sqlite3_stmt* statement) {
   TRY_ASSIGN(job.suspended_s, row.real());
   TRY_ASSIGN(unsigned on_loan, row.integer<unsigned>());
   job.started_on_loan = on_loan != 0;
+  TRY_ASSIGN(job.queued_at, row.optional_real());
   return job;
 }
 
@@ -561,7 +569,11 @@ Result<void> create_or_check_schema(sqlite3* db) {
     TRY(exec(db, kSchema6To7, "adding MPS clients and suspended time to the schema"));
     version = "7";
   }
-  if (version == "7") return exec(db, kSchema7To8, "adding jobs on loan to the schema");
+  if (version == "7") {
+    TRY(exec(db, kSchema7To8, "adding jobs on loan to the schema"));
+    version = "8";
+  }
+  if (version == "8") return exec(db, kSchema8To9, "adding the time jobs entered the queue to the schema");
   if (version != std::to_string(kSchemaVersion)) {
     return fail("state database {} has schema {}; this gpupoold reads {}", database_name(db),
                 version.value_or("(none)"), kSchemaVersion);

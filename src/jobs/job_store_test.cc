@@ -41,6 +41,7 @@ Job full_job() {
   job.submit_time = 1733150000.123456;
   job.start_time = 1733150010.5;
   job.end_time = 1733150020.75;
+  job.queued_at = 1733150015.25;
   job.gpus = {0, 3, 5, 7};
   job.gpu_uuids = {"GPU-aaaa", "GPU-bbbb", "GPU-cccc", "GPU-dddd"};
   job.exit_code = 137;
@@ -87,6 +88,7 @@ void expect_same_job(const Job& a, const Job& b) {
   EXPECT_EQ(a.submit_time, b.submit_time);
   EXPECT_EQ(a.start_time, b.start_time);
   EXPECT_EQ(a.end_time, b.end_time);
+  EXPECT_EQ(a.queued_at, b.queued_at);
   EXPECT_EQ(a.gpus, b.gpus);
   EXPECT_EQ(a.gpu_uuids, b.gpu_uuids);
   EXPECT_EQ(a.exit_code, b.exit_code);
@@ -183,7 +185,7 @@ TEST_F(JobStoreTest, RoundTripsEveryField) {
     expect_same_job(**stored, *job);
   }
   EXPECT_FALSE(bare.spec.gpus.slice_mib || bare.spec.time_limit_s || bare.start_time || bare.end_time ||
-               bare.exit_code || bare.signal || bare.pid || bare.pid_start_ticks);
+               bare.exit_code || bare.signal || bare.pid || bare.pid_start_ticks || bare.queued_at);
 
   auto missing = store_->get(12345);
   ASSERT_TRUE(missing.ok()) << missing.error().message;
@@ -452,10 +454,10 @@ TEST_F(JobStoreTest, UsesWriteAheadLogging) {
 TEST_F(JobStoreTest, RefusesAnotherSchemaVersion) {
   ASSERT_NO_FATAL_FAILURE(open_store());
   store_.reset();
-  raw_sql("UPDATE meta SET value = '9' WHERE name = 'schema_version'");
+  raw_sql("UPDATE meta SET value = '10' WHERE name = 'schema_version'");
   auto store = JobStore::open(path_);
   ASSERT_FALSE(store.ok());
-  EXPECT_EQ(store.error().message, "state database " + path_ + " has schema 9; this gpupoold reads 8");
+  EXPECT_EQ(store.error().message, "state database " + path_ + " has schema 10; this gpupoold reads 9");
 }
 
 TEST_F(JobStoreTest, StoresAnArrayInOneStepNamedAfterItsFirstTask) {
@@ -480,7 +482,8 @@ TEST_F(JobStoreTest, StoresAnArrayInOneStepNamedAfterItsFirstTask) {
 
 // What each schema added, undone newest first: `downgrade_to(N)` makes a store of schema N.
 std::string downgrade_to(int version) {
-  std::string sql = "ALTER TABLE jobs DROP COLUMN started_on_loan;";
+  std::string sql = "ALTER TABLE jobs DROP COLUMN queued_at;";
+  if (version <= 7) sql += "ALTER TABLE jobs DROP COLUMN started_on_loan;";
   if (version <= 6) sql += "ALTER TABLE jobs DROP COLUMN started_under_mps; ALTER TABLE jobs DROP COLUMN suspended_s;";
   if (version <= 5) sql += "ALTER TABLE jobs DROP COLUMN suspension;";
   if (version <= 4) sql += "ALTER TABLE jobs DROP COLUMN mig_profile; ALTER TABLE jobs DROP COLUMN mig_min_mib;";
@@ -568,7 +571,7 @@ TEST_F(JobStoreTest, FindsASubmissionByItsUsersToken) {
 }
 
 TEST_F(JobStoreTest, TakesUpAnOlderSchemaWithItsJobsAsTheyWere) {
-  for (int version : {2, 3, 4, 5, 6, 7}) {
+  for (int version : {2, 3, 4, 5, 6, 7, 8}) {
     SCOPED_TRACE(version);
     ASSERT_NO_FATAL_FAILURE(open_store());
     Job before = job_of("ana", JobState::Queued);
@@ -581,6 +584,21 @@ TEST_F(JobStoreTest, TakesUpAnOlderSchemaWithItsJobsAsTheyWere) {
     expect_same_job(**stored, before);
     store_.reset();
   }
+}
+
+TEST_F(JobStoreTest, TakesUpASchema8DatabaseAsJobsQueuedAtTheirSubmission) {
+  ASSERT_NO_FATAL_FAILURE(open_store());
+  Job requeued = job_of("ana", JobState::Queued);
+  requeued.queued_at = 1733150015.25;
+  requeued.id = insert(requeued);
+  store_.reset();
+  raw_sql(downgrade_to(8));
+  ASSERT_NO_FATAL_FAILURE(open_store());
+  Job stored = **store_->get(requeued.id);
+  EXPECT_EQ(stored.queued_at, std::nullopt);
+  stored.queued_at = 1733150099.5;
+  ASSERT_TRUE(store_->update(stored).ok());
+  EXPECT_EQ((*store_->get(requeued.id))->queued_at, std::optional(1733150099.5));
 }
 
 TEST_F(JobStoreTest, MigratedStoresKeepWhatTheNewerSchemasAdd) {
