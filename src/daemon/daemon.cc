@@ -536,9 +536,10 @@ void Daemon::Impl::stop_unneeded_mps_controls() {
 }
 
 std::optional<std::string> Daemon::Impl::mps_fault_reason(JobId id) {
-  // Each running batch job's program too: a fault may come before any sample saw its clients.
+  // Each running slice's program too: a fault may come before any sample saw its clients.
   std::map<uint32_t, JobId> clients = mps_clients_;
   for (const auto& [running, job] : dispatcher_.active()) {
+    if (!runs_under_mps(job.spec.gpus)) continue;
     if (std::optional<uint32_t> program = dispatcher_.program_pid(running)) clients.emplace(*program, running);
   }
   for (auto& [job, why] : mps_fault_reasons(mps_.new_faults(), clients)) mps_fault_reasons_[job] = why;

@@ -420,7 +420,10 @@ Result<bool> LeaseDirectory::take_again(pid_t holder, const std::vector<LeaseCla
 
 Result<GpuHold> LeaseDirectory::hold(const std::string& uuid, uint64_t memory_total_mib) const {
   // Without a lock file nobody holds it; and a survey should not make one for every MIG device.
-  if (names_a_lock_file(uuid) && !link_status(lock_path(uuid))) return GpuHold{};
+  if (names_a_lock_file(uuid)) {
+    TRY_ASSIGN(std::optional<FileStatus> lock_file, link_status_if_any(lock_path(uuid)));
+    if (!lock_file) return GpuHold{};
+  }
   TRY_ASSIGN(Fd fd, open_lock(uuid));
   std::vector<ByteRange> locked;
   collect_locks(fd.get(), 0, std::numeric_limits<off_t>::max(), locked);
@@ -450,8 +453,10 @@ Result<std::vector<LeaseRecord>> LeaseDirectory::list() const {
     // Only root (gpupoold) writes records that name another user than the file's owner.
     if (file->owner != 0 && lease.holder.user != user_name(file->owner)) continue;
     // Without its lock file it is left over; and opening one would create a file named by
-    // whoever wrote the record.
-    if (!link_status(lock_path(lease.uuid))) {
+    // whoever wrote the record. One that cannot be inspected says nothing either way.
+    auto lock_file = link_status_if_any(lock_path(lease.uuid));
+    if (!lock_file) continue;
+    if (!*lock_file) {
       (void)remove_file(dir + "/" + name);
       continue;
     }

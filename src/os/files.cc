@@ -44,6 +44,13 @@ Result<FileStatus> link_status(const std::string& path) {
   return status_of(st);
 }
 
+Result<std::optional<FileStatus>> link_status_if_any(const std::string& path) {
+  struct stat st {};
+  if (lstat(path.c_str(), &st) == 0) return std::optional(status_of(st));
+  if (errno == ENOENT) return std::optional<FileStatus>();
+  return system_error("inspect", path);
+}
+
 Result<FileIdentity> file_identity(const std::string& path) {
   struct stat st {};
   if (lstat(path.c_str(), &st) != 0) return system_error("inspect", path);

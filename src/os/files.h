@@ -28,6 +28,8 @@ struct FileStatus {
 
 Result<FileStatus> file_status(const std::string& path);  // follows a final symbolic link
 Result<FileStatus> link_status(const std::string& path);  // the link itself
+// As link_status; nullopt where nothing has that name.
+Result<std::optional<FileStatus>> link_status_if_any(const std::string& path);
 Result<FileStatus> file_status(int fd);
 
 // Which file a path names (the link itself): the same name may come to name another file, after

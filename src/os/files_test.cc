@@ -80,6 +80,13 @@ TEST_F(FilesTest, TellsALinkFromItsTarget) {
   EXPECT_EQ(link_status(dir_ + "/link")->type, FileType::symbolic_link);
   EXPECT_EQ(file_status(dir_ + "/link")->type, FileType::directory);
   EXPECT_EQ(*resolve_path(dir_ + "/link/."), *resolve_path(target));
+  // Nothing by that name is no error; a path that cannot be looked through is one.
+  EXPECT_EQ((*link_status_if_any(dir_ + "/link"))->type, FileType::symbolic_link);
+  EXPECT_FALSE(link_status_if_any(dir_ + "/none")->has_value());
+  ASSERT_TRUE(create_file(dir_ + "/plain", O_WRONLY, 0600).ok());
+  auto not_a_directory = link_status_if_any(dir_ + "/plain/x");
+  ASSERT_FALSE(not_a_directory.ok());
+  EXPECT_NE(not_a_directory.error().message.find("Not a directory"), std::string::npos);
 }
 
 TEST_F(FilesTest, OpensOnlyARegularFileReachedWithoutALink) {

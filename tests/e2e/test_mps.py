@@ -79,7 +79,8 @@ class Control:
     """The MPS control daemon of one GPU of a daemon's machine, as its files show it."""
 
     def __init__(self, d, gpu_uuid):
-        root = os.path.join(d.runtime_dir, "mps", gpu_uuid[:12])  # "GPU-" and 8 hex digits (sched/mps.h)
+        # "GPU-" and 8 hex digits: the fixtures' GPUs differ in them (more where two do not, sched/mps.h)
+        root = os.path.join(d.runtime_dir, "mps", gpu_uuid[:12])
         self.gpu_uuid = gpu_uuid
         self.pipe = os.path.join(root, "pipe")
         self.log = os.path.join(root, "log")
