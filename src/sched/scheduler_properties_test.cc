@@ -329,23 +329,33 @@ RC_GTEST_PROP(SchedulerProperties, NoOvercommitNoQuotaBreachEveryJobRuns, ()) {
 // The same with backfill by suspending on, in scenarios where it acts: the gpupool policy, most
 // jobs without a time limit (only those go on loan), some wide ones to reserve GPUs for. The
 // suspended jobs resume on their own GPUs (the replay fails otherwise) and every job ends.
-RC_GTEST_PROP(SchedulerProperties, JobsOnLoanGiveWayWithoutOvercommit, ()) {
-  Scenario s = *scenarios();
-  s.policy = Policy::Gpupool;
-  for (TraceJob& job : s.trace) {
-    if (*rc::gen::inRange(0, 4) > 0) job.time_limit_s.reset();
-    if (*rc::gen::inRange(0, 6) == 0) job.gpus = std::max(job.gpus, s.gpus / 2 + 1);
-    if (s.quota && job.gpus > *s.quota) job.gpus = static_cast<unsigned>(*s.quota);
-    if (job.gpus > 1) job.gpu_mem_mib.reset();
-  }
-  SchedulerConfig config;
-  config.policy = s.policy;
-  config.quota_gpus = s.quota;
-  config.backfill_by_suspending = true;
-  auto result = sim::replay(scenario_machine(s), s.trace, config);
-  RC_ASSERT(result.ok());
-  RC_CLASSIFY(result->summary.suspensions > 0, "some job suspended");
-  check_no_overcommit_no_quota_breach(s, result->schedule);
+// A plain test around rc::check, to count the cases that suspend: in none, the property would
+// say nothing about giving way.
+TEST(SchedulerProperties, JobsOnLoanGiveWayWithoutOvercommit) {
+  unsigned cases = 0;
+  unsigned suspending = 0;
+  bool held = rc::check("jobs on loan give way without overcommit", [&] {
+    Scenario s = *scenarios();
+    s.policy = Policy::Gpupool;
+    for (TraceJob& job : s.trace) {
+      if (*rc::gen::inRange(0, 4) > 0) job.time_limit_s.reset();
+      if (*rc::gen::inRange(0, 6) == 0) job.gpus = std::max(job.gpus, s.gpus / 2 + 1);
+      if (s.quota && job.gpus > *s.quota) job.gpus = static_cast<unsigned>(*s.quota);
+      if (job.gpus > 1) job.gpu_mem_mib.reset();
+    }
+    SchedulerConfig config;
+    config.policy = s.policy;
+    config.quota_gpus = s.quota;
+    config.backfill_by_suspending = true;
+    auto result = sim::replay(scenario_machine(s), s.trace, config);
+    RC_ASSERT(result.ok());
+    ++cases;
+    if (result->summary.suspensions > 0) ++suspending;
+    check_no_overcommit_no_quota_breach(s, result->schedule);
+  });
+  EXPECT_TRUE(held);
+  // About a fifth of the cases suspend a job: none of a hundred means it no longer acts.
+  EXPECT_GT(suspending, 0u) << "of " << cases << " cases";
 }
 
 // --mig jobs of random profiles beside whole-GPU jobs and slices, finished and requeued at
