@@ -186,6 +186,18 @@ class DispatcherTest : public ::testing::Test {
     make_dispatcher();
   }
 
+  // A restart that takes up the stored jobs as gpupoold's start does, with alice's fair-share
+  // usage read back far above everyone's before the waiting jobs are queued; returns those.
+  std::vector<JobId> restart_with_alice_far_ahead() {
+    restart();
+    auto left_waiting = dispatcher_->adopt_running(*store_->unfinished());
+    EXPECT_TRUE(left_waiting.ok()) << left_waiting.error().message;
+    if (!left_waiting.ok()) return {};
+    EXPECT_TRUE(scheduler_->import_fair_share(FairShareUsage{unix_now(), {{"alice", 1e9}}}, unix_now()).ok());
+    dispatcher_->adopt_waiting(*left_waiting);
+    return *left_waiting;
+  }
+
   JobId submit(unsigned gpus, unsigned retries = 0, std::vector<JobId> after = {},
                std::optional<uint64_t> slice_mib = std::nullopt, const std::string& user = "alice") {
     Job job;
@@ -642,12 +654,8 @@ TEST_F(DispatcherTest, QueuedJobsTakenUpAfterARestartKeepTheTimeTheyWaited) {
   JobId alices = submit(1);  // submitted long ago (at 1 s), as every job here
   JobId bobs = submit(1, 0, {}, std::nullopt, "bob");
   runner_.goes_on(runner_.started[0].record_path);
-  ASSERT_NO_FATAL_FAILURE(restart());
-  auto left_waiting = dispatcher_->adopt_running(*store_->unfinished());
-  ASSERT_TRUE(left_waiting.ok()) << left_waiting.error().message;
   // Fair share alone would put bob's job first; both have waited past overdue_after_s.
-  ASSERT_TRUE(scheduler_->import_fair_share(FairShareUsage{unix_now(), {{"alice", 1e9}}}, unix_now()).ok());
-  dispatcher_->adopt_waiting(*left_waiting);
+  EXPECT_EQ(restart_with_alice_far_ahead(), (std::vector<JobId>{alices, bobs}));
   ended(running, 0);
   ASSERT_EQ(runner_.started.size(), 3u);
   EXPECT_EQ(runner_.started[1].id, alices) << "in the order they arrived, as overdue jobs go";
@@ -665,11 +673,7 @@ TEST_F(DispatcherTest, AJobQueuedWhenItsDependencyEndedKeepsThatTimeAfterARestar
   recent.submit_time = unix_now();  // not overdue
   ASSERT_TRUE(store_->update(recent).ok());
   runner_.goes_on(runner_.last_of(blocker).record_path);
-  ASSERT_NO_FATAL_FAILURE(restart());
-  auto left_waiting = dispatcher_->adopt_running(*store_->unfinished());
-  ASSERT_TRUE(left_waiting.ok()) << left_waiting.error().message;
-  ASSERT_TRUE(scheduler_->import_fair_share(FairShareUsage{unix_now(), {{"alice", 1e9}}}, unix_now()).ok());
-  dispatcher_->adopt_waiting(*left_waiting);
+  EXPECT_EQ(restart_with_alice_far_ahead(), (std::vector<JobId>{alices, bobs}));
   ended(blocker, 0);
   ASSERT_EQ(runner_.started.size(), 3u);
   EXPECT_EQ(runner_.started[2].id, bobs) << "alice's job has waited since its dependency ended: not overdue";
@@ -693,11 +697,8 @@ TEST_F(DispatcherTest, AJobThatGaveWayToAReservationKeepsItsTurnAfterARestart) {
   // Its processes (this one) keep the description of GPU 0's lease, unlocked, while suspended.
   auto kept_lease = open_file(dir_ + "/run/locks/GPU-dispatch-0.lock", O_RDWR);
   ASSERT_TRUE(kept_lease.ok()) << kept_lease.error().message;
-  ASSERT_NO_FATAL_FAILURE(restart());
-  auto left_waiting = dispatcher_->adopt_running(*store_->unfinished());
-  ASSERT_TRUE(left_waiting.ok()) << left_waiting.error().message;
-  EXPECT_EQ(*left_waiting, (std::vector<JobId>{bobs}));
-  dispatcher_->adopt_waiting(*left_waiting);
+  // Her job goes first by its mark alone: bob's is overdue, and she is far ahead in fair share.
+  EXPECT_EQ(restart_with_alice_far_ahead(), (std::vector<JobId>{bobs}));
   ended(running, 0);
   // Alice's job has GPU 0 back and is being restored; bob's waits for both GPUs.
   EXPECT_EQ(checkpoint_calls, (std::vector<JobId>{alices}));
